@@ -1,0 +1,31 @@
+# The two commands: `make run` and `make test`. Both install what they need first.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup run test soak bench lint clean
+
+setup:
+	@bash scripts/setup.sh
+
+run: setup
+	$(VENV)/bin/blobstore standalone --data-dir ./data
+
+test: setup
+	$(PY) -m pytest -m "not soak" $(PYTEST_ARGS)
+
+soak: setup
+	$(PY) -m pytest -m soak $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) bench/bookie_bench.py
+	@for b in ledger_bench catalog_bench s3_bench; do \
+	    if [ -f bench/$$b.py ]; then $(PY) bench/$$b.py || exit 1; fi; done
+
+lint: setup
+	$(VENV)/bin/ruff check bookie blobstore s3api tests bench
+	$(VENV)/bin/ruff format --check bookie blobstore s3api tests bench
+
+clean:
+	rm -rf $(VENV) .deps build *.egg-info

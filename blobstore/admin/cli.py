@@ -1,0 +1,46 @@
+"""`blobstore admin`: inspect and repair the cluster. Every command takes `--zk` (or
+BLOBSTORE_ZK) and `--json` for scripts. Each command is a module in this package with
+`add_arguments(parser)` and `run(args) -> int`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from blobstore.errors import UsageError
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bookies": ("blobstore.admin.bookies", "registered bookies: state, free space, rack"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--zk",
+        default=os.environ.get("BLOBSTORE_ZK"),
+        help="ZooKeeper connect string host:port[/chroot] (env BLOBSTORE_ZK)",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = parser.add_subparsers(dest="admin_command", metavar="COMMAND")
+    argv = sys.argv[sys.argv.index("admin") + 1 :] if "admin" in sys.argv else []
+    chosen = next((w for w in argv if not w.startswith("-") and w in COMMANDS), None)
+    for name, (module_name, help_text) in COMMANDS.items():
+        if name != chosen:
+            sub.add_parser(name, help=help_text)
+            continue
+        module = importlib.import_module(module_name)
+        command = sub.add_parser(name, help=help_text, description=module.__doc__)
+        module.add_arguments(command)
+        command.set_defaults(admin_run=module.run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not getattr(args, "admin_run", None):
+        raise UsageError("admin needs a command; see `blobstore admin --help`")
+    if not args.zk:
+        raise UsageError("no ZooKeeper address: pass --zk HOST:PORT or set BLOBSTORE_ZK")
+    return int(args.admin_run(args) or 0)

@@ -1,0 +1,87 @@
+"""The `blobstore` command line. Each subcommand lives in its own module exposing
+`add_arguments(parser)` and `run(args) -> int`; this module only wires them up, so that
+`blobstore --help` stays fast and one broken subsystem cannot break the others.
+
+Errors a user can fix are one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+from blobstore.errors import UsageError
+
+# name -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "standalone": ("blobstore.standalone", "ZooKeeper + bookies + gateway on this machine, one command"),
+    "zookeeper": ("blobstore.zookeeper_server", "run a local ZooKeeper server"),
+    "bookie": ("bookie.main", "run a bookie (storage server)"),
+    "gateway": ("s3api.main", "run the S3 gateway"),
+    "admin": ("blobstore.admin.cli", "inspect and repair the cluster"),
+}
+
+
+def _chosen(argv: list[str], names: object) -> str | None:
+    """The first positional word of argv when it names a command (only that module loads)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in names else None  # type: ignore[operator]
+    return None
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="blobstore",
+        description="An S3-compatible object store on replicated ledgers.",
+    )
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("BLOBSTORE_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING or ERROR (env BLOBSTORE_LOG_LEVEL; default INFO)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = _chosen(argv, SUBCOMMANDS)
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        if name != chosen:
+            sub.add_parser(name, help=help_text)
+            continue
+        module = importlib.import_module(module_name)
+        sub_parser = sub.add_parser(
+            name,
+            help=help_text,
+            description=(module.__doc__ or help_text).split("\n\n")[0],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(sub_parser)
+        sub_parser.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except UsageError as e:
+        print(f"blobstore: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

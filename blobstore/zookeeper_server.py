@@ -1,0 +1,237 @@
+"""A real local ZooKeeper server (Apache ZooKeeper 3.8 on Java), for `blobstore zookeeper`,
+`blobstore standalone` and the test fixtures. Never a mock.
+
+The server runs in its own process group with a generated `zoo.cfg` (loopback address,
+own data dir, four-letter words `ruok,stat,mntr`, no admin server). Readiness is the
+`ruok` → `imok` exchange, polled with a deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from blobstore.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 15.0
+HEAP_MB_DEFAULT = 512
+
+
+def find_java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and os.access(os.path.join(java_home, "bin", "java"), os.X_OK):
+        return os.path.join(java_home, "bin", "java")
+    java = shutil.which("java")
+    if java is None:
+        raise UsageError("Java not found: install a JDK (make setup does) or set JAVA_HOME")
+    return java
+
+
+def zookeeper_classpath() -> str:
+    """The classpath of ZOOKEEPER_HOME, or of Debian's `zookeeper` package."""
+    home = os.environ.get("ZOOKEEPER_HOME")
+    if home:
+        jars = glob.glob(os.path.join(home, "lib", "*.jar")) + glob.glob(
+            os.path.join(home, "*.jar")
+        )
+        if not any("zookeeper" in os.path.basename(j) for j in jars):
+            raise UsageError(f"ZOOKEEPER_HOME={home} holds no zookeeper jar")
+        return os.pathsep.join(jars)
+    if not glob.glob("/usr/share/java/zookeeper-3*.jar"):
+        raise UsageError(
+            "ZooKeeper not found: `apt-get install zookeeper` (make setup does) or set ZOOKEEPER_HOME"
+        )
+    return "/usr/share/java/*"
+
+
+def four_letter_word(host: str, port: int, word: bytes, timeout_s: float = 2.0) -> bytes:
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        sock.sendall(word)
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if sum(len(c) for c in chunks) > 1 << 20:
+                break
+        return b"".join(chunks)
+
+
+def is_serving(host: str, port: int) -> bool:
+    try:
+        return four_letter_word(host, port, b"ruok", timeout_s=1.0) == b"imok"
+    except OSError:
+        return False
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ZooKeeperServer:
+    """A running ZooKeeper child process."""
+
+    process: subprocess.Popen[bytes]
+    host: str
+    port: int
+    data_dir: Path
+
+    @property
+    def connect_string(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM, wait with a deadline, then SIGKILL; always reaps the child."""
+        if self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            logger.warning("zookeeper did not stop in %.0fs, killing pid=%d", timeout_s, self.process.pid)
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=timeout_s)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=STOP_TIMEOUT_S)
+
+
+def write_config(data_dir: Path, host: str, port: int) -> Path:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "data").mkdir(exist_ok=True)
+    config = data_dir / "zoo.cfg"
+    config.write_text(
+        "\n".join(
+            [
+                "tickTime=2000",
+                "initLimit=10",
+                "syncLimit=5",
+                f"dataDir={data_dir / 'data'}",
+                f"clientPort={port}",
+                f"clientPortAddress={host}",
+                "maxClientCnxns=0",
+                "4lw.commands.whitelist=ruok,stat,mntr,srvr",
+                "admin.enableServer=false",
+                "autopurge.snapRetainCount=3",
+                "autopurge.purgeInterval=1",
+                # Catalog pages are kept well below this; the margin is for multi() batches.
+                "jute.maxbuffer=4194304",
+                "",
+            ]
+        )
+    )
+    return config
+
+
+def start_zookeeper(
+    data_dir: Path,
+    port: int,
+    host: str = "127.0.0.1",
+    heap_mb: int = HEAP_MB_DEFAULT,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+) -> ZooKeeperServer:
+    """Start ZooKeeper and return once it answers `ruok`; raises UsageError on failure."""
+    java = find_java()
+    classpath = zookeeper_classpath()
+    if not port_is_free(host, port):
+        raise UsageError(f"port {host}:{port} for ZooKeeper is already in use")
+    data_dir = data_dir.resolve()
+    config = write_config(data_dir, host, port)
+    log_path = data_dir / "zookeeper.log"
+    command = [
+        java,
+        f"-Xmx{heap_mb}m",
+        "-XX:+UseSerialGC",
+        f"-Dzookeeper.log.dir={data_dir}",
+        "-Dzookeeper.root.logger=INFO,CONSOLE",
+        "-Djute.maxbuffer=4194304",
+        "-cp",
+        classpath,
+        "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+        str(config),
+    ]
+    with open(log_path, "ab") as log_file:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    server = ZooKeeperServer(process, host, port, data_dir)
+    deadline = time.monotonic() + ready_timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+            raise UsageError(
+                f"ZooKeeper exited with code {process.returncode}; see {log_path}: "
+                + " | ".join(tail)
+            )
+        if is_serving(host, port):
+            logger.info("zookeeper ready address=%s:%d data_dir=%s", host, port, data_dir)
+            return server
+        time.sleep(0.1)
+    server.kill()
+    raise UsageError(f"ZooKeeper did not answer on {host}:{port} within {ready_timeout_s:.0f}s")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", required=True, type=Path, help="snapshot and log directory")
+    parser.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    parser.add_argument("--heap-mb", type=int, default=HEAP_MB_DEFAULT, help="JVM heap in MiB")
+
+
+def run(args: argparse.Namespace) -> int:
+    """`blobstore zookeeper`: run a local server until SIGINT/SIGTERM."""
+    server = start_zookeeper(args.data_dir, args.port, args.host, args.heap_mb)
+    print(f"zookeeper ready at {server.connect_string} (data in {server.data_dir})", flush=True)
+    stopping = False
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    while not stopping and server.process.poll() is None:
+        time.sleep(0.2)
+    code = server.process.poll()
+    server.stop()
+    if not stopping:
+        print(f"blobstore: error: zookeeper exited with code {code}", file=sys.stderr)
+        return 1
+    print("zookeeper stopped", flush=True)
+    return 0

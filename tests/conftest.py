@@ -1,0 +1,93 @@
+"""Session-wide fixtures: a real ZooKeeper server, a chroot per test, a bookie factory."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from blobstore.zookeeper_server import ZooKeeperServer, free_port, start_zookeeper
+from tests.cluster.processes import BookieProcess, ProcessReaper
+
+ZK_TIMEOUT_S = 15.0
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, f"rep_{report.when}", report)
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    data_dir = tmp_path_factory.mktemp("zookeeper")
+    server = start_zookeeper(data_dir, free_port(), heap_mb=512)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zk_connect(zk_server: ZooKeeperServer) -> str:
+    """A connect string with a fresh chroot, so tests never see each other's znodes."""
+    chroot = f"/t-{uuid.uuid4().hex[:12]}"
+    client = KazooClient(hosts=zk_server.connect_string, timeout=ZK_TIMEOUT_S)
+    client.start(timeout=ZK_TIMEOUT_S)
+    try:
+        client.ensure_path(chroot)
+    finally:
+        client.stop()
+        client.close()
+    return f"{zk_server.connect_string}{chroot}"
+
+
+@pytest.fixture
+def zk_client(zk_connect: str) -> Iterator[KazooClient]:
+    client = KazooClient(hosts=zk_connect, timeout=ZK_TIMEOUT_S)
+    client.start(timeout=ZK_TIMEOUT_S)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def reaper(request: pytest.FixtureRequest) -> Iterator[ProcessReaper]:
+    """Kills every child a test started, pass or fail; prints their logs on failure."""
+    reaper = ProcessReaper()
+    yield reaper
+    failed = any(
+        getattr(getattr(request.node, f"rep_{when}", None), "failed", False)
+        for when in ("setup", "call")
+    )
+    if failed:
+        print(reaper.log_tails())
+    reaper.reap_all()
+
+
+BookieFactory = Callable[..., list[BookieProcess]]
+
+
+@pytest.fixture
+def bookies(zk_connect: str, reaper: ProcessReaper, tmp_path: Path) -> BookieFactory:
+    """`bookies(n, extra_args=...)` starts n real bookie processes (all reaped at the end)."""
+    started: list[BookieProcess] = []
+
+    def start(count: int, extra_args: Sequence[str] = ()) -> list[BookieProcess]:
+        new = []
+        for _ in range(count):
+            index = len(started)
+            bookie = BookieProcess(
+                index=index,
+                zk=zk_connect,
+                root=tmp_path / f"bookie-{index}",
+                reaper=reaper,
+                extra_args=tuple(extra_args),
+            )
+            started.append(bookie)
+            new.append(bookie.start())
+        return new
+
+    return start

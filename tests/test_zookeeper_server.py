@@ -1,0 +1,48 @@
+"""`blobstore zookeeper`: a real server that answers, and stops on SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from blobstore.zookeeper_server import free_port, is_serving
+from tests.cluster.processes import ManagedProcess, blobstore_command
+
+
+def test_zookeeper_command_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    process = ManagedProcess(
+        "zookeeper",
+        blobstore_command("zookeeper", "--data-dir", str(tmp_path / "zk"), "--port", str(port)),
+        tmp_path / "zk.log",
+    )
+    process.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not is_serving("127.0.0.1", port):
+            assert process.alive(), process.log_tail()
+            assert time.monotonic() < deadline, process.log_tail()
+            time.sleep(0.1)
+        process.signal(signal.SIGTERM)
+        assert process.process is not None
+        assert process.process.wait(timeout=30) == 0, process.log_tail()
+        assert not is_serving("127.0.0.1", port)
+    finally:
+        process.kill()
+
+
+def test_zookeeper_port_in_use_is_one_clear_line(tmp_path: Path, zk_server) -> None:  # type: ignore[no-untyped-def]
+    result = subprocess.run(
+        blobstore_command(
+            "zookeeper", "--data-dir", str(tmp_path / "zk"), "--port", str(zk_server.port)
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("blobstore: error: port"), result.stderr
+    assert "Traceback" not in result.stderr
