@@ -17,7 +17,10 @@ from blobstore.errors import UsageError
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "standalone": ("blobstore.standalone", "ZooKeeper + bookies + gateway on this machine, one command"),
+    "standalone": (
+        "blobstore.standalone",
+        "ZooKeeper + bookies + gateway on this machine, one command",
+    ),
     "zookeeper": ("blobstore.zookeeper_server", "run a local ZooKeeper server"),
     "bookie": ("bookie.main", "run a bookie (storage server)"),
     "gateway": ("s3api.main", "run the S3 gateway"),

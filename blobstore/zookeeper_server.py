@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,6 +103,7 @@ class ZooKeeperServer:
     host: str
     port: int
     data_dir: Path
+    own_group: bool = True
 
     @property
     def connect_string(self) -> str:
@@ -112,20 +114,28 @@ class ZooKeeperServer:
         if self.process.poll() is not None:
             return
         try:
-            os.killpg(self.process.pid, signal.SIGTERM)
+            self._signal(signal.SIGTERM)
         except ProcessLookupError:
             return
         try:
             self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            logger.warning("zookeeper did not stop in %.0fs, killing pid=%d", timeout_s, self.process.pid)
-            os.killpg(self.process.pid, signal.SIGKILL)
+            logger.warning(
+                "zookeeper did not stop in %.0fs, killing pid=%d", timeout_s, self.process.pid
+            )
+            self._signal(signal.SIGKILL)
             self.process.wait(timeout=timeout_s)
 
     def kill(self) -> None:
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            self._signal(signal.SIGKILL)
             self.process.wait(timeout=STOP_TIMEOUT_S)
+
+    def _signal(self, signum: int) -> None:
+        if self.own_group:
+            os.killpg(self.process.pid, signum)
+        else:
+            self.process.send_signal(signum)
 
 
 def write_config(data_dir: Path, host: str, port: int) -> Path:
@@ -161,8 +171,13 @@ def start_zookeeper(
     host: str = "127.0.0.1",
     heap_mb: int = HEAP_MB_DEFAULT,
     ready_timeout_s: float = READY_TIMEOUT_S,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> ZooKeeperServer:
-    """Start ZooKeeper and return once it answers `ruok`; raises UsageError on failure."""
+    """Start ZooKeeper and return once it answers `ruok`; raises UsageError on failure.
+
+    Without `preexec_fn` the server gets its own session (tests, `blobstore zookeeper`);
+    with one (standalone's die-with-parent hook) it stays in the caller's process group.
+    """
     java = find_java()
     classpath = zookeeper_classpath()
     if not port_is_free(host, port):
@@ -188,9 +203,10 @@ def start_zookeeper(
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=preexec_fn is None,
+            preexec_fn=preexec_fn,  # noqa: PLW1509 - only prctl
         )
-    server = ZooKeeperServer(process, host, port, data_dir)
+    server = ZooKeeperServer(process, host, port, data_dir, own_group=preexec_fn is None)
     deadline = time.monotonic() + ready_timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:

@@ -257,8 +257,7 @@ class ReadResponse:
 
     def encode(self) -> bytes:
         return (
-            _READ_RESPONSE.pack(self.ledger_id, self.entry_id, self.last_add_confirmed)
-            + self.entry
+            _READ_RESPONSE.pack(self.ledger_id, self.entry_id, self.last_add_confirmed) + self.entry
         )
 
     @classmethod
@@ -355,7 +354,9 @@ async def read_frame(
         raise
     (length,) = FRAME_LENGTH.unpack(prefix)
     if length < FRAME_HEADER_BYTES or length > frame_bytes_max:
-        raise ProtocolError(f"frame length {length} outside [{FRAME_HEADER_BYTES}, {frame_bytes_max}]")
+        raise ProtocolError(
+            f"frame length {length} outside [{FRAME_HEADER_BYTES}, {frame_bytes_max}]"
+        )
     data = await reader.readexactly(length)
     version, op, flags_or_status, request_id = FRAME_HEADER.unpack_from(data, 0)
     return Frame(version, op, flags_or_status, request_id, data[FRAME_HEADER_BYTES:])

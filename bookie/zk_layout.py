@@ -34,9 +34,7 @@ def cookie_path(bookie_id: str) -> str:
 def ledger_path(ledger_id: int) -> str:
     assert 0 <= ledger_id <= LEDGER_ID_MAX, ledger_id
     digits = f"{ledger_id:0{LEDGER_ID_DIGITS}d}"
-    return (
-        f"{LEDGER_META_ROOT}/{digits[0:3]}/{digits[3:7]}/{digits[7:11]}/{digits[11:15]}/L{digits[15:19]}"
-    )
+    return f"{LEDGER_META_ROOT}/{digits[0:3]}/{digits[3:7]}/{digits[7:11]}/{digits[11:15]}/L{digits[15:19]}"
 
 
 def ledger_id_from_path(path: str) -> int:

@@ -36,7 +36,9 @@ class ManagedProcess:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        assert self.process is None or self.process.poll() is not None, f"{self.name} already running"
+        assert self.process is None or self.process.poll() is not None, (
+            f"{self.name} already running"
+        )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         if self.env:
@@ -124,7 +126,9 @@ class ProcessReaper:
         )
 
 
-def wait_for_ready_file(process: ManagedProcess, ready_file: Path, timeout_s: float = READY_TIMEOUT_S) -> dict[str, object]:
+def wait_for_ready_file(
+    process: ManagedProcess, ready_file: Path, timeout_s: float = READY_TIMEOUT_S
+) -> dict[str, object]:
     """Poll for the JSON a child writes once it serves; fail fast if the child exits."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -181,13 +185,20 @@ class BookieProcess:
         self.ready_file.unlink(missing_ok=True)
         command = blobstore_command(
             "bookie",
-            "--zk", self.zk,
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--http-port", str(self.http_port),
-            "--journal-dir", str(self.journal_dir),
-            "--ledger-dir", str(self.ledger_dir),
-            "--ready-file", str(self.ready_file),
+            "--zk",
+            self.zk,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--http-port",
+            str(self.http_port),
+            "--journal-dir",
+            str(self.journal_dir),
+            "--ledger-dir",
+            str(self.ledger_dir),
+            "--ready-file",
+            str(self.ready_file),
             *self.extra_args,
         )
         if self.managed is None:

@@ -1,0 +1,399 @@
+"""`blobstore standalone`: a whole cluster on this machine with one command.
+
+Starts a local ZooKeeper, N bookies (separate processes, each with its own journal and
+ledger directories) and the S3 gateway, prints the endpoint, the credentials and
+ready-to-paste client snippets, then supervises them. Ctrl-C or SIGTERM stops every
+child cleanly (gateway first, so no request is cut between its last entry and its
+commit; ZooKeeper last). Restarting on the same data directory keeps every object:
+ports and credentials chosen on the first start are kept in the data directory, so bookie
+ids (and their cookies) stay the same.
+
+Data directory layout::
+
+    DATA/cluster.json          ports chosen on first start (ZooKeeper, bookies, admin ports)
+    DATA/credentials.json      access and secret key (mode 0600), generated once
+    DATA/zookeeper/            ZooKeeper snapshots and logs
+    DATA/bookie-N/journal/     bookie N's journal
+    DATA/bookie-N/ledgers/     bookie N's entry logs and index
+    DATA/logs/                 one log file per child
+
+Every child is started with PR_SET_PDEATHSIG so it dies with this process even when the
+supervisor itself is killed with -9, and stays in this process group so `kill -9 -PGID`
+takes the whole cluster down at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import secrets
+import signal
+import string
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from blobstore.errors import UsageError
+from blobstore.zookeeper_server import free_port, port_is_free, start_zookeeper
+
+READY_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 30.0
+CLUSTER_FORMAT_VERSION = 1
+ZK_PORT_PREFERRED = 2181
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: ask the kernel to SIGKILL this child when its parent dies."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+@dataclass
+class ClusterLayout:
+    format_version: int
+    zk_port: int
+    bookie_ports: list[int]
+    bookie_http_ports: list[int]
+    gateway_metrics_note: str = "gateway serves /metrics on its S3 port"
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def load_or_create_layout(data_dir: Path, bookie_count: int) -> ClusterLayout:
+    path = data_dir / "cluster.json"
+    if path.exists():
+        try:
+            raw = json.loads(path.read_text())
+            layout = ClusterLayout(**raw)
+        except (json.JSONDecodeError, TypeError, ValueError) as e:
+            raise UsageError(f"broken data directory: {path} is not a cluster layout ({e})") from e
+        if layout.format_version != CLUSTER_FORMAT_VERSION:
+            raise UsageError(f"{path}: unknown format_version {layout.format_version}")
+        if len(layout.bookie_ports) < bookie_count:
+            # Adding bookies to an existing cluster is fine: new ports for the new ones.
+            for _ in range(bookie_count - len(layout.bookie_ports)):
+                layout.bookie_ports.append(free_port())
+                layout.bookie_http_ports.append(free_port())
+            _write_json(path, asdict(layout))
+        return layout
+    zk_port = ZK_PORT_PREFERRED if port_is_free("127.0.0.1", ZK_PORT_PREFERRED) else free_port()
+    layout = ClusterLayout(
+        format_version=CLUSTER_FORMAT_VERSION,
+        zk_port=zk_port,
+        bookie_ports=[free_port() for _ in range(bookie_count)],
+        bookie_http_ports=[free_port() for _ in range(bookie_count)],
+    )
+    _write_json(path, asdict(layout))
+    return layout
+
+
+def _write_json(path: Path, value: object, mode: int = 0o644) -> None:
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        json.dump(value, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load_or_create_credentials(
+    data_dir: Path, access_key: str | None, secret_key: str | None
+) -> tuple[str, str]:
+    if bool(access_key) != bool(secret_key):
+        raise UsageError("give both --access-key and --secret-key, or neither")
+    if access_key and secret_key:
+        return access_key, secret_key
+    path = data_dir / "credentials.json"
+    if path.exists():
+        try:
+            raw = json.loads(path.read_text())
+            return str(raw["access_key"]), str(raw["secret_key"])
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise UsageError(f"broken data directory: {path} is unreadable ({e})") from e
+    alphabet = string.ascii_uppercase + string.digits
+    access_key = "BS" + "".join(secrets.choice(alphabet) for _ in range(18))
+    secret_key = secrets.token_urlsafe(30)[:40]
+    _write_json(path, {"access_key": access_key, "secret_key": secret_key}, mode=0o600)
+    return access_key, secret_key
+
+
+class Child:
+    """A supervised child process with a ready file."""
+
+    def __init__(self, name: str, command: list[str], log_path: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.command = command
+        self.log_path = log_path
+        self.env = env
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log_file:
+            self.process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks
+            )
+
+    def wait_ready(self, ready_file: Path, timeout_s: float = READY_TIMEOUT_S) -> dict[str, object]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if ready_file.exists():
+                try:
+                    return dict(json.loads(ready_file.read_text()))
+                except json.JSONDecodeError:
+                    pass
+            if self.process is None or self.process.poll() is not None:
+                raise UsageError(
+                    f"{self.name} failed to start: {self.last_error_line()} (log: {self.log_path})"
+                )
+            time.sleep(0.05)
+        raise UsageError(f"{self.name} not ready within {timeout_s:.0f}s (log: {self.log_path})")
+
+    def last_error_line(self) -> str:
+        try:
+            lines = [
+                line
+                for line in self.log_path.read_text(errors="replace").splitlines()
+                if line.strip()
+            ]
+        except FileNotFoundError:
+            return "no log"
+        for line in reversed(lines):
+            if "error" in line.lower():
+                return line.strip()[-300:]
+        return lines[-1].strip()[-300:] if lines else "no output"
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def terminate(self) -> None:
+        if self.alive():
+            assert self.process is not None
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout_s: float) -> None:
+        if self.process is None:
+            return
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=timeout_s)
+
+
+def _python_cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "blobstore.cli", *args]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("./data"),
+        help="where everything is kept (default ./data)",
+    )
+    parser.add_argument("--bookies", type=int, default=3, help="number of bookies (default 3)")
+    parser.add_argument("--host", default="127.0.0.1", help="gateway address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=9000, help="gateway port (default 9000)")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="gateway worker processes (default 1)"
+    )
+    parser.add_argument(
+        "--access-key",
+        default=os.environ.get("BLOBSTORE_ACCESS_KEY"),
+        help="access key (env BLOBSTORE_ACCESS_KEY; generated once when absent)",
+    )
+    parser.add_argument(
+        "--secret-key",
+        default=os.environ.get("BLOBSTORE_SECRET_KEY"),
+        help="secret key (env BLOBSTORE_SECRET_KEY)",
+    )
+    parser.add_argument(
+        "--ready-file", type=Path, help="write JSON {endpoint, zk, access_key} here once serving"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.bookies < 1:
+        raise UsageError("--bookies must be at least 1")
+    data_dir: Path = args.data_dir.resolve()
+    if data_dir.exists() and not data_dir.is_dir():
+        raise UsageError(f"broken data directory: {data_dir} is not a directory")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        probe = data_dir / ".write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"data directory {data_dir} is not writable: {e.strerror}") from e
+    if not port_is_free(args.host, args.port):
+        raise UsageError(f"port {args.host}:{args.port} for the gateway is already in use")
+    layout = load_or_create_layout(data_dir, args.bookies)
+    access_key, secret_key = load_or_create_credentials(data_dir, args.access_key, args.secret_key)
+    for port in [
+        layout.zk_port,
+        *layout.bookie_ports[: args.bookies],
+        *layout.bookie_http_ports[: args.bookies],
+    ]:
+        if not port_is_free("127.0.0.1", port):
+            raise UsageError(
+                f"port 127.0.0.1:{port} (kept in {data_dir / 'cluster.json'}) is already in use"
+            )
+
+    stopping = False
+
+    def request_stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+    logs = data_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    print(f"starting ZooKeeper on 127.0.0.1:{layout.zk_port} ...", flush=True)
+    zookeeper = start_zookeeper(
+        data_dir / "zookeeper", layout.zk_port, heap_mb=256, preexec_fn=_die_with_parent
+    )
+    zk = f"127.0.0.1:{layout.zk_port}"
+    env = dict(os.environ)
+    env.update(
+        {"BLOBSTORE_ZK": zk, "BLOBSTORE_ACCESS_KEY": access_key, "BLOBSTORE_SECRET_KEY": secret_key}
+    )
+    children: list[Child] = []
+    try:
+        for index in range(args.bookies):
+            root = data_dir / f"bookie-{index}"
+            ready = root / "ready.json"
+            ready.unlink(missing_ok=True)
+            child = Child(
+                f"bookie-{index}",
+                _python_cli(
+                    "bookie",
+                    "--zk",
+                    zk,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(layout.bookie_ports[index]),
+                    "--http-port",
+                    str(layout.bookie_http_ports[index]),
+                    "--journal-dir",
+                    str(root / "journal"),
+                    "--ledger-dir",
+                    str(root / "ledgers"),
+                    "--ready-file",
+                    str(ready),
+                ),
+                logs / f"bookie-{index}.log",
+                env,
+            )
+            children.append(child)
+            child.start()
+        for index, child in enumerate(children):
+            child.wait_ready(data_dir / f"bookie-{index}" / "ready.json")
+            print(
+                f"bookie-{index} ready on 127.0.0.1:{layout.bookie_ports[index]} (metrics http://127.0.0.1:{layout.bookie_http_ports[index]}/metrics)",
+                flush=True,
+            )
+        gateway_ready = data_dir / "gateway-ready.json"
+        gateway_ready.unlink(missing_ok=True)
+        gateway = Child(
+            "gateway",
+            _python_cli(
+                "gateway",
+                "--zk",
+                zk,
+                "--host",
+                args.host,
+                "--port",
+                str(args.port),
+                "--workers",
+                str(args.workers),
+                "--ready-file",
+                str(gateway_ready),
+            ),
+            logs / "gateway.log",
+            env,
+        )
+        children.append(gateway)
+        gateway.start()
+        gateway.wait_ready(gateway_ready)
+        endpoint = f"http://{args.host}:{args.port}"
+        _print_banner(endpoint, zk, access_key, secret_key, data_dir)
+        if args.ready_file:
+            _write_json(args.ready_file, {"endpoint": endpoint, "zk": zk, "access_key": access_key})
+        while not stopping:
+            for child in children:
+                if not child.alive():
+                    code = child.process.returncode if child.process else None
+                    print(
+                        f"blobstore: error: {child.name} exited with code {code}: {child.last_error_line()} (log: {child.log_path})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    return 1
+            if zookeeper.process.poll() is not None:
+                print(
+                    "blobstore: error: ZooKeeper exited; see "
+                    + str(zookeeper.data_dir / "zookeeper.log"),
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return 1
+            time.sleep(0.2)
+        print("stopping ...", flush=True)
+        return 0
+    finally:
+        # Gateway first (no new writes), then bookies, then ZooKeeper.
+        for child in reversed(children):
+            child.terminate()
+            child.wait(STOP_TIMEOUT_S)
+        zookeeper.stop()
+        if stopping:
+            print("stopped", flush=True)
+
+
+def _print_banner(endpoint: str, zk: str, access_key: str, secret_key: str, data_dir: Path) -> None:
+    print(
+        f"""
+blobstore is serving S3 at {endpoint}
+  access key:  {access_key}
+  secret key:  {secret_key}
+  ZooKeeper:   {zk}      data: {data_dir}
+
+boto3:
+  import boto3
+  s3 = boto3.client("s3", endpoint_url="{endpoint}", region_name="us-east-1",
+                    aws_access_key_id="{access_key}", aws_secret_access_key="{secret_key}")
+  s3.create_bucket(Bucket="demo"); s3.put_object(Bucket="demo", Key="hello", Body=b"hi")
+
+AWS CLI:
+  export AWS_ACCESS_KEY_ID={access_key} AWS_SECRET_ACCESS_KEY={secret_key} AWS_DEFAULT_REGION=us-east-1
+  aws --endpoint-url {endpoint} s3 mb s3://demo && aws --endpoint-url {endpoint} s3 ls
+
+operator:
+  BLOBSTORE_ZK={zk} blobstore admin bookies
+
+Ctrl-C stops everything; data stays in {data_dir}.
+""",
+        flush=True,
+    )
