@@ -19,13 +19,19 @@ Data directory layout::
 
 Every child is started with PR_SET_PDEATHSIG so it dies with this process even when the
 supervisor itself is killed with -9, and stays in this process group so `kill -9 -PGID`
-takes the whole cluster down at once.
+takes the whole cluster down at once. Children ignore SIGINT: a Ctrl-C in the terminal
+reaches the whole foreground group, and the supervisor, not the terminal, decides the
+order in which children stop. One supervisor at a time holds a lock on `DATA/.lock`.
+
+A data directory that already holds more bookies than `--bookies` asks for starts all of
+them: their entries are part of the cluster until they are decommissioned.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import fcntl
 import json
 import os
 import secrets
@@ -34,11 +40,12 @@ import string
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from blobstore.errors import UsageError
-from blobstore.zookeeper_server import free_port, port_is_free, start_zookeeper
+from blobstore.zookeeper_server import ZooKeeperServer, free_port, port_is_free, start_zookeeper
 
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
@@ -47,13 +54,38 @@ ZK_PORT_PREFERRED = 2181
 PR_SET_PDEATHSIG = 1
 
 
+BOOKIES_MAX = 32
+
+
+class _StopRequested(Exception):
+    """SIGINT/SIGTERM/SIGHUP arrived while the cluster was still starting."""
+
+
 def _die_with_parent() -> None:
-    """preexec_fn: ask the kernel to SIGKILL this child when its parent dies."""
+    """preexec_fn: ask the kernel to SIGKILL this child when its parent dies, and leave
+    SIGINT to the supervisor (see the module docstring)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
+
+
+def _lock_data_dir(data_dir: Path) -> int:
+    """An exclusive lock on DATA/.lock for this process's lifetime (fd closed at exit)."""
+    fd = os.open(data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise UsageError(
+            f"data directory {data_dir} is in use by another blobstore standalone (pid {holder})"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 @dataclass
@@ -76,6 +108,13 @@ def load_or_create_layout(data_dir: Path, bookie_count: int) -> ClusterLayout:
             raise UsageError(f"broken data directory: {path} is not a cluster layout ({e})") from e
         if layout.format_version != CLUSTER_FORMAT_VERSION:
             raise UsageError(f"{path}: unknown format_version {layout.format_version}")
+        ports = [layout.zk_port, *layout.bookie_ports, *layout.bookie_http_ports]
+        if (
+            len(layout.bookie_ports) != len(layout.bookie_http_ports)
+            or not layout.bookie_ports
+            or not all(isinstance(p, int) and 0 < p < 65536 for p in ports)
+        ):
+            raise UsageError(f"broken data directory: {path} holds invalid ports")
         if len(layout.bookie_ports) < bookie_count:
             # Adding bookies to an existing cluster is fine: new ports for the new ones.
             for _ in range(bookie_count - len(layout.bookie_ports)):
@@ -231,10 +270,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.bookies < 1:
-        raise UsageError("--bookies must be at least 1")
-    data_dir: Path = args.data_dir.resolve()
+def _check_data_dir(data_dir: Path) -> None:
     if data_dir.exists() and not data_dir.is_dir():
         raise UsageError(f"broken data directory: {data_dir} is not a directory")
     try:
@@ -244,14 +280,94 @@ def run(args: argparse.Namespace) -> int:
         probe.unlink()
     except OSError as e:
         raise UsageError(f"data directory {data_dir} is not writable: {e.strerror}") from e
-    if not port_is_free(args.host, args.port):
+    for name in ("zookeeper", "logs"):
+        path = data_dir / name
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"broken data directory: {path} is not a directory")
+
+
+def _bookie_child(
+    index: int, layout: ClusterLayout, data_dir: Path, zk: str, env: dict[str, str]
+) -> Child:
+    root = data_dir / f"bookie-{index}"
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"broken data directory: {root} is not a directory")
+    (root / "ready.json").unlink(missing_ok=True)
+    return Child(
+        f"bookie-{index}",
+        _python_cli(
+            "bookie",
+            "--zk",
+            zk,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(layout.bookie_ports[index]),
+            "--http-port",
+            str(layout.bookie_http_ports[index]),
+            "--journal-dir",
+            str(root / "journal"),
+            "--ledger-dir",
+            str(root / "ledgers"),
+            "--ready-file",
+            str(root / "ready.json"),
+        ),
+        data_dir / "logs" / f"bookie-{index}.log",
+        env,
+    )
+
+
+def _child_env(zk: str, access_key: str, secret_key: str, bookie_count: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "BLOBSTORE_ZK": zk,
+            "BLOBSTORE_ACCESS_KEY": access_key,
+            "BLOBSTORE_SECRET_KEY": secret_key,
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    # Fewer bookies than the default E3/W2/A2 needs: shrink the quorums (unless set).
+    env.setdefault("BLOBSTORE_ENSEMBLE_SIZE", str(min(3, bookie_count)))
+    env.setdefault("BLOBSTORE_WRITE_QUORUM", str(min(2, bookie_count)))
+    env.setdefault("BLOBSTORE_ACK_QUORUM", str(min(2, bookie_count)))
+    return env
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.bookies <= BOOKIES_MAX:
+        raise UsageError(f"--bookies must be 1..{BOOKIES_MAX}")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port} is not a TCP port")
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if bool(args.access_key) != bool(args.secret_key):
+        raise UsageError("give both --access-key and --secret-key, or neither")
+    data_dir: Path = args.data_dir.resolve()
+    _check_data_dir(data_dir)
+    lock_fd = _lock_data_dir(data_dir)
+    try:
+        return _run_locked(args, data_dir)
+    finally:
+        os.close(lock_fd)
+
+
+def _run_locked(args: argparse.Namespace, data_dir: Path) -> int:
+    if args.port and not port_is_free(args.host, args.port):
         raise UsageError(f"port {args.host}:{args.port} for the gateway is already in use")
     layout = load_or_create_layout(data_dir, args.bookies)
+    bookie_count = max(args.bookies, len(layout.bookie_ports))
+    if bookie_count > args.bookies:
+        print(
+            f"note: {data_dir} holds {bookie_count} bookies; starting all of them "
+            "(decommission one before dropping it)",
+            flush=True,
+        )
     access_key, secret_key = load_or_create_credentials(data_dir, args.access_key, args.secret_key)
     for port in [
         layout.zk_port,
-        *layout.bookie_ports[: args.bookies],
-        *layout.bookie_http_ports[: args.bookies],
+        *layout.bookie_ports[:bookie_count],
+        *layout.bookie_http_ports[:bookie_count],
     ]:
         if not port_is_free("127.0.0.1", port):
             raise UsageError(
@@ -259,59 +375,36 @@ def run(args: argparse.Namespace) -> int:
             )
 
     stopping = False
+    starting = True
 
     def request_stop(signum: int, _frame: object) -> None:
         nonlocal stopping
         stopping = True
+        if starting:
+            raise _StopRequested()
 
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, request_stop)
 
-    logs = data_dir / "logs"
-    logs.mkdir(exist_ok=True)
-    print(f"starting ZooKeeper on 127.0.0.1:{layout.zk_port} ...", flush=True)
-    zookeeper = start_zookeeper(
-        data_dir / "zookeeper", layout.zk_port, heap_mb=256, preexec_fn=_die_with_parent
-    )
-    zk = f"127.0.0.1:{layout.zk_port}"
-    env = dict(os.environ)
-    env.update(
-        {"BLOBSTORE_ZK": zk, "BLOBSTORE_ACCESS_KEY": access_key, "BLOBSTORE_SECRET_KEY": secret_key}
-    )
+    (data_dir / "logs").mkdir(exist_ok=True)
+    zookeeper = None
     children: list[Child] = []
     try:
-        for index in range(args.bookies):
-            root = data_dir / f"bookie-{index}"
-            ready = root / "ready.json"
-            ready.unlink(missing_ok=True)
-            child = Child(
-                f"bookie-{index}",
-                _python_cli(
-                    "bookie",
-                    "--zk",
-                    zk,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(layout.bookie_ports[index]),
-                    "--http-port",
-                    str(layout.bookie_http_ports[index]),
-                    "--journal-dir",
-                    str(root / "journal"),
-                    "--ledger-dir",
-                    str(root / "ledgers"),
-                    "--ready-file",
-                    str(ready),
-                ),
-                logs / f"bookie-{index}.log",
-                env,
-            )
+        print(f"starting ZooKeeper on 127.0.0.1:{layout.zk_port} ...", flush=True)
+        zookeeper = start_zookeeper(
+            data_dir / "zookeeper", layout.zk_port, heap_mb=256, preexec_fn=_die_with_parent
+        )
+        zk = f"127.0.0.1:{layout.zk_port}"
+        env = _child_env(zk, access_key, secret_key, bookie_count)
+        for index in range(bookie_count):
+            child = _bookie_child(index, layout, data_dir, zk, env)
             children.append(child)
             child.start()
         for index, child in enumerate(children):
             child.wait_ready(data_dir / f"bookie-{index}" / "ready.json")
             print(
-                f"bookie-{index} ready on 127.0.0.1:{layout.bookie_ports[index]} (metrics http://127.0.0.1:{layout.bookie_http_ports[index]}/metrics)",
+                f"bookie-{index} ready on 127.0.0.1:{layout.bookie_ports[index]} "
+                f"(metrics http://127.0.0.1:{layout.bookie_http_ports[index]}/metrics)",
                 flush=True,
             )
         gateway_ready = data_dir / "gateway-ready.json"
@@ -331,45 +424,80 @@ def run(args: argparse.Namespace) -> int:
                 "--ready-file",
                 str(gateway_ready),
             ),
-            logs / "gateway.log",
+            data_dir / "logs" / "gateway.log",
             env,
         )
         children.append(gateway)
         gateway.start()
-        gateway.wait_ready(gateway_ready)
-        endpoint = f"http://{args.host}:{args.port}"
+        ready = gateway.wait_ready(gateway_ready)
+        port = int(ready.get("port") or args.port)  # type: ignore[call-overload]
+        shown_host = "127.0.0.1" if args.host in ("0.0.0.0", "", "::") else args.host
+        endpoint = f"http://{shown_host}:{port}"
         _print_banner(endpoint, zk, access_key, secret_key, data_dir)
         if args.ready_file:
-            _write_json(args.ready_file, {"endpoint": endpoint, "zk": zk, "access_key": access_key})
-        while not stopping:
-            for child in children:
-                if not child.alive():
-                    code = child.process.returncode if child.process else None
-                    print(
-                        f"blobstore: error: {child.name} exited with code {code}: {child.last_error_line()} (log: {child.log_path})",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    return 1
-            if zookeeper.process.poll() is not None:
+            _write_json(
+                args.ready_file.resolve(),
+                {
+                    "endpoint": endpoint,
+                    "zk": zk,
+                    "access_key": access_key,
+                    "pid": os.getpid(),
+                    "child_pids": [c.process.pid for c in children if c.process]
+                    + [zookeeper.process.pid],
+                },
+            )
+        starting = False
+        if stopping:  # a signal raced with the line above
+            return 0
+        return _supervise(children, zookeeper, lambda: stopping)
+    except _StopRequested:
+        return 0
+    finally:
+        starting = False
+        _stop_all(children, zookeeper)
+        if stopping:
+            print("stopped", flush=True)
+
+
+def _supervise(
+    children: list[Child], zookeeper: ZooKeeperServer, stop_requested: Callable[[], bool]
+) -> int:
+    """Wait for a stop request (0) or for any child to exit on its own (1)."""
+    while not stop_requested():
+        for child in children:
+            if not child.alive():
+                code = child.process.returncode if child.process else None
                 print(
-                    "blobstore: error: ZooKeeper exited; see "
-                    + str(zookeeper.data_dir / "zookeeper.log"),
+                    f"blobstore: error: {child.name} exited with code {code}: "
+                    f"{child.last_error_line()} (log: {child.log_path})",
                     file=sys.stderr,
                     flush=True,
                 )
                 return 1
-            time.sleep(0.2)
-        print("stopping ...", flush=True)
-        return 0
-    finally:
-        # Gateway first (no new writes), then bookies, then ZooKeeper.
-        for child in reversed(children):
-            child.terminate()
-            child.wait(STOP_TIMEOUT_S)
+        if zookeeper.process.poll() is not None:
+            print(
+                "blobstore: error: ZooKeeper exited; see "
+                + str(zookeeper.data_dir / "zookeeper.log"),
+                file=sys.stderr,
+                flush=True,
+            )
+            return 1
+        time.sleep(0.2)
+    print("stopping ...", flush=True)
+    return 0
+
+
+def _stop_all(children: list[Child], zookeeper: ZooKeeperServer | None) -> None:
+    """Gateway first (no new writes), then the bookies together, then ZooKeeper."""
+    if children and children[-1].name == "gateway":
+        children[-1].terminate()
+        children[-1].wait(STOP_TIMEOUT_S)
+    for child in children:
+        child.terminate()
+    for child in children:
+        child.wait(STOP_TIMEOUT_S)
+    if zookeeper is not None:
         zookeeper.stop()
-        if stopping:
-            print("stopped", flush=True)
 
 
 def _print_banner(endpoint: str, zk: str, access_key: str, secret_key: str, data_dir: Path) -> None:

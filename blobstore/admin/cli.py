@@ -15,6 +15,12 @@ from blobstore.errors import UsageError
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "bookies": ("blobstore.admin.bookies", "registered bookies: state, free space, rack"),
+    "fsck": ("blobstore.admin.fsck", "check every extent is stored, readable and replicated"),
+    "buckets": ("blobstore.admin.du", "buckets with their objects, bytes and ledgers"),
+    "du": ("blobstore.admin.du", "logical and stored (replicated) bytes per bucket"),
+    "decommission": ("blobstore.admin.decommission", "move every entry off a bookie"),
+    "ledgers": ("blobstore.admin.ledgers", "ledgers: state, E/WQ/AQ, last entry, length, bookies"),
+    "simpletest": ("blobstore.admin.simpletest", "write, read back and verify N entries; throughput"),
 }
 
 

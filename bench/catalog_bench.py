@@ -1,0 +1,293 @@
+"""Catalog benchmark: commits/s, listing throughput, get/put latency at 1M keys, beside the
+raw ZooKeeper create rate of the same run. Starts its own ZooKeeper; writes
+docs/benchmarks/catalog.md.
+
+    .venv/bin/python bench/catalog_bench.py [--keys 1000000] [--seconds 5] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from blobstore.catalog import Catalog, CatalogConfig  # noqa: E402
+from blobstore.catalog.records import Extent, ObjectRecord  # noqa: E402
+from blobstore.zk import ZooKeeperClient  # noqa: E402
+from blobstore.zookeeper_server import free_port, start_zookeeper  # noqa: E402
+
+
+def record(bucket: str, key: str, n: int) -> ObjectRecord:
+    return ObjectRecord(
+        bucket=bucket,
+        key=key,
+        size=4096,
+        etag=f"{n:032x}",
+        last_modified=1_700_000_000.0 + n,
+        content_type="application/octet-stream",
+        extents=(Extent(10_000 + n // 1000, n % 1000, n % 1000, 4096, 1 << 20),),
+    )
+
+
+@dataclass
+class Row:
+    name: str
+    value: str
+    note: str = ""
+
+
+async def zk_create_rate(zk: ZooKeeperClient, count: int, concurrency: int) -> float:
+    await zk.ensure_path("/bench-raw")
+    semaphore = asyncio.Semaphore(concurrency)
+    payload = b"x" * 200
+    base = f"/bench-raw/c{concurrency}-"
+
+    async def one(i: int) -> None:
+        async with semaphore:
+            await zk.create(f"{base}{i}", payload)
+
+    start = time.monotonic()
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return count / (time.monotonic() - start)
+
+
+async def commit_rate(
+    catalog: Catalog, bucket: str, writers: int, seconds: float, sequential: bool
+) -> tuple[float, float]:
+    await catalog.create_bucket(bucket, "bench")
+    deadline = time.monotonic() + seconds
+    counts = [0] * writers
+    latencies: list[float] = []
+    rng = random.Random(writers)
+
+    async def writer(w: int) -> None:
+        n = 0
+        while time.monotonic() < deadline:
+            key = f"seq/{w:03d}/{n:08d}" if sequential else f"rnd/{rng.getrandbits(64):016x}"
+            started = time.monotonic()
+            await catalog.put_object(record(bucket, key, n))
+            latencies.append(time.monotonic() - started)
+            n += 1
+        counts[w] = n
+
+    start = time.monotonic()
+    await asyncio.gather(*(writer(w) for w in range(writers)))
+    elapsed = time.monotonic() - start
+    return sum(counts) / elapsed, statistics.median(latencies) * 1000
+
+
+def bulk_records(bucket: str, count: int) -> Iterator[ObjectRecord]:
+    # Keys sorted by construction: 1000 "directories" of count/1000 files.
+    per_dir = max(count // 1000, 1)
+    n = 0
+    for d in range(1000):
+        for f in range(per_dir):
+            if n >= count:
+                return
+            yield record(bucket, f"data/part-{d:04d}/file-{f:06d}.bin", n)
+            n += 1
+
+
+async def list_all(catalog: Catalog, bucket: str, **kwargs: str) -> tuple[int, float]:
+    start = time.monotonic()
+    total = 0
+    start_after = ""
+    while True:
+        page = await catalog.list_objects(bucket, start_after=start_after, max_keys=1000, **kwargs)
+        total += len(page.contents) + len(page.common_prefixes)
+        if not page.is_truncated:
+            break
+        start_after = page.next_start_after
+    return total, time.monotonic() - start
+
+
+async def latency_ms(
+    operation: Callable[[int], Awaitable[object]], count: int
+) -> tuple[float, float]:
+    samples = []
+    for i in range(count):
+        started = time.monotonic()
+        await operation(i)
+        samples.append((time.monotonic() - started) * 1000)
+    samples.sort()
+    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
+
+
+async def run(args: argparse.Namespace, connect: str) -> list[Row]:
+    rows: list[Row] = []
+    zk = ZooKeeperClient(connect)
+    await zk.start()
+    catalog = Catalog(zk, CatalogConfig())
+    await catalog.start()
+    try:
+        print("zookeeper raw create rate...", flush=True)
+        raw_1 = await zk_create_rate(zk, 1000, 1)
+        raw_64 = await zk_create_rate(zk, 10_000, 64)
+        rows.append(
+            Row("ZooKeeper create, 1 at a time", f"{raw_1:,.0f}/s", "sync write (fsync) per create")
+        )
+        rows.append(
+            Row(
+                "ZooKeeper create, 64 in flight", f"{raw_64:,.0f}/s", "pipelined: the write ceiling"
+            )
+        )
+        for writers in (1, 16, 64):
+            for sequential in (False, True):
+                kind = "sequential" if sequential else "random"
+                print(f"commits: {writers} writers, {kind} keys...", flush=True)
+                rate, p50 = await commit_rate(
+                    catalog, f"commits-{writers}-{kind}", writers, args.seconds, sequential
+                )
+                rows.append(
+                    Row(
+                        f"catalog commits, {writers} writers, {kind} keys",
+                        f"{rate:,.0f}/s",
+                        f"median commit {p50:.1f} ms; {rate / raw_64:.0%} of pipelined creates",
+                    )
+                )
+        print("latency on an empty bucket...", flush=True)
+        await catalog.create_bucket("latency-empty", "bench")
+        put_empty = await latency_ms(
+            lambda i: catalog.put_object(record("latency-empty", f"k/{i:06d}", i)), 300
+        )
+        get_empty = await latency_ms(
+            lambda i: catalog.get_object("latency-empty", f"k/{i:06d}"), 300
+        )
+        print(f"bulk loading {args.keys:,} keys...", flush=True)
+        await catalog.create_bucket("listing", "bench")
+        start = time.monotonic()
+        pages = await catalog.bulk_load("listing", bulk_records("listing", args.keys))
+        load_s = time.monotonic() - start
+        rows.append(
+            Row(
+                f"bulk load of {args.keys:,} keys",
+                f"{args.keys / load_s:,.0f} keys/s",
+                f"{pages:,} pages, {load_s:.0f} s",
+            )
+        )
+        print("listing...", flush=True)
+        total, seconds = await list_all(catalog, "listing")
+        assert total == args.keys, (total, args.keys)
+        rows.append(
+            Row(
+                f"list all {args.keys:,} keys (max-keys 1000)",
+                f"{total / seconds:,.0f} keys/s",
+                f"{seconds:.1f} s, {total // 1000:,} requests",
+            )
+        )
+        total, seconds = await list_all(catalog, "listing", prefix="data/", delimiter="/")
+        rows.append(
+            Row(
+                "list with delimiter (1,000 common prefixes over all keys)",
+                f"{total / seconds:,.0f} entries/s",
+                f"{seconds * 1000:.0f} ms for the whole listing: prefixes are skipped, not scanned",
+            )
+        )
+        print("latency at 1M keys...", flush=True)
+        per_dir = max(args.keys // 1000, 1)
+        rng = random.Random(7)
+        existing = [
+            f"data/part-{rng.randrange(1000):04d}/file-{rng.randrange(per_dir):06d}.bin"
+            for _ in range(300)
+        ]
+        get_full = await latency_ms(lambda i: catalog.get_object("listing", existing[i]), 300)
+        put_full = await latency_ms(
+            lambda i: catalog.put_object(record("listing", existing[i] + ".new", i)), 300
+        )
+        rows.append(
+            Row(
+                "get latency, empty bucket (p50 / p99)",
+                f"{get_empty[0]:.2f} / {get_empty[1]:.2f} ms",
+                "sync + page read",
+            )
+        )
+        rows.append(
+            Row(
+                f"get latency, {args.keys:,} keys (p50 / p99)",
+                f"{get_full[0]:.2f} / {get_full[1]:.2f} ms",
+                "sync + page read",
+            )
+        )
+        rows.append(
+            Row(
+                "put latency, empty bucket (p50 / p99)",
+                f"{put_empty[0]:.2f} / {put_empty[1]:.2f} ms",
+                "one CAS",
+            )
+        )
+        rows.append(
+            Row(
+                f"put latency, {args.keys:,} keys (p50 / p99)",
+                f"{put_full[0]:.2f} / {put_full[1]:.2f} ms",
+                "one CAS of a ~200 KiB page",
+            )
+        )
+    finally:
+        await catalog.close()
+        await zk.stop()
+    return rows
+
+
+def write_report(rows: list[Row], args: argparse.Namespace, load: tuple[float, float]) -> str:
+    lines = [
+        "# Catalog benchmark",
+        "",
+        "Produced by `bench/catalog_bench.py` (its own standalone ZooKeeper 3.8, one client",
+        "session, small object records of ~200 bytes, default CatalogConfig: pages split",
+        "above 256 KiB). Commit rates are objects committed per second by N concurrent",
+        "writers in one process; they are compared with ZooKeeper's own create rate",
+        "measured in the same run, which is the ceiling of any ZooKeeper-backed catalog.",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPU(s), Python {platform.python_version()};",
+        f"load average before/after the run: {load[0]:.1f} / {load[1]:.1f}",
+        "(the machine was shared with other test runs; figures are lower bounds).",
+        "",
+        "| measurement | result | note |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {r.name} | {r.value} | {r.note} |" for r in rows]
+    lines += [
+        "",
+        "Reading the table: one writer is bound by a ZooKeeper synchronous write per commit.",
+        "With more writers, mutations waiting for the same index page are grouped into one",
+        "compare-and-set of the page, so commits/s grow past the per-write ceiling; random",
+        "keys spread over many pages and pipeline the writes of different pages.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks" / "catalog.md")
+    args = parser.parse_args()
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="catalog-bench-") as data_dir:
+        server = start_zookeeper(Path(data_dir), free_port(), heap_mb=3072)
+        try:
+            rows = asyncio.run(run(args, server.connect_string))
+        finally:
+            server.stop()
+    report = write_report(rows, args, (load_before, os.getloadavg()[0]))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report)
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""One walk over the catalog for admin commands: every stored object version and every
+part of every multipart upload in progress, with the extents that hold their bytes.
+
+The walk reads through the public `Catalog` API only (pages in key order, uploads and
+their parts), so it sees what a gateway sees. It is not a snapshot: objects written or
+deleted during the walk may or may not be seen; callers that report a problem confirm it
+by reading the record again (`still_references`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from blobstore.catalog import Catalog
+from blobstore.catalog.errors import (
+    DeleteMarkerError,
+    NoSuchBucketError,
+    NoSuchKeyError,
+    NoSuchUploadError,
+    NoSuchVersionError,
+)
+from blobstore.catalog.records import Extent, ObjectRecord
+from blobstore.errors import UsageError
+
+UPLOADS_PAGE_MAX = 1000
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """What references some bytes: an object version, or a part of an upload."""
+
+    bucket: str
+    key: str
+    version_id: str = ""  # object versions
+    upload_id: str = ""  # parts of uploads in progress
+    part_number: int = 0
+
+    def describe(self) -> str:
+        if self.upload_id:
+            return f"{self.bucket}/{self.key} upload {self.upload_id} part {self.part_number}"
+        return f"{self.bucket}/{self.key} version {self.version_id}"
+
+    def to_json(self) -> dict[str, object]:
+        value: dict[str, object] = {"bucket": self.bucket, "key": self.key}
+        if self.upload_id:
+            value.update(upload_id=self.upload_id, part_number=self.part_number)
+        else:
+            value["version_id"] = self.version_id
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """One item of the walk: an object version (record set) or a part (record None)."""
+
+    holder: Holder
+    size: int
+    extents: tuple[Extent, ...]
+    record: ObjectRecord | None = None
+    is_current: bool = False  # the newest version of its key and not a delete marker
+
+
+async def bucket_names(catalog: Catalog, only: str | None) -> list[str]:
+    if only is not None:
+        try:
+            await catalog.get_bucket(only)
+        except NoSuchBucketError:
+            raise UsageError(f"no bucket named {only!r}") from None
+        return [only]
+    return sorted(b.name for b in await catalog.list_buckets())
+
+
+async def walk_bucket(catalog: Catalog, bucket: str) -> AsyncIterator[Found]:
+    """Every object version (newest first per key) then every part of every upload."""
+    previous_key: str | None = None
+    try:
+        async for record in catalog.iter_objects(bucket, all_versions=True):
+            newest = record.key != previous_key
+            previous_key = record.key
+            yield Found(
+                holder=Holder(bucket, record.key, version_id=record.version_id),
+                size=record.size,
+                extents=tuple(record.extents),
+                record=record,
+                is_current=newest and not record.is_delete_marker,
+            )
+        key_marker, upload_id_marker = "", ""
+        while True:
+            page = await catalog.list_uploads(
+                bucket,
+                key_marker=key_marker,
+                upload_id_marker=upload_id_marker,
+                max_uploads=UPLOADS_PAGE_MAX,
+            )
+            for upload in page.uploads:
+                try:
+                    parts = await catalog.get_parts(bucket, upload.upload_id)
+                except NoSuchUploadError:
+                    continue  # completed or aborted meanwhile
+                for part in parts:
+                    yield Found(
+                        holder=Holder(
+                            bucket,
+                            upload.key,
+                            upload_id=upload.upload_id,
+                            part_number=part.part_number,
+                        ),
+                        size=part.size,
+                        extents=tuple(part.extents),
+                    )
+            if not page.is_truncated:
+                break
+            key_marker, upload_id_marker = page.next_key_marker, page.next_upload_id_marker
+    except NoSuchBucketError:
+        return  # deleted while we walked
+
+
+async def still_references(catalog: Catalog, holder: Holder, extent: Extent) -> bool:
+    """Whether the holder still exists and still names this extent (read again now)."""
+    if holder.upload_id:
+        try:
+            parts = await catalog.get_parts(holder.bucket, holder.upload_id)
+        except (NoSuchUploadError, NoSuchBucketError):
+            return False
+        return any(p.part_number == holder.part_number and extent in p.extents for p in parts)
+    try:
+        record = await catalog.get_object(holder.bucket, holder.key, holder.version_id)
+    except DeleteMarkerError:
+        return False
+    except (NoSuchKeyError, NoSuchVersionError, NoSuchBucketError):
+        return False
+    return extent in record.extents
+
+
+async def for_each(
+    items: Iterable[T],
+    work: Callable[[T], Awaitable[None]],
+    concurrency: int,
+    advance: Callable[[int], None] | None = None,
+) -> None:
+    """`await work(item)` for every item, `concurrency` workers pulling from one iterator
+    (memory stays bounded however many items there are). The first error cancels all."""
+    assert concurrency >= 1, concurrency
+    iterator = iter(items)
+
+    async def worker() -> None:
+        for item in iterator:
+            await work(item)
+            if advance is not None:
+                advance(1)
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(concurrency):
+            group.create_task(worker())

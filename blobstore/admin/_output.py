@@ -1,0 +1,145 @@
+"""Output and session helpers shared by `blobstore admin` commands.
+
+Every command prints either rich tables for people or, with `--json`, exactly one JSON
+document on stdout for scripts. Progress bars and notes go to stderr, so stdout stays
+parseable; in JSON mode progress is not drawn at all. Commands run one asyncio loop
+(uvloop) and one ZooKeeper session, opened by `admin_session`, which turns an unreachable
+ZooKeeper into a one-line `UsageError`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import uvloop
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from blobstore.errors import UsageError
+from blobstore.zk import ZooKeeperClient
+
+T = TypeVar("T")
+
+ZK_CONNECT_TIMEOUT_S = 10.0
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--zk` and `--json` accepted after the command name too (`admin fsck --json`).
+
+    SUPPRESS keeps a value given before the command (`admin --json fsck`): a sub-parser's
+    default would otherwise overwrite it.
+    """
+    parser.add_argument(
+        "--zk", default=argparse.SUPPRESS, help="ZooKeeper connect string (env BLOBSTORE_ZK)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
+
+
+def run_async(main: Callable[[], Awaitable[T]]) -> T:
+    """Run one admin coroutine on a fresh uvloop event loop."""
+
+    async def wrapper() -> T:
+        return await main()
+
+    return uvloop.run(wrapper())
+
+
+@contextlib.asynccontextmanager
+async def admin_session(zk_hosts: str) -> AsyncIterator[ZooKeeperClient]:
+    """A started ZooKeeper session, stopped on exit; unreachable -> UsageError."""
+    zk = ZooKeeperClient(zk_hosts)
+    try:
+        await zk.start(timeout_s=ZK_CONNECT_TIMEOUT_S)
+    except Exception as e:  # noqa: BLE001 - kazoo raises its own timeout types
+        with contextlib.suppress(Exception):
+            await zk.stop()
+        raise UsageError(
+            f"cannot reach ZooKeeper at {zk_hosts} within {ZK_CONNECT_TIMEOUT_S:.0f}s ({e!r})"
+        ) from None
+    try:
+        yield zk
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(zk.stop(), ZK_CONNECT_TIMEOUT_S)
+
+
+def human_bytes(count: int | float) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+class Output:
+    """Where an admin command writes: tables and notes, or one JSON document."""
+
+    def __init__(self, json_mode: bool) -> None:
+        self.json_mode = json_mode
+        self.console = Console(highlight=False, soft_wrap=False)
+        self.stderr = Console(stderr=True, highlight=False)
+
+    def emit_json(self, document: Any) -> None:
+        assert self.json_mode, "emit_json in table mode"
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
+        sys.stdout.flush()
+
+    def table(
+        self,
+        title: str,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        *,
+        right_align: Sequence[str] = (),
+    ) -> None:
+        """Print a table (table mode only; nothing in JSON mode)."""
+        if self.json_mode:
+            return
+        table = Table(title=title, title_justify="left")
+        for column in columns:
+            table.add_column(column, justify="right" if column in right_align else "left")
+        for row in rows:
+            table.add_row(*("" if cell is None else str(cell) for cell in row))
+        self.console.print(table)
+
+    def note(self, message: str) -> None:
+        """A line for people (stderr in JSON mode, so stdout stays one document)."""
+        (self.stderr if self.json_mode else self.console).print(message, markup=False)
+
+    @contextlib.contextmanager
+    def progress(self, description: str, total: int | None) -> Iterator[Callable[[int], None]]:
+        """A progress bar on stderr; yields `advance(n)`. Silent in JSON mode or when
+        stderr is not a terminal."""
+        if self.json_mode or not self.stderr.is_terminal:
+            yield lambda _count: None
+            return
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TaskProgressColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.stderr,
+            transient=True,
+        ) as progress:
+            task = progress.add_task(description, total=total)
+            yield lambda count: progress.advance(task, count)

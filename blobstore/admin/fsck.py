@@ -1,0 +1,561 @@
+"""Check that every byte the catalog points to is stored, readable and fully replicated.
+
+For every extent of every object version and of every part of an upload in progress:
+the ledger exists, the extent lies inside it, and each of its entries is read from every
+bookie of its write set (directly, one bookie at a time) and verified (CRC32C digest,
+ledger and entry ids). Findings:
+
+- dangling reference: an extent whose ledger is gone, which runs past the end of its
+  closed ledger, or one of whose entries no bookie holds with a valid digest (data loss);
+- under-replicated entry: fewer than WQ good copies (a bookie lost or corrupted its copy,
+  or is down); still readable, but one more fault away from loss;
+- divergent entry: two good copies with different bytes (never expected);
+- unreferenced ledger: a CLOSED ledger that nothing references (garbage the maintenance
+  job deletes; reported, but a failure only with --strict);
+- open ledger: OPEN or IN_RECOVERY, with its writer and whether that writer is alive
+  (a dead writer's ledger is closed by any gateway's sweeper).
+
+Exit 0 when healthy, 1 when a problem is found. Every finding is confirmed by reading
+the record again, so objects changed while fsck runs are not reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+
+from blobstore.admin._catalog_scan import (
+    Holder,
+    bucket_names,
+    for_each,
+    still_references,
+    walk_bucket,
+)
+from blobstore.admin._output import (
+    Output,
+    add_common_arguments,
+    admin_session,
+    human_bytes,
+    run_async,
+)
+from blobstore.bookie_client import (
+    BookieClientPool,
+    BookieError,
+    BookieUnavailableError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
+from blobstore.catalog import Catalog
+from blobstore.catalog.records import Extent
+from blobstore.errors import UsageError
+from blobstore.ledger.distribution_schedule import write_set_bookies
+from blobstore.ledger.errors import NoSuchLedgerError as LedgerMissingError
+from blobstore.ledger.ledger_manager import LedgerManager
+from blobstore.ledger.ledger_metadata import LedgerMetadata, MetadataFormatError
+from blobstore.objects.ledger_sweeper import GATEWAYS_PATH
+from blobstore.zk import ZooKeeperClient
+from bookie.protocol import CorruptEntryError, Entry
+
+logger = logging.getLogger(__name__)
+
+CONCURRENCY_DEFAULT = 16
+CONCURRENCY_MAX = 256
+TABLE_ROWS_MAX = 50
+READ_TIMEOUT_S = 10.0
+
+# Outcomes of reading one copy of an entry from one bookie.
+OK = "ok"
+MISSING = "missing"
+CORRUPT = "corrupt"
+UNAVAILABLE = "unavailable"
+ERROR = "error"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common_arguments(parser)
+    parser.add_argument("--bucket", help="check only this bucket (skips the unreferenced check)")
+    parser.add_argument(
+        "--strict", action="store_true", help="unreferenced ledgers count as a problem"
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=CONCURRENCY_DEFAULT,
+        help=f"entries checked at once (default {CONCURRENCY_DEFAULT})",
+    )
+
+
+@dataclass(slots=True)
+class EntryCheck:
+    ledger_id: int
+    entry_id: int
+    write_quorum: int
+    copies: dict[str, str] = field(default_factory=dict)  # bookie -> outcome
+    divergent: bool = False
+
+    @property
+    def good(self) -> int:
+        return sum(1 for outcome in self.copies.values() if outcome == OK)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ledger_id": self.ledger_id,
+            "entry_id": self.entry_id,
+            "good_copies": self.good,
+            "write_quorum": self.write_quorum,
+            "copies": dict(sorted(self.copies.items())),
+        }
+
+
+# Kinds of dangling reference.
+LEDGER_MISSING = "ledger_missing"
+BEYOND_END = "beyond_ledger_end"
+ENTRY_LOST = "entry_lost"
+
+
+@dataclass(slots=True)
+class Dangling:
+    holder: Holder
+    extent: Extent
+    kind: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.holder.to_json(),
+            "ledger_id": self.extent.ledger_id,
+            "first_entry": self.extent.first_entry,
+            "last_entry": self.extent.last_entry,
+            "kind": self.kind,
+            "reason": self.reason,
+        }
+
+
+@dataclass(slots=True)
+class FsckReport:
+    strict: bool
+    buckets: int = 0
+    object_versions: int = 0
+    parts: int = 0
+    extents: int = 0
+    ledgers: int = 0
+    entries_checked: int = 0
+    copies_checked: int = 0
+    dangling: list[Dangling] = field(default_factory=list)
+    under_replicated: list[EntryCheck] = field(default_factory=list)
+    divergent: list[EntryCheck] = field(default_factory=list)
+    corrupt_copies: int = 0
+    bad_metadata: list[dict[str, Any]] = field(default_factory=list)
+    unreferenced: list[dict[str, Any]] = field(default_factory=list)
+    open_ledgers: list[dict[str, Any]] = field(default_factory=list)
+    unreferenced_checked: bool = True
+    seconds: float = 0.0
+
+    @property
+    def healthy(self) -> bool:
+        problems = (
+            len(self.dangling)
+            + len(self.under_replicated)
+            + len(self.divergent)
+            + len(self.bad_metadata)
+        )
+        if self.strict:
+            problems += len(self.unreferenced)
+        return problems == 0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "buckets": self.buckets,
+            "object_versions": self.object_versions,
+            "upload_parts": self.parts,
+            "extents": self.extents,
+            "ledgers": self.ledgers,
+            "entries_checked": self.entries_checked,
+            "copies_checked": self.copies_checked,
+            "dangling_references": len(self.dangling),
+            "under_replicated_entries": len(self.under_replicated),
+            "divergent_entries": len(self.divergent),
+            "corrupt_copies": self.corrupt_copies,
+            "bad_ledger_metadata": len(self.bad_metadata),
+            "unreferenced_ledgers": len(self.unreferenced) if self.unreferenced_checked else None,
+            "unreferenced_bytes": sum(u["length"] for u in self.unreferenced),
+            "open_ledgers": len(self.open_ledgers),
+            "seconds": round(self.seconds, 3),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "strict": self.strict,
+            "summary": self.summary(),
+            "dangling": [d.to_json() for d in self.dangling],
+            "under_replicated": [e.to_json() for e in self.under_replicated],
+            "divergent": [e.to_json() for e in self.divergent],
+            "bad_metadata": self.bad_metadata,
+            "unreferenced_ledgers": self.unreferenced,
+            "open_ledgers": self.open_ledgers,
+        }
+
+
+class FsckOp:
+    """One fsck pass over the catalog and the ledgers it references."""
+
+    def __init__(
+        self,
+        zk: ZooKeeperClient,
+        output: Output,
+        *,
+        bucket: str | None,
+        strict: bool,
+        concurrency: int,
+    ) -> None:
+        self._zk = zk
+        self._output = output
+        self._bucket = bucket
+        self._concurrency = concurrency
+        self._manager = LedgerManager(zk)
+        self._catalog = Catalog(zk)
+        self._pool = BookieClientPool(request_timeout_s=READ_TIMEOUT_S)
+        self._metadata: dict[int, LedgerMetadata | None] = {}  # None: no such ledger
+        self.report = FsckReport(strict=strict, unreferenced_checked=bucket is None)
+
+    async def run(self) -> FsckReport:
+        started = time.monotonic()
+        await self._catalog.start()
+        try:
+            await self._run()
+        finally:
+            await self._catalog.close()
+            await self._pool.close()
+        self.report.seconds = time.monotonic() - started
+        return self.report
+
+    async def _run(self) -> None:
+        ledger_ids = await self._manager.list_ledger_ids()
+        with self._output.progress("ledger metadata", len(ledger_ids)) as advance:
+            await for_each(ledger_ids, self._load_metadata, self._concurrency, advance)
+        self.report.ledgers = sum(1 for m in self._metadata.values() if m is not None)
+
+        # Walk the catalog: which entries of which ledgers are referenced, and by whom.
+        referenced: dict[tuple[int, int], list[tuple[Holder, Extent]]] = defaultdict(list)
+        referenced_ledgers: set[int] = set()
+        suspects: list[Dangling] = []
+        names = await bucket_names(self._catalog, self._bucket)
+        self.report.buckets = len(names)
+        with self._output.progress("catalog", None) as advance:
+            for name in names:
+                async for found in walk_bucket(self._catalog, name):
+                    if found.holder.upload_id:
+                        self.report.parts += 1
+                    else:
+                        self.report.object_versions += 1
+                    for extent in found.extents:
+                        self.report.extents += 1
+                        referenced_ledgers.add(extent.ledger_id)
+                        problem = await self._extent_problem(extent)
+                        if problem is not None:
+                            suspects.append(Dangling(found.holder, extent, *problem))
+                            continue
+                        for entry_id in range(extent.first_entry, extent.last_entry + 1):
+                            referenced[(extent.ledger_id, entry_id)].append((found.holder, extent))
+                    advance(1)
+
+        # Read every copy of every referenced entry.
+        checks: list[EntryCheck] = []
+
+        async def check(key: tuple[int, int]) -> None:
+            checks.append(await self._check_entry(*key))
+
+        with self._output.progress("entries", len(referenced)) as advance:
+            await for_each(sorted(referenced), check, self._concurrency, advance)
+        for index, result in enumerate(checks):
+            if result.good < result.write_quorum or result.divergent:
+                # The ledger may have changed while we read (an ensemble change of an
+                # open ledger, a deletion): look again with fresh metadata.
+                rechecked = await self._recheck(result)
+                if rechecked is None:
+                    continue
+                checks[index] = result = rechecked
+            self.report.entries_checked += 1
+            self.report.copies_checked += len(result.copies)
+            self.report.corrupt_copies += sum(1 for o in result.copies.values() if o == CORRUPT)
+            if result.good == 0:
+                for holder, extent in referenced[(result.ledger_id, result.entry_id)]:
+                    outcomes = ", ".join(f"{b}={o}" for b, o in sorted(result.copies.items()))
+                    suspects.append(
+                        Dangling(
+                            holder,
+                            extent,
+                            ENTRY_LOST,
+                            f"entry {result.entry_id} has no good copy ({outcomes})",
+                        )
+                    )
+            elif result.good < result.write_quorum:
+                self.report.under_replicated.append(result)
+            if result.divergent:
+                self.report.divergent.append(result)
+        self.report.under_replicated.sort(key=lambda e: (e.ledger_id, e.entry_id))
+
+        # Confirm each dangling reference against the catalog as it is now.
+        seen: set[tuple[Holder, Extent]] = set()
+        for suspect in suspects:
+            if (suspect.holder, suspect.extent) in seen:
+                continue
+            seen.add((suspect.holder, suspect.extent))
+            if await still_references(self._catalog, suspect.holder, suspect.extent):
+                if suspect.kind == LEDGER_MISSING and await self._ledger_now_exists(
+                    suspect.extent.ledger_id
+                ):
+                    continue
+                self.report.dangling.append(suspect)
+
+        await self._classify_ledgers(referenced_ledgers)
+
+    async def _load_metadata(self, ledger_id: int) -> None:
+        try:
+            self._metadata[ledger_id] = (await self._manager.read(ledger_id)).value
+        except LedgerMissingError:
+            self._metadata[ledger_id] = None
+        except MetadataFormatError as e:
+            self._metadata[ledger_id] = None
+            self.report.bad_metadata.append({"ledger_id": ledger_id, "error": str(e)})
+
+    async def _metadata_for(self, ledger_id: int) -> LedgerMetadata | None:
+        if ledger_id not in self._metadata:  # created after the listing
+            await self._load_metadata(ledger_id)
+        return self._metadata[ledger_id]
+
+    async def _ledger_now_exists(self, ledger_id: int) -> bool:
+        self._metadata.pop(ledger_id, None)
+        return await self._metadata_for(ledger_id) is not None
+
+    async def _extent_problem(self, extent: Extent) -> tuple[str, str] | None:
+        """(kind, reason) when the extent cannot be read from its ledger's metadata."""
+        metadata = await self._metadata_for(extent.ledger_id)
+        if metadata is None:
+            return LEDGER_MISSING, f"ledger {extent.ledger_id} does not exist"
+        if metadata.closed and extent.last_entry > metadata.last_entry_id:
+            return BEYOND_END, (
+                f"ledger {extent.ledger_id} ends at entry {metadata.last_entry_id}, "
+                f"extent runs to {extent.last_entry}"
+            )
+        return None
+
+    async def _check_entry(self, ledger_id: int, entry_id: int) -> EntryCheck:
+        metadata = self._metadata[ledger_id]
+        assert metadata is not None, ledger_id
+        bookies = write_set_bookies(
+            entry_id, metadata.ensemble_for(entry_id), metadata.write_quorum
+        )
+        result = EntryCheck(ledger_id, entry_id, metadata.write_quorum)
+        digests: set[bytes] = set()
+
+        async def read_copy(bookie_id: str) -> None:
+            outcome, data = await read_verified(self._pool, bookie_id, ledger_id, entry_id)
+            result.copies[bookie_id] = outcome
+            if data is not None:
+                digests.add(hashlib.sha256(data).digest())
+
+        await asyncio.gather(*(read_copy(b) for b in bookies))
+        result.divergent = len(digests) > 1
+        return result
+
+    async def _recheck(self, result: EntryCheck) -> EntryCheck | None:
+        """The entry checked again against fresh metadata; None if its ledger is gone."""
+        self._metadata.pop(result.ledger_id, None)
+        if await self._metadata_for(result.ledger_id) is None:
+            return None
+        return await self._check_entry(result.ledger_id, result.entry_id)
+
+    async def _classify_ledgers(self, referenced: set[int]) -> None:
+        try:
+            live_writers = set(await self._zk.get_children(GATEWAYS_PATH))
+        except NoNodeError:
+            live_writers = set()
+        for ledger_id, metadata in sorted(self._metadata.items()):
+            if metadata is None:
+                continue
+            if not metadata.closed:
+                writer = metadata.custom.get("writer", "")
+                self.report.open_ledgers.append(
+                    {
+                        "ledger_id": ledger_id,
+                        "state": metadata.state,
+                        "writer": writer,
+                        "writer_alive": writer in live_writers,
+                        "purpose": metadata.custom.get("purpose", ""),
+                    }
+                )
+            elif self._bucket is None and ledger_id not in referenced:
+                self.report.unreferenced.append(
+                    {
+                        "ledger_id": ledger_id,
+                        "length": metadata.length,
+                        "entries": metadata.last_entry_id + 1,
+                        "purpose": metadata.custom.get("purpose", ""),
+                        "ctime": metadata.ctime,
+                    }
+                )
+
+
+async def read_verified(
+    pool: BookieClientPool, bookie_id: str, ledger_id: int, entry_id: int
+) -> tuple[str, bytes | None]:
+    """(outcome, verified entry bytes or None) of one copy of an entry on one bookie."""
+    try:
+        response = await pool.read_entry(bookie_id, ledger_id, entry_id)
+    except (NoSuchEntryError, NoSuchLedgerError):
+        return MISSING, None
+    except BookieUnavailableError:
+        return UNAVAILABLE, None
+    except BookieError as e:
+        logger.warning(
+            "event=fsck_read_error bookie=%s ledger_id=%d entry_id=%d error=%r",
+            bookie_id,
+            ledger_id,
+            entry_id,
+            e,
+        )
+        return ERROR, None
+    try:
+        entry = Entry.decode(response.entry)
+    except CorruptEntryError as e:
+        logger.warning(
+            "event=fsck_corrupt_copy bookie=%s ledger_id=%d entry_id=%d error=%s",
+            bookie_id,
+            ledger_id,
+            entry_id,
+            e,
+        )
+        return CORRUPT, None
+    if entry.ledger_id != ledger_id or entry.entry_id != entry_id:
+        return CORRUPT, None
+    return OK, response.entry
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.concurrency <= CONCURRENCY_MAX:
+        raise UsageError(f"--concurrency must be 1..{CONCURRENCY_MAX}")
+    output = Output(args.json)
+
+    async def main() -> FsckReport:
+        async with admin_session(args.zk) as zk:
+            op = FsckOp(
+                zk,
+                output,
+                bucket=args.bucket,
+                strict=args.strict,
+                concurrency=args.concurrency,
+            )
+            return await op.run()
+
+    report = run_async(main)
+    if output.json_mode:
+        output.emit_json(report.to_json())
+    else:
+        render(output, report)
+    return 0 if report.healthy else 1
+
+
+def render(output: Output, report: FsckReport) -> None:
+    summary = report.summary()
+    rows = [
+        ("buckets", summary["buckets"], ""),
+        ("object versions", summary["object_versions"], ""),
+        ("upload parts", summary["upload_parts"], ""),
+        ("extents", summary["extents"], ""),
+        ("ledgers", summary["ledgers"], ""),
+        ("entries checked", summary["entries_checked"], ""),
+        ("copies read", summary["copies_checked"], ""),
+        ("dangling references", len(report.dangling), _flag(not report.dangling)),
+        (
+            "under-replicated entries",
+            len(report.under_replicated),
+            _flag(not report.under_replicated),
+        ),
+        ("corrupt copies", report.corrupt_copies, _flag(not report.corrupt_copies)),
+        ("divergent entries", len(report.divergent), _flag(not report.divergent)),
+        ("bad ledger metadata", len(report.bad_metadata), _flag(not report.bad_metadata)),
+        (
+            "unreferenced ledgers",
+            len(report.unreferenced) if report.unreferenced_checked else "not checked",
+            (
+                _flag(not report.unreferenced)
+                if report.strict or not report.unreferenced
+                else "garbage"
+            )
+            + (f" ({human_bytes(summary['unreferenced_bytes'])})" if report.unreferenced else ""),
+        ),
+        ("open ledgers", len(report.open_ledgers), "info"),
+    ]
+    output.table("fsck summary", ["check", "count", "status"], rows, right_align=["count"])
+    if report.dangling:
+        output.table(
+            "dangling references",
+            ["object or part", "ledger", "entries", "reason"],
+            [
+                (d.holder.describe(), d.extent.ledger_id, _range(d.extent), d.reason)
+                for d in report.dangling[:TABLE_ROWS_MAX]
+            ],
+        )
+    for title, checks in (
+        ("under-replicated entries", report.under_replicated),
+        ("divergent entries", report.divergent),
+    ):
+        if checks:
+            output.table(
+                title,
+                ["ledger", "entry", "good / WQ", "copies"],
+                [
+                    (
+                        c.ledger_id,
+                        c.entry_id,
+                        f"{c.good} / {c.write_quorum}",
+                        ", ".join(f"{b}={o}" for b, o in sorted(c.copies.items())),
+                    )
+                    for c in checks[:TABLE_ROWS_MAX]
+                ],
+            )
+    if report.unreferenced:
+        output.table(
+            "unreferenced ledgers (garbage for `blobstore maintain`)",
+            ["ledger", "bytes", "entries", "purpose"],
+            [
+                (u["ledger_id"], u["length"], u["entries"], u["purpose"])
+                for u in report.unreferenced[:TABLE_ROWS_MAX]
+            ],
+            right_align=["bytes", "entries"],
+        )
+    if report.open_ledgers:
+        output.table(
+            "open ledgers",
+            ["ledger", "state", "writer", "writer alive"],
+            [
+                (o["ledger_id"], o["state"], o["writer"], "yes" if o["writer_alive"] else "no")
+                for o in report.open_ledgers[:TABLE_ROWS_MAX]
+            ],
+        )
+    shown = max(len(report.dangling), len(report.under_replicated), len(report.unreferenced))
+    if shown > TABLE_ROWS_MAX:
+        output.note(f"(tables show the first {TABLE_ROWS_MAX} rows; --json lists all)")
+    output.note(
+        f"fsck: {'healthy' if report.healthy else 'PROBLEMS FOUND'} "
+        f"({report.entries_checked} entries, {report.copies_checked} copies, "
+        f"{report.seconds:.1f}s)"
+    )
+
+
+def _flag(ok: bool) -> str:
+    return "ok" if ok else "PROBLEM"
+
+
+def _range(extent: Extent) -> str:
+    return f"{extent.first_entry}..{extent.last_entry}"

@@ -1,0 +1,170 @@
+"""Write N entries to a new ledger, read them back, verify, report throughput and latency.
+
+    blobstore admin --zk Z simpletest -e 3 -w 2 -a 2 -n 1000 [--size 1024]
+
+Exits non-zero when any entry reads back different (or an add fails). The test ledger
+is closed and deleted afterwards unless --keep is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import time
+from typing import Any
+
+from blobstore.admin._output import Output, add_common_arguments, admin_session, run_async
+from blobstore.errors import UsageError
+from blobstore.ledger import LedgerClient, LedgerConfig, LedgerError
+from bookie import protocol
+
+WINDOW = 64
+ENTRY_COUNT_MAX = 10_000_000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common_arguments(parser)
+    parser.add_argument("-e", "--ensemble-size", type=int, default=3)
+    parser.add_argument("-w", "--write-quorum", type=int, default=2)
+    parser.add_argument("-a", "--ack-quorum", type=int, default=2)
+    parser.add_argument("-n", "--entries", type=int, default=1000, help="entries to write")
+    parser.add_argument("--size", type=int, default=1024, help="payload bytes per entry")
+    parser.add_argument("--window", type=int, default=WINDOW, help="adds in flight")
+    parser.add_argument("--keep", action="store_true", help="keep the test ledger")
+
+
+def entry_payload(entry_id: int, size: int) -> bytes:
+    block = hashlib.blake2b(b"simpletest-%d" % entry_id, digest_size=64).digest()
+    return (block * (size // len(block) + 1))[:size]
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    if not sorted_values:
+        return 0.0
+    index = min(len(sorted_values) - 1, max(0, round(fraction * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if not 1 <= args.entries <= ENTRY_COUNT_MAX:
+        raise UsageError(f"-n must be in 1..{ENTRY_COUNT_MAX}, got {args.entries}")
+    if not 0 <= args.size <= protocol.ENTRY_PAYLOAD_BYTES_MAX:
+        raise UsageError(
+            f"--size must be in 0..{protocol.ENTRY_PAYLOAD_BYTES_MAX}, got {args.size}"
+        )
+    if args.window < 1:
+        raise UsageError(f"--window must be >= 1, got {args.window}")
+    if not 1 <= args.ack_quorum <= args.write_quorum <= args.ensemble_size:
+        raise UsageError(
+            f"need -e >= -w >= -a >= 1, got -e {args.ensemble_size} -w {args.write_quorum} "
+            f"-a {args.ack_quorum}"
+        )
+
+
+async def simpletest(args: argparse.Namespace) -> dict[str, Any]:
+    async with admin_session(args.zk) as zk:
+        client = LedgerClient(
+            zk, config=LedgerConfig.from_env(pending_adds_max=max(args.window, 1))
+        )
+        await client.start()
+        try:
+            return await _run(client, args)
+        finally:
+            await client.close()
+
+
+async def _run(client: LedgerClient, args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        handle = await client.create_ledger(
+            args.ensemble_size,
+            args.write_quorum,
+            args.ack_quorum,
+            b"simpletest",
+            {"purpose": "simpletest"},
+        )
+    except LedgerError as e:
+        raise UsageError(f"cannot create a ledger: {e}") from None
+    latencies: list[float] = []
+    in_flight: list[tuple[asyncio.Future[int], float]] = []
+    started = time.monotonic()
+    for entry_id in range(args.entries):
+        while len(in_flight) >= args.window:
+            future, sent = in_flight.pop(0)
+            await future
+            latencies.append(time.monotonic() - sent)
+        in_flight.append((handle.append(entry_payload(entry_id, args.size)), time.monotonic()))
+    for future, sent in in_flight:
+        await future
+        latencies.append(time.monotonic() - sent)
+    write_s = time.monotonic() - started
+    await handle.close()
+
+    read_started = time.monotonic()
+    reader = await client.open_ledger(handle.ledger_id, b"simpletest", recovery=False)
+    mismatches: list[int] = []
+    entry_id = 0
+    async for data in reader.iter_entries(0, args.entries - 1, window=16):
+        if data != entry_payload(entry_id, args.size):
+            mismatches.append(entry_id)
+        entry_id += 1
+    read_s = time.monotonic() - read_started
+    if entry_id != args.entries:
+        mismatches.append(entry_id)
+    if not args.keep:
+        await client.delete_ledger(handle.ledger_id)
+    latencies.sort()
+    total_bytes = args.entries * args.size
+    return {
+        "ledger_id": handle.ledger_id,
+        "ensemble": list(handle.metadata.last_ensemble),
+        "ensemble_size": args.ensemble_size,
+        "write_quorum": args.write_quorum,
+        "ack_quorum": args.ack_quorum,
+        "entries": args.entries,
+        "entry_bytes": args.size,
+        "window": args.window,
+        "write_seconds": round(write_s, 6),
+        "write_entries_per_s": round(args.entries / write_s, 1) if write_s else None,
+        "write_mb_per_s": round(total_bytes / write_s / 1e6, 3) if write_s else None,
+        "read_seconds": round(read_s, 6),
+        "read_mb_per_s": round(total_bytes / read_s / 1e6, 3) if read_s else None,
+        "add_latency_ms": {
+            "p50": round(percentile(latencies, 0.50) * 1000, 3),
+            "p99": round(percentile(latencies, 0.99) * 1000, 3),
+            "p999": round(percentile(latencies, 0.999) * 1000, 3),
+            "max": round(latencies[-1] * 1000, 3),
+        },
+        "mismatches": mismatches[:100],
+        "mismatch_count": len(mismatches),
+        "ok": not mismatches,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    _validate(args)
+    output = Output(bool(args.json))
+    result = run_async(lambda: simpletest(args))
+    if output.json_mode:
+        output.emit_json(result)
+    else:
+        latency = result["add_latency_ms"]
+        output.table(
+            f"simpletest ledger {result['ledger_id']} "
+            f"(E={args.ensemble_size} WQ={args.write_quorum} AQ={args.ack_quorum})",
+            ["metric", "value"],
+            [
+                ("entries", f"{result['entries']} x {result['entry_bytes']} B"),
+                (
+                    "write",
+                    f"{result['write_entries_per_s']} entries/s, {result['write_mb_per_s']} MB/s",
+                ),
+                ("read", f"{result['read_mb_per_s']} MB/s"),
+                (
+                    "add latency p50/p99/p99.9",
+                    f"{latency['p50']} / {latency['p99']} / {latency['p999']} ms",
+                ),
+                ("verified", "ok" if result["ok"] else f"{result['mismatch_count']} MISMATCHED"),
+            ],
+        )
+    return 0 if result["ok"] else 1

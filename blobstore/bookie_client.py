@@ -1,0 +1,581 @@
+"""The client side of the bookie wire protocol (`bookie/protocol.py`).
+
+`BookieClientPool` keeps one TCP connection per bookie id ("host:port"), shared by every
+ledger of the process. Requests are multiplexed on it by request id and pipelined: many
+may be in flight, responses come back in any order.
+
+Faults it tolerates and how they surface:
+
+- connect refused / timed out, connection reset, stream ending inside a frame: every
+  request in flight on that connection fails with `BookieUnavailableError`; the next
+  request reconnects, but not before a bounded, jittered backoff since the last failed
+  connect has passed (requests during the backoff fail fast, so ledger writers replace
+  the bookie instead of queueing behind it).
+- a bookie that stops answering (SIGSTOP, overload): each request has its own timeout
+  and fails with `BookieTimeoutError` (a `BookieUnavailableError`): its outcome on the
+  bookie is unknown. The connection is kept; late responses are dropped.
+- a status other than OK: a typed `BookieError` subclass carrying the status and, for
+  reads, the decoded response body (its LAC is meaningful).
+- a malformed response frame: the connection is closed as if lost.
+
+The number of requests in flight over the whole pool is bounded (`in_flight_max`);
+waiting for a slot counts against the request's timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from bookie import protocol
+from bookie.protocol import Op, Status
+
+logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S_DEFAULT = 5.0
+REQUEST_TIMEOUT_S_DEFAULT = 10.0
+IN_FLIGHT_MAX_DEFAULT = 4096
+RECONNECT_BACKOFF_S_MIN = 0.05
+RECONNECT_BACKOFF_S_MAX = 2.0
+STREAM_LIMIT_BYTES = 1 << 16
+
+assert RECONNECT_BACKOFF_S_MAX >= RECONNECT_BACKOFF_S_MIN > 0
+
+REQUESTS = Counter(
+    "blobstore_bookie_client_requests_total",
+    "Requests sent to bookies, by op and outcome",
+    ["op", "outcome"],
+)
+REQUEST_SECONDS = Histogram(
+    "blobstore_bookie_client_request_seconds",
+    "Latency of bookie requests that got an answer, by op",
+    ["op"],
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+CONNECTS = Counter(
+    "blobstore_bookie_client_connects_total", "Connection attempts to bookies", ["outcome"]
+)
+IN_FLIGHT = Gauge("blobstore_bookie_client_in_flight", "Bookie requests awaiting an answer")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class BookieError(Exception):
+    """A bookie answered with a status other than OK."""
+
+    status: Status = Status.INTERNAL_ERROR
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        bookie_id: str = "",
+        status: Status | None = None,
+        response: protocol.ReadResponse | None = None,
+    ) -> None:
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+        self.bookie_id = bookie_id
+        self.response = response  # READ_ENTRY answers: the bookie's LAC travels here
+
+
+class FencedError(BookieError):
+    status = Status.FENCED
+
+
+class UnauthorizedError(BookieError):
+    status = Status.UNAUTHORIZED
+
+
+class NoSuchLedgerError(BookieError):
+    status = Status.NO_SUCH_LEDGER
+
+
+class NoSuchEntryError(BookieError):
+    status = Status.NO_SUCH_ENTRY
+
+
+class ReadOnlyBookieError(BookieError):
+    status = Status.READ_ONLY
+
+
+class TooLargeError(BookieError):
+    status = Status.TOO_LARGE
+
+
+class BadRequestError(BookieError):
+    """BAD_REQUEST or BAD_VERSION: this client sent something the bookie rejects."""
+
+    status = Status.BAD_REQUEST
+
+
+class BadDigestError(BookieError):
+    """The bookie found the entry's digest wrong on an add."""
+
+    status = Status.BAD_DIGEST
+
+
+class LongPollTimeoutError(BookieError):
+    """A long-poll read ended without the LAC passing the previous value."""
+
+    status = Status.TIMEOUT
+
+
+class BookieInternalError(BookieError):
+    status = Status.INTERNAL_ERROR
+
+
+class BookieUnavailableError(Exception):
+    """Connect failed, the connection was lost, or the request timed out."""
+
+    def __init__(self, message: str, *, bookie_id: str = "") -> None:
+        super().__init__(message)
+        self.bookie_id = bookie_id
+
+
+class BookieTimeoutError(BookieUnavailableError):
+    """No answer within the request timeout: the request's effect is unknown."""
+
+
+class PoolClosedError(BookieUnavailableError):
+    """The pool was closed; no request is sent."""
+
+
+_STATUS_ERRORS: dict[Status, type[BookieError]] = {
+    Status.NO_SUCH_LEDGER: NoSuchLedgerError,
+    Status.NO_SUCH_ENTRY: NoSuchEntryError,
+    Status.FENCED: FencedError,
+    Status.UNAUTHORIZED: UnauthorizedError,
+    Status.READ_ONLY: ReadOnlyBookieError,
+    Status.TOO_LARGE: TooLargeError,
+    Status.BAD_REQUEST: BadRequestError,
+    Status.BAD_VERSION: BadRequestError,
+    Status.BAD_DIGEST: BadDigestError,
+    Status.TIMEOUT: LongPollTimeoutError,
+    Status.INTERNAL_ERROR: BookieInternalError,
+}
+
+
+def error_for_status(
+    status: int,
+    bookie_id: str,
+    op: Op,
+    response: protocol.ReadResponse | None = None,
+) -> BookieError:
+    """The typed exception for a non-OK status (unknown codes become BookieInternalError)."""
+    try:
+        known = Status(status)
+    except ValueError:
+        return BookieInternalError(
+            f"bookie={bookie_id} op={op.name} unknown status={status}", bookie_id=bookie_id
+        )
+    cls = _STATUS_ERRORS.get(known, BookieInternalError)
+    return cls(
+        f"bookie={bookie_id} op={op.name} status={known.name}",
+        bookie_id=bookie_id,
+        status=known,
+        response=response,
+    )
+
+
+def parse_bookie_id(bookie_id: str) -> tuple[str, int]:
+    """("host", port) of a bookie id "host:port"; ValueError when malformed."""
+    host, sep, port_text = bookie_id.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"bookie id must be host:port, got {bookie_id!r}")
+    return host.strip("[]"), int(port_text)
+
+
+# --------------------------------------------------------------------------- connection
+
+
+class _BookieConnection:
+    """One TCP connection to one bookie, with the requests awaiting an answer on it."""
+
+    def __init__(
+        self,
+        bookie_id: str,
+        *,
+        connect_timeout_s: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.bookie_id = bookie_id
+        self.host, self.port = parse_bookie_id(bookie_id)
+        self._connect_timeout_s = connect_timeout_s
+        self._clock = clock
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._read_task: asyncio.Task[None] | None = None
+        self._connect_lock = asyncio.Lock()
+        self._pending: dict[int, asyncio.Future[protocol.Frame]] = {}
+        self._request_ids = itertools.count(1)
+        self._backoff_s = 0.0
+        self._retry_at = 0.0  # monotonic time before which connects fail fast
+        self._closed = False
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._writer.is_closing()
+
+    def in_backoff(self) -> bool:
+        return not self.connected and self._clock() < self._retry_at
+
+    async def _ensure_connected(self) -> asyncio.StreamWriter:
+        if self.connected:
+            assert self._writer is not None
+            return self._writer
+        async with self._connect_lock:
+            if self.connected:
+                assert self._writer is not None
+                return self._writer
+            if self._closed:
+                raise PoolClosedError("bookie client pool closed", bookie_id=self.bookie_id)
+            now = self._clock()
+            if now < self._retry_at:
+                raise BookieUnavailableError(
+                    f"bookie={self.bookie_id} unreachable, next connect in "
+                    f"{self._retry_at - now:.3f}s",
+                    bookie_id=self.bookie_id,
+                )
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port, limit=STREAM_LIMIT_BYTES),
+                    self._connect_timeout_s,
+                )
+            except (TimeoutError, OSError) as e:
+                CONNECTS.labels("failed").inc()
+                self._backoff_s = min(
+                    RECONNECT_BACKOFF_S_MAX, max(RECONNECT_BACKOFF_S_MIN, self._backoff_s * 2)
+                )
+                self._retry_at = self._clock() + self._backoff_s * random.uniform(0.5, 1.0)
+                logger.warning(
+                    "bookie connect failed bookie=%s backoff_s=%.3f error=%r",
+                    self.bookie_id,
+                    self._backoff_s,
+                    e,
+                )
+                raise BookieUnavailableError(
+                    f"bookie={self.bookie_id} connect failed: {e!r}", bookie_id=self.bookie_id
+                ) from e
+            CONNECTS.labels("ok").inc()
+            self._backoff_s = 0.0
+            self._retry_at = 0.0
+            self._reader, self._writer = reader, writer
+            self._read_task = asyncio.create_task(
+                self._read_responses(reader, writer), name=f"bookie-reader-{self.bookie_id}"
+            )
+            logger.debug("bookie connected bookie=%s", self.bookie_id)
+            return writer
+
+    async def _read_responses(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        error: BaseException | None = None
+        try:
+            while True:
+                frame = await protocol.read_frame(reader)
+                if frame is None:
+                    error = ConnectionResetError("connection closed by bookie")
+                    break
+                future = self._pending.pop(frame.request_id, None)
+                if future is not None and not future.done():
+                    future.set_result(frame)
+        except asyncio.CancelledError:
+            error = ConnectionResetError("connection closed by client")
+            raise
+        except (OSError, asyncio.IncompleteReadError, protocol.ProtocolError) as e:
+            error = e
+        finally:
+            self._connection_lost(writer, error)
+
+    def _connection_lost(self, writer: asyncio.StreamWriter, error: BaseException | None) -> None:
+        if self._writer is writer:
+            self._reader = self._writer = None
+            self._read_task = None
+        writer.close()
+        if self._pending:
+            logger.warning(
+                "bookie connection lost bookie=%s in_flight=%d error=%r",
+                self.bookie_id,
+                len(self._pending),
+                error,
+            )
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(
+                    BookieUnavailableError(
+                        f"bookie={self.bookie_id} connection lost: {error!r}",
+                        bookie_id=self.bookie_id,
+                    )
+                )
+
+    async def request(self, op: Op, flags: int, body: bytes, timeout_s: float) -> protocol.Frame:
+        """Send one request and wait for its answer frame (any status)."""
+        writer = await self._ensure_connected()
+        request_id = next(self._request_ids)
+        future: asyncio.Future[protocol.Frame] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            writer.write(protocol.encode_frame(op, flags, request_id, body))
+            async with asyncio.timeout(timeout_s):
+                await writer.drain()
+                return await future
+        except TimeoutError as e:
+            raise BookieTimeoutError(
+                f"bookie={self.bookie_id} op={op.name} no answer within {timeout_s:.3f}s",
+                bookie_id=self.bookie_id,
+            ) from e
+        except OSError as e:
+            raise BookieUnavailableError(
+                f"bookie={self.bookie_id} op={op.name} send failed: {e!r}",
+                bookie_id=self.bookie_id,
+            ) from e
+        finally:
+            self._pending.pop(request_id, None)
+
+    async def close(self) -> None:
+        self._closed = True
+        task, writer = self._read_task, self._writer
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+
+# --------------------------------------------------------------------------- pool
+
+
+class BookieClientPool:
+    """One multiplexed, pipelined connection per bookie id ("host:port"), shared by all
+    ledgers; reconnect with backoff; every request has a timeout; bounded in-flight count."""
+
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S_DEFAULT,
+        request_timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT,
+        in_flight_max: int = IN_FLIGHT_MAX_DEFAULT,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        assert connect_timeout_s > 0, connect_timeout_s
+        assert request_timeout_s > 0, request_timeout_s
+        assert in_flight_max > 0, in_flight_max
+        self.connect_timeout_s = connect_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.in_flight_max = in_flight_max
+        self._clock = clock
+        self._connections: dict[str, _BookieConnection] = {}
+        self._slots = asyncio.Semaphore(in_flight_max)
+        self._closed = False
+
+    def _connection(self, bookie_id: str) -> _BookieConnection:
+        if self._closed:
+            raise PoolClosedError("bookie client pool closed", bookie_id=bookie_id)
+        connection = self._connections.get(bookie_id)
+        if connection is None:
+            connection = _BookieConnection(
+                bookie_id, connect_timeout_s=self.connect_timeout_s, clock=self._clock
+            )
+            self._connections[bookie_id] = connection
+        return connection
+
+    def is_unreachable(self, bookie_id: str) -> bool:
+        """True while a recent connect to the bookie failed (placement avoids it)."""
+        connection = self._connections.get(bookie_id)
+        return connection is not None and connection.in_backoff()
+
+    async def _call(
+        self,
+        bookie_id: str,
+        op: Op,
+        flags: int,
+        body: bytes,
+        timeout_s: float | None = None,
+    ) -> protocol.Frame:
+        timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
+        connection = self._connection(bookie_id)
+        started = self._clock()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._slots.acquire()
+        except TimeoutError as e:
+            REQUESTS.labels(op.name, "timeout").inc()
+            raise BookieTimeoutError(
+                f"bookie={bookie_id} op={op.name} no in-flight slot within {timeout_s:.3f}s",
+                bookie_id=bookie_id,
+            ) from e
+        IN_FLIGHT.inc()
+        try:
+            remaining_s = max(0.001, timeout_s - (self._clock() - started))
+            frame = await connection.request(op, flags, body, remaining_s)
+        except BookieTimeoutError:
+            REQUESTS.labels(op.name, "timeout").inc()
+            raise
+        except BookieUnavailableError:
+            REQUESTS.labels(op.name, "unavailable").inc()
+            raise
+        finally:
+            IN_FLIGHT.dec()
+            self._slots.release()
+        REQUEST_SECONDS.labels(op.name).observe(self._clock() - started)
+        try:
+            status_name = Status(frame.flags_or_status).name
+        except ValueError:
+            status_name = str(frame.flags_or_status)
+        REQUESTS.labels(op.name, status_name).inc()
+        if frame.op != op:
+            raise BookieUnavailableError(
+                f"bookie={bookie_id} answered op={frame.op} to op={op.name}", bookie_id=bookie_id
+            )
+        return frame
+
+    @staticmethod
+    def _raise_for_status(
+        frame: protocol.Frame,
+        bookie_id: str,
+        op: Op,
+        response: protocol.ReadResponse | None = None,
+    ) -> None:
+        if frame.flags_or_status != Status.OK:
+            raise error_for_status(frame.flags_or_status, bookie_id, op, response)
+
+    async def add_entry(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        entry: bytes,
+        *,
+        recovery: bool = False,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Store `entry` (Entry.encode() bytes); returns once the bookie fsync'd it."""
+        body = protocol.AddRequest(ledger_id, entry_id, master_key, entry).encode()
+        flags = protocol.AddFlag.RECOVERY_ADD if recovery else protocol.AddFlag.NONE
+        frame = await self._call(bookie_id, Op.ADD_ENTRY, int(flags), body, timeout_s)
+        self._raise_for_status(frame, bookie_id, Op.ADD_ENTRY)
+
+    async def read_entry(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence_key: bytes | None = None,
+        long_poll: tuple[int, int] | None = None,
+        timeout_s: float | None = None,
+    ) -> protocol.ReadResponse:
+        """Read entry bytes (not verified here: callers decode with Entry.decode).
+
+        `fence_key`: fence the ledger first (the master key). `long_poll`: (previous_lac,
+        timeout_ms); the request timeout is extended by the poll time.
+        """
+        flags = protocol.ReadFlag.NONE
+        key = bytes(protocol.MASTER_KEY_BYTES)
+        previous_lac, poll_ms = protocol.NO_ENTRY, 0
+        if fence_key is not None:
+            flags |= protocol.ReadFlag.FENCE
+            key = fence_key
+        if long_poll is not None:
+            previous_lac, poll_ms = long_poll
+            assert 0 <= poll_ms <= protocol.LONG_POLL_TIMEOUT_MS_MAX, poll_ms
+            flags |= protocol.ReadFlag.LONG_POLL
+        body = protocol.ReadRequest(ledger_id, entry_id, key, previous_lac, poll_ms).encode()
+        timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
+        frame = await self._call(
+            bookie_id, Op.READ_ENTRY, int(flags), body, timeout_s + poll_ms / 1000
+        )
+        response: protocol.ReadResponse | None = None
+        if frame.body:
+            try:
+                response = protocol.ReadResponse.decode(frame.body)
+            except protocol.ProtocolError:
+                if frame.flags_or_status == Status.OK:
+                    raise BookieUnavailableError(
+                        f"bookie={bookie_id} sent an undecodable READ_ENTRY answer",
+                        bookie_id=bookie_id,
+                    ) from None
+        self._raise_for_status(frame, bookie_id, Op.READ_ENTRY, response)
+        if response is None:
+            raise BookieUnavailableError(
+                f"bookie={bookie_id} sent an empty READ_ENTRY answer", bookie_id=bookie_id
+            )
+        return response
+
+    async def read_lac(
+        self, bookie_id: str, ledger_id: int, *, timeout_s: float | None = None
+    ) -> int:
+        body = protocol.ReadLacRequest(ledger_id).encode()
+        frame = await self._call(bookie_id, Op.READ_LAC, 0, body, timeout_s)
+        self._raise_for_status(frame, bookie_id, Op.READ_LAC)
+        try:
+            return protocol.ReadLacResponse.decode(frame.body).last_add_confirmed
+        except protocol.ProtocolError as e:
+            raise BookieUnavailableError(
+                f"bookie={bookie_id} sent an undecodable READ_LAC answer: {e}",
+                bookie_id=bookie_id,
+            ) from e
+
+    async def write_lac(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        master_key: bytes,
+        lac: int,
+        *,
+        timeout_s: float | None = None,
+    ) -> None:
+        body = protocol.WriteLacRequest(ledger_id, master_key, lac).encode()
+        frame = await self._call(bookie_id, Op.WRITE_LAC, 0, body, timeout_s)
+        self._raise_for_status(frame, bookie_id, Op.WRITE_LAC)
+
+    async def get_bookie_info(
+        self, bookie_id: str, *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        frame = await self._call(bookie_id, Op.GET_BOOKIE_INFO, 0, b"", timeout_s)
+        self._raise_for_status(frame, bookie_id, Op.GET_BOOKIE_INFO)
+        try:
+            info = json.loads(frame.body.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise BookieUnavailableError(
+                f"bookie={bookie_id} sent undecodable info: {e}", bookie_id=bookie_id
+            ) from e
+        if not isinstance(info, dict):
+            raise BookieUnavailableError(
+                f"bookie={bookie_id} sent info that is not an object", bookie_id=bookie_id
+            )
+        return info
+
+    async def disconnect(self, bookie_id: str) -> None:
+        """Drop the connection to one bookie (the next request reconnects)."""
+        connection = self._connections.pop(bookie_id, None)
+        if connection is not None:
+            await connection.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        connections, self._connections = list(self._connections.values()), {}
+        await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
+
+    async def __aenter__(self) -> BookieClientPool:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

@@ -1,0 +1,606 @@
+"""The catalog: what exists (buckets, object versions, multipart uploads) and where the
+bytes of each object live. Kept in ZooKeeper; see docs/catalog.md for the znode layout,
+page format, split/merge protocol and the consistency argument.
+
+Writes go through per-page commit queues (page_commit_queue.py) as compare-and-set of one
+index page. Reads that must see the newest state (`consistent=True`, every listing) call
+ZooKeeper `sync` first: the server this session reads from then has applied every write
+acknowledged before the read started, by any gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import replace
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+
+from blobstore.catalog import listing, versioning
+from blobstore.catalog._private import zookeeper_errors
+from blobstore.catalog.config import CatalogConfig, CatalogPaths
+from blobstore.catalog.errors import (
+    BucketAlreadyExistsError,
+    BucketNotEmptyError,
+    CatalogBusyError,
+    CatalogError,
+    DeleteMarkerError,
+    InvalidBucketNameError,
+    InvalidPartError,
+    NoSuchBucketError,
+    NoSuchKeyError,
+    NoSuchUploadError,
+    NoSuchVersionError,
+)
+from blobstore.catalog.naming import shortest_separator, validate_bucket_name, validate_key
+from blobstore.catalog.object_index import ObjectIndex
+from blobstore.catalog.page import IndexPage, PageMap, encode_versions, new_page_id
+from blobstore.catalog.page_commit_queue import ExtraOperationsFailedError, Mutation
+from blobstore.catalog.records import (
+    NULL_VERSION_ID,
+    BucketRecord,
+    CommitResult,
+    DeleteResult,
+    ListResult,
+    ObjectRecord,
+    PartListResult,
+    PartRecord,
+    UploadListResult,
+    UploadRecord,
+    VersionListResult,
+)
+from blobstore.catalog.uploads import MultipartUploads
+from blobstore.zk import ZooKeeperClient
+
+logger = logging.getLogger(__name__)
+
+_BULK_MULTI_BYTES_MAX = 2 << 20  # well under the server's jute.maxbuffer
+
+
+def _existing_bucket_name(name: str) -> str:
+    """Names that break the rules cannot exist (and must never reach a znode path)."""
+    try:
+        validate_bucket_name(name)
+    except InvalidBucketNameError:
+        raise NoSuchBucketError(name) from None
+    return name
+
+
+class Catalog:
+    def __init__(self, zk: ZooKeeperClient, config: CatalogConfig | None = None) -> None:
+        self.zk = zk
+        self.config = config or CatalogConfig()
+        self.paths = CatalogPaths(self.config.root)
+        self.index = ObjectIndex(zk, self.config, self.paths)
+        self.uploads = MultipartUploads(zk, self.config, self.paths)
+
+    async def start(self) -> None:
+        self.index.start()
+        with zookeeper_errors("create catalog root"):
+            for path in (self.paths.buckets, self.paths.index, self.paths.uploads):
+                await self.zk.ensure_path(path)
+
+    async def close(self) -> None:
+        await self.index.close()
+
+    # ================================================================== buckets
+
+    async def create_bucket(self, name: str, owner: str, region: str = "us-east-1") -> BucketRecord:
+        validate_bucket_name(name)
+        record = BucketRecord(name=name, owner=owner, created=time.time(), region=region)
+        page = IndexPage(new_page_id(), "", None, [], [])
+        page_map = PageMap(("",), (page.page_id,))
+        with zookeeper_errors("create bucket"):
+            for _ in range(3):
+                try:
+                    await self.zk.multi(
+                        [
+                            ("create", (self.paths.bucket(name), record.encode())),
+                            ("create", (self.paths.bucket_index(name), b"")),
+                            ("create", (self.paths.pages(name), b"")),
+                            ("create", (self.paths.page(name, page.page_id), page.encode())),
+                            ("create", (self.paths.page_map(name), page_map.encode())),
+                            ("create", (self.paths.bucket_uploads(name), b"")),
+                        ]
+                    )
+                except NodeExistsError:
+                    try:
+                        existing = await self.get_bucket(name)
+                    except NoSuchBucketError:
+                        continue  # deleted meanwhile
+                    raise BucketAlreadyExistsError(name, existing.owner) from None
+                self.index.forget_bucket(name)
+                logger.info("bucket created bucket=%s owner=%s", name, owner)
+                return record
+        raise CatalogBusyError(f"bucket {name!r} kept changing")
+
+    async def get_bucket(self, name: str) -> BucketRecord:
+        _existing_bucket_name(name)
+        with zookeeper_errors("read bucket"):
+            record, _ = await self.index.bucket_state(name, fresh=True)
+        return record
+
+    async def list_buckets(self) -> list[BucketRecord]:
+        with zookeeper_errors("list buckets"):
+            await self.zk.sync(self.paths.buckets)
+            names = await self.zk.get_children(self.paths.buckets)
+            records: list[BucketRecord] = []
+            for chunk_start in range(0, len(names), 256):
+                chunk = names[chunk_start : chunk_start + 256]
+                values = await asyncio.gather(
+                    *(self.zk.get(self.paths.bucket(n)) for n in chunk), return_exceptions=True
+                )
+                for value in values:
+                    if isinstance(value, NoNodeError):
+                        continue
+                    if isinstance(value, BaseException):
+                        raise value
+                    records.append(BucketRecord.decode(value.value))
+        return sorted(records, key=lambda r: r.name)
+
+    async def update_bucket(
+        self, name: str, mutate: Callable[[BucketRecord], BucketRecord]
+    ) -> BucketRecord:
+        """Compare-and-set of the bucket record; `mutate` may run more than once."""
+        _existing_bucket_name(name)
+        retry = self.index.retry_policy.start()
+        with zookeeper_errors("update bucket"):
+            while True:
+                record, version = await self.index.bucket_state(name, fresh=True)
+                new = mutate(record)
+                assert new.name == record.name, (new.name, record.name)
+                assert not (record.versioning and not new.versioning), "versioning cannot be unset"
+                try:
+                    await self.zk.set(self.paths.bucket(name), new.encode(), version)
+                except NoNodeError:
+                    raise NoSuchBucketError(name) from None
+                except BadVersionError:
+                    if not await retry.backoff("bucket"):
+                        raise CatalogBusyError(f"bucket {name!r} kept changing") from None
+                    continue
+                self.index.forget_bucket(name)
+                return new
+
+    async def delete_bucket(self, name: str) -> None:
+        """Delete an empty bucket: one multi removes the record, the (empty) index pages
+        and the uploads directory, each version-checked, so a concurrent write or upload
+        makes it fail rather than vanish."""
+        _existing_bucket_name(name)
+        retry = self.index.retry_policy.start()
+        with zookeeper_errors("delete bucket"):
+            while True:
+                await self.zk.sync(self.paths.bucket(name))
+                _, bucket_version = await self.index.bucket_state(name, fresh=True)
+                page_map = await self.index.page_map(name, fresh=True)
+                pages = await asyncio.gather(
+                    *(self.index.read_page(name, p) for p in page_map.page_ids)
+                )
+                if any(p is not None and p.keys for p in pages):
+                    raise BucketNotEmptyError(name, "objects")
+                if await self.zk.get_children(self.paths.bucket_uploads(name)):
+                    raise BucketNotEmptyError(name, "multipart uploads")
+                operations: list[tuple[str, tuple[Any, ...]]] = []
+                for page_id, page in zip(page_map.page_ids, pages, strict=True):
+                    version = page.version if page is not None else 0
+                    operations.append(("delete", (self.paths.page(name, page_id), version)))
+                operations += [
+                    ("delete", (self.paths.pages(name), -1)),
+                    ("delete", (self.paths.page_map(name), page_map.version)),
+                    ("delete", (self.paths.bucket_index(name), -1)),
+                    ("delete", (self.paths.bucket_uploads(name), -1)),
+                    ("delete", (self.paths.bucket(name), bucket_version)),
+                ]
+                try:
+                    await self.zk.multi(operations)
+                except (BadVersionError, NoNodeError, NotEmptyError):
+                    self.index.forget_bucket(name)
+                    if not await retry.backoff("bucket"):
+                        raise CatalogBusyError(f"bucket {name!r} kept changing") from None
+                    continue
+                self.index.forget_bucket(name)
+                logger.info("bucket deleted bucket=%s", name)
+                return
+
+    # ================================================================== objects
+
+    async def get_object(
+        self, bucket: str, key: str, version_id: str | None = None, *, consistent: bool = True
+    ) -> ObjectRecord:
+        _existing_bucket_name(bucket)
+        validate_key(key)
+        with zookeeper_errors("read object"):
+            if consistent:
+                await self.zk.sync(self.paths.page_map(bucket))
+            page = await self.index.page_containing(bucket, key)
+        versions = page.versions(key)
+        if version_id is None:
+            if not versions:
+                raise NoSuchKeyError(bucket, key)
+            latest = ObjectRecord.from_dict(bucket, key, versions[0], is_latest=True)
+            if latest.is_delete_marker:
+                raise DeleteMarkerError(latest)
+            return latest
+        for n, d in enumerate(versions):
+            if d["v"] == version_id:
+                record = ObjectRecord.from_dict(bucket, key, d, is_latest=(n == 0))
+                if record.is_delete_marker:
+                    raise DeleteMarkerError(record)
+                return record
+        raise NoSuchVersionError(bucket, key, version_id)
+
+    async def put_object(
+        self,
+        record: ObjectRecord,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> CommitResult:
+        _existing_bucket_name(record.bucket)
+        validate_key(record.key)
+        if not record.last_modified:
+            record = replace(record, last_modified=time.time())
+        candidate = replace(record, version_id=versioning.new_version_id(), is_latest=False)
+        record_bytes_max = self.config.record_bytes_max
+
+        def apply(versions: versioning.VersionList, bucket: BucketRecord) -> tuple[Any, Any]:
+            outcome = versioning.apply_put(
+                versions,
+                candidate,
+                bucket.versioning,
+                if_match=if_match,
+                if_none_match=if_none_match,
+                record_bytes_max=record_bytes_max,
+            )
+            assert outcome.record is not None
+            return (
+                outcome.versions if outcome.changed else None,
+                CommitResult(outcome.record, outcome.garbage),
+            )
+
+        result: CommitResult = await self.index.submit(Mutation(record.bucket, record.key, apply))
+        return result
+
+    async def delete_object(
+        self, bucket: str, key: str, version_id: str | None = None
+    ) -> DeleteResult:
+        _existing_bucket_name(bucket)
+        validate_key(key)
+        marker_version_id = versioning.new_version_id()
+        marker_time = time.time()
+
+        def apply(versions: versioning.VersionList, bucket_record: BucketRecord) -> tuple[Any, Any]:
+            outcome = versioning.apply_delete(
+                versions,
+                bucket,
+                key,
+                version_id,
+                bucket_record.versioning,
+                marker_version_id,
+                marker_time,
+                "",
+            )
+            if outcome.record is not None:
+                result = DeleteResult(outcome.record.version_id, True, outcome.garbage)
+            elif version_id is not None:
+                result = DeleteResult(version_id, outcome.removed_delete_marker, outcome.garbage)
+            else:
+                result = DeleteResult(None, False, outcome.garbage)
+            return (outcome.versions if outcome.changed else None, result)
+
+        result: DeleteResult = await self.index.submit(Mutation(bucket, key, apply))
+        return result
+
+    async def swap_object(self, expected: ObjectRecord, new: ObjectRecord) -> bool:
+        """Replace one version's record if it is unchanged (compaction, tiering)."""
+        _existing_bucket_name(expected.bucket)
+        assert (expected.bucket, expected.key, expected.version_id) == (
+            new.bucket,
+            new.key,
+            new.version_id,
+        ), "swap_object replaces one version with a record of the same version"
+        record_bytes_max = self.config.record_bytes_max
+
+        def apply(versions: versioning.VersionList, _bucket: BucketRecord) -> tuple[Any, Any]:
+            result, swapped = versioning.apply_swap(versions, expected, new, record_bytes_max)
+            return (result if result is not versions else None, swapped)
+
+        swapped: bool = await self.index.submit(Mutation(expected.bucket, expected.key, apply))
+        return swapped
+
+    async def list_objects(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        delimiter: str = "",
+        start_after: str = "",
+        max_keys: int = 1000,
+    ) -> ListResult:
+        _existing_bucket_name(bucket)
+        with zookeeper_errors("list objects"):
+            await self.zk.sync(self.paths.page_map(bucket))
+            return await listing.list_objects(
+                self.index,
+                bucket,
+                prefix=prefix,
+                delimiter=delimiter,
+                start_after=start_after,
+                max_keys=min(max_keys, self.config.list_max_keys_max),
+            )
+
+    async def list_object_versions(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        delimiter: str = "",
+        key_marker: str = "",
+        version_id_marker: str = "",
+        max_keys: int = 1000,
+    ) -> VersionListResult:
+        _existing_bucket_name(bucket)
+        with zookeeper_errors("list object versions"):
+            await self.zk.sync(self.paths.page_map(bucket))
+            return await listing.list_object_versions(
+                self.index,
+                bucket,
+                prefix=prefix,
+                delimiter=delimiter,
+                key_marker=key_marker,
+                version_id_marker=version_id_marker,
+                max_keys=min(max_keys, self.config.list_max_keys_max),
+            )
+
+    async def iter_objects(
+        self, bucket: str, *, all_versions: bool = True
+    ) -> AsyncIterator[ObjectRecord]:
+        _existing_bucket_name(bucket)
+        with zookeeper_errors("iterate objects"):
+            await self.zk.sync(self.paths.page_map(bucket))
+            async for record in listing.iter_records(self.index, bucket, all_versions=all_versions):
+                yield record
+
+    async def bulk_load(self, bucket: str, records: Iterable[ObjectRecord]) -> int:
+        """Load an empty bucket's index from records sorted by key (one version each, or
+        several per key, newest first). New pages are created first, invisible, then one
+        multi swaps the page map (version-checked) and deletes the old empty page.
+        For restores, imports and benchmarks; returns the number of pages written."""
+        _existing_bucket_name(bucket)
+        with zookeeper_errors("bulk load"):
+            page_map = await self.index.page_map(bucket, fresh=True)
+            if len(page_map.page_ids) != 1:
+                raise BucketNotEmptyError(bucket, "objects")
+            old = await self.index.read_page(bucket, page_map.page_ids[0])
+            if old is None or old.keys:
+                raise BucketNotEmptyError(bucket, "objects")
+            bounds: list[str] = []
+            page_ids: list[str] = []
+            batch: list[tuple[str, tuple[Any, ...]]] = []
+            batch_bytes = 0
+            for page in _build_pages(bucket, records, self.config.page_fill_bytes):
+                encoded = page.encode()
+                bounds.append(page.lo)
+                page_ids.append(page.page_id)
+                batch.append(("create", (self.paths.page(bucket, page.page_id), encoded)))
+                batch_bytes += len(encoded)
+                if batch_bytes >= _BULK_MULTI_BYTES_MAX // 2:
+                    await self.zk.multi(batch)
+                    batch, batch_bytes = [], 0
+            if batch:
+                await self.zk.multi(batch)
+            new_map = PageMap(tuple(bounds), tuple(page_ids))
+            await self.zk.multi(
+                [
+                    ("set", (self.paths.page_map(bucket), new_map.encode(), page_map.version)),
+                    ("delete", (self.paths.page(bucket, old.page_id), old.version)),
+                ]
+            )
+            self.index.forget_bucket(bucket)
+            self.index.forget_page(bucket, old.page_id)
+        return len(page_ids)
+
+    # ================================================================== multipart
+
+    async def create_upload(self, record: UploadRecord) -> UploadRecord:
+        _existing_bucket_name(record.bucket)
+        return await self.uploads.create(record)
+
+    async def get_upload(self, bucket: str, upload_id: str) -> UploadRecord:
+        _existing_bucket_name(bucket)
+        record, _ = await self.uploads.get(bucket, upload_id)
+        return record
+
+    async def put_part(self, bucket: str, upload_id: str, part: PartRecord) -> PartRecord | None:
+        _existing_bucket_name(bucket)
+        return await self.uploads.put_part(bucket, upload_id, part)
+
+    async def list_parts(
+        self, bucket: str, upload_id: str, *, part_number_marker: int = 0, max_parts: int = 1000
+    ) -> PartListResult:
+        _existing_bucket_name(bucket)
+        return await self.uploads.list_parts(bucket, upload_id, part_number_marker, max_parts)
+
+    async def get_parts(self, bucket: str, upload_id: str) -> list[PartRecord]:
+        _existing_bucket_name(bucket)
+        parts = await self.uploads.parts(bucket, upload_id)
+        return [part for _, (part, _) in sorted(parts.items())]
+
+    async def list_uploads(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        delimiter: str = "",
+        key_marker: str = "",
+        upload_id_marker: str = "",
+        max_uploads: int = 1000,
+    ) -> UploadListResult:
+        _existing_bucket_name(bucket)
+        return await self.uploads.list_uploads(
+            bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            key_marker=key_marker,
+            upload_id_marker=upload_id_marker,
+            max_uploads=max_uploads,
+        )
+
+    async def abort_upload(self, bucket: str, upload_id: str) -> list[PartRecord]:
+        _existing_bucket_name(bucket)
+        return await self.uploads.abort(bucket, upload_id)
+
+    async def complete_upload(
+        self,
+        bucket: str,
+        upload_id: str,
+        record: ObjectRecord,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> CommitResult:
+        """Commit the object and remove the upload and its parts in one multi.
+
+        `record.parts` names the parts used; their ETags must match the stored parts.
+        Parts uploaded but not used come back in `garbage` (as records holding their
+        extents). Retrying after an unknown outcome finds the object already committed.
+        """
+        _existing_bucket_name(bucket)
+        assert record.bucket == bucket, (record.bucket, bucket)
+        validate_key(record.key)
+        if not record.last_modified:
+            record = replace(record, last_modified=time.time())
+        candidate = replace(record, version_id=versioning.new_version_id(), is_latest=False)
+        record_bytes_max = self.config.record_bytes_max
+        retry = self.index.retry_policy.start()
+        attempted = False
+        while True:
+            try:
+                upload, upload_version = await self.uploads.get(bucket, upload_id)
+            except NoSuchUploadError:
+                if attempted:
+                    done = await self._committed_version(candidate)
+                    if done is not None:
+                        return CommitResult(done, [])
+                raise
+            if upload.key != record.key:
+                raise InvalidPartError(upload_id, 0, f"upload is for key {upload.key!r}")
+            parts = await self.uploads.parts(bucket, upload_id)
+            used = set()
+            for info in record.parts:
+                stored = parts.get(info.part_number)
+                if stored is None:
+                    raise InvalidPartError(upload_id, info.part_number, "no such part")
+                if stored[0].etag.strip('"') != info.etag.strip('"'):
+                    raise InvalidPartError(upload_id, info.part_number, "ETag differs")
+                used.add(info.part_number)
+            unused = [
+                ObjectRecord(bucket, record.key, size=p.size, extents=p.extents)
+                for n, (p, _) in sorted(parts.items())
+                if n not in used
+            ]
+            operations = tuple(
+                self.uploads.cleanup_operations(bucket, upload_id, upload_version, parts)
+            )
+
+            def apply(
+                versions: versioning.VersionList, bucket_record: BucketRecord
+            ) -> tuple[Any, Any]:
+                outcome = versioning.apply_put(
+                    versions,
+                    candidate,
+                    bucket_record.versioning,
+                    if_match=if_match,
+                    if_none_match=if_none_match,
+                    record_bytes_max=record_bytes_max,
+                )
+                assert outcome.record is not None
+                return (
+                    outcome.versions if outcome.changed else None,
+                    CommitResult(outcome.record, [*outcome.garbage, *unused]),  # noqa: B023
+                )
+
+            attempted = True
+            try:
+                result: CommitResult = await self.index.submit(
+                    Mutation(bucket, record.key, apply, extra_operations=operations)
+                )
+            except ExtraOperationsFailedError:
+                if not await retry.backoff("upload"):
+                    raise CatalogBusyError(f"upload {upload_id!r} kept changing") from None
+                continue
+            return result
+
+    async def _committed_version(self, candidate: ObjectRecord) -> ObjectRecord | None:
+        """The version `candidate` became, if it was committed (after an unknown outcome)."""
+        try:
+            page = await self.index.page_containing(candidate.bucket, candidate.key)
+        except CatalogError:
+            return None
+        token = candidate.version_id[-10:]
+        null = replace(candidate, version_id=NULL_VERSION_ID).to_dict()
+        for d in page.versions(candidate.key):
+            if (d["v"] != NULL_VERSION_ID and d["v"].endswith(token)) or d == null:
+                return ObjectRecord.from_dict(candidate.bucket, candidate.key, d)
+        return None
+
+
+def _build_pages(
+    bucket: str, records: Iterable[ObjectRecord], fill_bytes: int
+) -> Iterator[IndexPage]:
+    """Pages of about fill_bytes from key-sorted records; bounds are shortest separators."""
+    pending: IndexPage | None = None  # held back until the next page's first key is known
+    keys: list[str] = []
+    lines: list[bytes] = []
+    group: list[dict[str, Any]] = []
+    group_key: str | None = None
+    size = 0
+
+    def flush_group() -> None:
+        nonlocal size
+        assert group_key is not None
+        line = encode_versions(group)
+        keys.append(group_key)
+        lines.append(line)
+        size += len(line) + len(group_key.encode("utf-8")) + 4
+
+    for record in records:
+        assert record.bucket == bucket, (record.bucket, bucket)
+        if record.key != group_key:
+            if group_key is not None:
+                assert group_key < record.key, (
+                    "records must be sorted by key",
+                    group_key,
+                    record.key,
+                )
+                flush_group()
+                if size >= fill_bytes:
+                    page = IndexPage(new_page_id(), "", None, keys, lines)
+                    if pending is not None:
+                        _link(pending, page)
+                        yield pending
+                    pending = page
+                    keys, lines, size = [], [], 0
+            validate_key(record.key)
+            group_key = record.key
+            group = []
+        group.append(record.to_dict())
+    if group_key is not None:
+        flush_group()
+    if keys or pending is None:
+        page = IndexPage(new_page_id(), "", None, keys, lines)
+        if pending is not None:
+            _link(pending, page)
+            yield pending
+        pending = page
+    pending.check()
+    yield pending
+
+
+def _link(left: IndexPage, right: IndexPage) -> None:
+    separator = shortest_separator(left.keys[-1], right.keys[0])
+    left.hi = separator
+    right.lo = separator
+    left.check()

@@ -1,0 +1,142 @@
+"""Catalog configuration (one frozen dataclass, validated at load) and znode layout.
+
+Znode layout under `root` (default /catalog):
+
+    buckets/<bucket>                      BucketRecord JSON
+    index/<bucket>/map                    PageMap JSON: lower key bound -> page id
+    index/<bucket>/pages/<page id>        one leaf page of the object index
+    uploads/<bucket>/<upload id>          UploadRecord JSON
+    uploads/<bucket>/<upload id>/part-NNNNN   PartRecord JSON
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+ZNODE_BYTES_MAX = 1 << 20  # ZooKeeper's default jute.maxbuffer
+
+# Limits that must hold whatever the configuration.
+PAGE_BYTES_HARD_MAX = 896 * 1024  # a page is never written above this
+PAGE_MAP_BYTES_MAX = 768 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogConfig:
+    root: str = "/catalog"
+    # A page whose encoding passes this is split in the same commit (one multi).
+    page_split_bytes: int = 256 * 1024
+    # A page under this after a commit is merged with a neighbour when both fit in
+    # page_merge_target_bytes (kept below the split size so merges never ping-pong).
+    page_merge_bytes: int = 48 * 1024
+    page_merge_target_bytes: int = 160 * 1024
+    # Pages written by bulk_load are filled to this size.
+    page_fill_bytes: int = 192 * 1024
+    # One record (or all versions of one key) must fit in this, so a page can always split.
+    record_bytes_max: int = 128 * 1024
+    # Per-page commit queue: mutations waiting for their page's next write.
+    commit_queue_max: int = 4096
+    commit_batch_max: int = 512
+    # Waiting this long before the first write of an idle page gathers concurrent writers;
+    # 0 relies on natural batching only (arrivals during a write form the next batch).
+    commit_group_wait_ms: float = 0.0
+    # Compare-and-set retry: attempt cap, deadline, jittered exponential backoff.
+    cas_attempts_max: int = 50
+    cas_deadline_s: float = 10.0
+    cas_backoff_initial_ms: float = 1.0
+    cas_backoff_max_ms: float = 50.0
+    # A mutation is re-routed to another page (after a split or merge) at most this often.
+    reroutes_max: int = 32
+    # Page reads fetched ahead by listings.
+    list_prefetch_pages: int = 2
+    list_max_keys_max: int = 100_000
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"catalog config {name}={getattr(self, name)!r}: {why}")
+
+        if not self.root.startswith("/") or self.root.endswith("/"):
+            raise bad("root", "must be an absolute znode path without a trailing slash")
+        if not 16 * 1024 <= self.page_split_bytes <= PAGE_BYTES_HARD_MAX // 2:
+            raise bad("page_split_bytes", f"must be in [16384, {PAGE_BYTES_HARD_MAX // 2}]")
+        if not 0 <= self.page_merge_bytes < self.page_merge_target_bytes:
+            raise bad("page_merge_bytes", "must be below page_merge_target_bytes")
+        if self.page_merge_target_bytes > self.page_split_bytes * 3 // 4:
+            raise bad("page_merge_target_bytes", "must be at most 3/4 of page_split_bytes")
+        if not 0 < self.page_fill_bytes <= self.page_split_bytes:
+            raise bad("page_fill_bytes", "must be in (0, page_split_bytes]")
+        if not 0 < self.record_bytes_max <= self.page_split_bytes // 2:
+            raise bad("record_bytes_max", "must be at most half of page_split_bytes")
+        for name in ("commit_queue_max", "commit_batch_max", "cas_attempts_max", "reroutes_max"):
+            if getattr(self, name) < 1:
+                raise bad(name, "must be at least 1")
+        if self.cas_deadline_s <= 0:
+            raise bad("cas_deadline_s", "must be positive")
+        if not 0 < self.cas_backoff_initial_ms <= self.cas_backoff_max_ms:
+            raise bad("cas_backoff_initial_ms", "must be in (0, cas_backoff_max_ms]")
+        if not 0 <= self.commit_group_wait_ms <= 100:
+            raise bad("commit_group_wait_ms", "must be in [0, 100]")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> CatalogConfig:
+        """Read BLOBSTORE_CATALOG_<FIELD> variables (e.g. BLOBSTORE_CATALOG_PAGE_SPLIT_BYTES)."""
+        environ = dict(os.environ) if environ is None else environ
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = environ.get(f"BLOBSTORE_CATALOG_{f.name.upper()}")
+            if raw is None:
+                continue
+            kind = type(getattr(cls(), f.name))
+            try:
+                values[f.name] = kind(raw)
+            except ValueError:
+                raise ValueError(
+                    f"BLOBSTORE_CATALOG_{f.name.upper()}={raw!r}: not a valid {kind.__name__}"
+                ) from None
+        return cls(**values)  # type: ignore[arg-type]
+
+
+assert PAGE_BYTES_HARD_MAX < ZNODE_BYTES_MAX, "pages fit in a znode"
+assert PAGE_MAP_BYTES_MAX < ZNODE_BYTES_MAX, "the page map fits in a znode"
+assert CatalogConfig().page_split_bytes * 2 <= PAGE_BYTES_HARD_MAX, "a batch may double a page"
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogPaths:
+    root: str
+
+    @property
+    def buckets(self) -> str:
+        return f"{self.root}/buckets"
+
+    @property
+    def index(self) -> str:
+        return f"{self.root}/index"
+
+    @property
+    def uploads(self) -> str:
+        return f"{self.root}/uploads"
+
+    def bucket(self, bucket: str) -> str:
+        return f"{self.root}/buckets/{bucket}"
+
+    def bucket_index(self, bucket: str) -> str:
+        return f"{self.root}/index/{bucket}"
+
+    def page_map(self, bucket: str) -> str:
+        return f"{self.root}/index/{bucket}/map"
+
+    def pages(self, bucket: str) -> str:
+        return f"{self.root}/index/{bucket}/pages"
+
+    def page(self, bucket: str, page_id: str) -> str:
+        return f"{self.root}/index/{bucket}/pages/{page_id}"
+
+    def bucket_uploads(self, bucket: str) -> str:
+        return f"{self.root}/uploads/{bucket}"
+
+    def upload(self, bucket: str, upload_id: str) -> str:
+        return f"{self.root}/uploads/{bucket}/{upload_id}"
+
+    def part(self, bucket: str, upload_id: str, part_number: int) -> str:
+        return f"{self.root}/uploads/{bucket}/{upload_id}/part-{part_number:05d}"

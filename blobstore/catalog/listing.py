@@ -1,0 +1,255 @@
+"""Listings over the object index: ListObjects(V2) and ListObjectVersions semantics.
+
+A `KeyWalker` walks the keys of a bucket in order from a position, one page at a time
+(the next page is fetched while the current one is consumed), and can jump forward: after
+a common prefix "photos/" the walk seeks to the successor "photos0" and reads the page
+holding that key, so it never iterates the keys under a prefix it has rolled up unless
+they share the current page. Each page read is checked against its own range, so
+concurrent splits and merges never make a walk skip or repeat keys.
+
+Markers: a common prefix at or before start_after / key_marker was returned on an
+earlier page and is skipped, which makes `next_start_after` a correct continuation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from blobstore.catalog.naming import prefix_successor
+from blobstore.catalog.object_index import ObjectIndex
+from blobstore.catalog.page import IndexPage
+from blobstore.catalog.records import ListResult, ObjectRecord, VersionListResult
+
+_decoder = json.JSONDecoder()
+
+
+def latest_version(line: bytes) -> dict[str, Any]:
+    """The first (newest) version of a version line, without decoding the others."""
+    text = line.decode("utf-8")
+    value, _ = _decoder.raw_decode(text, 1)
+    assert isinstance(value, dict), type(value)
+    return value
+
+
+class KeyWalker:
+    def __init__(self, index: ObjectIndex, bucket: str, start: str, end: str | None) -> None:
+        self.index = index
+        self.bucket = bucket
+        self.end = end
+        self._pos: str | None = start
+        self._page: IndexPage | None = None
+        self._i = 0
+        self._prefetch: tuple[str, asyncio.Task[IndexPage]] | None = None
+
+    async def next(self) -> tuple[str, IndexPage, int] | None:
+        while True:
+            if self._page is None:
+                pos = self._pos
+                if pos is None or (self.end is not None and pos >= self.end):
+                    return None
+                self._page = await self._fetch(pos)
+                self._i = bisect.bisect_left(self._page.keys, pos)
+                hi = self._page.hi
+                if hi is not None and (self.end is None or hi < self.end):
+                    task = asyncio.ensure_future(self.index.page_containing(self.bucket, hi))
+                    self._prefetch = (hi, task)
+            page = self._page
+            if self._i < len(page.keys):
+                key = page.keys[self._i]
+                if self.end is not None and key >= self.end:
+                    return None
+                self._i += 1
+                return key, page, self._i - 1
+            self._pos = page.hi
+            self._page = None
+
+    def seek(self, pos: str | None) -> None:
+        """Continue at the first key >= pos (forward only)."""
+        if pos is None:
+            self._pos = None
+            self._page = None
+            return
+        if self._page is not None and self._page.contains(pos):
+            self._i = max(self._i, bisect.bisect_left(self._page.keys, pos))
+            return
+        self._pos = pos
+        self._page = None
+
+    async def _fetch(self, pos: str) -> IndexPage:
+        prefetch, self._prefetch = self._prefetch, None
+        if prefetch is not None:
+            key, task = prefetch
+            if key == pos:
+                page = await task
+                if page.contains(pos):
+                    return page
+            else:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        return await self.index.page_containing(self.bucket, pos)
+
+    async def close(self) -> None:
+        if self._prefetch is not None:
+            _, task = self._prefetch
+            self._prefetch = None
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def _rolled_up_marker_start(prefix: str, delimiter: str, marker: str) -> str | None:
+    """When `marker` lies under a common prefix, the position after that prefix."""
+    if not delimiter or not marker.startswith(prefix):
+        return None
+    rest = marker[len(prefix) :]
+    j = rest.find(delimiter)
+    if j < 0:
+        return None
+    return prefix_successor(prefix + rest[: j + len(delimiter)]) or "\U0010ffff" * 2
+
+
+def _common_prefix(prefix: str, delimiter: str, key: str) -> str | None:
+    if not delimiter:
+        return None
+    j = key.find(delimiter, len(prefix))
+    if j < 0:
+        return None
+    return key[: j + len(delimiter)]
+
+
+async def list_objects(
+    index: ObjectIndex,
+    bucket: str,
+    *,
+    prefix: str,
+    delimiter: str,
+    start_after: str,
+    max_keys: int,
+) -> ListResult:
+    if max_keys <= 0:
+        return ListResult([], [], False, "")
+    start = prefix
+    exclusive = ""
+    if start_after and start_after >= prefix:
+        start = start_after
+        exclusive = start_after
+        jump = _rolled_up_marker_start(prefix, delimiter, start_after)
+        if jump is not None:
+            start = jump
+    walker = KeyWalker(index, bucket, start, prefix_successor(prefix) if prefix else None)
+    contents: list[ObjectRecord] = []
+    common_prefixes: list[str] = []
+    last = ""
+    truncated = False
+    try:
+        while True:
+            item = await walker.next()
+            if item is None:
+                break
+            key, page, i = item
+            if key == exclusive:
+                continue
+            latest = latest_version(page.lines[i])
+            if latest.get("dm", False):
+                continue  # deleted keys are not listed and roll up into nothing
+            common = _common_prefix(prefix, delimiter, key)
+            if common is not None:
+                if len(contents) + len(common_prefixes) >= max_keys:
+                    truncated = True
+                    break
+                common_prefixes.append(common)
+                last = common
+                walker.seek(prefix_successor(common))
+                continue
+            if len(contents) + len(common_prefixes) >= max_keys:
+                truncated = True
+                break
+            contents.append(ObjectRecord.from_dict(bucket, key, latest, is_latest=True))
+            last = key
+    finally:
+        await walker.close()
+    return ListResult(contents, common_prefixes, truncated, last if truncated else "")
+
+
+async def list_object_versions(
+    index: ObjectIndex,
+    bucket: str,
+    *,
+    prefix: str,
+    delimiter: str,
+    key_marker: str,
+    version_id_marker: str,
+    max_keys: int,
+) -> VersionListResult:
+    if max_keys <= 0:
+        return VersionListResult([], [], False, "", "")
+    start = prefix
+    if key_marker and key_marker >= prefix:
+        start = key_marker
+        jump = _rolled_up_marker_start(prefix, delimiter, key_marker)
+        if jump is not None:
+            start = jump
+    walker = KeyWalker(index, bucket, start, prefix_successor(prefix) if prefix else None)
+    versions: list[ObjectRecord] = []
+    common_prefixes: list[str] = []
+    last_key = ""
+    last_version = ""
+    truncated = False
+    try:
+        while not truncated:
+            item = await walker.next()
+            if item is None:
+                break
+            key, page, i = item
+            if key == key_marker and not version_id_marker:
+                continue
+            common = _common_prefix(prefix, delimiter, key)
+            if common is not None:
+                if len(versions) + len(common_prefixes) >= max_keys:
+                    truncated = True
+                    break
+                common_prefixes.append(common)
+                last_key, last_version = common, ""
+                walker.seek(prefix_successor(common))
+                continue
+            records = page.records(bucket, i)
+            if key == key_marker and version_id_marker:
+                ids = [r.version_id for r in records]
+                records = (
+                    records[ids.index(version_id_marker) + 1 :] if version_id_marker in ids else []
+                )
+            for record in records:
+                if len(versions) + len(common_prefixes) >= max_keys:
+                    truncated = True
+                    break
+                versions.append(record)
+                last_key, last_version = key, record.version_id
+    finally:
+        await walker.close()
+    if not truncated:
+        last_key = last_version = ""
+    return VersionListResult(versions, common_prefixes, truncated, last_key, last_version)
+
+
+async def iter_records(
+    index: ObjectIndex, bucket: str, *, all_versions: bool
+) -> AsyncIterator[ObjectRecord]:
+    walker = KeyWalker(index, bucket, "", None)
+    try:
+        while True:
+            item = await walker.next()
+            if item is None:
+                return
+            key, page, i = item
+            if all_versions:
+                for record in page.records(bucket, i):
+                    yield record
+                continue
+            latest = latest_version(page.lines[i])
+            if not latest.get("dm", False):
+                yield ObjectRecord.from_dict(bucket, key, latest, is_latest=True)
+    finally:
+        await walker.close()

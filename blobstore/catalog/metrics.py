@@ -1,0 +1,35 @@
+"""Prometheus metrics of the catalog (names prefixed `blobstore_catalog_`)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+COMMITS = Counter("blobstore_catalog_commits_total", "Index page writes that succeeded", ["kind"])
+MUTATIONS = Counter(
+    "blobstore_catalog_mutations_total", "Object mutations committed (a commit may hold many)"
+)
+CAS_CONFLICTS = Counter(
+    "blobstore_catalog_cas_conflicts_total", "Compare-and-set failures on a znode version"
+)
+RETRIES = Counter("blobstore_catalog_retries_total", "Retried catalog writes", ["reason"])
+BUSY = Counter(
+    "blobstore_catalog_busy_total", "Writes refused: retries or a queue exhausted", ["reason"]
+)
+PAGE_SPLITS = Counter("blobstore_catalog_page_splits_total", "Index pages split")
+PAGE_MERGES = Counter("blobstore_catalog_page_merges_total", "Index pages merged")
+PAGE_MAP_LOADS = Counter(
+    "blobstore_catalog_page_map_loads_total", "Page maps read from ZooKeeper", ["reason"]
+)
+REROUTES = Counter(
+    "blobstore_catalog_reroutes_total", "Mutations sent to another page after a split or merge"
+)
+COMMIT_SECONDS = Histogram(
+    "blobstore_catalog_commit_seconds",
+    "Time from submitting a mutation to its commit",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0),
+)
+BATCH_SIZE = Histogram(
+    "blobstore_catalog_commit_batch_size",
+    "Mutations grouped into one page write",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+)

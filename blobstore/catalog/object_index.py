@@ -1,0 +1,237 @@
+"""The object index of every bucket: page map cache, page reads, routing of mutations to
+per-page commit queues, page merges.
+
+The page map of each bucket is cached with a data watch; the watch marks it stale. The
+cache is a hint only: every page names its own key range, so a key routed with a stale
+map lands on a page that is gone or does not cover it, and the map is then read again
+(from the same server, which has seen at least the state of that page: ZooKeeper reads of
+one session are monotonic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
+
+from blobstore.catalog import metrics
+from blobstore.catalog._private import UNKNOWN_OUTCOME_ERRORS, zookeeper_errors
+from blobstore.catalog.config import CatalogConfig, CatalogPaths
+from blobstore.catalog.errors import CatalogBusyError, NoSuchBucketError
+from blobstore.catalog.page import IndexPage, PageMap
+from blobstore.catalog.page_commit_queue import Mutation, PageCommitQueue
+from blobstore.catalog.records import BucketRecord
+from blobstore.catalog.retry import CasRetryPolicy
+from blobstore.zk import ZooKeeperClient
+
+logger = logging.getLogger(__name__)
+
+
+class ObjectIndex:
+    def __init__(self, zk: ZooKeeperClient, config: CatalogConfig, paths: CatalogPaths) -> None:
+        self.zk = zk
+        self.config = config
+        self.paths = paths
+        self.retry_policy = CasRetryPolicy(
+            config.cas_attempts_max,
+            config.cas_deadline_s,
+            config.cas_backoff_initial_ms,
+            config.cas_backoff_max_ms,
+        )
+        self._maps: dict[str, PageMap] = {}
+        self._stale_maps: set[str] = set()
+        self._buckets: dict[str, tuple[BucketRecord, int]] = {}
+        self._queues: dict[tuple[str, str], PageCommitQueue] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+
+    async def close(self, timeout_s: float = 10.0) -> None:
+        self._closing = True
+        if self._tasks:
+            _, pending = await asyncio.wait(list(self._tasks), timeout=timeout_s)
+            for task in pending:
+                task.cancel()
+
+    def track(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------ bucket state
+
+    async def bucket_state(self, bucket: str, *, fresh: bool = False) -> tuple[BucketRecord, int]:
+        """The bucket record and its znode version (cached; commits check the version)."""
+        cached = self._buckets.get(bucket)
+        if cached is not None and not fresh:
+            return cached
+        try:
+            value = await self.zk.get(self.paths.bucket(bucket))
+        except NoNodeError:
+            self._buckets.pop(bucket, None)
+            raise NoSuchBucketError(bucket) from None
+        state = (BucketRecord.decode(value.value), value.version)
+        self._buckets[bucket] = state
+        return state
+
+    def forget_bucket(self, bucket: str) -> None:
+        self._buckets.pop(bucket, None)
+        self._maps.pop(bucket, None)
+
+    # ------------------------------------------------------------------ page map
+
+    async def page_map(self, bucket: str, *, fresh: bool = False) -> PageMap:
+        cached = self._maps.get(bucket)
+        if cached is not None and not fresh and bucket not in self._stale_maps:
+            return cached
+        metrics.PAGE_MAP_LOADS.labels("fresh" if fresh else "miss").inc()
+        self._stale_maps.discard(bucket)
+        loop = self._loop
+
+        def changed(_event: Any) -> None:  # kazoo thread: hand over to the loop
+            if loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(self._stale_maps.add, bucket)
+
+        try:
+            value = await self.zk.get(self.paths.page_map(bucket), watch=changed)
+        except NoNodeError:
+            self._maps.pop(bucket, None)
+            raise NoSuchBucketError(bucket) from None
+        page_map = PageMap.decode(value.value, value.version)
+        current = self._maps.get(bucket)
+        if current is None or current.version <= page_map.version:
+            self._maps[bucket] = page_map
+        return page_map
+
+    def mark_map_stale(self, bucket: str) -> None:
+        self._stale_maps.add(bucket)
+
+    def map_written(self, bucket: str, page_map: PageMap) -> None:
+        current = self._maps.get(bucket)
+        if current is None or current.version < page_map.version:
+            self._maps[bucket] = page_map
+
+    # ------------------------------------------------------------------ pages
+
+    async def read_page(self, bucket: str, page_id: str) -> IndexPage | None:
+        """The page as stored now, or None when it is gone (merged away)."""
+        try:
+            value = await self.zk.get(self.paths.page(bucket, page_id))
+        except NoNodeError:
+            return None
+        return IndexPage.decode(page_id, value.value, value.version)
+
+    async def page_containing(self, bucket: str, key: str) -> IndexPage:
+        """The page whose range holds `key`, read from ZooKeeper (callers sync first when
+        they need the newest state)."""
+        fresh = False
+        for _ in range(self.config.reroutes_max):
+            with zookeeper_errors("read index page"):
+                page_map = await self.page_map(bucket, fresh=fresh)
+                page = await self.read_page(bucket, page_map.page_for(key))
+            if page is not None and page.contains(key):
+                return page
+            fresh = True
+        raise CatalogBusyError(f"bucket {bucket!r}: index pages kept moving under key {key!r}")
+
+    # ------------------------------------------------------------------ writes
+
+    async def submit(self, mutation: Mutation) -> Any:
+        """Queue a mutation on its page and wait for its commit; returns apply()'s result."""
+        if self._closing:
+            raise CatalogBusyError("catalog is closing")
+        await self.route(mutation, fresh=False)
+        try:
+            return await mutation.future
+        finally:
+            metrics.COMMIT_SECONDS.observe(time.monotonic() - mutation.submitted)
+
+    async def route(self, mutation: Mutation, *, fresh: bool) -> None:
+        try:
+            with zookeeper_errors("read page map"):
+                page_map = await self.page_map(mutation.bucket, fresh=fresh)
+        except Exception as e:  # noqa: BLE001 - delivered to the waiting caller
+            mutation.fail(e)
+            return
+        page_id = page_map.page_for(mutation.key)
+        queue = self._queues.get((mutation.bucket, page_id))
+        if queue is None:
+            queue = PageCommitQueue(self, mutation.bucket, page_id)
+            self._queues[(mutation.bucket, page_id)] = queue
+        queue.submit(mutation)
+
+    def reroute(self, mutation: Mutation) -> None:
+        """The mutation's page no longer covers its key: route it again with a fresh map."""
+        mutation.reroutes += 1
+        metrics.REROUTES.inc()
+        if mutation.reroutes > self.config.reroutes_max:
+            metrics.BUSY.labels("reroutes").inc()
+            mutation.fail(CatalogBusyError(f"key {mutation.key!r}: its index page kept moving"))
+            return
+        self.track(asyncio.ensure_future(self.route(mutation, fresh=True)))
+
+    def queue_idle(self, queue: PageCommitQueue) -> None:
+        if self._queues.get((queue.bucket, queue.page_id)) is queue:
+            del self._queues[(queue.bucket, queue.page_id)]
+
+    def forget_page(self, bucket: str, page_id: str) -> None:
+        queue = self._queues.get((bucket, page_id))
+        if queue is not None:
+            queue.page = None
+
+    # ------------------------------------------------------------------ merge
+
+    async def try_merge(self, bucket: str, page_id: str) -> None:
+        """Merge a small page with a neighbour (one multi: pages + map, version checked).
+        Best effort: any conflict leaves the pages as they are."""
+        try:
+            page_map = await self.page_map(bucket, fresh=True)
+            pos = page_map.position(page_id)
+            if pos < 0 or len(page_map.page_ids) < 2:
+                return
+            left_pos = pos if pos + 1 < len(page_map.page_ids) else pos - 1
+            left, right = await asyncio.gather(
+                self.read_page(bucket, page_map.page_ids[left_pos]),
+                self.read_page(bucket, page_map.page_ids[left_pos + 1]),
+            )
+            if left is None or right is None:
+                return
+            if left.lo != page_map.bounds[left_pos] or left.hi != right.lo:
+                return
+            if right.hi != page_map.upper_bound(left_pos + 1):
+                return
+            merged = left.merged_with(right)
+            encoded = merged.encode()
+            if len(encoded) > self.config.page_merge_target_bytes:
+                return
+            merged.check()
+            new_map = page_map.replace(left_pos, [merged], remove=2)
+            await self.zk.multi(
+                [
+                    ("set", (self.paths.page(bucket, left.page_id), encoded, left.version)),
+                    ("delete", (self.paths.page(bucket, right.page_id), right.version)),
+                    ("set", (self.paths.page_map(bucket), new_map.encode(), page_map.version)),
+                ]
+            )
+        except (BadVersionError, NoNodeError, NotEmptyError, NoSuchBucketError):
+            metrics.CAS_CONFLICTS.inc()
+            return
+        except UNKNOWN_OUTCOME_ERRORS:
+            return
+        metrics.PAGE_MERGES.inc()
+        metrics.COMMITS.labels("merge").inc()
+        self.map_written(bucket, PageMap(new_map.bounds, new_map.page_ids, page_map.version + 1))
+        self.forget_page(bucket, left.page_id)
+        self.forget_page(bucket, right.page_id)
+        logger.debug(
+            "index pages merged bucket=%s left=%s right=%s keys=%d",
+            bucket,
+            left.page_id,
+            right.page_id,
+            len(merged.keys),
+        )

@@ -1,0 +1,230 @@
+"""Leaf pages of the object index and the page map that routes keys to them.
+
+A page holds every version of every key in its range [lo, hi) (hi None: unbounded):
+
+    line 0:   {"format_version":1,"lo":"a","hi":"m","keys":["a1","b7",...]}
+    line i:   JSON array of key i's versions, newest first, in ObjectRecord.to_dict() form
+
+Keys are sorted (code point order == UTF-8 byte order). JSON escapes newlines, so the
+lines split without parsing, and a writer only decodes the lines of the keys it touches;
+re-encoding a page is a join of the untouched lines. A page names its own range, so a
+reader or writer that routed a key with a stale page map notices (the key is outside the
+page's range, or the page is gone) and reloads the map.
+
+The page map lists the pages in key order: `bounds[i]` is page i's lower bound (bounds[0]
+is ""), its upper bound is bounds[i + 1]. Bounds are shortest separators, not full keys.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, Self
+
+from blobstore.catalog.naming import shortest_separator
+from blobstore.catalog.records import FORMAT_VERSION, ObjectRecord
+
+
+def new_page_id() -> str:
+    return uuid.uuid4().hex[:20]
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def encode_versions(versions: list[dict[str, Any]]) -> bytes:
+    return _dumps(versions)
+
+
+def decode_versions(line: bytes) -> list[dict[str, Any]]:
+    value = json.loads(line)
+    assert isinstance(value, list), type(value)
+    return value
+
+
+@dataclass(slots=True)
+class IndexPage:
+    """A decoded page. Mutable while a commit builds it; never shared once written."""
+
+    page_id: str
+    lo: str
+    hi: str | None
+    keys: list[str]
+    lines: list[bytes]
+    version: int = -1  # the znode version it was read at (-1: not written yet)
+
+    def __post_init__(self) -> None:
+        assert len(self.keys) == len(self.lines), (len(self.keys), len(self.lines))
+
+    # ------------------------------------------------------------------ codec
+
+    def encode(self) -> bytes:
+        header = _dumps(
+            {"format_version": FORMAT_VERSION, "lo": self.lo, "hi": self.hi, "keys": self.keys}
+        )
+        return b"\n".join([header, *self.lines])
+
+    @classmethod
+    def decode(cls, page_id: str, buf: bytes, version: int) -> Self:
+        lines = buf.split(b"\n")
+        header = json.loads(lines[0])
+        if header.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"page {page_id}: unknown format_version {header.get('format_version')!r}"
+            )
+        keys = header["keys"]
+        body = lines[1:]
+        if len(keys) != len(body):
+            raise ValueError(f"page {page_id}: {len(keys)} keys but {len(body)} version lines")
+        return cls(page_id, header["lo"], header["hi"], keys, body, version)
+
+    def encoded_size(self) -> int:
+        header = len(_dumps({"format_version": FORMAT_VERSION, "lo": self.lo, "hi": self.hi}))
+        keys = sum(len(k.encode("utf-8")) + 3 for k in self.keys) + 10
+        return header + keys + sum(len(line) + 1 for line in self.lines)
+
+    # ------------------------------------------------------------------ access
+
+    def contains(self, key: str) -> bool:
+        return self.lo <= key and (self.hi is None or key < self.hi)
+
+    def copy(self) -> IndexPage:
+        return IndexPage(
+            self.page_id, self.lo, self.hi, list(self.keys), list(self.lines), self.version
+        )
+
+    def versions(self, key: str) -> list[dict[str, Any]]:
+        i = bisect.bisect_left(self.keys, key)
+        if i < len(self.keys) and self.keys[i] == key:
+            return decode_versions(self.lines[i])
+        return []
+
+    def set_versions(self, key: str, versions: list[dict[str, Any]]) -> None:
+        assert self.contains(key), (key, self.lo, self.hi)
+        i = bisect.bisect_left(self.keys, key)
+        present = i < len(self.keys) and self.keys[i] == key
+        if not versions:
+            if present:
+                del self.keys[i]
+                del self.lines[i]
+            return
+        line = encode_versions(versions)
+        if present:
+            self.lines[i] = line
+        else:
+            self.keys.insert(i, key)
+            self.lines.insert(i, line)
+
+    def records(self, bucket: str, index: int) -> list[ObjectRecord]:
+        key = self.keys[index]
+        return [
+            ObjectRecord.from_dict(bucket, key, d, is_latest=(n == 0))
+            for n, d in enumerate(decode_versions(self.lines[index]))
+        ]
+
+    # ------------------------------------------------------------------ split / merge
+
+    def split(self, target_bytes: int) -> list[IndexPage]:
+        """Cut into consecutive pages of about target_bytes each; the first keeps this
+        page's id (and version, for the CAS), the others get new ids."""
+        pieces: list[IndexPage] = []
+        start = 0
+        acc = 0
+        for i, line in enumerate(self.lines):
+            acc += len(line) + len(self.keys[i]) + 4
+            last = i == len(self.lines) - 1
+            if acc >= target_bytes and not last:
+                pieces.append(self._slice(start, i + 1))
+                start = i + 1
+                acc = 0
+        pieces.append(self._slice(start, len(self.keys)))
+        # Bounds between pieces: shortest separators; the outer bounds stay.
+        for left, right in zip(pieces, pieces[1:], strict=False):
+            sep = shortest_separator(left.keys[-1], right.keys[0])
+            left.hi = sep
+            right.lo = sep
+        pieces[0].lo = self.lo
+        pieces[-1].hi = self.hi
+        pieces[0].page_id = self.page_id
+        pieces[0].version = self.version
+        for piece in pieces[1:]:
+            piece.page_id = new_page_id()
+            piece.version = -1
+        return pieces
+
+    def _slice(self, start: int, end: int) -> IndexPage:
+        return IndexPage("", self.lo, self.hi, self.keys[start:end], self.lines[start:end])
+
+    def merged_with(self, right: IndexPage) -> IndexPage:
+        """This page followed by its right neighbour, under this page's id."""
+        assert self.hi is not None and self.hi == right.lo, (self.hi, right.lo)
+        return IndexPage(
+            self.page_id,
+            self.lo,
+            right.hi,
+            self.keys + right.keys,
+            self.lines + right.lines,
+            self.version,
+        )
+
+    def check(self) -> None:
+        """Invariants, checked before a page is written."""
+        for a, b in zip(self.keys, self.keys[1:], strict=False):
+            assert a < b, ("keys out of order", self.page_id, a, b)
+        if self.keys:
+            assert self.contains(self.keys[0]), (self.page_id, self.lo, self.keys[0])
+            assert self.contains(self.keys[-1]), (self.page_id, self.hi, self.keys[-1])
+
+
+@dataclass(frozen=True, slots=True)
+class PageMap:
+    bounds: tuple[str, ...]  # lower bound of each page; bounds[0] == ""
+    page_ids: tuple[str, ...]
+    version: int = -1
+
+    def __post_init__(self) -> None:
+        assert len(self.bounds) == len(self.page_ids) >= 1, (len(self.bounds), len(self.page_ids))
+        assert self.bounds[0] == "", self.bounds[0]
+
+    def index_of(self, key: str) -> int:
+        return bisect.bisect_right(self.bounds, key) - 1
+
+    def page_for(self, key: str) -> str:
+        return self.page_ids[self.index_of(key)]
+
+    def position(self, page_id: str) -> int:
+        """Index of a page, or -1 when this map does not list it."""
+        try:
+            return self.page_ids.index(page_id)
+        except ValueError:
+            return -1
+
+    def upper_bound(self, index: int) -> str | None:
+        return self.bounds[index + 1] if index + 1 < len(self.bounds) else None
+
+    def replace(self, index: int, pages: list[IndexPage], remove: int = 1) -> PageMap:
+        """A map where entries index..index+remove-1 are replaced by `pages`."""
+        bounds = list(self.bounds)
+        ids = list(self.page_ids)
+        bounds[index : index + remove] = [p.lo for p in pages]
+        ids[index : index + remove] = [p.page_id for p in pages]
+        return PageMap(tuple(bounds), tuple(ids), self.version)
+
+    def encode(self) -> bytes:
+        return _dumps(
+            {
+                "format_version": FORMAT_VERSION,
+                "bounds": list(self.bounds),
+                "pages": list(self.page_ids),
+            }
+        )
+
+    @classmethod
+    def decode(cls, buf: bytes, version: int) -> Self:
+        d = json.loads(buf)
+        if d.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"page map: unknown format_version {d.get('format_version')!r}")
+        return cls(tuple(d["bounds"]), tuple(d["pages"]), version)

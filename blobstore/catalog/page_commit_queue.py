@@ -1,0 +1,342 @@
+"""Group commit of object mutations that land on the same index page.
+
+One queue per (bucket, page) with mutations waiting (bounded: a full queue refuses work
+with CatalogBusyError, the gateway's SlowDown). One writer task drains it: it takes every
+waiting mutation (up to commit_batch_max), applies them in arrival order to a copy of the
+page, and writes the page with one compare-and-set (a `multi` that also checks the bucket
+record's version, so a versioning change or a bucket deletion is never missed). Arrivals
+during that write form the next batch: a ZooKeeper write costs ~3 ms, so under load each
+write carries many mutations.
+
+Within an attempt, a mutation whose precondition fails (If-Match, If-None-Match) fails
+alone; one whose key left this page (split or merge by another process) is routed again.
+On a version conflict the page is read again and the batch re-applied, with jittered
+backoff, an attempt cap and a deadline. A page grown past page_split_bytes is split in
+the same write: one multi sets this page, creates the new pages and sets the page map,
+with version checks on the page and the map.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from blobstore.catalog import metrics
+from blobstore.catalog._private import UNKNOWN_OUTCOME_ERRORS
+from blobstore.catalog.config import PAGE_BYTES_HARD_MAX, PAGE_MAP_BYTES_MAX
+from blobstore.catalog.errors import (
+    CatalogBusyError,
+    CatalogError,
+    CatalogUnavailableError,
+    NoSuchBucketError,
+    RecordTooLargeError,
+)
+from blobstore.catalog.page import IndexPage, PageMap
+from blobstore.catalog.records import BucketRecord
+
+if TYPE_CHECKING:
+    from blobstore.catalog.object_index import ObjectIndex
+
+logger = logging.getLogger(__name__)
+
+# apply(versions, bucket) -> (new versions, or None when nothing changes; result)
+ApplyFunction = Callable[
+    [list[dict[str, Any]], BucketRecord], tuple[list[dict[str, Any]] | None, Any]
+]
+
+
+class ExtraOperationsFailedError(CatalogError):
+    """The extra operations of a mutation (e.g. deleting an upload's parts) failed their
+    version checks while the page itself was unchanged."""
+
+
+@dataclass(eq=False, slots=True)
+class Mutation:
+    bucket: str
+    key: str
+    apply: ApplyFunction
+    extra_operations: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    future: asyncio.Future[Any] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    submitted: float = field(default_factory=time.monotonic)
+    reroutes: int = 0
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+    def succeed(self, result: Any) -> None:
+        if not self.future.done():
+            self.future.set_result(result)
+
+
+class PageCommitQueue:
+    def __init__(self, index: ObjectIndex, bucket: str, page_id: str) -> None:
+        self.index = index
+        self.bucket = bucket
+        self.page_id = page_id
+        self.page: IndexPage | None = None  # as last written or read by this queue
+        self._waiting: deque[Mutation] = deque()
+        self._task: asyncio.Task[None] | None = None
+
+    def submit(self, mutation: Mutation) -> None:
+        if len(self._waiting) >= self.index.config.commit_queue_max:
+            metrics.BUSY.labels("queue").inc()
+            mutation.fail(CatalogBusyError(f"commit queue of bucket {self.bucket!r} is full"))
+            return
+        self._waiting.append(mutation)
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._drain())
+            self.index.track(self._task)
+
+    async def _drain(self) -> None:
+        config = self.index.config
+        try:
+            while self._waiting:
+                if config.commit_group_wait_ms > 0:
+                    await asyncio.sleep(config.commit_group_wait_ms / 1000.0)
+                batch = self._take_batch(config.commit_batch_max)
+                try:
+                    await self._commit(batch)
+                except Exception as e:  # noqa: BLE001 - a bug must not strand the waiters
+                    logger.exception(
+                        "catalog commit failed bucket=%s page=%s", self.bucket, self.page_id
+                    )
+                    for mutation in batch:
+                        mutation.fail(e)
+        finally:
+            self._task = None
+            if self._waiting:  # cancelled while work was waiting
+                for mutation in self._waiting:
+                    mutation.fail(CatalogBusyError("catalog is closing"))
+                self._waiting.clear()
+            self.index.queue_idle(self)
+
+    def _take_batch(self, batch_max: int) -> list[Mutation]:
+        """Waiting mutations in arrival order; one carrying extra operations goes alone
+        (a failed check among them must not fail its neighbours)."""
+        batch: list[Mutation] = []
+        while self._waiting and len(batch) < batch_max:
+            solo = bool(self._waiting[0].extra_operations)
+            if solo and batch:
+                break
+            batch.append(self._waiting.popleft())
+            if solo:
+                break
+        return batch
+
+    # ------------------------------------------------------------------ one batch
+
+    async def _commit(self, batch: list[Mutation]) -> None:
+        index = self.index
+        retry = index.retry_policy.start()
+        page: IndexPage | None = None
+        pending = [m for m in batch if not m.future.done()]
+        unknown_outcome = False
+        while pending:
+            try:
+                bucket, bucket_version = await index.bucket_state(
+                    self.bucket, fresh=retry.attempt > 1
+                )
+                page = self.page
+                if page is None:
+                    page = await index.read_page(self.bucket, self.page_id)
+                if page is None:  # merged away
+                    for mutation in pending:
+                        index.reroute(mutation)
+                    return
+                work = page.copy()
+                applied: list[tuple[Mutation, Any]] = []
+                changed = False
+                for mutation in pending:
+                    if not work.contains(mutation.key):
+                        index.reroute(mutation)
+                        continue
+                    try:
+                        versions, result = mutation.apply(work.versions(mutation.key), bucket)
+                    except CatalogError as e:
+                        mutation.fail(e)
+                        continue
+                    if versions is not None:
+                        work.set_versions(mutation.key, versions)
+                        changed = True
+                    applied.append((mutation, result))
+                pending = [m for m, _ in applied]
+                if not changed:
+                    for mutation, result in applied:
+                        mutation.succeed(result)
+                    return
+                written = await self._write(page, work, bucket_version, pending)
+            except BadVersionError:
+                metrics.CAS_CONFLICTS.inc()
+                if await self._extra_operations_failed(pending, page):
+                    return
+                self.page = None
+                if not await retry.backoff("conflict"):
+                    self._fail_all(
+                        pending,
+                        CatalogBusyError(f"bucket {self.bucket!r}: too many write conflicts"),
+                    )
+                    return
+                continue
+            except NoNodeError:
+                self.page = None
+                if not await self._bucket_exists():
+                    self._fail_all(pending, NoSuchBucketError(self.bucket))
+                    return
+                if await self._extra_operations_failed(pending, page):
+                    return
+                if not await retry.backoff("moved"):
+                    self._fail_all(
+                        pending, CatalogBusyError(f"bucket {self.bucket!r}: index kept moving")
+                    )
+                    return
+                continue
+            except NoSuchBucketError as e:
+                self._fail_all(pending, e)
+                return
+            except RecordTooLargeError as e:
+                self._fail_all(pending, e)
+                return
+            except UNKNOWN_OUTCOME_ERRORS as e:
+                # The write may have happened. Every mutation is idempotent, so trying
+                # again finds its own result when it did.
+                unknown_outcome = True
+                self.page = None
+                if not await retry.backoff("unavailable"):
+                    self._fail_all(
+                        pending, CatalogUnavailableError(f"commit outcome unknown: {e!r}")
+                    )
+                    return
+                continue
+            if unknown_outcome:
+                logger.info(
+                    "catalog commit retried after unknown outcome bucket=%s page=%s",
+                    self.bucket,
+                    self.page_id,
+                )
+            metrics.MUTATIONS.inc(len(applied))
+            metrics.BATCH_SIZE.observe(len(applied))
+            for mutation, result in applied:
+                mutation.succeed(result)
+            if written.encoded_size() < index.config.page_merge_bytes:
+                await index.try_merge(self.bucket, self.page_id)
+            return
+
+    async def _write(
+        self, page: IndexPage, work: IndexPage, bucket_version: int, batch: list[Mutation]
+    ) -> IndexPage:
+        """One compare-and-set of the page (split when it grew too large); returns the page
+        as written, its version updated."""
+        index = self.index
+        paths = index.paths
+        config = index.config
+        encoded = work.encode()
+        operations: list[tuple[str, tuple[Any, ...]]] = [
+            ("check", (paths.bucket(self.bucket), bucket_version))
+        ]
+        for mutation in batch:
+            operations.extend(mutation.extra_operations)
+        pieces = [work]
+        page_map: PageMap | None = None
+        if len(encoded) > config.page_split_bytes:
+            pieces = work.split(config.page_split_bytes // 2)
+        if len(pieces) > 1:
+            page_map = await self._map_for_split(work)
+            if page_map is not None:
+                new_map = page_map.replace(page_map.position(work.page_id), pieces)
+                encoded_map = new_map.encode()
+                if len(encoded_map) > PAGE_MAP_BYTES_MAX:
+                    logger.warning(
+                        "page map full bucket=%s pages=%d", self.bucket, len(new_map.page_ids)
+                    )
+                    page_map = None
+            if page_map is None:
+                pieces = [work]
+        if len(pieces) == 1:
+            if len(encoded) > PAGE_BYTES_HARD_MAX:
+                raise RecordTooLargeError(
+                    f"index page of bucket {self.bucket!r}", len(encoded), PAGE_BYTES_HARD_MAX
+                )
+            work.check()
+            operations.append(
+                ("set", (paths.page(self.bucket, work.page_id), encoded, page.version))
+            )
+            await index.zk.multi(operations)
+            metrics.COMMITS.labels("page").inc()
+            work.version = page.version + 1
+            self.page = work
+            return work
+        assert page_map is not None
+        for piece in pieces:
+            piece.check()
+        first, rest = pieces[0], pieces[1:]
+        operations.append(
+            ("set", (paths.page(self.bucket, first.page_id), first.encode(), page.version))
+        )
+        for piece in rest:
+            operations.append(("create", (paths.page(self.bucket, piece.page_id), piece.encode())))
+        operations.append(("set", (paths.page_map(self.bucket), encoded_map, page_map.version)))
+        try:
+            await index.zk.multi(operations)
+        except NodeExistsError:  # a new page id collided: retry with fresh ids
+            raise BadVersionError() from None
+        except BadVersionError:
+            self.index.mark_map_stale(self.bucket)  # the page or the map moved on
+            raise
+        metrics.COMMITS.labels("split").inc()
+        metrics.PAGE_SPLITS.inc(len(rest))
+        index.map_written(
+            self.bucket, PageMap(new_map.bounds, new_map.page_ids, page_map.version + 1)
+        )
+        first.version = page.version + 1
+        self.page = first
+        logger.debug(
+            "index page split bucket=%s page=%s pieces=%d", self.bucket, work.page_id, len(pieces)
+        )
+        return first
+
+    async def _map_for_split(self, work: IndexPage) -> PageMap | None:
+        """The page map, if it agrees with the page's range (read again when stale)."""
+        for fresh in (False, True):
+            page_map = await self.index.page_map(self.bucket, fresh=fresh)
+            pos = page_map.position(work.page_id)
+            if (
+                pos >= 0
+                and page_map.bounds[pos] == work.lo
+                and page_map.upper_bound(pos) == work.hi
+            ):
+                return page_map
+        raise BadVersionError()  # the page changed after it was read: the CAS would fail
+
+    async def _bucket_exists(self) -> bool:
+        try:
+            await self.index.bucket_state(self.bucket, fresh=True)
+        except NoSuchBucketError:
+            return False
+        return True
+
+    async def _extra_operations_failed(
+        self, pending: list[Mutation], page: IndexPage | None
+    ) -> bool:
+        """For a solo mutation with extra operations: when the page is unchanged, the extra
+        operations' checks failed; report that to the caller instead of retrying."""
+        if len(pending) != 1 or not pending[0].extra_operations or page is None:
+            return False
+        current = await self.index.read_page(self.bucket, self.page_id)
+        if current is None or current.version != page.version:
+            return False
+        pending[0].fail(ExtraOperationsFailedError("extra operations failed their checks"))
+        return True
+
+    def _fail_all(self, pending: list[Mutation], error: CatalogError) -> None:
+        for mutation in pending:
+            mutation.fail(error)

@@ -1,0 +1,367 @@
+"""Catalog records: buckets, objects (one record per version), multipart uploads and parts,
+plus the result types the catalog returns.
+
+Every record is a frozen, slotted dataclass. `encode()` gives JSON bytes carrying
+`format_version`; `decode()` rejects versions this code does not know. Inside index pages
+object records are stored in their compact dict form (`to_dict()`: fields holding their
+default value are left out; the page header carries the format version).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+FORMAT_VERSION = 1
+NULL_VERSION_ID = "null"
+VERSIONING_UNSET = ""
+VERSIONING_ENABLED = "Enabled"
+VERSIONING_SUSPENDED = "Suspended"
+VERSIONING_STATES = (VERSIONING_UNSET, VERSIONING_ENABLED, VERSIONING_SUSPENDED)
+STORAGE_CLASS_DEFAULT = "STANDARD"
+CONTENT_TYPE_DEFAULT = "binary/octet-stream"
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _loads_versioned(buf: bytes, what: str) -> dict[str, Any]:
+    value = json.loads(buf)
+    if not isinstance(value, dict):
+        raise ValueError(f"{what}: expected a JSON object")
+    version = value.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ValueError(f"{what}: unknown format_version {version!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Extent:
+    """Where some bytes of an object live: entries first_entry..last_entry of one ledger."""
+
+    ledger_id: int
+    first_entry: int  # first entry id in that ledger
+    last_entry: int  # last entry id (inclusive)
+    length: int  # bytes in this extent
+    entry_size: int  # payload bytes per entry (all entries but the last are full)
+
+    def __post_init__(self) -> None:
+        assert self.ledger_id >= 0, self.ledger_id
+        assert 0 <= self.first_entry <= self.last_entry, (self.first_entry, self.last_entry)
+        assert self.length >= 0, self.length
+        assert self.entry_size > 0, self.entry_size
+
+    def to_list(self) -> list[int]:
+        return [self.ledger_id, self.first_entry, self.last_entry, self.length, self.entry_size]
+
+    @classmethod
+    def from_list(cls, value: list[int]) -> Self:
+        return cls(*value)
+
+
+@dataclass(frozen=True, slots=True)
+class PartInfo:
+    """One part of a completed multipart object (for GetObject?partNumber and ETags)."""
+
+    part_number: int
+    size: int
+    etag: str
+    checksums: dict[str, str] = field(default_factory=dict)
+
+    def to_list(self) -> list[Any]:
+        if self.checksums:
+            return [self.part_number, self.size, self.etag, self.checksums]
+        return [self.part_number, self.size, self.etag]
+
+    @classmethod
+    def from_list(cls, value: list[Any]) -> Self:
+        return cls(value[0], value[1], value[2], dict(value[3]) if len(value) > 3 else {})
+
+
+@dataclass(frozen=True, slots=True)
+class BucketRecord:
+    name: str
+    owner: str
+    created: float  # epoch seconds
+    region: str = "us-east-1"
+    versioning: str = VERSIONING_UNSET  # "" never set | "Enabled" | "Suspended"
+    tags: dict[str, str] = field(default_factory=dict)
+    cors: list[Any] | None = None  # JSON-able rules
+    lifecycle: list[Any] | None = None  # JSON-able rules
+    settings: dict[str, Any] = field(default_factory=dict)  # other JSON-able bucket settings
+
+    def __post_init__(self) -> None:
+        assert self.versioning in VERSIONING_STATES, self.versioning
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "name": self.name,
+            "owner": self.owner,
+            "created": self.created,
+            "region": self.region,
+            "versioning": self.versioning,
+            "tags": self.tags,
+            "cors": self.cors,
+            "lifecycle": self.lifecycle,
+            "settings": self.settings,
+        }
+
+    def encode(self) -> bytes:
+        return _dumps(self.to_dict())
+
+    @classmethod
+    def decode(cls, buf: bytes) -> Self:
+        d = _loads_versioned(buf, "bucket record")
+        return cls(
+            name=d["name"],
+            owner=d["owner"],
+            created=float(d["created"]),
+            region=d.get("region", "us-east-1"),
+            versioning=d.get("versioning", VERSIONING_UNSET),
+            tags=dict(d.get("tags") or {}),
+            cors=d.get("cors"),
+            lifecycle=d.get("lifecycle"),
+            settings=dict(d.get("settings") or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRecord:
+    """One version of one object (or a delete marker)."""
+
+    bucket: str
+    key: str
+    version_id: str = NULL_VERSION_ID  # assigned by the catalog on put
+    size: int = 0
+    etag: str = ""  # hex without quotes, or "<hex>-N" for multipart
+    last_modified: float = 0.0  # epoch seconds
+    content_type: str = CONTENT_TYPE_DEFAULT
+    metadata: dict[str, str] = field(default_factory=dict)  # x-amz-meta-*
+    system_metadata: dict[str, str] = field(default_factory=dict)  # Content-Encoding, ...
+    checksums: dict[str, str] = field(default_factory=dict)  # {"CRC32": b64, "type": ...}
+    storage_class: str = STORAGE_CLASS_DEFAULT
+    extents: tuple[Extent, ...] = ()
+    parts: tuple[PartInfo, ...] = ()
+    is_delete_marker: bool = False
+    owner: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+    tier_location: str | None = None
+    is_latest: bool = False  # filled by reads and listings, never stored
+
+    def __post_init__(self) -> None:
+        assert self.size >= 0, self.size
+        assert isinstance(self.extents, tuple), type(self.extents)
+        assert isinstance(self.parts, tuple), type(self.parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Compact form stored in index pages: defaults are left out, bucket and key too
+        (the page knows them)."""
+        d: dict[str, Any] = {"v": self.version_id}
+        if self.is_delete_marker:
+            d["dm"] = True
+        if self.size:
+            d["size"] = self.size
+        if self.etag:
+            d["etag"] = self.etag
+        d["mtime"] = self.last_modified
+        if self.content_type != CONTENT_TYPE_DEFAULT:
+            d["ct"] = self.content_type
+        if self.metadata:
+            d["meta"] = self.metadata
+        if self.system_metadata:
+            d["sys"] = self.system_metadata
+        if self.checksums:
+            d["ck"] = self.checksums
+        if self.storage_class != STORAGE_CLASS_DEFAULT:
+            d["sc"] = self.storage_class
+        if self.extents:
+            d["ext"] = [e.to_list() for e in self.extents]
+        if self.parts:
+            d["parts"] = [p.to_list() for p in self.parts]
+        if self.owner:
+            d["owner"] = self.owner
+        if self.tags:
+            d["tags"] = self.tags
+        if self.tier_location is not None:
+            d["tier"] = self.tier_location
+        return d
+
+    @classmethod
+    def from_dict(cls, bucket: str, key: str, d: dict[str, Any], is_latest: bool = False) -> Self:
+        return cls(
+            bucket=bucket,
+            key=key,
+            version_id=d["v"],
+            size=d.get("size", 0),
+            etag=d.get("etag", ""),
+            last_modified=d.get("mtime", 0.0),
+            content_type=d.get("ct", CONTENT_TYPE_DEFAULT),
+            metadata=d.get("meta") or {},
+            system_metadata=d.get("sys") or {},
+            checksums=d.get("ck") or {},
+            storage_class=d.get("sc", STORAGE_CLASS_DEFAULT),
+            extents=tuple(Extent.from_list(e) for e in d.get("ext", ())),
+            parts=tuple(PartInfo.from_list(p) for p in d.get("parts", ())),
+            is_delete_marker=d.get("dm", False),
+            owner=d.get("owner", ""),
+            tags=d.get("tags") or {},
+            tier_location=d.get("tier"),
+            is_latest=is_latest,
+        )
+
+    def encode(self) -> bytes:
+        d = self.to_dict()
+        d["format_version"] = FORMAT_VERSION
+        d["bucket"] = self.bucket
+        d["key"] = self.key
+        return _dumps(d)
+
+    @classmethod
+    def decode(cls, buf: bytes) -> Self:
+        d = _loads_versioned(buf, "object record")
+        return cls.from_dict(d["bucket"], d["key"], d)
+
+    def same_version(self, other: ObjectRecord) -> bool:
+        """Equal as stored (ignores `is_latest`, which listings fill in)."""
+        return (
+            self.bucket == other.bucket
+            and self.key == other.key
+            and self.to_dict() == other.to_dict()
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UploadRecord:
+    """A multipart upload in progress."""
+
+    bucket: str
+    key: str
+    upload_id: str = ""  # assigned by create_upload
+    initiated: float = 0.0
+    owner: str = ""
+    content_type: str = CONTENT_TYPE_DEFAULT
+    metadata: dict[str, str] = field(default_factory=dict)
+    system_metadata: dict[str, str] = field(default_factory=dict)
+    storage_class: str = STORAGE_CLASS_DEFAULT
+    checksum_algorithm: str = ""
+    checksum_type: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "bucket": self.bucket,
+            "key": self.key,
+            "upload_id": self.upload_id,
+            "initiated": self.initiated,
+            "owner": self.owner,
+            "content_type": self.content_type,
+            "metadata": self.metadata,
+            "system_metadata": self.system_metadata,
+            "storage_class": self.storage_class,
+            "checksum_algorithm": self.checksum_algorithm,
+            "checksum_type": self.checksum_type,
+            "tags": self.tags,
+        }
+
+    def encode(self) -> bytes:
+        return _dumps(self.to_dict())
+
+    @classmethod
+    def decode(cls, buf: bytes) -> Self:
+        d = _loads_versioned(buf, "upload record")
+        d.pop("format_version")
+        return cls(**d)
+
+
+@dataclass(frozen=True, slots=True)
+class PartRecord:
+    """One uploaded part of a multipart upload."""
+
+    part_number: int
+    size: int
+    etag: str
+    last_modified: float = 0.0
+    checksums: dict[str, str] = field(default_factory=dict)
+    extents: tuple[Extent, ...] = ()
+
+    def __post_init__(self) -> None:
+        assert 1 <= self.part_number <= 10_000, self.part_number
+        assert self.size >= 0, self.size
+
+    def encode(self) -> bytes:
+        return _dumps(
+            {
+                "format_version": FORMAT_VERSION,
+                "part_number": self.part_number,
+                "size": self.size,
+                "etag": self.etag,
+                "last_modified": self.last_modified,
+                "checksums": self.checksums,
+                "extents": [e.to_list() for e in self.extents],
+            }
+        )
+
+    @classmethod
+    def decode(cls, buf: bytes) -> Self:
+        d = _loads_versioned(buf, "part record")
+        return cls(
+            part_number=d["part_number"],
+            size=d["size"],
+            etag=d["etag"],
+            last_modified=d.get("last_modified", 0.0),
+            checksums=dict(d.get("checksums") or {}),
+            extents=tuple(Extent.from_list(e) for e in d.get("extents", ())),
+        )
+
+
+# ---------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    record: ObjectRecord  # as committed (version id assigned)
+    garbage: list[ObjectRecord]  # records whose bytes are no longer referenced
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    version_id: str | None  # the marker created, or the version removed; None if nothing
+    delete_marker: bool  # a marker was created, or the version removed was a marker
+    garbage: list[ObjectRecord]
+
+
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    contents: list[ObjectRecord]
+    common_prefixes: list[str]
+    is_truncated: bool
+    next_start_after: str  # "" when not truncated
+
+
+@dataclass(frozen=True, slots=True)
+class VersionListResult:
+    versions: list[ObjectRecord]  # delete markers included, is_latest set
+    common_prefixes: list[str]
+    is_truncated: bool
+    next_key_marker: str
+    next_version_id_marker: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartListResult:
+    parts: list[PartRecord]
+    is_truncated: bool
+    next_part_number_marker: int
+
+
+@dataclass(frozen=True, slots=True)
+class UploadListResult:
+    uploads: list[UploadRecord]
+    common_prefixes: list[str]
+    is_truncated: bool
+    next_key_marker: str
+    next_upload_id_marker: str

@@ -1,0 +1,252 @@
+"""Multipart uploads: one znode per upload, one child znode per part.
+
+    uploads/<bucket>/<upload id>              UploadRecord
+    uploads/<bucket>/<upload id>/part-00001   PartRecord
+
+Parallel part uploads write different znodes and never contend. Replacing a part is a
+compare-and-set on its znode and returns the replaced part (its extents are garbage).
+Abort deletes the parts and the upload in one multi with version checks, so a part written
+concurrently is either returned as garbage or makes the abort retry. Completion is done by
+the catalog as one multi: the object's index page, plus deletion of every part and of the
+upload (version-checked), so the object appears exactly when the upload disappears.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import replace
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+
+from blobstore.catalog._private import zookeeper_errors
+from blobstore.catalog.config import CatalogConfig, CatalogPaths
+from blobstore.catalog.errors import (
+    CatalogBusyError,
+    NoSuchBucketError,
+    NoSuchUploadError,
+)
+from blobstore.catalog.naming import prefix_successor, validate_key
+from blobstore.catalog.records import PartListResult, PartRecord, UploadListResult, UploadRecord
+from blobstore.catalog.retry import CasRetryPolicy
+from blobstore.zk import ZooKeeperClient
+
+_READ_CONCURRENCY = 64
+PARTS_MAX = 10_000
+
+
+def new_upload_id() -> str:
+    """Unique; sorts by initiation time (S3 lists uploads of one key oldest first)."""
+    return f"{time.time_ns():016x}{os.urandom(8).hex()}"
+
+
+def _is_upload_id(upload_id: str) -> bool:
+    return 1 <= len(upload_id) <= 64 and all(c in "0123456789abcdef" for c in upload_id)
+
+
+VersionedPart = tuple[PartRecord, int]
+
+
+class MultipartUploads:
+    def __init__(self, zk: ZooKeeperClient, config: CatalogConfig, paths: CatalogPaths) -> None:
+        self.zk = zk
+        self.config = config
+        self.paths = paths
+        self.retry_policy = CasRetryPolicy(
+            config.cas_attempts_max,
+            config.cas_deadline_s,
+            config.cas_backoff_initial_ms,
+            config.cas_backoff_max_ms,
+        )
+
+    async def create(self, record: UploadRecord) -> UploadRecord:
+        validate_key(record.key)
+        record = replace(
+            record, upload_id=new_upload_id(), initiated=record.initiated or time.time()
+        )
+        with zookeeper_errors("create upload"):
+            try:
+                await self.zk.multi(
+                    [
+                        ("check", (self.paths.bucket(record.bucket), -1)),
+                        (
+                            "create",
+                            (self.paths.upload(record.bucket, record.upload_id), record.encode()),
+                        ),
+                    ]
+                )
+            except NoNodeError:
+                raise NoSuchBucketError(record.bucket) from None
+        return record
+
+    async def get(self, bucket: str, upload_id: str) -> tuple[UploadRecord, int]:
+        if not _is_upload_id(upload_id):
+            raise NoSuchUploadError(bucket, upload_id)
+        with zookeeper_errors("read upload"):
+            try:
+                value = await self.zk.get(self.paths.upload(bucket, upload_id))
+            except NoNodeError:
+                if await self.zk.exists(self.paths.bucket(bucket)) is None:
+                    raise NoSuchBucketError(bucket) from None
+                raise NoSuchUploadError(bucket, upload_id) from None
+        return UploadRecord.decode(value.value), value.version
+
+    async def put_part(self, bucket: str, upload_id: str, part: PartRecord) -> PartRecord | None:
+        if not _is_upload_id(upload_id):
+            raise NoSuchUploadError(bucket, upload_id)
+        path = self.paths.part(bucket, upload_id, part.part_number)
+        data = part.encode()
+        retry = self.retry_policy.start()
+        with zookeeper_errors("write part"):
+            while True:
+                try:
+                    await self.zk.create(path, data)
+                    return None
+                except NoNodeError:
+                    raise NoSuchUploadError(bucket, upload_id) from None
+                except NodeExistsError:
+                    pass
+                try:
+                    old = await self.zk.get(path)
+                    await self.zk.set(path, data, old.version)
+                    return PartRecord.decode(old.value)
+                except (NoNodeError, BadVersionError):
+                    if not await retry.backoff("part"):
+                        raise CatalogBusyError(
+                            f"upload {upload_id!r}: part kept changing"
+                        ) from None
+
+    async def parts(self, bucket: str, upload_id: str) -> dict[int, VersionedPart]:
+        """Every part with its znode version (NoSuchUploadError when the upload is gone)."""
+        if not _is_upload_id(upload_id):
+            raise NoSuchUploadError(bucket, upload_id)
+        path = self.paths.upload(bucket, upload_id)
+        with zookeeper_errors("list parts"):
+            try:
+                children = await self.zk.get_children(path)
+            except NoNodeError:
+                raise NoSuchUploadError(bucket, upload_id) from None
+            names = [c for c in children if c.startswith("part-")]
+            values = await _gather_bounded([self._get_versioned(f"{path}/{n}") for n in names])
+        result: dict[int, VersionedPart] = {}
+        for value in values:
+            if value is not None:
+                part = PartRecord.decode(value[0])
+                result[part.part_number] = (part, value[1])
+        return result
+
+    async def _get_versioned(self, path: str) -> tuple[bytes, int] | None:
+        try:
+            value = await self.zk.get(path)
+        except NoNodeError:
+            return None
+        return value.value, value.version
+
+    async def list_parts(
+        self, bucket: str, upload_id: str, part_number_marker: int, max_parts: int
+    ) -> PartListResult:
+        parts = await self.parts(bucket, upload_id)
+        numbers = sorted(n for n in parts if n > part_number_marker)
+        chosen = numbers[: max(max_parts, 0)]
+        truncated = len(numbers) > len(chosen)
+        return PartListResult(
+            [parts[n][0] for n in chosen], truncated, chosen[-1] if truncated and chosen else 0
+        )
+
+    async def list_uploads(
+        self,
+        bucket: str,
+        *,
+        prefix: str,
+        delimiter: str,
+        key_marker: str,
+        upload_id_marker: str,
+        max_uploads: int,
+    ) -> UploadListResult:
+        path = self.paths.bucket_uploads(bucket)
+        with zookeeper_errors("list uploads"):
+            await self.zk.sync(path)
+            try:
+                children = await self.zk.get_children(path)
+            except NoNodeError:
+                raise NoSuchBucketError(bucket) from None
+            values = await _gather_bounded([self._get_versioned(f"{path}/{c}") for c in children])
+        uploads = sorted(
+            (UploadRecord.decode(v[0]) for v in values if v is not None),
+            key=lambda u: (u.key, u.upload_id),
+        )
+        result: list[UploadRecord] = []
+        common_prefixes: list[str] = []
+        skip_below: str | None = None
+        truncated = False
+        last_key = last_upload = ""
+        for upload in uploads:
+            key = upload.key
+            if not key.startswith(prefix):
+                continue
+            if key_marker:
+                if key < key_marker:
+                    continue
+                if key == key_marker and (
+                    not upload_id_marker or upload.upload_id <= upload_id_marker
+                ):
+                    continue
+            if skip_below is not None and key < skip_below:
+                continue
+            common = None
+            if delimiter:
+                j = key.find(delimiter, len(prefix))
+                if j >= 0:
+                    common = key[: j + len(delimiter)]
+            if common is not None and key_marker and common <= key_marker:
+                continue  # rolled up on an earlier page
+            if len(result) + len(common_prefixes) >= max_uploads:
+                truncated = True
+                break
+            if common is not None:
+                common_prefixes.append(common)
+                last_key, last_upload = common, ""
+                skip_below = prefix_successor(common) or "\U0010ffff" * 2
+                continue
+            result.append(upload)
+            last_key, last_upload = key, upload.upload_id
+        if not truncated:
+            last_key = last_upload = ""
+        return UploadListResult(result, common_prefixes, truncated, last_key, last_upload)
+
+    def cleanup_operations(
+        self, bucket: str, upload_id: str, upload_version: int, parts: dict[int, VersionedPart]
+    ) -> list[tuple[str, tuple[Any, ...]]]:
+        """Multi operations deleting every part and the upload, all version-checked."""
+        operations: list[tuple[str, tuple[Any, ...]]] = [
+            ("delete", (self.paths.part(bucket, upload_id, n), version))
+            for n, (_, version) in sorted(parts.items())
+        ]
+        operations.append(("delete", (self.paths.upload(bucket, upload_id), upload_version)))
+        return operations
+
+    async def abort(self, bucket: str, upload_id: str) -> list[PartRecord]:
+        retry = self.retry_policy.start()
+        while True:
+            _, version = await self.get(bucket, upload_id)
+            parts = await self.parts(bucket, upload_id)
+            with zookeeper_errors("abort upload"):
+                try:
+                    await self.zk.multi(self.cleanup_operations(bucket, upload_id, version, parts))
+                except (BadVersionError, NoNodeError, NotEmptyError):
+                    if not await retry.backoff("abort"):
+                        raise CatalogBusyError(f"upload {upload_id!r} kept changing") from None
+                    continue
+            return [p for _, (p, _) in sorted(parts.items())]
+
+
+async def _gather_bounded(coroutines: list[Any]) -> list[Any]:
+    semaphore = asyncio.Semaphore(_READ_CONCURRENCY)
+
+    async def one(coroutine: Any) -> Any:
+        async with semaphore:
+            return await coroutine
+
+    return list(await asyncio.gather(*(one(c) for c in coroutines)))

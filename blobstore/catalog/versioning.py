@@ -1,0 +1,224 @@
+"""S3 versioning semantics on one key's version list (dicts in ObjectRecord.to_dict()
+form, newest first). Pure functions: the commit queue applies them to a page copy inside
+each compare-and-set attempt, so preconditions are checked against the state committed.
+
+Every mutation is idempotent: its version id (or, for the null version, its whole record)
+is fixed before the first attempt, and an attempt that finds its own result already in the
+list reports success without changing anything. That makes retrying after an unknown
+outcome (connection loss in the middle of a write) safe.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from blobstore.catalog.errors import (
+    PreconditionFailedError,
+    RecordTooLargeError,
+)
+from blobstore.catalog.records import (
+    NULL_VERSION_ID,
+    VERSIONING_ENABLED,
+    VERSIONING_SUSPENDED,
+    ObjectRecord,
+)
+
+VersionList = list[dict[str, Any]]
+
+_TIME_HEX_DIGITS = 14
+_TIME_MAX = (1 << (4 * _TIME_HEX_DIGITS)) - 1
+_TOKEN_HEX_DIGITS = 10
+_lock = threading.Lock()
+_last_micros = 0
+
+
+def new_version_id(now_s: float | None = None) -> str:
+    """A unique version id; later ids sort before earlier ones (newest first).
+
+    14 hex digits of inverted microseconds (strictly decreasing within a process), then
+    10 random hex digits that make the id unique across processes.
+    """
+    global _last_micros
+    micros = int((time.time() if now_s is None else now_s) * 1_000_000)
+    with _lock:
+        micros = max(micros, _last_micros + 1)
+        _last_micros = micros
+    return f"{_TIME_MAX - micros:0{_TIME_HEX_DIGITS}x}{os.urandom(5).hex()}"
+
+
+def _token(version_id: str) -> str:
+    return version_id[-_TOKEN_HEX_DIGITS:]
+
+
+def _order_before(version_id: str, versions: VersionList) -> str:
+    """`version_id`, or an id with the same token that sorts before every existing id, so a
+    key's ids stay sorted newest first even when clocks of two gateways disagree."""
+    newest = min((d["v"] for d in versions if d["v"] != NULL_VERSION_ID), default=None)
+    if newest is None or version_id < newest:
+        return version_id
+    time_part = int(newest[:_TIME_HEX_DIGITS], 16)
+    return f"{max(time_part - 1, 0):0{_TIME_HEX_DIGITS}x}{_token(version_id)}"
+
+
+def _latest_live(versions: VersionList) -> dict[str, Any] | None:
+    if versions and not versions[0].get("dm", False):
+        return versions[0]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    versions: VersionList
+    record: ObjectRecord | None
+    garbage: list[ObjectRecord]
+    removed_version_id: str | None = None
+    removed_delete_marker: bool = False
+    changed: bool = True
+
+
+def _garbage(bucket: str, key: str, d: dict[str, Any]) -> list[ObjectRecord]:
+    if d.get("dm", False):
+        return []
+    return [ObjectRecord.from_dict(bucket, key, d)]
+
+
+def apply_put(
+    versions: VersionList,
+    record: ObjectRecord,
+    versioning: str,
+    *,
+    if_match: str | None,
+    if_none_match: bool,
+    record_bytes_max: int,
+) -> Outcome:
+    """Put `record` (its version_id a candidate from new_version_id())."""
+    # Already applied by an earlier attempt whose outcome was unknown?
+    if versioning == VERSIONING_ENABLED:
+        for d in versions:
+            if d["v"] != NULL_VERSION_ID and _token(d["v"]) == _token(record.version_id):
+                return Outcome(
+                    versions,
+                    ObjectRecord.from_dict(record.bucket, record.key, d),
+                    [],
+                    changed=False,
+                )
+    else:
+        null = replace(record, version_id=NULL_VERSION_ID, is_latest=False)
+        if versions and versions[0] == null.to_dict():
+            return Outcome(versions, null, [], changed=False)
+    latest = _latest_live(versions)
+    if if_none_match and latest is not None:
+        raise PreconditionFailedError(f"{record.key!r} exists (If-None-Match: *)")
+    if if_match is not None:
+        expected = if_match.strip().strip('"')
+        if latest is None or (expected != "*" and latest.get("etag", "") != expected):
+            raise PreconditionFailedError(f"{record.key!r} does not match If-Match {if_match!r}")
+    if versioning == VERSIONING_ENABLED:
+        version_id = _order_before(record.version_id, versions)
+        new = replace(record, version_id=version_id, is_latest=False)
+        result = [new.to_dict(), *versions]
+        garbage: list[ObjectRecord] = []
+    else:
+        new = replace(record, version_id=NULL_VERSION_ID, is_latest=False)
+        garbage = [
+            g
+            for d in versions
+            if d["v"] == NULL_VERSION_ID
+            for g in _garbage(record.bucket, record.key, d)
+        ]
+        result = [new.to_dict(), *(d for d in versions if d["v"] != NULL_VERSION_ID)]
+    _check_size(record, result, record_bytes_max)
+    return Outcome(result, replace(new, is_latest=True), garbage)
+
+
+def apply_delete(
+    versions: VersionList,
+    bucket: str,
+    key: str,
+    version_id: str | None,
+    versioning: str,
+    marker_version_id: str,
+    marker_time: float,
+    owner: str,
+) -> Outcome:
+    """DeleteObject: with a version id remove it for good; otherwise per versioning state."""
+    if version_id is not None:
+        kept = [d for d in versions if d["v"] != version_id]
+        if len(kept) == len(versions):
+            return Outcome(versions, None, [], version_id, False, changed=False)
+        removed = next(d for d in versions if d["v"] == version_id)
+        return Outcome(
+            kept,
+            None,
+            _garbage(bucket, key, removed),
+            version_id,
+            removed.get("dm", False),
+        )
+    if versioning == VERSIONING_ENABLED:
+        for d in versions:
+            if d["v"] != NULL_VERSION_ID and _token(d["v"]) == _token(marker_version_id):
+                marker = ObjectRecord.from_dict(bucket, key, d)
+                return Outcome(versions, marker, [], changed=False)
+        marker = ObjectRecord(
+            bucket,
+            key,
+            _order_before(marker_version_id, versions),
+            last_modified=marker_time,
+            is_delete_marker=True,
+            owner=owner,
+        )
+        return Outcome([marker.to_dict(), *versions], replace(marker, is_latest=True), [])
+    if versioning == VERSIONING_SUSPENDED:
+        marker = ObjectRecord(
+            bucket,
+            key,
+            NULL_VERSION_ID,
+            last_modified=marker_time,
+            is_delete_marker=True,
+            owner=owner,
+        )
+        if versions and versions[0] == marker.to_dict():
+            return Outcome(versions, marker, [], changed=False)
+        garbage = [
+            g for d in versions if d["v"] == NULL_VERSION_ID for g in _garbage(bucket, key, d)
+        ]
+        kept = [d for d in versions if d["v"] != NULL_VERSION_ID]
+        return Outcome([marker.to_dict(), *kept], replace(marker, is_latest=True), garbage)
+    # Never versioned: only null versions exist; the key goes away.
+    garbage = [g for d in versions if d["v"] == NULL_VERSION_ID for g in _garbage(bucket, key, d)]
+    kept = [d for d in versions if d["v"] != NULL_VERSION_ID]
+    return Outcome(kept, None, garbage, changed=len(kept) != len(versions))
+
+
+def apply_swap(
+    versions: VersionList, expected: ObjectRecord, new: ObjectRecord, record_bytes_max: int
+) -> tuple[VersionList, bool]:
+    """Replace one version's record if it is still `expected` (compaction, tiering)."""
+    assert expected.version_id == new.version_id, (expected.version_id, new.version_id)
+    want = expected.to_dict()
+    target = new.to_dict()
+    for i, d in enumerate(versions):
+        if d["v"] != expected.version_id:
+            continue
+        if d == target:
+            return versions, True
+        if d != want:
+            return versions, False
+        result = list(versions)
+        result[i] = target
+        _check_size(new, result, record_bytes_max)
+        return result, True
+    return versions, False
+
+
+def _check_size(record: ObjectRecord, versions: VersionList, limit: int) -> None:
+    size = len(record.encode())
+    if size > limit:
+        raise RecordTooLargeError(f"record of {record.key!r}", size, limit)
+    approx = sum(len(str(d)) for d in versions)
+    if approx > limit * 2:
+        raise RecordTooLargeError(f"the versions of {record.key!r}", approx, limit * 2)

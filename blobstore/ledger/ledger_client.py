@@ -1,0 +1,131 @@
+"""LedgerClient: create, open (with or without recovery), delete and list ledgers.
+
+One client per process is enough: it shares one BookieClientPool (one connection per
+bookie) and one ZooKeeper session among all its ledger handles.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from blobstore.bookie_client import BookieClientPool
+from blobstore.ledger.config import LedgerConfig
+from blobstore.ledger.ensemble_placement import BookieInfo, choose_ensemble
+from blobstore.ledger.errors import BadLedgerConfigError, LedgerUnauthorizedError
+from blobstore.ledger.ledger_handle import LedgerHandle
+from blobstore.ledger.ledger_manager import LedgerManager
+from blobstore.ledger.ledger_metadata import (
+    LedgerMetadata,
+    check_quorums,
+    new_metadata,
+    password_hash,
+)
+from blobstore.ledger.ledger_recovery_op import LedgerRecoveryOp
+from blobstore.zk import ZooKeeperClient
+
+logger = logging.getLogger(__name__)
+
+
+class LedgerClient:
+    def __init__(
+        self,
+        zk: ZooKeeperClient,
+        pool: BookieClientPool | None = None,
+        config: LedgerConfig | None = None,
+    ) -> None:
+        self.config = (config or LedgerConfig.from_env()).validate()
+        self.zk = zk
+        self._own_pool = pool is None
+        self.pool = pool or BookieClientPool(
+            connect_timeout_s=self.config.bookie_connect_timeout_s,
+            request_timeout_s=self.config.bookie_request_timeout_s,
+            in_flight_max=self.config.bookie_in_flight_max,
+        )
+        self.manager = LedgerManager(zk, bookie_list_cache_s=self.config.bookie_list_cache_s)
+        self._rng = random.Random()
+
+    async def start(self) -> None:
+        """Create the base znodes if needed and start watching /ledgers/available."""
+        await self.manager.start()
+
+    async def close(self) -> None:
+        """Close the bookie connections (if this client made the pool). Ledgers stay as
+        they are: open ones are recovered by whoever opens them next."""
+        if self._own_pool:
+            await self.pool.close()
+
+    async def __aenter__(self) -> LedgerClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ bookies
+
+    async def writable_bookies(self) -> list[BookieInfo]:
+        return [b for b in await self.manager.bookies() if not b.read_only]
+
+    async def placement_candidates(self) -> list[BookieInfo]:
+        """Writable bookies this client can currently reach (fresh list from ZooKeeper)."""
+        bookies = await self.manager.bookies(refresh=True)
+        return [b for b in bookies if not b.read_only and not self.pool.is_unreachable(b.bookie_id)]
+
+    # ------------------------------------------------------------------ ledgers
+
+    async def create_ledger(
+        self,
+        ensemble_size: int = 3,
+        write_quorum: int = 2,
+        ack_quorum: int = 2,
+        password: bytes = b"",
+        metadata: dict[str, str] | None = None,
+    ) -> LedgerHandle:
+        check_quorums(ensemble_size, write_quorum, ack_quorum)
+        if not isinstance(password, bytes):
+            raise BadLedgerConfigError("password must be bytes")
+        candidates = await self.manager.bookies()
+        candidates = [b for b in candidates if not self.pool.is_unreachable(b.bookie_id)]
+        ensemble = choose_ensemble(candidates, ensemble_size, write_quorum, rng=self._rng)
+        versioned = await self.manager.create(
+            lambda ledger_id: new_metadata(
+                ledger_id, ensemble, write_quorum, ack_quorum, password, metadata
+            )
+        )
+        logger.info(
+            "ledger_created ledger_id=%d ensemble=%s E=%d WQ=%d AQ=%d",
+            versioned.value.ledger_id,
+            list(ensemble),
+            ensemble_size,
+            write_quorum,
+            ack_quorum,
+        )
+        return LedgerHandle(self, versioned, password, writable=True)
+
+    async def open_ledger(
+        self, ledger_id: int, password: bytes = b"", *, recovery: bool = True
+    ) -> LedgerHandle:
+        """A read handle. With recovery, an OPEN ledger is fenced and closed first."""
+        versioned = await self.manager.read(ledger_id)
+        if versioned.value.password_hash != password_hash(password):
+            raise LedgerUnauthorizedError(
+                f"ledger_id={ledger_id}: wrong password", ledger_id=ledger_id
+            )
+        if recovery and not versioned.value.closed:
+            versioned = await LedgerRecoveryOp(self, ledger_id, password).run()
+        handle = LedgerHandle(self, versioned, password, writable=False)
+        if not versioned.value.closed:
+            await handle.read_last_add_confirmed()
+        return handle
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Remove the metadata; bookies drop the entries at their next garbage collection."""
+        await self.manager.delete(ledger_id)
+        logger.info("ledger_deleted ledger_id=%d", ledger_id)
+
+    async def get_metadata(self, ledger_id: int) -> LedgerMetadata:
+        return (await self.manager.read(ledger_id)).value
+
+    async def list_ledger_ids(self) -> list[int]:
+        return await self.manager.list_ledger_ids()

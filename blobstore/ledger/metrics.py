@@ -1,0 +1,36 @@
+"""Prometheus metrics of the ledger client (names prefixed `blobstore_ledger_`)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+ADDS = Counter("blobstore_ledger_adds_total", "Adds by outcome", ["outcome"])
+ADD_BYTES = Counter("blobstore_ledger_add_bytes_total", "Payload bytes of acknowledged adds")
+ADD_SECONDS = Histogram(
+    "blobstore_ledger_add_seconds",
+    "From append to ack-quorum completion",
+    buckets=LATENCY_BUCKETS_S,
+)
+PENDING_ADDS = Gauge("blobstore_ledger_pending_adds", "Adds in flight over all handles")
+ENSEMBLE_CHANGES = Counter(
+    "blobstore_ledger_ensemble_changes_total", "Bookies replaced in a ledger's ensemble"
+)
+READS = Counter("blobstore_ledger_reads_total", "Entry reads by outcome", ["outcome"])
+READ_SECONDS = Histogram(
+    "blobstore_ledger_read_seconds", "Latency of one entry read", buckets=LATENCY_BUCKETS_S
+)
+SPECULATIVE_READS = Counter(
+    "blobstore_ledger_speculative_reads_total",
+    "Reads also sent to the next replica because the previous one was slow",
+)
+DIGEST_MISMATCHES = Counter(
+    "blobstore_ledger_digest_mismatches_total", "Entries read whose digest did not verify"
+)
+RECOVERIES = Counter(
+    "blobstore_ledger_recoveries_total", "Ledger recoveries by outcome", ["outcome"]
+)
+RECOVERED_ENTRIES = Counter(
+    "blobstore_ledger_recovered_entries_total", "Entries re-replicated by recoveries"
+)

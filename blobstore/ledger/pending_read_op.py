@@ -1,0 +1,167 @@
+"""Reading one entry from its replicas, with speculative reads and digest checks.
+
+The replicas of entry e are its write set in the segment holding e. The read goes to the
+first replica; if no answer came within `speculative_read_timeout_ms`, the next replica
+is asked too (a speculative read), and so on; an error or a bad digest moves on to the
+next replica at once. The first entry whose CRC32C verifies and whose ids match wins;
+the other requests are abandoned. Every replica failing gives EntryNotFoundError when
+they all said "no such entry", ReadFailedError otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Sequence
+
+from blobstore.bookie_client import (
+    BookieClientPool,
+    BookieError,
+    BookieUnavailableError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
+from blobstore.ledger import metrics
+from blobstore.ledger.distribution_schedule import write_set_bookies
+from blobstore.ledger.errors import EntryNotFoundError, ReadFailedError
+from blobstore.ledger.ledger_metadata import LedgerMetadata
+from bookie import protocol
+
+logger = logging.getLogger(__name__)
+
+
+def replica_order(
+    metadata: LedgerMetadata,
+    entry_id: int,
+    pool: BookieClientPool,
+    order: str,
+    rng: random.Random,
+) -> list[str]:
+    """Replicas of the entry, in the order to ask them (unreachable bookies last)."""
+    replicas = write_set_bookies(entry_id, metadata.ensemble_for(entry_id), metadata.write_quorum)
+    if order == "random":
+        rng.shuffle(replicas)
+    reachable = [b for b in replicas if not pool.is_unreachable(b)]
+    return reachable + [b for b in replicas if pool.is_unreachable(b)]
+
+
+class PendingReadOp:
+    def __init__(
+        self,
+        pool: BookieClientPool,
+        ledger_id: int,
+        entry_id: int,
+        replicas: Sequence[str],
+        speculative_read_timeout_s: float,
+    ) -> None:
+        assert replicas, "an entry has at least one replica"
+        self.pool = pool
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+        self.replicas = list(replicas)
+        self.speculative_read_timeout_s = speculative_read_timeout_s
+
+    async def run(self) -> protocol.Entry:
+        started = time.monotonic()
+        tasks: dict[asyncio.Task[protocol.ReadResponse], str] = {}
+        errors: list[BaseException] = []
+        next_replica = 0
+
+        def launch() -> None:
+            nonlocal next_replica
+            bookie_id = self.replicas[next_replica]
+            next_replica += 1
+            task = asyncio.create_task(
+                self.pool.read_entry(bookie_id, self.ledger_id, self.entry_id)
+            )
+            tasks[task] = bookie_id
+
+        try:
+            launch()
+            while tasks:
+                more = next_replica < len(self.replicas)
+                done, _ = await asyncio.wait(
+                    tasks,
+                    timeout=self.speculative_read_timeout_s if more else None,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if not done:
+                    metrics.SPECULATIVE_READS.inc()
+                    logger.debug(
+                        "speculative read ledger_id=%d entry_id=%d bookie=%s",
+                        self.ledger_id,
+                        self.entry_id,
+                        self.replicas[next_replica],
+                    )
+                    launch()
+                    continue
+                for task in done:
+                    bookie_id = tasks.pop(task)
+                    entry = self._accept(task, bookie_id, errors)
+                    if entry is not None:
+                        metrics.READS.labels("ok").inc()
+                        metrics.READ_SECONDS.observe(time.monotonic() - started)
+                        return entry
+                if not tasks and next_replica < len(self.replicas):
+                    launch()
+        finally:
+            for task in tasks:
+                task.cancel()
+        return self._fail(errors)
+
+    def _accept(
+        self,
+        task: asyncio.Task[protocol.ReadResponse],
+        bookie_id: str,
+        errors: list[BaseException],
+    ) -> protocol.Entry | None:
+        error = task.exception()
+        if error is not None:
+            if not isinstance(error, BookieError | BookieUnavailableError):
+                raise error
+            errors.append(error)
+            return None
+        response = task.result()
+        try:
+            entry = protocol.Entry.decode(response.entry)
+        except protocol.CorruptEntryError as e:
+            metrics.DIGEST_MISMATCHES.inc()
+            logger.warning(
+                "ledger_digest_mismatch ledger_id=%d entry_id=%d bookie=%s error=%s",
+                self.ledger_id,
+                self.entry_id,
+                bookie_id,
+                e,
+            )
+            errors.append(e)
+            return None
+        if entry.ledger_id != self.ledger_id or entry.entry_id != self.entry_id:
+            metrics.DIGEST_MISMATCHES.inc()
+            logger.warning(
+                "ledger_entry_mismatch ledger_id=%d entry_id=%d bookie=%s got=%d/%d",
+                self.ledger_id,
+                self.entry_id,
+                bookie_id,
+                entry.ledger_id,
+                entry.entry_id,
+            )
+            errors.append(protocol.CorruptEntryError("entry ids do not match the request"))
+            return None
+        return entry
+
+    def _fail(self, errors: list[BaseException]) -> protocol.Entry:
+        if errors and all(isinstance(e, NoSuchEntryError | NoSuchLedgerError) for e in errors):
+            metrics.READS.labels("not_found").inc()
+            raise EntryNotFoundError(
+                f"ledger_id={self.ledger_id} entry_id={self.entry_id} on no replica "
+                f"of {self.replicas}",
+                ledger_id=self.ledger_id,
+            )
+        metrics.READS.labels("failed").inc()
+        raise ReadFailedError(
+            f"ledger_id={self.ledger_id} entry_id={self.entry_id} unreadable from "
+            f"{self.replicas}: {[str(e) for e in errors]}",
+            ledger_id=self.ledger_id,
+        )

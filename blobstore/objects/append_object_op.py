@@ -1,0 +1,182 @@
+"""AppendObjectOp: stream one body into ledger entries.
+
+The body is cut into entries of `entry_size_bytes` (the last one shorter). A ledger is
+taken from the writer pool only once a full entry is buffered (or the body ended), so a
+slow client does not hold a ledger while a small body trickles in. Appends are pipelined
+with at most `append_window_bytes` in flight. The MD5 (the S3 ETag) is computed while
+streaming, off the event loop for large chunks (unless the caller hashes the body
+itself, as the gateway does while verifying Content-MD5).
+
+The result names the entries only after every one of them was acknowledged by an ack
+quorum; the caller commits a catalog record referencing them, or nothing. When anything
+fails, the entries already appended stay unreferenced (garbage for the maintenance job);
+a ledger whose append failed is never appended to again (its tail's fate is unknown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from blobstore.catalog.records import Extent
+from blobstore.objects.config import ObjectStoreConfig
+from blobstore.objects.errors import EntityTooLargeError
+from blobstore.objects.extents import check_extent
+from blobstore.objects.metrics import (
+    ABANDONED_WRITES,
+    ENTRY_APPEND_SECONDS,
+    OBJECT_BYTES_WRITTEN,
+)
+from blobstore.objects.writer_pool import LedgerWriterPool, WriterLedger
+
+logger = logging.getLogger(__name__)
+
+APPEND_TIMEOUT_S = 120.0
+HASH_OFF_LOOP_BYTES_MIN = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenData:
+    """Acknowledged entries holding a body, in order, with its size and MD5."""
+
+    extents: tuple[Extent, ...]
+    size: int
+    md5: bytes  # empty when the caller hashes the body itself
+
+    def __post_init__(self) -> None:
+        assert sum(e.length for e in self.extents) == self.size, self
+        assert len(self.md5) in (0, 16), self.md5
+
+
+class AppendObjectOp:
+    def __init__(
+        self,
+        pool: LedgerWriterPool,
+        config: ObjectStoreConfig,
+        hash_executor: Executor | None,
+        size_max: int,
+        *,
+        compute_md5: bool = True,
+    ) -> None:
+        self._pool = pool
+        self._entry_size = config.entry_size_bytes
+        self._window = config.append_window_entries
+        self._hash_executor = hash_executor
+        self._size_max = size_max
+        self._md5 = hashlib.md5() if compute_md5 else None
+        self._writer: WriterLedger | None = None
+        self._pending: deque[asyncio.Future[int]] = deque()
+        self._first_entry = -1
+        self._last_entry = -1
+        self._appended_bytes = 0
+
+    async def run(self, body: AsyncIterator[bytes]) -> WrittenData:
+        started_s = time.monotonic()
+        buffer = bytearray()
+        size = 0
+        try:
+            async for chunk in body:
+                if not chunk:
+                    continue
+                size += len(chunk)
+                if size > self._size_max:
+                    raise EntityTooLargeError(self._size_max)
+                await self._hash(chunk)
+                buffer += chunk
+                while len(buffer) >= self._entry_size:
+                    payload = bytes(buffer[: self._entry_size])
+                    del buffer[: self._entry_size]
+                    await self._append(payload)
+            if buffer:
+                await self._append(bytes(buffer))
+            await self._drain()
+        except BaseException:
+            await self._abandon()
+            raise
+        finally:
+            if self._writer is not None:
+                self._pool.release(self._writer)
+                self._writer = None
+        ENTRY_APPEND_SECONDS.observe(time.monotonic() - started_s)
+        assert self._appended_bytes == size, (self._appended_bytes, size)
+        extents: tuple[Extent, ...] = ()
+        if size:
+            assert self._writer is None
+            extent = Extent(
+                ledger_id=self._ledger_id,
+                first_entry=self._first_entry,
+                last_entry=self._last_entry,
+                length=size,
+                entry_size=self._entry_size,
+            )
+            check_extent(extent)
+            extents = (extent,)
+        md5 = self._md5.digest() if self._md5 is not None else b""
+        return WrittenData(extents=extents, size=size, md5=md5)
+
+    # ------------------------------------------------------------------ internals
+
+    async def _hash(self, chunk: bytes) -> None:
+        if self._md5 is None:
+            return
+        if self._hash_executor is not None and len(chunk) >= HASH_OFF_LOOP_BYTES_MIN:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._hash_executor, self._md5.update, chunk)
+        else:
+            self._md5.update(chunk)
+
+    async def _append(self, payload: bytes) -> None:
+        if self._writer is None:
+            self._writer = await self._pool.acquire()
+            self._ledger_id = self._writer.handle.ledger_id
+        self._pending.append(self._writer.handle.append(payload))
+        self._writer.bytes_appended += len(payload)
+        self._appended_bytes += len(payload)
+        OBJECT_BYTES_WRITTEN.inc(len(payload))
+        while len(self._pending) >= self._window:
+            await self._acknowledged(self._pending.popleft())
+
+    async def _drain(self) -> None:
+        while self._pending:
+            await self._acknowledged(self._pending.popleft())
+
+    async def _acknowledged(self, future: asyncio.Future[int]) -> None:
+        assert self._writer is not None
+        try:
+            entry_id = await asyncio.wait_for(asyncio.shield(future), APPEND_TIMEOUT_S)
+        except BaseException:
+            self._writer.failed = True
+            raise
+        if self._first_entry < 0:
+            self._first_entry = entry_id
+        else:
+            assert entry_id == self._last_entry + 1, (self._last_entry, entry_id)
+        self._last_entry = entry_id
+
+    async def _abandon(self) -> None:
+        """After a failure: learn the fate of the appends in flight, so the ledger is
+        either known healthy (back to the pool) or marked failed (retired)."""
+        if self._writer is None:
+            return
+        ABANDONED_WRITES.inc()
+        pending = list(self._pending)
+        self._pending.clear()
+        if pending:
+            results = await asyncio.gather(
+                *(asyncio.wait_for(asyncio.shield(f), APPEND_TIMEOUT_S) for f in pending),
+                return_exceptions=True,
+            )
+            if any(isinstance(r, BaseException) for r in results):
+                self._writer.failed = True
+        logger.info(
+            "event=object_write_abandoned ledger_id=%d first_entry=%d failed=%s",
+            self._writer.handle.ledger_id,
+            self._first_entry,
+            self._writer.failed,
+        )

@@ -1,0 +1,121 @@
+"""Configuration and limits of the object layer.
+
+One frozen dataclass, loaded from `BLOBSTORE_*` environment variables (the gateway also
+accepts some as command-line options) and validated when it is built: an error names the
+variable and the bad value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from blobstore.errors import UsageError
+from bookie.protocol import ENTRY_PAYLOAD_BYTES_MAX
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+# S3 limits (the API reference states them; clients rely on them).
+OBJECT_BYTES_MAX = 5 * 1024 * GIB  # the largest object, multipart included
+SINGLE_PUT_BYTES_MAX = 5 * GIB
+PART_NUMBER_MAX = 10_000
+PART_BYTES_MAX = 5 * GIB
+PART_BYTES_MIN_DEFAULT = 5 * MIB
+# Entry counts bounding the byte windows when entries are small; appends stay well under
+# the ledger handle's own bound of adds in flight (LedgerConfig.pending_adds_max, 512).
+APPEND_WINDOW_ENTRIES_MAX = 256
+READ_WINDOW_ENTRIES_MAX = 64
+
+assert PART_NUMBER_MAX * PART_BYTES_MAX >= OBJECT_BYTES_MAX, "the largest object fits in parts"
+assert SINGLE_PUT_BYTES_MAX <= OBJECT_BYTES_MAX, (SINGLE_PUT_BYTES_MAX, OBJECT_BYTES_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectStoreConfig:
+    """Settings of one process's object layer. Env var = BLOBSTORE_ + upper-cased name."""
+
+    entry_size_bytes: int = MIB
+    ensemble_size: int = 3
+    write_quorum: int = 2
+    ack_quorum: int = 2
+    # A writer ledger is closed (and a new one opened) once it holds this many bytes...
+    ledger_bytes_max: int = 256 * MIB
+    # ... or once it has been open this long: closed ledgers become compactable.
+    ledger_age_s_max: float = 600.0
+    # Open writer ledgers per process; a PUT waits for one when all are busy.
+    writer_ledgers_max: int = 16
+    # Bytes of one PUT appended but not yet acknowledged (bounded memory per PUT).
+    append_window_bytes: int = 8 * MIB
+    # Bytes one GET reads ahead of its consumer.
+    read_window_bytes: int = 4 * MIB
+    # Read handles kept open (LRU).
+    read_handles_max: int = 256
+    # How often every gateway looks for OPEN ledgers whose writer is gone.
+    sweep_interval_s: float = 60.0
+    # Smallest part of a multipart upload, the last one excepted.
+    part_bytes_min: int = PART_BYTES_MIN_DEFAULT
+    # Time limit of one wait for a writer ledger from the pool.
+    writer_wait_s_max: float = 30.0
+    # ZooKeeper session timeout: how soon other gateways notice this one died.
+    zk_session_timeout_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> UsageError:
+            return UsageError(f"BLOBSTORE_{name.upper()}={getattr(self, name)!r}: {why}")
+
+        if not 1 <= self.entry_size_bytes <= ENTRY_PAYLOAD_BYTES_MAX:
+            raise bad("entry_size_bytes", f"must be 1..{ENTRY_PAYLOAD_BYTES_MAX}")
+        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
+            raise bad("ack_quorum", "need ensemble_size >= write_quorum >= ack_quorum >= 1")
+        if self.ledger_bytes_max < self.entry_size_bytes:
+            raise bad("ledger_bytes_max", "must hold at least one entry")
+        for name in (
+            "ledger_age_s_max",
+            "sweep_interval_s",
+            "writer_wait_s_max",
+            "zk_session_timeout_s",
+        ):
+            if not getattr(self, name) > 0:
+                raise bad(name, "must be > 0")
+        for name in (
+            "writer_ledgers_max",
+            "read_handles_max",
+        ):
+            if not 1 <= getattr(self, name) <= 100_000:
+                raise bad(name, "must be 1..100000")
+        for name in ("append_window_bytes", "read_window_bytes"):
+            if not self.entry_size_bytes <= getattr(self, name) <= 1 << 30:
+                raise bad(name, "must be between the entry size and 1 GiB")
+        if not 1 <= self.part_bytes_min <= PART_BYTES_MAX:
+            raise bad("part_bytes_min", f"must be 1..{PART_BYTES_MAX}")
+
+    @property
+    def append_window_entries(self) -> int:
+        """Entries one PUT keeps in flight (below the ledger handle's own bound)."""
+        return max(1, min(APPEND_WINDOW_ENTRIES_MAX, self.append_window_bytes // self.entry_size_bytes))
+
+    @property
+    def read_window_entries(self) -> int:
+        return max(1, min(READ_WINDOW_ENTRIES_MAX, self.read_window_bytes // self.entry_size_bytes))
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: object
+    ) -> ObjectStoreConfig:
+        """Defaults, then BLOBSTORE_* variables, then explicit overrides (not None)."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for field in fields(cls):
+            variable = f"BLOBSTORE_{field.name.upper()}"
+            raw = environ.get(variable)
+            if raw is None:
+                continue
+            kind = float if field.type in ("float", float) else int
+            try:
+                values[field.name] = kind(raw)
+            except ValueError:
+                raise UsageError(f"{variable}={raw!r}: not a number") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]

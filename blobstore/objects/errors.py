@@ -1,0 +1,39 @@
+"""Errors of the object layer. The gateway maps each to its S3 error in one table."""
+
+from __future__ import annotations
+
+
+class ObjectLayerError(Exception):
+    """Base of the object layer's errors."""
+
+
+class EntityTooLargeError(ObjectLayerError):
+    """The body passed the size limit of the operation."""
+
+    def __init__(self, size_max: int) -> None:
+        super().__init__(f"body larger than {size_max} bytes")
+        self.size_max = size_max
+
+
+class IncompleteBodyError(ObjectLayerError):
+    """The body ended before the length the client announced."""
+
+
+class InvalidPartError(ObjectLayerError):
+    """A part named in CompleteMultipartUpload is missing or its ETag does not match."""
+
+
+class InvalidPartOrderError(ObjectLayerError):
+    """Parts of CompleteMultipartUpload not in ascending order."""
+
+
+class EntityTooSmallError(ObjectLayerError):
+    """A part other than the last is smaller than the minimum part size."""
+
+
+class ObjectUnavailableError(ObjectLayerError):
+    """The object's bytes cannot be read (e.g. a tier this gateway cannot reach)."""
+
+
+class ObjectChangedError(ObjectLayerError):
+    """The object was replaced while it was being read (the response is cut short)."""

@@ -1,0 +1,41 @@
+"""Prometheus metrics of the object layer."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+WRITER_LEDGERS_OPEN = Gauge(
+    "blobstore_writer_ledgers_open",
+    "Writer ledgers this process holds open",
+    multiprocess_mode="livesum",
+)
+WRITER_LEDGERS_RETIRED = Counter(
+    "blobstore_writer_ledgers_retired_total",
+    "Writer ledgers closed, by reason (full, age, failed, shutdown)",
+    ["reason"],
+)
+OBJECT_BYTES_WRITTEN = Counter(
+    "blobstore_object_bytes_written_total", "Payload bytes appended to ledgers for objects"
+)
+OBJECT_BYTES_READ = Counter("blobstore_object_bytes_read_total", "Object bytes read from ledgers")
+COMMITS = Counter(
+    "blobstore_object_commits_total", "Catalog commits by kind (put, copy, complete)", ["kind"]
+)
+ABANDONED_WRITES = Counter(
+    "blobstore_object_writes_abandoned_total",
+    "Object writes that appended entries but committed nothing (the entries are garbage)",
+)
+READ_RETRIES = Counter(
+    "blobstore_object_read_retries_total",
+    "Reads restarted from a re-read record or a reopened ledger, by reason",
+    ["reason"],
+)
+SWEPT_LEDGERS = Counter(
+    "blobstore_swept_ledgers_total",
+    "OPEN ledgers of a gone writer that this process recovered and closed",
+)
+ENTRY_APPEND_SECONDS = Histogram(
+    "blobstore_object_write_seconds",
+    "Time to append all entries of one object or part",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)

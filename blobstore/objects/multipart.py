@@ -1,0 +1,52 @@
+"""Pure rules of CompleteMultipartUpload: which parts, in which order, and the ETag."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+from blobstore.catalog.records import PartRecord
+from blobstore.objects.config import PART_NUMBER_MAX
+from blobstore.objects.errors import EntityTooSmallError, InvalidPartError, InvalidPartOrderError
+
+
+def normalise_etag(etag: str) -> str:
+    """An ETag as stored: no quotes, lower case (clients echo it quoted)."""
+    etag = etag.strip()
+    if etag.startswith("W/"):
+        etag = etag[2:]
+    return etag.strip('"').lower()
+
+
+def choose_parts(
+    requested: Sequence[tuple[int, str]],
+    uploaded: Mapping[int, PartRecord],
+    part_bytes_min: int,
+) -> list[PartRecord]:
+    """The uploaded parts the client named, checked the way S3 checks them."""
+    if not requested:
+        raise InvalidPartError("CompleteMultipartUpload names no part")
+    chosen = []
+    previous = 0
+    for part_number, etag in requested:
+        if not 1 <= part_number <= PART_NUMBER_MAX:
+            raise InvalidPartError(f"part number {part_number} out of range")
+        if part_number <= previous:
+            raise InvalidPartOrderError(f"part {part_number} after part {previous}")
+        previous = part_number
+        part = uploaded.get(part_number)
+        if part is None or normalise_etag(etag) != normalise_etag(part.etag):
+            raise InvalidPartError(f"part {part_number} with ETag {etag!r} was not uploaded")
+        chosen.append(part)
+    for part in chosen[:-1]:
+        if part.size < part_bytes_min:
+            raise EntityTooSmallError(
+                f"part {part.part_number} is {part.size} bytes; the minimum is {part_bytes_min}"
+            )
+    return chosen
+
+
+def multipart_etag(parts: Sequence[PartRecord]) -> str:
+    """MD5 of the concatenated binary part MD5s, then "-" and the part count."""
+    digest = hashlib.md5(b"".join(bytes.fromhex(part.etag) for part in parts)).hexdigest()
+    return f"{digest}-{len(parts)}"

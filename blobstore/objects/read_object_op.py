@@ -1,0 +1,145 @@
+"""Reading object bytes: read handles kept in an LRU, and the windowed entry reader.
+
+Records reference only acknowledged entries, but while the writer's ledger is still open
+those may lie beyond the LAC the bookies know (the LAC travels with the next add), so
+entries are read with `read_unconfirmed_entries`; every payload's digest is verified by
+the ledger client. A cached read handle may predate an ensemble change of a ledger that
+is still being written: when a read through a cached handle fails, the handle is
+reopened (fresh metadata) and the read retried once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Sequence
+
+from blobstore.ledger import LedgerClient, LedgerHandle
+from blobstore.ledger.errors import NoSuchLedgerError
+from blobstore.objects.extents import EntrySpan
+from blobstore.objects.metrics import OBJECT_BYTES_READ, READ_RETRIES
+from blobstore.objects.writer_pool import LEDGER_PASSWORD
+
+logger = logging.getLogger(__name__)
+
+READ_TIMEOUT_S = 60.0
+OPEN_TIMEOUT_S = 30.0
+
+
+class ShortEntryError(Exception):
+    """An entry's payload is shorter than the record says (corrupt catalog or ledger)."""
+
+
+class ReadHandleCache:
+    """Open read handles by ledger id, least recently used dropped first. Handles are
+    opened without recovery: reading never disturbs a writer."""
+
+    def __init__(self, client: LedgerClient, handles_max: int) -> None:
+        self._client = client
+        self._handles_max = handles_max
+        self._handles: OrderedDict[int, asyncio.Task[LedgerHandle]] = OrderedDict()
+
+    async def get(self, ledger_id: int) -> LedgerHandle:
+        task = self._handles.get(ledger_id)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = asyncio.ensure_future(
+                asyncio.wait_for(
+                    self._client.open_ledger(ledger_id, LEDGER_PASSWORD, recovery=False),
+                    OPEN_TIMEOUT_S,
+                )
+            )
+            self._handles[ledger_id] = task
+            while len(self._handles) > self._handles_max:
+                self._handles.popitem(last=False)
+        self._handles.move_to_end(ledger_id)
+        try:
+            return await asyncio.shield(task)
+        except BaseException:
+            if self._handles.get(ledger_id) is task:
+                del self._handles[ledger_id]
+            raise
+
+    def evict(self, ledger_id: int) -> None:
+        self._handles.pop(ledger_id, None)
+
+    def clear(self) -> None:
+        self._handles.clear()
+
+
+async def read_entry(cache: ReadHandleCache, ledger_id: int, entry_id: int) -> bytes:
+    """One entry's payload; reopens the handle and retries once on a failed read."""
+    for attempt in range(2):
+        handle = await cache.get(ledger_id)
+        try:
+            payloads = await asyncio.wait_for(
+                handle.read_unconfirmed_entries(entry_id, entry_id), READ_TIMEOUT_S
+            )
+            assert len(payloads) == 1, (ledger_id, entry_id, len(payloads))
+            return payloads[0]
+        except NoSuchLedgerError:
+            cache.evict(ledger_id)
+            raise
+        except Exception as e:
+            cache.evict(ledger_id)
+            if attempt:
+                raise
+            READ_RETRIES.labels(reason="reopen").inc()
+            logger.info(
+                "event=read_handle_reopened ledger_id=%d entry_id=%d error=%r",
+                ledger_id,
+                entry_id,
+                e,
+            )
+    raise AssertionError("unreachable")
+
+
+async def iter_spans(
+    cache: ReadHandleCache, spans: Sequence[EntrySpan], window: int
+) -> AsyncIterator[bytes]:
+    """The bytes of the spans in order, reading up to `window` entries ahead."""
+    assert window >= 1, window
+    jobs = (
+        (span, entry_id)
+        for span in spans
+        for entry_id in range(span.first_entry, span.last_entry + 1)
+    )
+    in_flight: deque[tuple[EntrySpan, int, asyncio.Task[bytes]]] = deque()
+
+    def fill() -> None:
+        while len(in_flight) < window:
+            job = next(jobs, None)
+            if job is None:
+                return
+            span, entry_id = job
+            task = asyncio.ensure_future(read_entry(cache, span.ledger_id, entry_id))
+            in_flight.append((span, entry_id, task))
+
+    remaining = {index: span.byte_count for index, span in enumerate(spans)}
+    indexes = {id(span): index for index, span in enumerate(spans)}
+    try:
+        fill()
+        while in_flight:
+            span, entry_id, task = in_flight.popleft()
+            payload = await task
+            fill()
+            index = indexes[id(span)]
+            left = remaining[index]
+            skip = span.skip_bytes if entry_id == span.first_entry else 0
+            piece = payload[skip : skip + left]
+            if entry_id == span.last_entry:
+                consistent = len(piece) == left
+            else:
+                consistent = len(piece) == len(payload) - skip and len(piece) < left
+            if not consistent:
+                raise ShortEntryError(
+                    f"ledger_id={span.ledger_id} entry_id={entry_id} holds {len(payload)} "
+                    f"bytes; the record needs {left} more from offset {skip}"
+                )
+            remaining[index] = left - len(piece)
+            OBJECT_BYTES_READ.inc(len(piece))
+            if piece:
+                yield piece
+    finally:
+        for _, _, task in in_flight:
+            task.cancel()

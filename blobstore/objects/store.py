@@ -1,0 +1,399 @@
+"""ObjectStore: the object layer the S3 handlers call.
+
+It owns one ZooKeeper session, one ledger client and one catalog per process, plus the
+writer pool, the read handle cache, the gateway registration and the ledger sweeper.
+
+Write path (PutObject, UploadPart): `AppendObjectOp` streams the body into entries;
+then `finish` (the handler's integrity checks: Content-MD5, x-amz-checksum-*, trailers,
+payload hash) runs; only then is the catalog record committed, in one compare-and-set.
+A failure anywhere before the commit commits nothing: the entries are garbage.
+
+Copy (CopyObject, CompleteMultipartUpload, aligned UploadPartCopy) shares extents: the
+new record names the same acknowledged entries, which never change. This is safe even
+while the ledger is still open in some writer pool, since writers only append.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+
+from blobstore.catalog import Catalog
+from blobstore.catalog.records import (
+    CommitResult,
+    ObjectRecord,
+    PartInfo,
+    PartRecord,
+    UploadRecord,
+)
+from blobstore.ledger import LedgerClient
+from blobstore.ledger.errors import NoSuchLedgerError
+from blobstore.objects.append_object_op import AppendObjectOp, WrittenData
+from blobstore.objects.config import PART_BYTES_MAX, ObjectStoreConfig
+from blobstore.objects.errors import ObjectChangedError, ObjectUnavailableError
+from blobstore.objects.extents import plan_read, slice_extents
+from blobstore.objects.ledger_sweeper import GatewayRegistration, LedgerSweeper
+from blobstore.objects.metrics import COMMITS, READ_RETRIES
+from blobstore.objects.multipart import choose_parts, multipart_etag
+from blobstore.objects.read_object_op import ReadHandleCache, iter_spans
+from blobstore.objects.writer_pool import LedgerWriterPool
+from blobstore.zk import ZooKeeperClient
+
+logger = logging.getLogger(__name__)
+
+READ_RECORD_RETRIES_MAX = 2
+HASH_THREADS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the caller's integrity checks say about a body it verified: the checksums to
+    store and, when the caller computed it, the body's MD5 (hex)."""
+
+    checksums: dict[str, str]
+    md5_hex: str = ""
+
+
+# finish(written) -> Verdict; raises to refuse the commit.
+WriteFinish = Callable[[WrittenData], Awaitable[Verdict]]
+CompleteFinish = Callable[[UploadRecord, list[PartRecord]], Awaitable[dict[str, str]]]
+
+
+class ObjectStore:
+    def __init__(
+        self,
+        zk_hosts: str,
+        config: ObjectStoreConfig | None = None,
+        gateway_id: str | None = None,
+    ) -> None:
+        self.config = config or ObjectStoreConfig()
+        self.gateway_id = gateway_id or uuid.uuid4().hex
+        self._zk_hosts = zk_hosts
+        self.zk: ZooKeeperClient | None = None
+        self._ledgers: LedgerClient | None = None
+        self._catalog: Catalog | None = None
+        self._pool: LedgerWriterPool | None = None
+        self._read_handles: ReadHandleCache | None = None
+        self._registration: GatewayRegistration | None = None
+        self._sweeper: LedgerSweeper | None = None
+        self._hash_executor = ThreadPoolExecutor(HASH_THREADS, thread_name_prefix="md5")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self.zk = ZooKeeperClient(
+            self._zk_hosts, session_timeout_s=self.config.zk_session_timeout_s
+        )
+        await self.zk.start()
+        self._catalog = Catalog(self.zk)
+        await self._catalog.start()
+        self._ledgers = LedgerClient(self.zk)
+        await self._ledgers.start()
+        self._registration = GatewayRegistration(self.zk, self.gateway_id)
+        await self._registration.start()
+        self._pool = LedgerWriterPool(self._ledgers, self.config, self.gateway_id)
+        self._pool.start()
+        self._read_handles = ReadHandleCache(self._ledgers, self.config.read_handles_max)
+        self._sweeper = LedgerSweeper(
+            self.zk,
+            self._ledgers,
+            self.gateway_id,
+            self.config.sweep_interval_s,
+            lambda: self._pool.owned_ledger_ids if self._pool else set(),
+        )
+        self._sweeper.start()
+        logger.info("event=object_store_started gateway_id=%s", self.gateway_id)
+
+    async def close(self) -> None:
+        """Stop sweeping, close writer ledgers, unregister, end the session."""
+        if self._sweeper is not None:
+            await self._sweeper.close()
+        if self._pool is not None:
+            await self._pool.close()
+        if self._registration is not None:
+            await self._registration.close()
+        if self._read_handles is not None:
+            self._read_handles.clear()
+        if self._ledgers is not None:
+            await self._ledgers.close()
+        if self._catalog is not None:
+            await self._catalog.close()
+        if self.zk is not None:
+            await self.zk.stop()
+        self._hash_executor.shutdown(wait=False)
+
+    @property
+    def catalog(self) -> Catalog:
+        assert self._catalog is not None, "ObjectStore not started"
+        return self._catalog
+
+    @property
+    def ledgers(self) -> LedgerClient:
+        assert self._ledgers is not None, "ObjectStore not started"
+        return self._ledgers
+
+    @property
+    def sweeper(self) -> LedgerSweeper:
+        assert self._sweeper is not None, "ObjectStore not started"
+        return self._sweeper
+
+    # ------------------------------------------------------------------ writes
+
+    async def write_data(
+        self, body: AsyncIterator[bytes], size_max: int, *, compute_md5: bool = True
+    ) -> WrittenData:
+        """Append a body to ledger entries; nothing references them yet."""
+        assert self._pool is not None, "ObjectStore not started"
+        op = AppendObjectOp(
+            self._pool, self.config, self._hash_executor, size_max, compute_md5=compute_md5
+        )
+        return await op.run(body)
+
+    async def _verified(
+        self,
+        body: AsyncIterator[bytes],
+        size_max: int,
+        finish: WriteFinish | None,
+        compute_md5: bool,
+    ) -> tuple[WrittenData, Verdict]:
+        data = await self.write_data(body, size_max, compute_md5=compute_md5)
+        verdict = await finish(data) if finish is not None else Verdict({})
+        if not verdict.md5_hex:
+            assert data.md5, "nobody computed the body's MD5"
+            verdict = Verdict(verdict.checksums, data.md5.hex())
+        return data, verdict
+
+    async def put_object(
+        self,
+        template: ObjectRecord,
+        body: AsyncIterator[bytes],
+        *,
+        size_max: int,
+        finish: WriteFinish | None = None,
+        compute_md5: bool = True,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> CommitResult:
+        """Store a body under template's bucket and key, with template's metadata.
+        `finish` runs after every entry is acknowledged and before the commit."""
+        data, verdict = await self._verified(body, size_max, finish, compute_md5)
+        record = replace(
+            template,
+            size=data.size,
+            etag=verdict.md5_hex,
+            extents=data.extents,
+            parts=(),
+            checksums=verdict.checksums,
+            last_modified=time.time(),
+            is_delete_marker=False,
+        )
+        result = await self.catalog.put_object(
+            record, if_match=if_match, if_none_match=if_none_match
+        )
+        COMMITS.labels(kind="put").inc()
+        self._log_garbage(result)
+        return result
+
+    async def copy_object(
+        self,
+        source: ObjectRecord,
+        template: ObjectRecord,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> CommitResult:
+        """A new object sharing source's entries (no byte is copied)."""
+        if source.tier_location is not None and not source.extents and source.size:
+            raise ObjectUnavailableError(f"object {source.key!r} lives in a tier")
+        record = replace(
+            template,
+            size=source.size,
+            etag=source.etag,
+            extents=source.extents,
+            parts=source.parts,
+            checksums=dict(source.checksums),
+            tier_location=source.tier_location,
+            last_modified=time.time(),
+            is_delete_marker=False,
+        )
+        result = await self.catalog.put_object(
+            record, if_match=if_match, if_none_match=if_none_match
+        )
+        COMMITS.labels(kind="copy").inc()
+        self._log_garbage(result)
+        return result
+
+    # ------------------------------------------------------------------ reads
+
+    async def read(self, record: ObjectRecord, start: int, end: int) -> AsyncIterator[bytes]:
+        """Bytes start..end (inclusive) of the object. When a ledger vanished under the
+        reader (compaction moved the object), re-read the record and go on from there."""
+        assert self._read_handles is not None, "ObjectStore not started"
+        if end < start:
+            return
+        if record.tier_location is not None and not record.extents:
+            raise ObjectUnavailableError(
+                f"object {record.key!r} lives in tier {record.tier_location}"
+            )
+        position = start
+        retries = 0
+        while position <= end:
+            spans = plan_read(record.extents, position, end)
+            try:
+                async for piece in iter_spans(
+                    self._read_handles, spans, self.config.read_window_entries
+                ):
+                    position += len(piece)
+                    yield piece
+                return
+            except NoSuchLedgerError as e:
+                retries += 1
+                if retries > READ_RECORD_RETRIES_MAX:
+                    raise
+                READ_RETRIES.labels(reason="record").inc()
+                logger.info(
+                    "event=read_record_reloaded bucket=%s key=%s version_id=%s error=%r",
+                    record.bucket,
+                    record.key,
+                    record.version_id,
+                    e,
+                )
+                fresh = await self.catalog.get_object(record.bucket, record.key, record.version_id)
+                if fresh.etag != record.etag or fresh.size != record.size:
+                    raise ObjectChangedError(f"{record.key!r} changed while being read") from e
+                record = fresh
+
+    # ------------------------------------------------------------------ multipart
+
+    async def upload_part(
+        self,
+        bucket: str,
+        upload_id: str,
+        part_number: int,
+        body: AsyncIterator[bytes],
+        *,
+        finish: WriteFinish | None = None,
+        compute_md5: bool = True,
+    ) -> PartRecord:
+        await self.catalog.get_upload(bucket, upload_id)
+        data, verdict = await self._verified(body, PART_BYTES_MAX, finish, compute_md5)
+        part = PartRecord(
+            part_number=part_number,
+            size=data.size,
+            etag=verdict.md5_hex,
+            last_modified=time.time(),
+            checksums=verdict.checksums,
+            extents=data.extents,
+        )
+        await self.catalog.put_part(bucket, upload_id, part)
+        return part
+
+    async def upload_part_copy(
+        self,
+        bucket: str,
+        upload_id: str,
+        part_number: int,
+        source: ObjectRecord,
+        start: int,
+        end: int,
+        *,
+        observe: Callable[[bytes], None] | None = None,
+        finish: WriteFinish | None = None,
+    ) -> PartRecord:
+        """A part holding bytes start..end of source: shares its entries when the cuts
+        fall on entry boundaries, else copies the bytes. `observe` sees every byte."""
+        await self.catalog.get_upload(bucket, upload_id)
+        shared = slice_extents(source.extents, start, end) if source.extents else None
+        if shared is not None:
+            md5 = hashlib.md5()
+            size = 0
+            async for piece in self.read(source, start, end):
+                md5.update(piece)
+                size += len(piece)
+                if observe is not None:
+                    observe(piece)
+            data = WrittenData(extents=shared, size=size, md5=md5.digest())
+        else:
+
+            async def observed() -> AsyncIterator[bytes]:
+                async for piece in self.read(source, start, end):
+                    if observe is not None:
+                        observe(piece)
+                    yield piece
+
+            data = await self.write_data(observed(), PART_BYTES_MAX)
+        verdict = await finish(data) if finish is not None else Verdict({})
+        part = PartRecord(
+            part_number=part_number,
+            size=data.size,
+            etag=data.md5.hex(),
+            last_modified=time.time(),
+            checksums=verdict.checksums,
+            extents=data.extents,
+        )
+        await self.catalog.put_part(bucket, upload_id, part)
+        return part
+
+    async def complete_upload(
+        self,
+        bucket: str,
+        upload_id: str,
+        requested: Sequence[tuple[int, str]],
+        *,
+        finish: CompleteFinish | None = None,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> CommitResult:
+        """Stitch the named parts' extents into the object record: no byte is copied."""
+        upload = await self.catalog.get_upload(bucket, upload_id)
+        uploaded = {p.part_number: p for p in await self.catalog.get_parts(bucket, upload_id)}
+        parts = choose_parts(requested, uploaded, self.config.part_bytes_min)
+        checksums = await finish(upload, parts) if finish is not None else {}
+        record = ObjectRecord(
+            bucket=bucket,
+            key=upload.key,
+            size=sum(p.size for p in parts),
+            etag=multipart_etag(parts),
+            last_modified=time.time(),
+            content_type=upload.content_type,
+            metadata=dict(upload.metadata),
+            system_metadata=dict(upload.system_metadata),
+            checksums=checksums,
+            storage_class=upload.storage_class,
+            extents=tuple(extent for part in parts for extent in part.extents),
+            parts=tuple(PartInfo(p.part_number, p.size, p.etag, dict(p.checksums)) for p in parts),
+            owner=upload.owner,
+            tags=dict(upload.tags),
+        )
+        result = await self.catalog.complete_upload(
+            bucket, upload_id, record, if_match=if_match, if_none_match=if_none_match
+        )
+        COMMITS.labels(kind="complete").inc()
+        self._log_garbage(result)
+        return result
+
+    # ------------------------------------------------------------------ internals
+
+    @staticmethod
+    def _log_garbage(result: CommitResult) -> None:
+        for old in result.garbage:
+            logger.debug(
+                "event=object_bytes_unreferenced bucket=%s key=%s version_id=%s size=%d",
+                old.bucket,
+                old.key,
+                old.version_id,
+                old.size,
+            )
+
+
+async def drain(iterator: AsyncIterator[bytes]) -> bytes:
+    """All bytes of an iterator (tests and small internal reads only)."""
+    return b"".join([piece async for piece in iterator])
+
+
+__all__ = ["ObjectStore", "Verdict", "WrittenData", "drain"]

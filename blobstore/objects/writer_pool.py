@@ -1,0 +1,196 @@
+"""The per-process pool of open writer ledgers.
+
+A PUT takes one ledger exclusively (one writer per ledger, and the entries of one object
+stay consecutive), appends its entries, and gives the ledger back. Many small objects so
+share a ledger. A ledger is retired (closed) once it passes `ledger_bytes_max` or
+`ledger_age_s_max`, or after any failed append: a failed ledger's tail has an unknown
+fate, so nothing more is ever appended to it. Retiring closes the ledger; when a plain
+close fails it is opened with recovery, which fences and closes it. A process killed with
+open ledgers leaves them to the sweeper of any other gateway (`ledger_sweeper.py`).
+
+Every ledger records its writer (this process's gateway id) in the metadata's custom
+field `writer`, and `purpose=objects`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from blobstore.ledger import LedgerClient, LedgerHandle
+from blobstore.objects.config import ObjectStoreConfig
+from blobstore.objects.metrics import WRITER_LEDGERS_OPEN, WRITER_LEDGERS_RETIRED
+
+logger = logging.getLogger(__name__)
+
+LEDGER_PASSWORD = b"blobstore-objects"
+PURPOSE = "objects"
+CLOSE_TIMEOUT_S = 30.0
+
+
+class WriterPoolExhaustedError(Exception):
+    """No writer ledger became free in time (the gateway answers SlowDown)."""
+
+
+@dataclass(eq=False, slots=True)
+class WriterLedger:
+    """An open ledger this process appends to, with what the pool needs to retire it."""
+
+    handle: LedgerHandle
+    opened_at_s: float
+    bytes_appended: int = 0
+    failed: bool = False
+
+
+class LedgerWriterPool:
+    def __init__(
+        self,
+        client: LedgerClient,
+        config: ObjectStoreConfig,
+        writer_id: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._config = config
+        self._writer_id = writer_id
+        self._clock = clock
+        self._idle: list[WriterLedger] = []
+        self._busy: set[int] = set()  # ledger ids taken by a caller or being closed
+        self._slots = asyncio.Semaphore(config.writer_ledgers_max)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._ager: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._ager = asyncio.create_task(self._retire_aged_loop(), name="writer-pool-ager")
+
+    @property
+    def owned_ledger_ids(self) -> set[int]:
+        """Ledgers this pool still appends to or is closing (the sweeper leaves them)."""
+        return {w.handle.ledger_id for w in self._idle} | self._busy
+
+    async def acquire(self) -> WriterLedger:
+        """A ledger for this caller alone; give it back with `release`."""
+        if self._closed:
+            raise WriterPoolExhaustedError("writer pool is closed")
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self._config.writer_wait_s_max)
+        except TimeoutError:
+            raise WriterPoolExhaustedError(
+                f"no writer ledger free within {self._config.writer_wait_s_max}s"
+            ) from None
+        try:
+            while self._idle:
+                writer = self._idle.pop()
+                if self._worn_out(writer):
+                    self._retire(writer, reason="age")
+                    continue
+                self._busy.add(writer.handle.ledger_id)
+                return writer
+            handle = await self._client.create_ledger(
+                ensemble_size=self._config.ensemble_size,
+                write_quorum=self._config.write_quorum,
+                ack_quorum=self._config.ack_quorum,
+                password=LEDGER_PASSWORD,
+                metadata={"writer": self._writer_id, "purpose": PURPOSE},
+            )
+            WRITER_LEDGERS_OPEN.inc()
+            logger.info(
+                "event=writer_ledger_opened ledger_id=%d writer=%s",
+                handle.ledger_id,
+                self._writer_id,
+            )
+            self._busy.add(handle.ledger_id)
+            return WriterLedger(handle=handle, opened_at_s=self._clock())
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def release(self, writer: WriterLedger) -> None:
+        """Give a ledger back; a failed, full or old one is closed in the background."""
+        try:
+            if writer.failed:
+                self._retire(writer, reason="failed")
+            elif self._closed or self._worn_out(writer):
+                self._retire(writer, reason="full")
+            else:
+                self._busy.discard(writer.handle.ledger_id)
+                self._idle.append(writer)
+        finally:
+            self._slots.release()
+
+    async def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Close every idle ledger and wait (bounded) for the closes under way."""
+        self._closed = True
+        if self._ager is not None:
+            self._ager.cancel()
+        while self._idle:
+            self._retire(self._idle.pop(), reason="shutdown")
+        if self._tasks:
+            _, pending = await asyncio.wait(list(self._tasks), timeout=timeout_s)
+            for task in pending:
+                task.cancel()
+
+    # ------------------------------------------------------------------ internals
+
+    def _worn_out(self, writer: WriterLedger) -> bool:
+        return (
+            writer.bytes_appended >= self._config.ledger_bytes_max
+            or self._clock() - writer.opened_at_s >= self._config.ledger_age_s_max
+        )
+
+    def _retire(self, writer: WriterLedger, *, reason: str) -> None:
+        self._busy.add(writer.handle.ledger_id)
+        task = asyncio.create_task(self._close_ledger(writer, reason))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _close_ledger(self, writer: WriterLedger, reason: str) -> None:
+        try:
+            await self._close_or_recover(writer, reason)
+        finally:
+            self._busy.discard(writer.handle.ledger_id)
+
+    async def _close_or_recover(self, writer: WriterLedger, reason: str) -> None:
+        ledger_id = writer.handle.ledger_id
+        WRITER_LEDGERS_OPEN.dec()
+        WRITER_LEDGERS_RETIRED.labels(reason=reason).inc()
+        try:
+            await asyncio.wait_for(writer.handle.close(), CLOSE_TIMEOUT_S)
+            logger.info(
+                "event=writer_ledger_closed ledger_id=%d reason=%s bytes=%d",
+                ledger_id,
+                reason,
+                writer.bytes_appended,
+            )
+            return
+        except Exception as e:  # noqa: BLE001 - fall back to recovery below
+            logger.warning(
+                "event=writer_ledger_close_failed ledger_id=%d reason=%s error=%r",
+                ledger_id,
+                reason,
+                e,
+            )
+        try:
+            await asyncio.wait_for(
+                self._client.open_ledger(ledger_id, LEDGER_PASSWORD, recovery=True),
+                CLOSE_TIMEOUT_S,
+            )
+            logger.info("event=writer_ledger_recovered ledger_id=%d", ledger_id)
+        except Exception as e:  # noqa: BLE001 - the sweeper of a later run closes it
+            logger.error("event=writer_ledger_recovery_failed ledger_id=%d error=%r", ledger_id, e)
+
+    async def _retire_aged_loop(self) -> None:
+        interval_s = max(0.05, self._config.ledger_age_s_max / 4)
+        while True:
+            await asyncio.sleep(interval_s)
+            keep = []
+            for writer in self._idle:
+                if self._worn_out(writer):
+                    self._retire(writer, reason="age")
+                else:
+                    keep.append(writer)
+            self._idle[:] = keep

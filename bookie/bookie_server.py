@@ -1,0 +1,559 @@
+"""The bookie's TCP server: frames in, requests handled concurrently, responses by id.
+
+Each connection is an asyncio Protocol that parses frames out of its receive buffer.
+Adds are checked and queued to the journal without a task per request (their response is
+written from the journal's completion callback); reads, fences, LAC and info requests run
+as tasks. At most `connection_in_flight_max` requests of one connection are in flight:
+beyond that, and while the socket's send buffer is full, the connection stops reading
+(back-pressure travels to the client through TCP).
+
+A malformed frame (absurd length, unknown version or op, short body) gets an error
+response when its request id could be read, then that connection is closed. Nothing about
+it reaches storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bookie import protocol
+from bookie.journal import Journal, RecordKind, encode_parts
+from bookie.ledger_storage import LedgerStorage
+from bookie.metrics import METRICS
+from bookie.protocol import Op, Status
+
+logger = logging.getLogger(__name__)
+
+HEADER_BYTES = protocol.FRAME_LENGTH.size + protocol.FRAME_HEADER_BYTES
+ADD_BODY = struct.Struct(f">QQ{protocol.MASTER_KEY_BYTES}s")
+ENTRY_BYTES_MAX = protocol.ENTRY_PAYLOAD_BYTES_MAX + protocol.ENTRY_HEADER_BYTES
+RESPONSE_HEADER = struct.Struct(">IBBHQ")
+OPS = frozenset(int(op) for op in Op)
+STATUS_NAMES = {int(s): s.name for s in Status}
+ADDS_OK = METRICS.adds.labels(Status.OK.name)
+ADDS_FAILED = METRICS.adds.labels(Status.INTERNAL_ERROR.name)
+ADD_BYTES = METRICS.add_bytes
+ADD_SECONDS = METRICS.add_seconds
+
+
+class BookieServer:
+    """Request handling shared by all connections."""
+
+    def __init__(
+        self,
+        *,
+        bookie_id: str,
+        storage: LedgerStorage,
+        journal: Journal,
+        connections_max: int,
+        connection_in_flight_max: int,
+        in_flight_bytes_max: int,
+        long_poll_waiters_max: int,
+        info: Callable[[], dict[str, Any]],
+        checkpoint_soon: Callable[[], None],
+    ) -> None:
+        self.bookie_id = bookie_id
+        self.storage = storage
+        self.journal = journal
+        self.connections_max = connections_max
+        self.connection_in_flight_max = connection_in_flight_max
+        self.in_flight_bytes_max = in_flight_bytes_max
+        self.in_flight_bytes = 0
+        # Connections that stopped reading because all of them together hold too many bytes.
+        self.blocked_on_bytes: set[BookieConnection] = set()
+        self.long_poll_waiters_max = long_poll_waiters_max
+        self.info = info
+        self.checkpoint_soon = checkpoint_soon
+        self.read_only = False
+        self.connections: set[BookieConnection] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.in_flight = 0
+        self.long_poll_waiters = 0
+        self.draining = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def new_connection(self) -> BookieConnection:
+        return BookieConnection(self)
+
+    def request_started(self) -> None:
+        self.in_flight += 1
+        self._idle.clear()
+
+    def request_finished(self) -> None:
+        self.in_flight -= 1
+        assert self.in_flight >= 0, self.in_flight
+        if self.in_flight == 0:
+            self._idle.set()
+
+    def bytes_released(self, count: int) -> None:
+        self.in_flight_bytes -= count
+        assert self.in_flight_bytes >= 0, self.in_flight_bytes
+        if self.blocked_on_bytes and self.in_flight_bytes < self.in_flight_bytes_max:
+            blocked, self.blocked_on_bytes = self.blocked_on_bytes, set()
+            for connection in blocked:
+                connection.unblock()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop reading requests, wait (bounded) for in-flight ones, then close connections."""
+        self.draining = True
+        for connection in list(self.connections):
+            connection.stop_reading()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            logger.warning("shutdown with requests in flight count=%d", self.in_flight)
+        for task in list(self.tasks):
+            task.cancel()
+        for connection in list(self.connections):
+            connection.close()
+
+    # ------------------------------------------------------------------ helpers
+
+    def fence_durably(
+        self, ledger_id: int, master_key: bytes, done: Callable[[BaseException | None], None]
+    ) -> None:
+        state = self.storage.state_for(ledger_id, master_key)
+        state.fenced = True
+        self.storage.dirty.add(ledger_id)
+        prefix, _ = encode_parts(RecordKind.FENCE, ledger_id, -1, master_key, b"")
+        self.journal.submit(prefix, b"", None, done)
+
+    def journal_future(self) -> tuple[asyncio.Future[None], Callable[[BaseException | None], None]]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done(error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+        return future, done
+
+
+class BookieConnection(asyncio.Protocol):
+    def __init__(self, server: BookieServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.in_flight = 0
+        self.closed = False
+        self.reading_paused = False
+        self.writing_paused = False
+        self.peer = "?"
+        self._out: list[bytes] = []
+
+    # ------------------------------------------------------------------ transport events
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
+        self.peer = str(transport.get_extra_info("peername"))
+        if len(self.server.connections) >= self.server.connections_max:
+            logger.warning("connection refused: too many connections peer=%s", self.peer)
+            self.closed = True
+            self.transport.abort()  # type: ignore[union-attr]
+            return
+        self.server.connections.add(self)
+        METRICS.connections.set(len(self.server.connections))
+        if self.server.draining:
+            self.stop_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        self.server.blocked_on_bytes.discard(self)
+        METRICS.connections.set(len(self.server.connections))
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        self._update_reading()
+        self._process()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        self._process()
+
+    def eof_received(self) -> bool | None:
+        return False  # close our side too once the client is done
+
+    def unblock(self) -> None:
+        """The bookie-wide byte bound has room again: read and handle buffered frames."""
+        if not self.closed:
+            self._update_reading()
+            if not self.reading_paused:
+                self._process()
+
+    def stop_reading(self) -> None:
+        if not self.closed and self.transport is not None and not self.reading_paused:
+            self.transport.pause_reading()
+            self.reading_paused = True
+
+    def close(self) -> None:
+        if not self.closed and self.transport is not None:
+            self._flush_out()
+            self.closed = True
+            self.transport.close()
+
+    # ------------------------------------------------------------------ framing
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self.closed:
+            return
+        server = self.server
+        over_bytes = server.in_flight_bytes >= server.in_flight_bytes_max
+        if over_bytes:
+            server.blocked_on_bytes.add(self)
+        should_pause = (
+            server.draining
+            or self.writing_paused
+            or over_bytes
+            or self.in_flight >= server.connection_in_flight_max
+        )
+        if should_pause and not self.reading_paused:
+            self.transport.pause_reading()
+            self.reading_paused = True
+        elif not should_pause and self.reading_paused:
+            self.transport.resume_reading()
+            self.reading_paused = False
+
+    def _process(self) -> None:
+        buf = self.buffer
+        pos = 0
+        limit = self.server.connection_in_flight_max
+        try:
+            while (
+                not self.closed
+                and self.in_flight < limit
+                and not self.writing_paused
+                and not self.server.draining
+                and self.server.in_flight_bytes < self.server.in_flight_bytes_max
+            ):
+                if len(buf) - pos < protocol.FRAME_LENGTH.size:
+                    break
+                (length,) = protocol.FRAME_LENGTH.unpack_from(buf, pos)
+                if length < protocol.FRAME_HEADER_BYTES or length > protocol.FRAME_BYTES_MAX:
+                    request_id = None
+                    if len(buf) - pos >= HEADER_BYTES:
+                        request_id = protocol.FRAME_HEADER.unpack_from(buf, pos + 4)[3]
+                    self._reject(Status.BAD_REQUEST, 0, request_id, f"frame length {length}")
+                    return
+                end = pos + protocol.FRAME_LENGTH.size + length
+                if len(buf) < end:
+                    break
+                version, op, flags, request_id = protocol.FRAME_HEADER.unpack_from(buf, pos + 4)
+                body_start = pos + HEADER_BYTES
+                if version != protocol.PROTOCOL_VERSION:
+                    self._reject(Status.BAD_VERSION, op, request_id, f"version {version}")
+                    return
+                if op not in OPS:
+                    self._reject(Status.BAD_REQUEST, op, request_id, f"unknown op {op}")
+                    return
+                if op == Op.ADD_ENTRY:
+                    ok = self._add(flags, request_id, buf, body_start, end)
+                else:
+                    ok = self._spawn(op, flags, request_id, bytes(buf[body_start:end]))
+                if not ok:
+                    return
+                pos = end
+        finally:
+            if pos:
+                del buf[:pos]
+            self._update_reading()
+
+    def _reject(self, status: Status, op: int, request_id: int | None, why: str) -> None:
+        METRICS.bad_frames.inc()
+        logger.warning(
+            "malformed frame peer=%s status=%s reason=%s: closing", self.peer, status.name, why
+        )
+        if request_id is not None and self.transport is not None:
+            self.transport.write(
+                protocol.encode_frame(Op(op) if op in OPS else Op.ADD_ENTRY, status, request_id)
+            )
+        self.buffer.clear()
+        self.close()
+
+    def respond(
+        self, op: Op, status: int, request_id: int, body: bytes = b"", extra: bytes = b""
+    ) -> None:
+        """Write one response frame (`extra` is appended without copying)."""
+        if self.closed or self.transport is None:
+            return
+        header = RESPONSE_HEADER.pack(
+            protocol.FRAME_HEADER_BYTES + len(body) + len(extra),
+            protocol.PROTOCOL_VERSION,
+            op,
+            status,
+            request_id,
+        )
+        # Responses made in one loop turn (a group commit acks hundreds) leave in one
+        # write: a send() per response would cost more than the add itself.
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush_out)
+        self._out.append(header + body)
+        if extra:
+            self._out.append(extra)
+
+    def _flush_out(self) -> None:
+        out, self._out = self._out, []
+        if out and not self.closed and self.transport is not None:
+            self.transport.writelines(out)
+
+    def _started(self) -> None:
+        self.in_flight += 1
+        self.server.request_started()
+
+    def _finished(self) -> None:
+        self.in_flight -= 1
+        self.server.request_finished()
+        if self.reading_paused and not self.closed:
+            self._update_reading()
+            if not self.reading_paused:
+                self._process()
+
+    # ------------------------------------------------------------------ ADD_ENTRY
+
+    def _add(self, flags: int, request_id: int, buf: bytearray, start: int, end: int) -> bool:
+        if end - start < ADD_BODY.size + protocol.ENTRY_HEADER_BYTES:
+            self._reject(Status.BAD_REQUEST, Op.ADD_ENTRY, request_id, "short add body")
+            return False
+        received = time.monotonic()
+        ledger_id, entry_id, master_key = ADD_BODY.unpack_from(buf, start)
+        entry = bytes(buf[start + ADD_BODY.size : end])
+        status = self._check_add(flags, ledger_id, entry_id, master_key, entry)
+        if status != Status.OK:
+            METRICS.adds.labels(STATUS_NAMES[status]).inc()
+            self.respond(
+                Op.ADD_ENTRY, status, request_id, protocol.AddResponse(ledger_id, entry_id).encode()
+            )
+            return True
+        server = self.server
+        storage = server.storage
+        storage.state_for(ledger_id, master_key)
+        prefix, _ = encode_parts(RecordKind.ADD, ledger_id, entry_id, master_key, entry)
+        self._started()
+        size = len(entry)
+        server.in_flight_bytes += size
+
+        def apply() -> None:
+            storage.apply_add(ledger_id, entry_id, master_key, entry)
+
+        def done(error: BaseException | None) -> None:
+            try:
+                if error is None:
+                    status = Status.OK
+                    ADDS_OK.inc()
+                    ADD_BYTES.inc(len(entry))
+                else:
+                    status = Status.INTERNAL_ERROR
+                    ADDS_FAILED.inc()
+                ADD_SECONDS.observe(time.monotonic() - received)
+                self.respond(
+                    Op.ADD_ENTRY,
+                    status,
+                    request_id,
+                    protocol.AddResponse(ledger_id, entry_id).encode(),
+                )
+            finally:
+                server.bytes_released(size)
+                self._finished()
+                if storage.write_cache_full():
+                    server.checkpoint_soon()
+
+        server.journal.submit(prefix, entry, apply, done)
+        return True
+
+    def _check_add(
+        self, flags: int, ledger_id: int, entry_id: int, master_key: bytes, entry: bytes
+    ) -> Status:
+        if len(entry) > ENTRY_BYTES_MAX:
+            return Status.TOO_LARGE
+        stored_ledger, stored_entry, _ = protocol.entry_ids(entry)
+        if stored_ledger != ledger_id or stored_entry != entry_id:
+            return Status.BAD_REQUEST
+        if not protocol.verify_entry(entry):
+            return Status.BAD_DIGEST
+        state = self.server.storage.states.get(ledger_id)
+        if state is not None and state.master_key is not None and state.master_key != master_key:
+            return Status.UNAUTHORIZED
+        if state is not None and state.fenced and not flags & protocol.AddFlag.RECOVERY_ADD:
+            return Status.FENCED
+        if self.server.read_only:
+            return Status.READ_ONLY
+        return Status.OK
+
+    # ------------------------------------------------------------------ other ops (tasks)
+
+    def _spawn(self, op: int, flags: int, request_id: int, body: bytes) -> bool:
+        try:
+            if op == Op.READ_ENTRY:
+                coro = self._read_entry(flags, request_id, protocol.ReadRequest.decode(body))
+            elif op == Op.READ_LAC:
+                coro = self._read_lac(request_id, protocol.ReadLacRequest.decode(body))
+            elif op == Op.WRITE_LAC:
+                coro = self._write_lac(request_id, protocol.WriteLacRequest.decode(body))
+            else:
+                coro = self._bookie_info(request_id)
+        except protocol.ProtocolError as e:
+            self._reject(Status.BAD_REQUEST, op, request_id, str(e))
+            return False
+        self._started()
+        task = asyncio.get_running_loop().create_task(self._guard(Op(op), request_id, coro))
+        self.server.tasks.add(task)
+        task.add_done_callback(self.server.tasks.discard)
+        return True
+
+    async def _guard(self, op: Op, request_id: int, coro: Any) -> None:
+        status = Status.INTERNAL_ERROR
+        try:
+            status = await coro
+        except Exception:
+            logger.exception(
+                "request failed op=%s request_id=%d peer=%s", op.name, request_id, self.peer
+            )
+            self.respond(op, status, request_id)
+        finally:
+            METRICS.requests.labels(op.name, STATUS_NAMES[int(status)]).inc()
+            self._finished()
+
+    async def _read_entry(
+        self, flags: int, request_id: int, request: protocol.ReadRequest
+    ) -> Status:
+        received = time.monotonic()
+        status = await self._do_read(flags, request_id, request)
+        METRICS.reads.labels(STATUS_NAMES[status]).inc()
+        METRICS.read_seconds.observe(time.monotonic() - received)
+        return status
+
+    async def _do_read(self, flags: int, request_id: int, request: protocol.ReadRequest) -> Status:
+        server = self.server
+        storage = server.storage
+        ledger_id = request.ledger_id
+
+        def answer(status: Status, entry_id: int, lac: int, entry: bytes = b"") -> Status:
+            body = protocol.ReadResponse(ledger_id, entry_id, lac).encode()
+            self.respond(Op.READ_ENTRY, status, request_id, body, entry)
+            return status
+
+        if request.entry_id < protocol.LAST_ENTRY:
+            return answer(Status.BAD_REQUEST, request.entry_id, protocol.NO_ENTRY)
+        if flags & protocol.ReadFlag.FENCE:
+            state = storage.states.get(ledger_id)
+            if (
+                state is not None
+                and state.master_key is not None
+                and state.master_key != request.master_key
+            ):
+                return answer(Status.UNAUTHORIZED, request.entry_id, protocol.NO_ENTRY)
+            future, done = server.journal_future()
+            server.fence_durably(ledger_id, request.master_key, done)
+            self._started()  # the fence must finish even when the reader goes away
+            try:
+                await future
+            finally:
+                self._finished()
+            logger.info("ledger fenced ledger_id=%d peer=%s", ledger_id, self.peer)
+        state = storage.states.get(ledger_id)
+        if state is None:
+            return answer(Status.NO_SUCH_LEDGER, request.entry_id, protocol.NO_ENTRY)
+        if flags & protocol.ReadFlag.LONG_POLL and state.last_add_confirmed <= request.previous_lac:
+            if server.long_poll_waiters >= server.long_poll_waiters_max:
+                return answer(Status.TIMEOUT, request.entry_id, state.last_add_confirmed)
+            timeout_s = min(max(request.timeout_ms, 0), protocol.LONG_POLL_TIMEOUT_MS_MAX) / 1000.0
+            deadline = time.monotonic() + timeout_s
+            server.long_poll_waiters += 1
+            try:
+                while (
+                    state.last_add_confirmed <= request.previous_lac
+                    and storage.states.get(ledger_id) is state
+                ):
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                    state.lac_waiters.append(waiter)
+                    try:
+                        await asyncio.wait_for(waiter, remaining)
+                    except TimeoutError:
+                        break
+                    finally:
+                        if waiter in state.lac_waiters:
+                            state.lac_waiters.remove(waiter)
+            finally:
+                server.long_poll_waiters -= 1
+            if state.last_add_confirmed <= request.previous_lac:
+                return answer(Status.TIMEOUT, request.entry_id, state.last_add_confirmed)
+        entry_id = request.entry_id
+        if entry_id == protocol.LAST_ENTRY:
+            entry_id = state.last_entry_id
+            if entry_id == protocol.NO_ENTRY:
+                return answer(Status.NO_SUCH_ENTRY, protocol.LAST_ENTRY, state.last_add_confirmed)
+        entry = await storage.read(ledger_id, entry_id)
+        if entry is None:
+            return answer(Status.NO_SUCH_ENTRY, entry_id, state.last_add_confirmed)
+        return answer(Status.OK, entry_id, state.last_add_confirmed, entry)
+
+    async def _read_lac(self, request_id: int, request: protocol.ReadLacRequest) -> Status:
+        state = self.server.storage.states.get(request.ledger_id)
+        if state is None:
+            status, lac = Status.NO_SUCH_LEDGER, protocol.NO_ENTRY
+        else:
+            status, lac = Status.OK, state.last_add_confirmed
+        self.respond(
+            Op.READ_LAC,
+            status,
+            request_id,
+            protocol.ReadLacResponse(request.ledger_id, lac).encode(),
+        )
+        return status
+
+    async def _write_lac(self, request_id: int, request: protocol.WriteLacRequest) -> Status:
+        server = self.server
+        storage = server.storage
+        ledger_id = request.ledger_id
+        state = storage.states.get(ledger_id)
+        status = Status.OK
+        if request.last_add_confirmed < protocol.NO_ENTRY:
+            status = Status.BAD_REQUEST
+        elif (
+            state is not None
+            and state.master_key is not None
+            and state.master_key != request.master_key
+        ):
+            status = Status.UNAUTHORIZED
+        else:
+            storage.state_for(ledger_id, request.master_key)
+            future, done = server.journal_future()
+            prefix, _ = encode_parts(
+                RecordKind.LAC, ledger_id, request.last_add_confirmed, request.master_key, b""
+            )
+
+            def apply() -> None:
+                storage.state_for(ledger_id, request.master_key)
+                storage.apply_explicit_lac(ledger_id, request.last_add_confirmed)
+
+            server.journal.submit(prefix, b"", apply, done)
+            await future
+        self.respond(
+            Op.WRITE_LAC,
+            status,
+            request_id,
+            protocol.ReadLacResponse(ledger_id, request.last_add_confirmed).encode(),
+        )
+        return status
+
+    async def _bookie_info(self, request_id: int) -> Status:
+        body = json.dumps(self.server.info(), sort_keys=True).encode()
+        self.respond(Op.GET_BOOKIE_INFO, Status.OK, request_id, body)
+        return Status.OK

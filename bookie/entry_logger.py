@@ -1,0 +1,245 @@
+"""Entry logs: append-only files that hold entries after a checkpoint flushed them.
+
+On-disk format
+--------------
+``<ledger_dir>/current/<log_id as 8 hex digits>.log``::
+
+    header: b"BKEL" | u16 version (1) | u16 reserved | u32 log_id | u32 reserved   (16 bytes)
+    record: u32 entry_length | entry bytes (as the writer built them: ledger id, entry id,
+            LAC, length and CRC32C header, then the payload)
+
+An entry's location is ``log_id << 32 | offset`` of its record; the location index maps
+(ledger, entry) to it. Logs roll at ``entry_log_bytes_max``; a new log is started on every
+start, so nothing is appended after a crash's partial tail.
+
+Faults tolerated
+----------------
+- kill -9 during a flush: the index and LastLogMark are written only after the log's
+  fsync, so a partial tail is never referenced; the journal still holds those entries.
+- Entries keep their writer's CRC32C: a read verifies the record's ids against the index
+  key, and clients verify the digest (a flipped byte is detected, never served silently
+  as another entry).
+- Logs are deleted only by compaction after their live entries were copied, indexed and
+  fsync'd elsewhere; a reader racing a deletion retries with the fresh location.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from collections.abc import Iterator
+
+from bookie import protocol
+from bookie.journal import fsync_directory
+
+logger = logging.getLogger(__name__)
+
+LOG_MAGIC = b"BKEL"
+LOG_VERSION = 1
+LOG_HEADER = struct.Struct(">4sHHII")
+LOG_HEADER_BYTES = LOG_HEADER.size
+RECORD_LENGTH = struct.Struct(">I")
+WRITE_BUFFER_BYTES = 4 << 20
+LOG_SUFFIX = ".log"
+
+assert LOG_HEADER_BYTES == 16
+
+
+def location(log_id: int, offset: int) -> int:
+    assert 0 <= offset < 1 << 32, offset
+    return (log_id << 32) | offset
+
+
+def split_location(loc: int) -> tuple[int, int]:
+    return loc >> 32, loc & 0xFFFFFFFF
+
+
+class EntryLogMissingError(Exception):
+    """The log a location named was deleted (compaction moved the entry)."""
+
+
+class EntryLogger:
+    def __init__(self, ledger_dir: str, entry_log_bytes_max: int) -> None:
+        self.directory = os.path.join(ledger_dir, "current")
+        os.makedirs(self.directory, exist_ok=True)
+        self.entry_log_bytes_max = entry_log_bytes_max
+        self._read_fds: dict[int, int] = {}
+        self._retired_fds: list[int] = []
+        self._lock = threading.Lock()
+        self._write_fd = -1
+        self.current_log_id = 0
+        self._position = 0
+        self._buffer = bytearray()
+        for log_id in self.list_logs():
+            self._open_for_read(log_id)
+        self._start_new_log()
+
+    # ------------------------------------------------------------------ files
+
+    def path(self, log_id: int) -> str:
+        return os.path.join(self.directory, f"{log_id:08x}{LOG_SUFFIX}")
+
+    def list_logs(self) -> list[int]:
+        ids = []
+        for name in os.listdir(self.directory):
+            if name.endswith(LOG_SUFFIX) and len(name) == 8 + len(LOG_SUFFIX):
+                try:
+                    ids.append(int(name[:8], 16))
+                except ValueError:
+                    continue
+        return sorted(ids)
+
+    def _open_for_read(self, log_id: int) -> None:
+        fd = os.open(self.path(log_id), os.O_RDONLY)
+        header = os.pread(fd, LOG_HEADER_BYTES, 0)
+        if len(header) == LOG_HEADER_BYTES:
+            magic, version, _, header_id, _ = LOG_HEADER.unpack(header)
+            if magic != LOG_MAGIC or version != LOG_VERSION or header_id != log_id:
+                os.close(fd)
+                raise RuntimeError(f"entry log {self.path(log_id)} has a bad header")
+        with self._lock:
+            self._read_fds[log_id] = fd
+
+    def _start_new_log(self) -> None:
+        existing = self.list_logs()
+        log_id = max([*existing, self.current_log_id]) + 1
+        assert log_id < 1 << 32, log_id
+        fd = os.open(self.path(log_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, 0, log_id, 0))
+        os.fsync(fd)
+        fsync_directory(self.directory)
+        if self._write_fd >= 0:
+            os.close(self._write_fd)
+        self._write_fd = fd
+        self.current_log_id = log_id
+        self._position = LOG_HEADER_BYTES
+        self._open_for_read(log_id)
+        logger.info("entry log opened log_id=%d", log_id)
+
+    # ------------------------------------------------------------------ writing (storage thread)
+
+    def append(self, entry: bytes) -> int:
+        """Buffer one entry; its location is valid for reads after `sync()`."""
+        size = RECORD_LENGTH.size + len(entry)
+        if self._position + size > self.entry_log_bytes_max and self._position > LOG_HEADER_BYTES:
+            self.sync()
+            self._start_new_log()
+        loc = location(self.current_log_id, self._position)
+        self._buffer += RECORD_LENGTH.pack(len(entry))
+        self._buffer += entry
+        self._position += size
+        if len(self._buffer) >= WRITE_BUFFER_BYTES:
+            self._flush_buffer()
+        return loc
+
+    def _flush_buffer(self) -> None:
+        view = memoryview(self._buffer)
+        try:
+            while view:
+                written = os.write(self._write_fd, view)
+                view = view[written:]
+        finally:
+            view.release()
+        self._buffer.clear()
+
+    def sync(self) -> None:
+        self._flush_buffer()
+        os.fdatasync(self._write_fd)
+
+    def roll_if_used(self) -> None:
+        """Start a new log so the current one becomes eligible for compaction."""
+        if self._position > LOG_HEADER_BYTES:
+            self.sync()
+            self._start_new_log()
+
+    def delete(self, log_id: int) -> None:
+        assert log_id != self.current_log_id, log_id
+        with self._lock:
+            fd = self._read_fds.pop(log_id, None)
+            if fd is not None:
+                # A reader thread may be inside pread on it: close on the next round.
+                self._retired_fds.append(fd)
+        os.unlink(self.path(log_id))
+        fsync_directory(self.directory)
+        logger.info("entry log deleted log_id=%d", log_id)
+
+    def close_retired(self) -> None:
+        with self._lock:
+            retired, self._retired_fds = self._retired_fds, []
+        for fd in retired:
+            os.close(fd)
+
+    def close(self) -> None:
+        if self._write_fd >= 0:
+            self.sync()
+            os.close(self._write_fd)
+            self._write_fd = -1
+        with self._lock:
+            fds = list(self._read_fds.values()) + self._retired_fds
+            self._read_fds.clear()
+            self._retired_fds = []
+        for fd in fds:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ reading (any thread)
+
+    def log_bytes(self, log_id: int) -> int:
+        if log_id == self.current_log_id:
+            return self._position
+        try:
+            return os.stat(self.path(log_id)).st_size
+        except FileNotFoundError:
+            return 0
+
+    def read(self, loc: int, ledger_id: int, entry_id: int) -> bytes:
+        log_id, offset = split_location(loc)
+        fd = self._read_fds.get(log_id)
+        if fd is None:
+            raise EntryLogMissingError(log_id)
+        head = os.pread(fd, RECORD_LENGTH.size + protocol.ENTRY_HEADER.size, offset)
+        if len(head) < RECORD_LENGTH.size + protocol.ENTRY_HEADER.size:
+            raise OSError(f"entry log {log_id} cut short at offset {offset}")
+        (length,) = RECORD_LENGTH.unpack_from(head, 0)
+        stored_ledger, stored_entry, _, _ = protocol.ENTRY_HEADER.unpack_from(
+            head, RECORD_LENGTH.size
+        )
+        if (
+            stored_ledger != ledger_id
+            or stored_entry != entry_id
+            or length > protocol.FRAME_BYTES_MAX
+        ):
+            raise OSError(
+                f"entry log {log_id} offset {offset} holds ledger_id={stored_ledger} "
+                f"entry_id={stored_entry}, expected ledger_id={ledger_id} entry_id={entry_id}"
+            )
+        data = os.pread(fd, length, offset + RECORD_LENGTH.size)
+        if len(data) != length:
+            raise OSError(f"entry log {log_id} cut short at offset {offset}")
+        return data
+
+    def scan(self, log_id: int) -> Iterator[tuple[int, int, int, bytes]]:
+        """(offset, ledger_id, entry_id, entry bytes) of every whole record of a log."""
+        with open(self.path(log_id), "rb", buffering=1 << 20) as f:
+            f.seek(LOG_HEADER_BYTES)
+            offset = LOG_HEADER_BYTES
+            while True:
+                head = f.read(RECORD_LENGTH.size)
+                if len(head) < RECORD_LENGTH.size:
+                    return
+                (length,) = RECORD_LENGTH.unpack(head)
+                if length < protocol.ENTRY_HEADER_BYTES or length > protocol.FRAME_BYTES_MAX:
+                    logger.warning(
+                        "entry log scan stopped log_id=%d offset=%d length=%d",
+                        log_id,
+                        offset,
+                        length,
+                    )
+                    return
+                entry = f.read(length)
+                if len(entry) < length:
+                    return
+                ledger_id, entry_id, _, _ = protocol.ENTRY_HEADER.unpack_from(entry, 0)
+                yield offset, ledger_id, entry_id, entry
+                offset += RECORD_LENGTH.size + length

@@ -1,0 +1,431 @@
+"""The journal: every add, fence and explicit LAC is appended here and fsync'd before it is
+acknowledged. Group commit turns many adds into one write and one fsync.
+
+On-disk format
+--------------
+The journal directory holds files named ``<journal_id as 16 hex digits>.txn``. Each file
+starts with a 16-byte header and is followed by records::
+
+    header: b"BKJN" | u16 version (1) | u16 reserved (0) | u64 journal_id
+    record: u32 body_length | u32 crc32c(body) | body
+    body:   u8 kind | u64 ledger_id | i64 value | 20s master_key | entry bytes (ADD only)
+
+``kind`` is ADD (value = entry id, followed by the entry bytes as the writer built them),
+FENCE (value unused) or LAC (value = the explicit LAC). Every record carries the ledger's
+master key, so replay restores it together with the entry, fence or LAC.
+
+The LastLogMark ``(journal_id, offset)`` stored with the location index says how far a
+checkpoint has made the journal redundant: replay starts there. Files wholly before it are
+deleted after the checkpoint that covers them.
+
+Faults tolerated
+----------------
+- kill -9 or power loss at any moment: a record is acknowledged only after the fsync of the
+  write that holds it; a torn or half-written tail record fails its length or CRC check and
+  replay stops there (event ``journal_torn_tail``). A new file is started on every start, so
+  nothing is ever appended after a torn tail.
+- A crash between creating a file and syncing its directory: the directory is fsync'd
+  after each file is created, before the file's first record is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import enum
+import logging
+import os
+import struct
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Self
+
+import crc32c
+
+from bookie import protocol
+from bookie.metrics import METRICS
+
+logger = logging.getLogger(__name__)
+
+FILE_MAGIC = b"BKJN"
+FILE_VERSION = 1
+FILE_HEADER = struct.Struct(">4sHHQ")
+FILE_HEADER_BYTES = FILE_HEADER.size
+RECORD_HEADER = struct.Struct(">II")
+RECORD_BODY = struct.Struct(f">BQq{protocol.MASTER_KEY_BYTES}s")
+RECORD_PREFIX = struct.Struct(f">IIBQq{protocol.MASTER_KEY_BYTES}s")
+RECORD_BODY_BYTES_MAX = RECORD_BODY.size + protocol.FRAME_BYTES_MAX
+IOVECS_MAX = 512  # below every platform's IOV_MAX (1024 on Linux)
+# One write + fsync never carries more than this many bytes, whatever is queued.
+GROUP_COMMIT_BYTES_MAX = 16 << 20
+FILE_SUFFIX = ".txn"
+
+assert RECORD_PREFIX.size == RECORD_HEADER.size + RECORD_BODY.size
+
+
+class RecordKind(enum.IntEnum):
+    ADD = 1
+    FENCE = 2
+    LAC = 3
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    kind: RecordKind
+    ledger_id: int
+    value: int  # ADD: entry id; LAC: the explicit LAC; FENCE: -1
+    master_key: bytes
+    entry: bytes = b""
+
+    def __post_init__(self) -> None:
+        assert len(self.master_key) == protocol.MASTER_KEY_BYTES, len(self.master_key)
+        assert self.kind == RecordKind.ADD or not self.entry, self.kind
+        assert self.kind != RecordKind.ADD or self.value >= 0, self.value
+
+    def encode(self) -> bytes:
+        return b"".join(
+            encode_parts(self.kind, self.ledger_id, self.value, self.master_key, self.entry)
+        )
+
+    @classmethod
+    def decode(cls, buf: bytes | memoryview) -> tuple[Self, int]:
+        """(record, bytes consumed); raises ValueError on a short, torn or corrupt record."""
+        if len(buf) < RECORD_HEADER.size:
+            raise ValueError("short record header")
+        length, crc = RECORD_HEADER.unpack_from(buf, 0)
+        if length < RECORD_BODY.size or length > RECORD_BODY_BYTES_MAX:
+            raise ValueError(f"record length {length} out of range")
+        end = RECORD_HEADER.size + length
+        if len(buf) < end:
+            raise ValueError("record body cut short")
+        body = memoryview(buf)[RECORD_HEADER.size : end]
+        if crc32c.crc32c(body) != crc:
+            raise ValueError("record crc mismatch")
+        kind, ledger_id, value, key = RECORD_BODY.unpack_from(body, 0)
+        try:
+            kind = RecordKind(kind)
+        except ValueError:
+            raise ValueError(f"unknown record kind {kind}") from None
+        entry = bytes(body[RECORD_BODY.size :])
+        if kind != RecordKind.ADD and entry:
+            raise ValueError("non-add record with an entry")
+        return cls(kind, ledger_id, value, key, entry), end
+
+
+def encode_parts(
+    kind: int, ledger_id: int, value: int, master_key: bytes, entry: bytes
+) -> tuple[bytes, bytes]:
+    """A record as (prefix, entry): the entry is not copied until the batch is joined."""
+    body_fixed = RECORD_BODY.pack(kind, ledger_id, value, master_key)
+    crc = crc32c.crc32c(entry, crc32c.crc32c(body_fixed))
+    prefix = RECORD_HEADER.pack(RECORD_BODY.size + len(entry), crc) + body_fixed
+    return prefix, entry
+
+
+def group_commit_decision(
+    batch_bytes: int,
+    oldest_age_s: float,
+    queue_empty: bool,
+    *,
+    max_wait_s: float,
+    threshold_bytes: int,
+) -> str | None:
+    """Why to write and fsync the batch now, or None to keep gathering.
+
+    - "bytes": the batch passed the buffered-writes threshold; a bigger write only delays
+      the adds already waiting without saving an fsync.
+    - "wait": the oldest add waited journal_max_group_wait_ms; latency bound.
+    - "empty": nothing else is queued; adds that arrive meanwhile gather during this
+      fsync and form the next batch, so waiting longer would only add latency.
+    """
+    if batch_bytes == 0:
+        return None
+    if batch_bytes >= threshold_bytes:
+        return "bytes"
+    if oldest_age_s >= max_wait_s:
+        return "wait"
+    if queue_empty:
+        return "empty"
+    return None
+
+
+def file_name(journal_id: int) -> str:
+    return f"{journal_id:016x}{FILE_SUFFIX}"
+
+
+def list_journal_ids(directory: str) -> list[int]:
+    ids = []
+    for name in os.listdir(directory):
+        if name.endswith(FILE_SUFFIX) and len(name) == 16 + len(FILE_SUFFIX):
+            try:
+                ids.append(int(name[:16], 16))
+            except ValueError:
+                continue
+    return sorted(ids)
+
+
+def fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replay(
+    directory: str, mark: tuple[int, int]
+) -> Iterator[tuple[JournalRecord, tuple[int, int]]]:
+    """Records from LastLogMark on, each with the position just after it."""
+    mark_id, mark_offset = mark
+    for journal_id in list_journal_ids(directory):
+        if journal_id < mark_id:
+            continue
+        path = os.path.join(directory, file_name(journal_id))
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < FILE_HEADER_BYTES:
+                logger.warning(
+                    "journal_torn_tail journal_id=%d reason=short-header size=%d", journal_id, size
+                )
+                continue
+            data = f.read()
+        magic, version, _, header_id = FILE_HEADER.unpack_from(data, 0)
+        if magic != FILE_MAGIC or version != FILE_VERSION or header_id != journal_id:
+            raise RuntimeError(
+                f"journal file {path} has a bad header: {magic!r} v{version} id={header_id}"
+            )
+        offset = mark_offset if journal_id == mark_id else FILE_HEADER_BYTES
+        offset = max(offset, FILE_HEADER_BYTES)
+        view = memoryview(data)
+        while offset < size:
+            try:
+                record, used = JournalRecord.decode(view[offset:])
+            except ValueError as e:
+                logger.warning(
+                    "journal_torn_tail journal_id=%d offset=%d reason=%s ignored_bytes=%d",
+                    journal_id,
+                    offset,
+                    e,
+                    size - offset,
+                )
+                break
+            offset += used
+            yield record, (journal_id, offset)
+
+
+# One queued journal write: (prefix, entry, nbytes, apply, done, enqueued_at).
+# `apply()` runs on the loop right after the fsync (before `done`), so storage state and
+# the journal's synced position change together; `done(error)` answers the request.
+QueueItem = tuple[
+    bytes, bytes, int, Callable[[], None] | None, Callable[[BaseException | None], None], float
+]
+
+
+class Journal:
+    """One writer task draining a bounded queue with group commit."""
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        max_group_wait_ms: float,
+        buffered_writes_threshold_bytes: int,
+        file_bytes_max: int,
+        queue_entries_max: int,
+        disk_executor: concurrent.futures.Executor,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.directory = directory
+        self.max_group_wait_s = max_group_wait_ms / 1000.0
+        self.threshold_bytes = buffered_writes_threshold_bytes
+        self.group_bytes_max = max(GROUP_COMMIT_BYTES_MAX, buffered_writes_threshold_bytes)
+        self.file_bytes_max = file_bytes_max
+        self.queue_entries_max = queue_entries_max
+        self._executor = disk_executor
+        self._clock = clock
+        self._queue: collections.deque[QueueItem] = collections.deque()
+        self._wakeup: asyncio.Future[None] | None = None
+        self._fd = -1
+        self.journal_id = 0
+        self._offset = 0
+        self.synced_position: tuple[int, int] = (0, 0)
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self.failure: BaseException | None = None
+        # Awaited before each write: holds the writer while the write cache has no room.
+        self.before_write: Callable[[], Awaitable[None]] | None = None
+
+    # ------------------------------------------------------------------ files
+
+    def open_new_file(self) -> None:
+        """Start a fresh file after the highest existing one (blocking; startup/executor)."""
+        ids = list_journal_ids(self.directory)
+        journal_id = (ids[-1] + 1) if ids else 1
+        path = os.path.join(self.directory, file_name(journal_id))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        _write_all(fd, FILE_HEADER.pack(FILE_MAGIC, FILE_VERSION, 0, journal_id))
+        os.fsync(fd)
+        fsync_directory(self.directory)
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = fd
+        self.journal_id = journal_id
+        self._offset = FILE_HEADER_BYTES
+        logger.info("journal file opened journal_id=%d", journal_id)
+
+    def delete_files_before(self, journal_id: int) -> int:
+        """Delete files wholly covered by a checkpoint (blocking). Returns the count."""
+        deleted = 0
+        for old in list_journal_ids(self.directory):
+            if old >= journal_id or old >= self.journal_id:
+                break
+            os.unlink(os.path.join(self.directory, file_name(old)))
+            deleted += 1
+        if deleted:
+            fsync_directory(self.directory)
+            logger.info("journal files deleted count=%d before_journal_id=%d", deleted, journal_id)
+        return deleted
+
+    # ------------------------------------------------------------------ queue
+
+    def start(self) -> None:
+        assert self._fd >= 0, "open_new_file() first"
+        # Set here, not in open_new_file: a roll inside the writer must not move the
+        # position before the batch it follows has been applied on the loop.
+        self.synced_position = (self.journal_id, self._offset)
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="journal-writer")
+
+    def submit(
+        self,
+        prefix: bytes,
+        entry: bytes,
+        apply: Callable[[], None] | None,
+        done: Callable[[BaseException | None], None],
+    ) -> None:
+        """Queue a record; `done(None)` runs once it is on disk (fsync'd)."""
+        if self.failure is not None or self._closing:
+            done(self.failure or RuntimeError("journal closed"))
+            return
+        assert len(self._queue) < self.queue_entries_max, "journal queue bound broken"
+        self._queue.append((prefix, entry, len(prefix) + len(entry), apply, done, self._clock()))
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+
+    async def close(self) -> None:
+        """Write what is queued, then stop the writer."""
+        self._closing = True
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+        if self._task is not None:
+            await self._task
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    async def _wait(self, timeout_s: float | None) -> None:
+        self._wakeup = asyncio.get_running_loop().create_future()
+        try:
+            if timeout_s is None:
+                await self._wakeup
+            else:
+                await asyncio.wait_for(self._wakeup, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            self._wakeup = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        queue = self._queue
+        while True:
+            if not queue:
+                if self._closing:
+                    return
+                await self._wait(None)
+                continue
+            pieces: list[bytes] = []
+            items: list[QueueItem] = []
+            batch_bytes = 0
+            oldest = queue[0][5]
+            while True:
+                # Take everything already queued (up to the group cap): adds that arrived
+                # during the previous fsync share the next one.
+                while queue and batch_bytes < self.group_bytes_max:
+                    item = queue.popleft()
+                    items.append(item)
+                    pieces.append(item[0])
+                    if item[1]:
+                        pieces.append(item[1])
+                    batch_bytes += item[2]
+                reason = group_commit_decision(
+                    batch_bytes,
+                    self._clock() - oldest,
+                    not queue,
+                    max_wait_s=self.max_group_wait_s,
+                    threshold_bytes=self.threshold_bytes,
+                )
+                if reason is not None or self._closing:
+                    break
+                await self._wait(max(0.0, self.max_group_wait_s - (self._clock() - oldest)))
+            if self.before_write is not None:
+                await self.before_write()
+            METRICS.journal_flush_reason.labels(reason or "close").inc()
+            started = time.monotonic()
+            try:
+                position = await loop.run_in_executor(
+                    self._executor, self._write_and_sync, pieces, batch_bytes
+                )
+            except BaseException as e:
+                logger.exception("journal write failed journal_id=%d", self.journal_id)
+                self.failure = (
+                    e if isinstance(e, Exception) else RuntimeError("journal writer cancelled")
+                )
+                for item in items:
+                    item[4](self.failure)
+                while queue:
+                    queue.popleft()[4](self.failure)
+                if not isinstance(e, Exception):
+                    raise
+                return
+            METRICS.journal_fsync_seconds.observe(time.monotonic() - started)
+            METRICS.journal_batch_entries.observe(len(items))
+            METRICS.journal_batch_bytes.observe(batch_bytes)
+            # Apply and acknowledge in one loop turn: a checkpoint that reads
+            # `synced_position` always sees exactly the records applied so far.
+            self.synced_position = position
+            for item in items:
+                if item[3] is not None:
+                    item[3]()
+            for item in items:
+                try:
+                    item[4](None)
+                except Exception:
+                    logger.exception("journal completion callback failed")
+
+    def _write_and_sync(self, pieces: list[bytes], batch_bytes: int) -> tuple[int, int]:
+        _writev_all(self._fd, pieces)
+        os.fdatasync(self._fd)
+        self._offset += batch_bytes
+        if self._offset >= self.file_bytes_max:
+            self.open_new_file()
+        return (self.journal_id, self._offset)
+
+
+def _writev_all(fd: int, pieces: list[bytes]) -> None:
+    """Write the pieces in order without joining them (gathered writes, IOV_MAX-sized)."""
+    for start in range(0, len(pieces), IOVECS_MAX):
+        chunk = pieces[start : start + IOVECS_MAX]
+        written = os.writev(fd, chunk)
+        expected = sum(len(piece) for piece in chunk)
+        if written < expected:  # a short write: finish the rest plainly
+            _write_all(fd, memoryview(b"".join(chunk))[written:])
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]

@@ -1,0 +1,54 @@
+"""Disk usage of the bookie's directories and the read-only decision.
+
+Usage is the bytes of the files under the journal and ledger directories divided by the
+capacity: `disk_capacity_bytes` when set (a quota; this is how tests fill a bookie), else
+the size of the filesystem holding the ledger directory. Above `disk_usage_threshold` the
+bookie turns read-only; it returns to writable only under `disk_usage_warn_threshold`
+(hysteresis, so it does not flap at the boundary).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class DiskUsage:
+    used_bytes: int
+    total_bytes: int
+
+    @property
+    def free_bytes(self) -> int:
+        return max(0, self.total_bytes - self.used_bytes)
+
+    @property
+    def ratio(self) -> float:
+        return self.used_bytes / self.total_bytes if self.total_bytes else 1.0
+
+
+def directory_bytes(directory: str) -> int:
+    total = 0
+    for root, _, files in os.walk(directory):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                continue
+    return total
+
+
+def measure(directories: tuple[str, ...], capacity_bytes: int) -> DiskUsage:
+    """Blocking: walks the directories (run it in an executor)."""
+    if capacity_bytes > 0:
+        used = sum(directory_bytes(d) for d in directories)
+        return DiskUsage(used, capacity_bytes)
+    st = os.statvfs(directories[-1])
+    total = st.f_blocks * st.f_frsize
+    return DiskUsage(total - st.f_bavail * st.f_frsize, total)
+
+
+def next_read_only(read_only: bool, ratio: float, threshold: float, warn_threshold: float) -> bool:
+    if not read_only:
+        return ratio >= threshold
+    return ratio >= warn_threshold

@@ -1,0 +1,417 @@
+"""Ledger storage: write cache -> checkpoint -> entry logs + location index; reads.
+
+On-disk format
+--------------
+Entry logs (`entry_logger.py`) and the RocksDB location index with per-ledger state and
+LastLogMark (`entry_location_index.py`) under the ledger directory; see those modules.
+
+A checkpoint:
+  1. swaps the write cache (adds keep landing in a fresh one) and notes the journal's
+     synced position and the ledger states changed since the last checkpoint;
+  2. writes the swapped entries sorted by (ledger, entry) to the current entry log;
+  3. fsyncs the log;
+  4. writes the index, the states, the per-log byte counts and the LastLogMark in one
+     synced RocksDB batch;
+  5. deletes journal files wholly before the mark.
+
+Faults tolerated
+----------------
+- kill -9 between any two steps: the mark moves only in step 4, after everything it covers
+  is durable, so restart replays the journal from the previous mark and rebuilds the rest.
+- A reader never misses an entry during a checkpoint: an entry is in the write cache, the
+  swapped cache or the index at every instant (all swaps happen on the event loop).
+- Entry log writes, compaction and ledger deletion run on one storage thread, so they
+  never interleave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import os
+import time
+
+from bookie import protocol
+from bookie.entry_location_index import EntryLocationIndex, LedgerStateRecord
+from bookie.entry_logger import RECORD_LENGTH, EntryLogger, EntryLogMissingError, split_location
+from bookie.journal import Journal, JournalRecord, RecordKind, replay
+from bookie.metrics import METRICS
+
+logger = logging.getLogger(__name__)
+
+EntryKey = tuple[int, int]
+
+
+class LedgerState:
+    """A ledger as this bookie knows it (mutable, loop thread only)."""
+
+    __slots__ = (
+        "master_key",
+        "fenced",
+        "last_add_confirmed",
+        "explicit_lac",
+        "last_entry_id",
+        "lac_waiters",
+    )
+
+    def __init__(self, record: LedgerStateRecord | None = None) -> None:
+        self.master_key: bytes | None = record.master_key if record else None
+        self.fenced = record.fenced if record else False
+        self.last_add_confirmed = record.last_add_confirmed if record else protocol.NO_ENTRY
+        self.explicit_lac = record.explicit_lac if record else protocol.NO_ENTRY
+        self.last_entry_id = record.last_entry_id if record else protocol.NO_ENTRY
+        self.lac_waiters: list[asyncio.Future[None]] = []
+
+    def to_record(self) -> LedgerStateRecord:
+        return LedgerStateRecord(
+            self.master_key,
+            self.fenced,
+            self.last_add_confirmed,
+            self.explicit_lac,
+            self.last_entry_id,
+        )
+
+    def raise_lac(self, lac: int) -> None:
+        if lac > self.last_add_confirmed:
+            self.last_add_confirmed = lac
+            if self.lac_waiters:
+                waiters, self.lac_waiters = self.lac_waiters, []
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+
+class ReadCache:
+    """LRU of entries read from entry logs, bounded in bytes."""
+
+    def __init__(self, bytes_max: int) -> None:
+        self.bytes_max = bytes_max
+        self.bytes = 0
+        self._entries: collections.OrderedDict[EntryKey, bytes] = collections.OrderedDict()
+
+    def get(self, key: EntryKey) -> bytes | None:
+        data = self._entries.get(key)
+        if data is not None:
+            self._entries.move_to_end(key)
+        return data
+
+    def put(self, key: EntryKey, data: bytes) -> None:
+        if len(data) > self.bytes_max // 4 or key in self._entries:
+            return
+        self._entries[key] = data
+        self.bytes += len(data)
+        while self.bytes > self.bytes_max:
+            _, old = self._entries.popitem(last=False)
+            self.bytes -= len(old)
+
+    def drop_ledger(self, ledger_id: int) -> None:
+        for key in [k for k in self._entries if k[0] == ledger_id]:
+            self.bytes -= len(self._entries.pop(key))
+
+
+class LedgerStorage:
+    def __init__(
+        self,
+        ledger_dir: str,
+        *,
+        entry_log_bytes_max: int,
+        write_cache_bytes_max: int,
+        read_cache_bytes_max: int,
+    ) -> None:
+        self.ledger_dir = ledger_dir
+        self.write_cache_bytes_max = write_cache_bytes_max
+        self.index = EntryLocationIndex(ledger_dir)
+        self.entry_logger = EntryLogger(ledger_dir, entry_log_bytes_max)
+        self.states: dict[int, LedgerState] = {
+            ledger_id: LedgerState(record) for ledger_id, record in self.index.load_states().items()
+        }
+        # log id -> ledger id -> bytes of that ledger's records in the log (storage thread).
+        self.log_ledger_bytes: dict[int, dict[int, int]] = self.index.load_log_ledger_bytes()
+        self.mark = self.index.load_mark()
+        self.active: dict[EntryKey, bytes] = {}
+        self.active_bytes = 0
+        self.flushing: dict[EntryKey, bytes] = {}
+        self.flushing_bytes = 0
+        self.dirty: set[int] = set()
+        self.read_cache = ReadCache(read_cache_bytes_max)
+        self.storage_executor = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="storage"
+        )
+        self.read_executor = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="read")
+        self._checkpoint_lock = asyncio.Lock()
+        self._checkpoint_done = asyncio.Event()
+        self.journal: Journal | None = None
+
+    # ------------------------------------------------------------------ startup
+
+    def replay_journal(self, journal_dir: str) -> int:
+        """Re-apply journal records after LastLogMark (blocking; before serving)."""
+        count = 0
+        position = self.mark
+        for record, position in replay(journal_dir, self.mark):
+            self.apply_record(record)
+            count += 1
+            if self.active_bytes >= self.write_cache_bytes_max // 2:
+                self._checkpoint_sync(position)
+        if count:
+            self._checkpoint_sync(position)
+        logger.info("journal replayed records=%d mark=%s", count, self.mark)
+        return count
+
+    def _checkpoint_sync(self, mark: tuple[int, int]) -> None:
+        entries, states = self._swap()
+        self._flush(entries, states, mark)
+        self.flushing = {}
+        self.flushing_bytes = 0
+        self.mark = mark
+
+    def apply_record(self, record: JournalRecord) -> None:
+        state = self.state_for(record.ledger_id, record.master_key)
+        if record.kind == RecordKind.ADD:
+            self.apply_add(record.ledger_id, record.value, record.master_key, record.entry)
+        elif record.kind == RecordKind.FENCE:
+            state.fenced = True
+            self.dirty.add(record.ledger_id)
+        elif record.kind == RecordKind.LAC:
+            self.apply_explicit_lac(record.ledger_id, record.value)
+
+    # ------------------------------------------------------------------ state (loop thread)
+
+    def state_for(self, ledger_id: int, master_key: bytes) -> LedgerState:
+        """The ledger's state, created (with this master key) when unseen."""
+        state = self.states.get(ledger_id)
+        if state is None:
+            state = self.states[ledger_id] = LedgerState()
+        if state.master_key is None:
+            state.master_key = master_key
+            self.dirty.add(ledger_id)
+        return state
+
+    def apply_add(self, ledger_id: int, entry_id: int, master_key: bytes, entry: bytes) -> None:
+        """A journaled add becomes readable (called right after its fsync)."""
+        state = self.state_for(ledger_id, master_key)
+        key = (ledger_id, entry_id)
+        old = self.active.get(key)
+        if old is not None:
+            self.active_bytes -= len(old)
+        self.active[key] = entry
+        self.active_bytes += len(entry)
+        if entry_id > state.last_entry_id:
+            state.last_entry_id = entry_id
+        _, _, lac = protocol.entry_ids(entry)
+        state.raise_lac(lac)
+        self.dirty.add(ledger_id)
+
+    def apply_explicit_lac(self, ledger_id: int, lac: int) -> None:
+        state = self.states.get(ledger_id)
+        if state is None:
+            return
+        if lac > state.explicit_lac:
+            state.explicit_lac = lac
+        state.raise_lac(lac)
+        self.dirty.add(ledger_id)
+
+    def write_cache_full(self) -> bool:
+        return self.active_bytes >= self.write_cache_bytes_max // 2
+
+    async def wait_for_room(self) -> None:
+        """Hold the journal writer while both halves of the write cache are full."""
+        while self.active_bytes >= self.write_cache_bytes_max // 2 and self.flushing:
+            self._checkpoint_done.clear()
+            await self._checkpoint_done.wait()
+
+    # ------------------------------------------------------------------ reads
+
+    async def read(self, ledger_id: int, entry_id: int) -> bytes | None:
+        key = (ledger_id, entry_id)
+        data = self.active.get(key)
+        if data is None:
+            data = self.flushing.get(key)
+        if data is not None:
+            METRICS.write_cache.labels("hit").inc()
+            return data
+        METRICS.write_cache.labels("miss").inc()
+        data = self.read_cache.get(key)
+        if data is not None:
+            METRICS.read_cache.labels("hit").inc()
+            return data
+        METRICS.read_cache.labels("miss").inc()
+        loop = asyncio.get_running_loop()
+        data = await loop.run_in_executor(
+            self.read_executor, self._read_from_log, ledger_id, entry_id
+        )
+        if data is not None and ledger_id in self.states:
+            self.read_cache.put(key, data)
+        return data
+
+    def _read_from_log(self, ledger_id: int, entry_id: int) -> bytes | None:
+        for _ in range(3):
+            loc = self.index.get_location(ledger_id, entry_id)
+            if loc is None:
+                return None
+            try:
+                return self.entry_logger.read(loc, ledger_id, entry_id)
+            except EntryLogMissingError:
+                continue  # compaction moved it meanwhile: look it up again
+        raise OSError(f"entry ledger_id={ledger_id} entry_id={entry_id} keeps moving")
+
+    # ------------------------------------------------------------------ checkpoint
+
+    def _swap(self) -> tuple[list[tuple[EntryKey, bytes]], dict[int, LedgerStateRecord]]:
+        assert not self.flushing, "one checkpoint at a time"
+        self.flushing, self.active = self.active, {}
+        self.flushing_bytes, self.active_bytes = self.active_bytes, 0
+        states = {
+            ledger_id: self.states[ledger_id].to_record()
+            for ledger_id in self.dirty
+            if ledger_id in self.states
+        }
+        self.dirty = set()
+        entries = [(key, data) for key, data in self.flushing.items() if key[0] in self.states]
+        return entries, states
+
+    async def checkpoint(self) -> None:
+        assert self.journal is not None
+        async with self._checkpoint_lock:
+            if not self.active and not self.dirty:
+                return
+            started = time.monotonic()
+            mark = self.journal.synced_position
+            entries, states = self._swap()
+            METRICS.write_cache_bytes.set(self.active_bytes + self.flushing_bytes)
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.run_in_executor(
+                    self.storage_executor, self._flush, entries, states, mark
+                )
+            except BaseException:
+                # Keep the entries readable and retry them with the next checkpoint.
+                for key, data in self.flushing.items():
+                    self.active.setdefault(key, data)
+                self.active_bytes = sum(len(d) for d in self.active.values())
+                self.dirty.update(states)
+                self.flushing = {}
+                self.flushing_bytes = 0
+                self._checkpoint_done.set()
+                raise
+            self.flushing = {}
+            self.flushing_bytes = 0
+            self.mark = mark
+            self._checkpoint_done.set()
+            await loop.run_in_executor(
+                self.storage_executor, self.journal.delete_files_before, mark[0]
+            )
+            METRICS.checkpoints.inc()
+            METRICS.checkpoint_seconds.observe(time.monotonic() - started)
+            METRICS.write_cache_bytes.set(self.active_bytes)
+            logger.debug(
+                "checkpoint done entries=%d states=%d mark=%s", len(entries), len(states), mark
+            )
+
+    def _flush(
+        self,
+        entries: list[tuple[EntryKey, bytes]],
+        states: dict[int, LedgerStateRecord],
+        mark: tuple[int, int],
+    ) -> None:
+        """Storage thread: entries -> entry log -> fsync -> one synced index batch."""
+        entries.sort(key=lambda item: item[0])
+        locations = []
+        touched: dict[tuple[int, int], int] = {}
+        for (ledger_id, entry_id), data in entries:
+            loc = self.entry_logger.append(data)
+            locations.append((ledger_id, entry_id, loc))
+            log_id = split_location(loc)[0]
+            per_log = self.log_ledger_bytes.setdefault(log_id, {})
+            per_log[ledger_id] = per_log.get(ledger_id, 0) + RECORD_LENGTH.size + len(data)
+            touched[(log_id, ledger_id)] = per_log[ledger_id]
+        if entries:
+            self.entry_logger.sync()
+        self.index.write(locations, states, touched, mark)
+
+    # ------------------------------------------------------------------ deletion / compaction
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Drop a ledger deleted from the cluster: state, caches, index (GC)."""
+        state = self.states.pop(ledger_id, None)
+        if state is not None:
+            for waiter in state.lac_waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+        for key in [k for k in self.active if k[0] == ledger_id]:
+            self.active_bytes -= len(self.active.pop(key))
+        self.read_cache.drop_ledger(ledger_id)
+        self.dirty.discard(ledger_id)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.storage_executor, self._delete_ledger, ledger_id)
+
+    def _delete_ledger(self, ledger_id: int) -> None:
+        log_ids = [log_id for log_id, per in self.log_ledger_bytes.items() if ledger_id in per]
+        self.index.delete_ledger(ledger_id, log_ids)
+        for log_id in log_ids:
+            self.log_ledger_bytes[log_id].pop(ledger_id, None)
+
+    def live_ratios(self) -> dict[int, tuple[int, int]]:
+        """log id -> (live bytes, total record bytes), for every log on disk."""
+        result = {}
+        for log_id in self.entry_logger.list_logs():
+            total = self.entry_logger.log_bytes(log_id) - 16
+            live = sum(self.log_ledger_bytes.get(log_id, {}).values())
+            result[log_id] = (live, max(total, 0))
+        return result
+
+    def compact_log(self, log_id: int, kind: str) -> int:
+        """Storage thread: copy a log's live entries to the current log, then delete it.
+
+        Returns the bytes freed. Rolls first when asked to compact the current log.
+        """
+        if log_id == self.entry_logger.current_log_id:
+            self.entry_logger.roll_if_used()
+            if log_id == self.entry_logger.current_log_id:
+                return 0
+        size_before = os.path.getsize(self.entry_logger.path(log_id))
+        live_ledgers = self.log_ledger_bytes.get(log_id, {})
+        locations = []
+        touched: dict[tuple[int, int], int] = {}
+        copied = 0
+        if live_ledgers:
+            for offset, ledger_id, entry_id, data in self.entry_logger.scan(log_id):
+                if ledger_id not in live_ledgers:
+                    continue
+                if self.index.get_location(ledger_id, entry_id) != ((log_id << 32) | offset):
+                    continue  # superseded by a later copy, or dropped
+                loc = self.entry_logger.append(data)
+                locations.append((ledger_id, entry_id, loc))
+                new_log = split_location(loc)[0]
+                per_log = self.log_ledger_bytes.setdefault(new_log, {})
+                per_log[ledger_id] = per_log.get(ledger_id, 0) + RECORD_LENGTH.size + len(data)
+                touched[(new_log, ledger_id)] = per_log[ledger_id]
+                copied += RECORD_LENGTH.size + len(data)
+            if locations:
+                self.entry_logger.sync()
+        for ledger_id in live_ledgers:
+            touched[(log_id, ledger_id)] = 0
+        self.index.write(locations, {}, touched, None)
+        self.log_ledger_bytes.pop(log_id, None)
+        self.entry_logger.delete(log_id)
+        METRICS.compaction_bytes.labels(kind).inc(copied)
+        METRICS.compaction_reclaimed_bytes.labels(kind).inc(max(0, size_before - copied))
+        METRICS.entry_logs_deleted.inc()
+        logger.info(
+            "compaction_done kind=%s log_id=%d copied_bytes=%d freed_bytes=%d",
+            kind,
+            log_id,
+            copied,
+            size_before - copied,
+        )
+        return size_before - copied
+
+    # ------------------------------------------------------------------ shutdown
+
+    async def close(self) -> None:
+        self.storage_executor.shutdown(wait=True)
+        self.read_executor.shutdown(wait=True)
+        self.entry_logger.close()
+        self.index.close()

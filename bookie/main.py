@@ -1,0 +1,294 @@
+"""Run a bookie: the storage server of the ledger layer (journal, entry logs, index).
+
+    blobstore bookie --zk HOST:PORT[/chroot] --host H --port P --journal-dir D
+                     --ledger-dir D --http-port P [--ready-file F] [--rack R] [tunables]
+
+Every tunable is also read from BLOBSTORE_BOOKIE_<NAME>; see docs/bookie.md.
+Startup: bind, check the cookie, replay the journal, serve, register in ZooKeeper, then
+write the ready file. SIGTERM/SIGINT: stop accepting, finish in-flight requests,
+checkpoint, unregister, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+from blobstore.errors import UsageError
+from blobstore.zk import ZooKeeperClient
+from bookie import config as bookie_config
+from bookie import cookie, ledger_dirs_monitor
+from bookie.bookie_server import BookieServer
+from bookie.config import BookieConfig
+from bookie.garbage_collector import GarbageCollector
+from bookie.http_admin import HttpAdmin
+from bookie.journal import Journal
+from bookie.ledger_storage import LedgerStorage
+from bookie.metrics import METRICS
+from bookie.registration import Registration
+
+logger = logging.getLogger(__name__)
+
+EXIT_COOKIE_MISMATCH = 3
+ZK_CONNECT_TIMEOUT_S = 30.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    bookie_config.add_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not __debug__:
+        print(
+            "blobstore: error: the bookie refuses to run with assertions off (-O)", file=sys.stderr
+        )
+        return 2
+    config = bookie_config.from_args(args)
+    import uvloop
+
+    try:
+        return uvloop.run(Bookie(config).main())
+    except cookie.CookieMismatchError as e:
+        print(f"blobstore: error: {e}", file=sys.stderr)
+        return EXIT_COOKIE_MISMATCH
+
+
+def write_ready_file(path: str, content: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(content, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Bookie:
+    def __init__(self, config: BookieConfig) -> None:
+        self.config = config
+        self.bookie_id = ""
+        self.port = 0
+        self.read_only = False
+        self.usage = ledger_dirs_monitor.DiskUsage(0, 1)
+        self.stopping = asyncio.Event()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._checkpoint_task: asyncio.Task[None] | None = None
+        self.storage: LedgerStorage | None = None
+        self.server: BookieServer | None = None
+        self.registration: Registration | None = None
+
+    # ------------------------------------------------------------------ state shown to others
+
+    def info(self) -> dict[str, Any]:
+        storage = self.storage
+        return {
+            "bookie_id": self.bookie_id,
+            "free_bytes": self.usage.free_bytes,
+            "total_bytes": self.usage.total_bytes,
+            "read_only": self.read_only,
+            "ledger_count": len(storage.states) if storage else 0,
+        }
+
+    def registration_payload(self) -> dict[str, Any]:
+        info = self.info()
+        return {
+            "host": self.config.host,
+            "port": self.port,
+            "http_port": self.http.port,
+            "rack": self.config.rack,
+            "free_bytes": info["free_bytes"],
+            "total_bytes": info["total_bytes"],
+            "read_only": info["read_only"],
+            "ledger_count": info["ledger_count"],
+        }
+
+    def admin_info(self) -> dict[str, Any]:
+        storage = self.storage
+        info = self.registration_payload()
+        info["bookie_id"] = self.bookie_id
+        info["disk_usage_ratio"] = self.usage.ratio
+        if storage is not None:
+            info["entry_logs"] = len(storage.entry_logger.list_logs())
+            info["write_cache_bytes"] = storage.active_bytes + storage.flushing_bytes
+            info["last_log_mark"] = list(storage.mark)
+        return info
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def main(self) -> int:
+        config = self.config
+        loop = asyncio.get_running_loop()
+        for directory in (config.journal_dir, config.ledger_dir):
+            os.makedirs(directory, exist_ok=True)
+        try:
+            sock = socket.create_server((config.host, config.port), reuse_port=False)
+        except OSError as e:
+            raise UsageError(f"cannot bind {config.host}:{config.port}: {e.strerror}") from None
+        sock.setblocking(False)
+        self.port = sock.getsockname()[1]
+        self.bookie_id = f"{config.host}:{self.port}"
+        logger.info("bookie starting bookie_id=%s", self.bookie_id)
+
+        zk = ZooKeeperClient(config.zk, session_timeout_s=config.zk_session_timeout_s)
+        try:
+            await zk.start(ZK_CONNECT_TIMEOUT_S)
+        except Exception as e:
+            raise UsageError(f"cannot connect to ZooKeeper {config.zk}: {e!r}") from None
+        try:
+            return await self._serve(zk, sock, loop)
+        finally:
+            await zk.stop()
+
+    async def _serve(
+        self, zk: ZooKeeperClient, sock: socket.socket, loop: asyncio.AbstractEventLoop
+    ) -> int:
+        config = self.config
+        await cookie.verify_or_create(zk, self.bookie_id, config.journal_dir, config.ledger_dir)
+
+        storage = await asyncio.to_thread(
+            LedgerStorage,
+            config.ledger_dir,
+            entry_log_bytes_max=config.entry_log_bytes_max,
+            write_cache_bytes_max=config.write_cache_bytes_max,
+            read_cache_bytes_max=config.read_cache_bytes_max,
+        )
+        self.storage = storage
+        await asyncio.to_thread(storage.replay_journal, config.journal_dir)
+        journal_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="journal")
+        journal = Journal(
+            config.journal_dir,
+            max_group_wait_ms=config.journal_max_group_wait_ms,
+            buffered_writes_threshold_bytes=config.journal_buffered_writes_threshold_bytes,
+            file_bytes_max=config.journal_file_bytes_max,
+            queue_entries_max=config.journal_queue_entries_max,
+            disk_executor=journal_executor,
+        )
+        await asyncio.to_thread(journal.open_new_file)
+        await asyncio.to_thread(journal.delete_files_before, storage.mark[0])
+        journal.before_write = storage.wait_for_room
+        storage.journal = journal
+        journal.start()
+        METRICS.ledgers.set(len(storage.states))
+
+        self.server = BookieServer(
+            bookie_id=self.bookie_id,
+            storage=storage,
+            journal=journal,
+            connections_max=config.connections_max,
+            connection_in_flight_max=config.connection_in_flight_max,
+            in_flight_bytes_max=config.in_flight_bytes_max,
+            long_poll_waiters_max=config.long_poll_waiters_max,
+            info=self.info,
+            checkpoint_soon=self.checkpoint_soon,
+        )
+        await self.check_disk()
+        tcp_server = await loop.create_server(self.server.new_connection, sock=sock)
+        self.http = HttpAdmin(self.admin_info, lambda: journal.failure is None)
+        await self.http.start(config.host, config.http_port)
+
+        self.registration = Registration(
+            zk, self.bookie_id, self.registration_payload, config.registration_refresh_s
+        )
+        await self.registration.register()
+        gc = GarbageCollector(zk, storage, config, lambda: self.read_only)
+        self.spawn(self.registration.run(), "registration")
+        self.spawn(self.checkpoint_loop(), "checkpoint")
+        self.spawn(self.disk_loop(), "disk-check")
+        self.spawn(gc.run(), "gc")
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stopping.set)
+        if config.ready_file:
+            write_ready_file(
+                config.ready_file,
+                {"bookie_id": self.bookie_id, "port": self.port, "http_port": self.http.port},
+            )
+        logger.info("bookie ready bookie_id=%s http_port=%d", self.bookie_id, self.http.port)
+
+        await self.stopping.wait()
+        logger.info("bookie stopping bookie_id=%s", self.bookie_id)
+        tcp_server.close()
+        await self.server.drain(config.shutdown_timeout_s)
+        await self.registration.unregister()
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await journal.close()
+        if journal.failure is None:
+            await storage.checkpoint()
+        await self.http.close()
+        await storage.close()
+        journal_executor.shutdown(wait=True)
+        logger.info("bookie stopped bookie_id=%s", self.bookie_id)
+        return 0
+
+    # ------------------------------------------------------------------ background work
+
+    def checkpoint_soon(self) -> None:
+        if self._checkpoint_task is None or self._checkpoint_task.done():
+            self._checkpoint_task = self.spawn(self._checkpoint_logged(), "checkpoint-now")
+
+    async def _checkpoint_logged(self) -> None:
+        assert self.storage is not None
+        try:
+            await self.storage.checkpoint()
+        except Exception:
+            logger.exception("checkpoint failed")
+
+    async def checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.checkpoint_interval_s)
+            await self._checkpoint_logged()
+            METRICS.ledgers.set(len(self.storage.states) if self.storage else 0)
+
+    async def check_disk(self) -> None:
+        config = self.config
+        usage = await asyncio.to_thread(
+            ledger_dirs_monitor.measure,
+            (config.journal_dir, config.ledger_dir),
+            config.disk_capacity_bytes,
+        )
+        self.usage = usage
+        METRICS.disk_usage_ratio.set(usage.ratio)
+        read_only = ledger_dirs_monitor.next_read_only(
+            self.read_only,
+            usage.ratio,
+            config.disk_usage_threshold,
+            config.disk_usage_warn_threshold,
+        )
+        if read_only != self.read_only:
+            self.read_only = read_only
+            if self.server is not None:
+                self.server.read_only = read_only
+            METRICS.read_only.set(1 if read_only else 0)
+            logger.warning(
+                "bookie_%s bookie_id=%s usage_ratio=%.3f",
+                "read_only" if read_only else "writable",
+                self.bookie_id,
+                usage.ratio,
+            )
+            if self.registration is not None:
+                self.registration.trigger()
+
+    async def disk_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.disk_check_interval_s)
+            started = time.monotonic()
+            try:
+                await self.check_disk()
+            except Exception:
+                logger.exception("disk check failed")
+            logger.debug("disk check took_s=%.3f", time.monotonic() - started)

@@ -1,0 +1,116 @@
+"""Prometheus metrics of one bookie process (all named `bookie_*`), in one registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS_S = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+)  # fmt: skip
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+
+
+class BookieMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.adds = Counter("bookie_adds", "ADD_ENTRY requests by status", ["status"], registry=r)
+        self.add_seconds = Histogram(
+            "bookie_add_latency_seconds",
+            "ADD_ENTRY receipt to response",
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.add_bytes = Counter("bookie_add_bytes", "entry bytes acknowledged", registry=r)
+        self.reads = Counter(
+            "bookie_reads", "READ_ENTRY requests by status", ["status"], registry=r
+        )
+        self.read_seconds = Histogram(
+            "bookie_read_latency_seconds",
+            "READ_ENTRY receipt to response",
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.requests = Counter(
+            "bookie_requests", "requests by op and status", ["op", "status"], registry=r
+        )
+        self.bad_frames = Counter(
+            "bookie_bad_frames", "malformed frames (connection closed)", registry=r
+        )
+        self.connections = Gauge("bookie_connections", "open client connections", registry=r)
+        self.journal_fsync_seconds = Histogram(
+            "bookie_journal_fsync_latency_seconds",
+            "journal write + fsync of one batch",
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.journal_batch_entries = Histogram(
+            "bookie_journal_batch_size_entries",
+            "records per group commit",
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.journal_batch_bytes = Histogram(
+            "bookie_journal_batch_bytes",
+            "bytes per group commit",
+            buckets=(
+                1 << 10,
+                1 << 12,
+                1 << 14,
+                1 << 16,
+                1 << 18,
+                1 << 19,
+                1 << 20,
+                1 << 22,
+                1 << 23,
+            ),
+            registry=r,
+        )
+        self.journal_flush_reason = Counter(
+            "bookie_journal_flushes",
+            "group commits by the condition that ended them",
+            ["reason"],
+            registry=r,
+        )
+        self.write_cache = Counter(
+            "bookie_write_cache_lookups", "write cache lookups", ["result"], registry=r
+        )
+        self.read_cache = Counter(
+            "bookie_read_cache_lookups", "read cache lookups", ["result"], registry=r
+        )
+        self.write_cache_bytes = Gauge(
+            "bookie_write_cache_bytes", "bytes in the write cache", registry=r
+        )
+        self.checkpoints = Counter("bookie_checkpoints", "checkpoints completed", registry=r)
+        self.checkpoint_seconds = Histogram(
+            "bookie_checkpoint_latency_seconds",
+            "checkpoint duration",
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.compaction_bytes = Counter(
+            "bookie_compaction_bytes", "live bytes copied by compaction", ["kind"], registry=r
+        )
+        self.compaction_reclaimed_bytes = Counter(
+            "bookie_compaction_reclaimed_bytes",
+            "entry log bytes freed by compaction",
+            ["kind"],
+            registry=r,
+        )
+        self.entry_logs_deleted = Counter(
+            "bookie_entry_logs_deleted", "entry logs removed", registry=r
+        )
+        self.gc_ledgers_deleted = Counter(
+            "bookie_gc_ledgers_deleted", "ledgers dropped by GC", registry=r
+        )
+        self.gc_runs = Counter(
+            "bookie_gc_runs", "garbage collection cycles", ["result"], registry=r
+        )
+        self.disk_usage_ratio = Gauge(
+            "bookie_disk_usage_ratio", "bytes used / capacity", registry=r
+        )
+        self.read_only = Gauge("bookie_read_only", "1 while the bookie refuses adds", registry=r)
+        self.ledgers = Gauge("bookie_ledgers", "ledgers with local state", registry=r)
+
+
+METRICS = BookieMetrics()

@@ -1,0 +1,283 @@
+"""The gateway application: one Starlette app per worker process.
+
+Every request goes through `Gateway.__call__`, a pure ASGI callable:
+
+1. a request id is chosen; every response carries it (`x-amz-request-id`, `x-amz-id-2`)
+   and so does every log line about the request;
+2. the bucket, key and operation are resolved from Host, raw path, query and method;
+3. the SigV4 signature is verified from the headers alone, before the body is read,
+   so a rejected upload never gets `100 Continue`;
+4. the handler runs; S3 errors render as S3 XML (no body for HEAD); anything else is
+   logged with its traceback and answered InternalError;
+5. request metrics are recorded (operation, status, latency, bytes in and out).
+
+Unsigned GET /health and GET /metrics answer health and Prometheus metrics.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
+
+from blobstore.objects import ObjectStore
+from s3api import metrics
+from s3api.config import CONFIG_ENV, GatewayConfig
+from s3api.errors import S3Error, render_error, to_s3_error
+from s3api.handlers import HANDLERS
+from s3api.handlers.context import S3Context, parse_query
+from s3api.handlers.cors import cors_response_headers, preflight
+from s3api.routes import resolve_address, resolve_operation
+from s3api.sigv4 import authenticate
+
+logger = logging.getLogger(__name__)
+
+
+def _has_body(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return value.strip() not in (b"0", b"")
+        if name == b"transfer-encoding":
+            return True
+    return False
+
+
+def _request_id() -> str:
+    return secrets.token_hex(8).upper()
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.store = ObjectStore(config.zk, config.objects)
+        self._users = config.user_by_access_key()
+        self.started = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        await self.store.start()
+        self.started = True
+        self._write_ready_file()
+        logger.info(
+            "event=gateway_worker_ready pid=%d gateway_id=%s", os.getpid(), self.store.gateway_id
+        )
+        try:
+            yield
+        finally:
+            self.started = False
+            await self.store.close()
+            logger.info("event=gateway_worker_stopped pid=%d", os.getpid())
+
+    def _write_ready_file(self) -> None:
+        if not self.config.ready_file:
+            return
+        path = Path(self.config.ready_file)
+        port = int(os.environ.get("BLOBSTORE_GATEWAY_BOUND_PORT", self.config.port))
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(
+            json.dumps({"port": port, "scheme": self.config.scheme, "pid": os.getpid()})
+        )
+        os.replace(temporary, path)
+
+    # ------------------------------------------------------------------ requests
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert scope["type"] == "http", scope["type"]
+        request_id = _request_id()
+        host_id = base64.b64encode(secrets.token_bytes(24)).decode("ascii")
+        started_s = time.monotonic()
+        state: dict[str, Any] = {"status": 0, "operation": "Unknown", "extra_headers": []}
+        bytes_in = 0
+        bytes_out = 0
+        body_pending = _has_body(scope)
+
+        async def counting_receive() -> Message:
+            nonlocal bytes_in, body_pending
+            message = await receive()
+            bytes_in += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                body_pending = False
+            return message
+
+        async def stamped_send(message: Message) -> None:
+            nonlocal bytes_out
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-amz-request-id", request_id.encode()))
+                headers.append((b"x-amz-id-2", host_id.encode()))
+                headers.extend(state["extra_headers"])
+                if body_pending:
+                    # Answered before the body was read (an error, or a rejected
+                    # 100-continue): the rest of the body would be taken for the next
+                    # request on this connection, so the connection ends here.
+                    headers.append((b"connection", b"close"))
+                message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body":
+                bytes_out += len(message.get("body", b""))
+            await send(message)
+
+        metrics.IN_FLIGHT.inc()
+        try:
+            await self._handle(scope, counting_receive, stamped_send, request_id, host_id, state)
+        finally:
+            metrics.IN_FLIGHT.dec()
+            operation = state["operation"]
+            status = str(state["status"] or 499)
+            metrics.REQUESTS.labels(operation=operation, status=status).inc()
+            metrics.REQUEST_SECONDS.labels(operation=operation).observe(
+                time.monotonic() - started_s
+            )
+            metrics.BYTES_IN.labels(operation=operation).inc(bytes_in)
+            metrics.BYTES_OUT.labels(operation=operation).inc(bytes_out)
+            logger.info(
+                "request_id=%s operation=%s method=%s path=%s status=%s bytes_in=%d bytes_out=%d duration_ms=%.1f",
+                request_id,
+                operation,
+                scope["method"],
+                scope.get("path", ""),
+                status,
+                bytes_in,
+                bytes_out,
+                (time.monotonic() - started_s) * 1000,
+            )
+
+    async def _handle(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        request_id: str,
+        host_id: str,
+        state: dict[str, Any],
+    ) -> None:
+        request = Request(scope, receive)
+        method = scope["method"]
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+        raw_path = raw_path.split(b"?", 1)[0]
+        signed = "authorization" in request.headers or b"X-Amz-Signature" in scope["query_string"]
+        if method == "GET" and raw_path in (b"/health", b"/metrics") and not signed:
+            state["operation"] = raw_path[1:].decode().capitalize()
+            await self._service_endpoint(raw_path)(scope, receive, send)
+            return
+        resource = raw_path.decode("utf-8", "replace")
+        context: S3Context | None = None
+        try:
+            bucket, key, virtual = resolve_address(
+                request.headers.get("host", ""), raw_path, self.config.domain
+            )
+            resource = f"/{bucket}/{key}" if key else f"/{bucket}" if bucket else "/"
+            query = parse_query(scope["query_string"])
+            operation = resolve_operation(method, bucket, key, query, request.headers)
+            state["operation"] = operation
+            if operation == "PreflightCors":
+                response = await preflight(self.store, bucket, request)
+            else:
+                auth = authenticate(
+                    method,
+                    raw_path,
+                    scope["query_string"],
+                    scope["headers"],
+                    self._lookup_secret,
+                    time.time(),
+                    virtual_host_bucket=bucket if virtual else None,
+                )
+                if auth is None:
+                    raise S3Error("AccessDenied", "Anonymous access is not allowed")
+                user = self._users[auth.access_key]
+                context = S3Context(
+                    request=request,
+                    request_id=request_id,
+                    bucket=bucket,
+                    key=key,
+                    operation=operation,
+                    query=query,
+                    user=user,
+                    auth=auth,
+                    store=self.store,
+                    config=self.config,
+                )
+                response = await HANDLERS[operation](context)
+        except Exception as e:  # noqa: BLE001 - every failure becomes an S3 error response
+            response = self._error_response(e, method, resource, request_id, host_id, context)
+        if context is not None and context.bucket_record is not None:
+            state["extra_headers"] = cors_response_headers(context.bucket_record, request)
+        try:
+            await response(scope, receive, send)
+        except Exception as e:
+            if state["status"]:
+                logger.error(
+                    "event=response_cut request_id=%s operation=%s error=%r",
+                    request_id,
+                    state["operation"],
+                    e,
+                )
+                raise
+            response = self._error_response(e, method, resource, request_id, host_id, context)
+            await response(scope, receive, send)
+
+    def _lookup_secret(self, access_key: str) -> str | None:
+        user = self._users.get(access_key)
+        return user.secret_key if user else None
+
+    def _error_response(
+        self,
+        exc: BaseException,
+        method: str,
+        resource: str,
+        request_id: str,
+        host_id: str,
+        context: S3Context | None,
+    ) -> Response:
+        error = to_s3_error(exc, requester=context.user.name if context else None)
+        if error.code == "InternalError":
+            logger.error(
+                "event=internal_error request_id=%s resource=%s", request_id, resource, exc_info=exc
+            )
+        else:
+            logger.info("request_id=%s error=%s message=%s", request_id, error.code, error.message)
+        headers = dict(error.headers)
+        if error.status == 503:
+            headers.setdefault("Retry-After", "1")
+        if method == "HEAD" or not error.has_body:
+            return Response(b"", status_code=error.status, headers=headers)
+        body = render_error(error, request_id, resource=resource, host_id=host_id)
+        return Response(
+            body, status_code=error.status, headers=headers, media_type="application/xml"
+        )
+
+    def _service_endpoint(self, raw_path: bytes) -> Response:
+        if raw_path == b"/metrics":
+            text, content_type = metrics.exposition()
+            return Response(text, media_type=content_type)
+        healthy = self.started and self.store.zk is not None and self.store.zk.connected
+        return Response(
+            json.dumps({"status": "ok" if healthy else "unavailable"}),
+            status_code=200 if healthy else 503,
+            media_type="application/json",
+        )
+
+
+def create_app() -> Starlette:
+    """The uvicorn factory: settings come from the supervisor through the environment."""
+    config = GatewayConfig.from_json(os.environ[CONFIG_ENV])
+    gateway = Gateway(config)
+    return Starlette(
+        routes=[Route("/{path:path}", endpoint=gateway, methods=None)],
+        lifespan=gateway.lifespan,
+    )

@@ -1,0 +1,160 @@
+"""The gateway's configuration: one frozen record built from the command line and
+`BLOBSTORE_*` environment variables, validated at startup (errors name the setting).
+
+Worker processes receive it as JSON in `BLOBSTORE_GATEWAY_CONFIG_JSON` (set by the
+supervisor before the workers start), so every worker runs with the same settings.
+
+Users come from BLOBSTORE_ACCESS_KEY / BLOBSTORE_SECRET_KEY (user name = the access key,
+or BLOBSTORE_USER) and/or a users file: a JSON list of
+`{"access_key": "...", "secret_key": "...", "user": "..."}`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from blobstore.errors import UsageError
+from blobstore.objects.config import ObjectStoreConfig
+
+CONFIG_ENV = "BLOBSTORE_GATEWAY_CONFIG_JSON"
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    access_key: str
+    secret_key: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    zk: str
+    host: str = "127.0.0.1"
+    port: int = 9000
+    workers: int = 1
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    # Virtual-hosted-style addressing: "<bucket>.<domain>" (empty: path-style only).
+    domain: str = ""
+    region: str = "us-east-1"
+    users: tuple[User, ...] = ()
+    ready_file: str | None = None
+    # uvicorn: connections + tasks past which new requests get 503.
+    limit_concurrency: int = 1024
+    timeout_graceful_shutdown_s: int = 30
+    timeout_keep_alive_s: int = 5
+    backlog: int = 2048
+    # Largest signed clock skew accepted.
+    clock_skew_s_max: int = 900
+    # Chunk size of GET responses (one entry is cut into pieces of this size at most).
+    metrics_dir: str | None = None
+    objects: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
+
+    def __post_init__(self) -> None:
+        if not self.zk:
+            raise UsageError("no ZooKeeper address: pass --zk HOST:PORT or set BLOBSTORE_ZK")
+        if not 0 <= self.port <= 65535:
+            raise UsageError(f"--port {self.port}: must be 0..65535")
+        if not 1 <= self.workers <= 256:
+            raise UsageError(f"--workers {self.workers}: must be 1..256")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise UsageError("--tls-cert and --tls-key go together")
+        for path in (self.tls_cert, self.tls_key):
+            if path and not Path(path).is_file():
+                raise UsageError(f"TLS file {path} does not exist")
+        if not self.users:
+            raise UsageError(
+                "no users: set BLOBSTORE_ACCESS_KEY and BLOBSTORE_SECRET_KEY or pass --users-file"
+            )
+        if not 1 <= self.limit_concurrency <= 1_000_000:
+            raise UsageError(
+                f"BLOBSTORE_GATEWAY_LIMIT_CONCURRENCY={self.limit_concurrency}: must be 1..1000000"
+            )
+        if self.domain.startswith(".") or self.domain.endswith("."):
+            raise UsageError(f"--domain {self.domain!r}: no leading or trailing dot")
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert else "http"
+
+    def user_by_access_key(self) -> dict[str, User]:
+        return {user.access_key: user for user in self.users}
+
+    # ------------------------------------------------------------------ transport
+
+    def to_json(self) -> str:
+        value = dataclasses.asdict(self)
+        return json.dumps(value)
+
+    @classmethod
+    def from_json(cls, text: str) -> GatewayConfig:
+        value: dict[str, Any] = json.loads(text)
+        value["users"] = tuple(User(**u) for u in value["users"])
+        value["objects"] = ObjectStoreConfig(**value["objects"])
+        return cls(**value)
+
+
+def load_users(users_file: str | None, environ: Mapping[str, str]) -> tuple[User, ...]:
+    users: dict[str, User] = {}
+    access_key = environ.get("BLOBSTORE_ACCESS_KEY")
+    secret_key = environ.get("BLOBSTORE_SECRET_KEY")
+    if bool(access_key) != bool(secret_key):
+        raise UsageError("BLOBSTORE_ACCESS_KEY and BLOBSTORE_SECRET_KEY go together")
+    if access_key and secret_key:
+        name = environ.get("BLOBSTORE_USER") or access_key
+        users[access_key] = User(access_key, secret_key, name)
+    if users_file:
+        try:
+            raw = json.loads(Path(users_file).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise UsageError(f"--users-file {users_file}: {e}") from None
+        if not isinstance(raw, list):
+            raise UsageError(f"--users-file {users_file}: expected a JSON list of users")
+        for index, entry in enumerate(raw):
+            if not isinstance(entry, dict) or not all(
+                isinstance(entry.get(k), str) and entry.get(k) for k in ("access_key", "secret_key")
+            ):
+                raise UsageError(
+                    f"--users-file {users_file}: entry {index} needs access_key and secret_key"
+                )
+            name = entry.get("user") or entry["access_key"]
+            users[entry["access_key"]] = User(entry["access_key"], entry["secret_key"], str(name))
+    return tuple(users.values())
+
+
+def _env_int(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise UsageError(f"{name}={raw!r}: not an integer") from None
+
+
+def config_from_args(args: Any, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    environ = os.environ if environ is None else environ
+    return GatewayConfig(
+        zk=args.zk or "",
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        domain=args.domain,
+        region=args.region,
+        users=load_users(args.users_file, environ),
+        ready_file=args.ready_file,
+        limit_concurrency=_env_int(environ, "BLOBSTORE_GATEWAY_LIMIT_CONCURRENCY", 1024),
+        timeout_graceful_shutdown_s=_env_int(environ, "BLOBSTORE_GATEWAY_GRACEFUL_SHUTDOWN_S", 30),
+        timeout_keep_alive_s=_env_int(environ, "BLOBSTORE_GATEWAY_KEEP_ALIVE_S", 5),
+        clock_skew_s_max=_env_int(environ, "BLOBSTORE_GATEWAY_CLOCK_SKEW_S_MAX", 900),
+        metrics_dir=environ.get("PROMETHEUS_MULTIPROC_DIR") or None,
+        objects=ObjectStoreConfig.from_env(environ),
+    )

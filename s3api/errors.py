@@ -1,0 +1,318 @@
+"""S3 errors: every error code the gateway can return, declared once, and their XML body.
+
+An `S3Error` carries the code, HTTP status, message and the extra fields S3 puts in the
+error document (BucketName, Key, Condition, ...). `to_s3_error` maps exceptions raised
+below the gateway (catalog, ledger client, object layer) to S3 errors by class name, so
+this module does not import those packages. Anything unmapped becomes InternalError;
+the caller logs the traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from xml.sax.saxutils import escape
+
+__all__ = [
+    "DOMAIN_ERROR_CODES",
+    "ERROR_SPECS",
+    "ErrorSpec",
+    "S3Error",
+    "render_error",
+    "to_s3_error",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSpec:
+    code: str
+    status: int
+    message: str
+
+
+def _specs(*rows: tuple[str, int, str]) -> dict[str, ErrorSpec]:
+    table = {code: ErrorSpec(code, status, message) for code, status, message in rows}
+    assert len(table) == len(rows), "an S3 error code is declared twice"
+    return table
+
+
+ERROR_SPECS: dict[str, ErrorSpec] = _specs(
+    ("AccessDenied", 403, "Access Denied"),
+    ("AuthorizationHeaderMalformed", 400, "The authorization header is malformed."),
+    (
+        "AuthorizationQueryParametersError",
+        400,
+        "Error parsing the X-Amz-Credential parameter.",
+    ),
+    ("BadDigest", 400, "The Content-MD5 you specified did not match what we received."),
+    (
+        "BucketAlreadyExists",
+        409,
+        "The requested bucket name is not available. The bucket namespace is shared by all "
+        "users of the system. Please select a different name and try again.",
+    ),
+    (
+        "BucketAlreadyOwnedByYou",
+        409,
+        "Your previous request to create the named bucket succeeded and you already own it.",
+    ),
+    ("BucketNotEmpty", 409, "The bucket you tried to delete is not empty"),
+    ("EntityTooLarge", 400, "Your proposed upload exceeds the maximum allowed size"),
+    ("EntityTooSmall", 400, "Your proposed upload is smaller than the minimum allowed size"),
+    ("ExpiredToken", 400, "The provided token has expired."),
+    (
+        "IncompleteBody",
+        400,
+        "You did not provide the number of bytes specified by the Content-Length HTTP header.",
+    ),
+    ("InternalError", 500, "We encountered an internal error. Please try again."),
+    (
+        "InvalidAccessKeyId",
+        403,
+        "The AWS Access Key Id you provided does not exist in our records.",
+    ),
+    ("InvalidArgument", 400, "Invalid Argument"),
+    ("InvalidBucketName", 400, "The specified bucket is not valid."),
+    ("InvalidBucketState", 409, "The request is not valid with the current state of the bucket."),
+    (
+        "InvalidChunkSizeError",
+        400,
+        "Only the last chunk is allowed to have a size less than 8192 bytes",
+    ),
+    ("InvalidDigest", 400, "The Content-MD5 you specified is not valid."),
+    (
+        "InvalidObjectState",
+        403,
+        "The operation is not valid for the object's storage class",
+    ),
+    (
+        "InvalidPart",
+        400,
+        "One or more of the specified parts could not be found.  The part may not have been "
+        "uploaded, or the specified entity tag may not match the part's entity tag.",
+    ),
+    (
+        "InvalidPartOrder",
+        400,
+        "The list of parts was not in ascending order. The parts list must be specified in "
+        "order by part number.",
+    ),
+    ("InvalidRange", 416, "The requested range is not satisfiable"),
+    ("InvalidRequest", 400, "Invalid Request"),
+    ("InvalidStorageClass", 400, "The storage class you specified is not valid"),
+    ("InvalidTag", 400, "The TagSet is not valid."),
+    ("KeyTooLongError", 400, "Your key is too long"),
+    (
+        "MalformedXML",
+        400,
+        "The XML you provided was not well-formed or did not validate against our published schema",
+    ),
+    (
+        "MetadataTooLarge",
+        400,
+        "Your metadata headers exceed the maximum allowed metadata size.",
+    ),
+    ("MethodNotAllowed", 405, "The specified method is not allowed against this resource."),
+    ("MissingContentLength", 411, "You must provide the Content-Length HTTP header."),
+    ("MissingSecurityHeader", 400, "Your request is missing a required header."),
+    ("NoSuchBucket", 404, "The specified bucket does not exist"),
+    ("NoSuchCORSConfiguration", 404, "The CORS configuration does not exist"),
+    ("NoSuchKey", 404, "The specified key does not exist."),
+    ("NoSuchLifecycleConfiguration", 404, "The lifecycle configuration does not exist"),
+    ("NoSuchTagSet", 404, "The TagSet does not exist"),
+    (
+        "NoSuchUpload",
+        404,
+        "The specified upload does not exist. The upload ID may be invalid, or the upload "
+        "may have been aborted or completed.",
+    ),
+    ("NoSuchVersion", 404, "The specified version does not exist."),
+    ("NotImplemented", 501, "A header you provided implies functionality that is not implemented"),
+    # 304 carries no body; it travels as an error so one handler sets ETag/Last-Modified.
+    ("NotModified", 304, "Not Modified"),
+    ("PreconditionFailed", 412, "At least one of the pre-conditions you specified did not hold"),
+    (
+        "RequestTimeTooSkewed",
+        403,
+        "The difference between the request time and the current time is too large.",
+    ),
+    (
+        "RequestTimeout",
+        400,
+        "Your socket connection to the server was not read from or written to within the timeout period.",
+    ),
+    ("ServiceUnavailable", 503, "Please reduce your request rate."),
+    (
+        "SignatureDoesNotMatch",
+        403,
+        "The request signature we calculated does not match the signature you provided. "
+        "Check your key and signing method.",
+    ),
+    ("SlowDown", 503, "Please reduce your request rate."),
+    ("TooManyParts", 400, "You have attempted to upload more than the maximum number of parts"),
+    (
+        "XAmzContentSHA256Mismatch",
+        400,
+        "The provided 'x-amz-content-sha256' header does not match what was computed.",
+    ),
+)
+
+
+class S3Error(Exception):
+    """An S3 error response: code, HTTP status, message, resource and extra XML fields.
+
+    `fields` become child elements of <Error> in insertion order (BucketName, Key,
+    Condition, ...). `headers` are extra HTTP response headers (x-amz-delete-marker,
+    Allow, ETag on 304, ...).
+    """
+
+    __slots__ = ("code", "status", "message", "resource", "fields", "headers")
+
+    def __init__(
+        self,
+        code: str,
+        message: str | None = None,
+        *,
+        resource: str | None = None,
+        headers: dict[str, str] | None = None,
+        **fields: str | int,
+    ) -> None:
+        spec = ERROR_SPECS.get(code)
+        assert spec is not None, f"undeclared S3 error code {code!r}"
+        self.code = code
+        self.status = spec.status
+        self.message = spec.message if message is None else message
+        self.resource = resource
+        self.fields: dict[str, str] = {name: str(value) for name, value in fields.items()}
+        self.headers: dict[str, str] = dict(headers or {})
+        super().__init__(f"{code}: {self.message}")
+
+    @property
+    def has_body(self) -> bool:
+        """False for 304 Not Modified, which S3 sends without a body."""
+        return self.status != 304
+
+    def with_fields(self, fields: Mapping[str, str | int]) -> S3Error:
+        """Add XML fields whose names are not Python identifiers (X-Amz-Expires, ...)."""
+        self.fields.update({name: str(value) for name, value in fields.items()})
+        return self
+
+    def __repr__(self) -> str:
+        return f"S3Error({self.code!r}, {self.message!r}, fields={self.fields!r})"
+
+
+def render_error(
+    err: S3Error, request_id: str, resource: str | None = None, host_id: str = ""
+) -> bytes:
+    """The S3 XML error document for err (an empty body for 304)."""
+    if not err.has_body:
+        return b""
+    parts = [
+        '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>',
+        escape(err.code),
+        "</Code><Message>",
+        escape(err.message),
+        "</Message>",
+    ]
+    for name, value in err.fields.items():
+        parts.append(f"<{name}>{escape(value)}</{name}>")
+    shown_resource = err.resource if err.resource is not None else resource
+    if shown_resource is not None:
+        parts.append(f"<Resource>{escape(shown_resource)}</Resource>")
+    parts.append(f"<RequestId>{escape(request_id)}</RequestId>")
+    parts.append(f"<HostId>{escape(host_id)}</HostId></Error>")
+    return "".join(parts).encode("utf-8")
+
+
+# Exceptions from below the gateway, by class name (looked up along the MRO, so a subclass
+# maps like its base unless listed itself). Storage trouble that a retry can fix becomes
+# SlowDown or ServiceUnavailable (503): SDKs retry 503 with backoff. Anything else that is
+# not listed (a bug, lost data) is InternalError and gets its traceback logged.
+DOMAIN_ERROR_CODES: dict[str, str] = {
+    # catalog (blobstore/catalog/errors.py)
+    "InvalidBucketNameError": "InvalidBucketName",
+    "InvalidObjectKeyError": "InvalidArgument",
+    "RecordTooLargeError": "MetadataTooLarge",
+    "BucketAlreadyExistsError": "BucketAlreadyExists",
+    "NoSuchBucketError": "NoSuchBucket",
+    "BucketNotEmptyError": "BucketNotEmpty",
+    "NoSuchKeyError": "NoSuchKey",
+    "NoSuchVersionError": "NoSuchVersion",
+    "DeleteMarkerError": "NoSuchKey",
+    "PreconditionFailedError": "PreconditionFailed",
+    "NoSuchUploadError": "NoSuchUpload",
+    "CatalogBusyError": "SlowDown",
+    "CatalogUnavailableError": "ServiceUnavailable",
+    # ledger client (blobstore/ledger/errors.py)
+    "AddOutcomeUnknownError": "SlowDown",  # includes LedgerFencedError
+    "NotEnoughBookiesError": "SlowDown",
+    "PendingAddsFullError": "SlowDown",
+    "MetadataVersionConflictError": "SlowDown",
+    "ReadFailedError": "ServiceUnavailable",
+    "LedgerRecoveryError": "ServiceUnavailable",
+    "WriterPoolExhaustedError": "SlowDown",
+    # object layer (blobstore/objects/errors.py)
+    "EntityTooLargeError": "EntityTooLarge",
+    "IncompleteBodyError": "IncompleteBody",
+    "InvalidPartError": "InvalidPart",
+    "InvalidPartOrderError": "InvalidPartOrder",
+    "EntityTooSmallError": "EntityTooSmall",
+    "ObjectUnavailableError": "ServiceUnavailable",
+    # ZooKeeper (kazoo) and timeouts escaping a bounded wait
+    "ConnectionLoss": "ServiceUnavailable",
+    "SessionExpiredError": "ServiceUnavailable",
+    "TimeoutError": "ServiceUnavailable",
+}
+assert all(code in ERROR_SPECS for code in DOMAIN_ERROR_CODES.values())
+
+
+def _fields(exc: BaseException, code: str) -> dict[str, str | int]:
+    """The S3 error fields the exception carries (bucket, key, version, upload)."""
+    fields: dict[str, str | int] = {}
+    bucket = getattr(exc, "bucket", None)
+    if bucket is None and code in ("NoSuchBucket", "BucketNotEmpty", "InvalidBucketName"):
+        bucket = getattr(exc, "name", None)
+    if isinstance(bucket, str):
+        fields["BucketName"] = bucket
+    for attribute, name in (("key", "Key"), ("version_id", "VersionId"), ("upload_id", "UploadId")):
+        value = getattr(exc, attribute, None)
+        if isinstance(value, str):
+            fields[name] = value
+    return fields
+
+
+def to_s3_error(exc: BaseException, *, requester: str | None = None) -> S3Error:
+    """The S3 error for an exception; unmapped ones become InternalError (log the traceback).
+
+    requester (the authenticated owner) turns BucketAlreadyExists into
+    BucketAlreadyOwnedByYou when the existing owner is the requester. A DeleteMarkerError
+    becomes NoSuchKey with x-amz-delete-marker (and x-amz-version-id when known); a request
+    that named the version of a delete marker gets MethodNotAllowed from the handler.
+    """
+    if isinstance(exc, S3Error):
+        return exc
+    for cls in type(exc).__mro__:
+        code = DOMAIN_ERROR_CODES.get(cls.__name__)
+        if code is None:
+            continue
+        if code == "BucketAlreadyExists":
+            owner = getattr(exc, "existing_owner", None)
+            if requester is not None and owner == requester:
+                return S3Error("BucketAlreadyOwnedByYou").with_fields(_fields(exc, code))
+            return S3Error(code).with_fields(_fields(exc, code))
+        if cls.__name__ == "DeleteMarkerError":
+            headers = {"x-amz-delete-marker": "true"}
+            record = getattr(exc, "record", None)
+            version_id = getattr(record, "version_id", None)
+            if version_id:
+                headers["x-amz-version-id"] = str(version_id)
+            key = getattr(record, "key", None)
+            return S3Error(code, headers=headers).with_fields({"Key": key} if key else {})
+        if cls.__name__ == "InvalidObjectKeyError" and "long" in str(getattr(exc, "reason", "")):
+            return S3Error("KeyTooLongError")
+        if cls.__name__ == "EntityTooLargeError" and isinstance(
+            getattr(exc, "size_max", None), int
+        ):
+            return S3Error(code, MaxSizeAllowed=exc.size_max)  # type: ignore[attr-defined]
+        return S3Error(code).with_fields(_fields(exc, code))
+    return S3Error("InternalError")

@@ -1,0 +1,22 @@
+"""Response helpers shared by the handlers."""
+
+from __future__ import annotations
+
+from starlette.responses import Response
+
+
+def xml_response(
+    body: bytes, *, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    return Response(body, status_code=status, headers=headers, media_type="application/xml")
+
+
+def quote_etag(etag: str) -> str:
+    return f'"{etag}"'
+
+
+def version_headers(version_id: str | None, versioning: str) -> dict[str, str]:
+    """x-amz-version-id, sent once versioning was ever configured on the bucket."""
+    if version_id and (versioning or version_id != "null"):
+        return {"x-amz-version-id": version_id}
+    return {}

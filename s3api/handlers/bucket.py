@@ -1,0 +1,293 @@
+"""Bucket operations: create, head, delete, location, versioning, tagging, lifecycle,
+listings (ListObjects v1 and v2, ListObjectVersions) and DeleteObjects."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from dataclasses import replace
+
+from starlette.responses import Response
+
+from blobstore.catalog.errors import NoSuchKeyError, NoSuchVersionError
+from s3api import xml as s3xml
+from s3api.errors import S3Error, to_s3_error
+from s3api.handlers._private import xml_response
+from s3api.handlers.context import S3Context
+from s3api.names import parse_max_count, validate_bucket_name
+
+DELETE_CONCURRENCY = 16
+
+
+def _encoding_type(ctx: S3Context) -> str | None:
+    encoding = ctx.query.get("encoding-type")
+    if encoding is not None and encoding != "url":
+        raise S3Error(
+            "InvalidArgument",
+            "Invalid Encoding Method specified in Request",
+            ArgumentName="encoding-type",
+            ArgumentValue=encoding,
+        )
+    return encoding
+
+
+# ---------------------------------------------------------------------- buckets
+
+
+async def list_buckets(ctx: S3Context) -> Response:
+    prefix = ctx.query.get("prefix")
+    buckets = sorted(
+        (
+            b
+            for b in await ctx.store.catalog.list_buckets()
+            if b.owner == ctx.user.name and b.name.startswith(prefix or "")
+        ),
+        key=lambda b: b.name,
+    )
+    return xml_response(s3xml.list_all_my_buckets_result(buckets, ctx.user.name, prefix=prefix))
+
+
+async def create_bucket(ctx: S3Context) -> Response:
+    validate_bucket_name(ctx.bucket)
+    if ctx.headers.get("x-amz-bucket-object-lock-enabled", "").lower() == "true":
+        raise S3Error("NotImplemented", "Object Lock is not implemented")
+    region = s3xml.parse_create_bucket_configuration(await ctx.small_body()) or ctx.config.region
+    await ctx.store.catalog.create_bucket(ctx.bucket, ctx.user.name, region)
+    return Response(b"", headers={"Location": f"/{ctx.bucket}"})
+
+
+async def head_bucket(ctx: S3Context) -> Response:
+    record = await ctx.owned_bucket()
+    return Response(b"", headers={"x-amz-bucket-region": record.region})
+
+
+async def delete_bucket(ctx: S3Context) -> Response:
+    await ctx.owned_bucket()
+    await ctx.store.catalog.delete_bucket(ctx.bucket)
+    return Response(b"", status_code=204)
+
+
+async def get_bucket_location(ctx: S3Context) -> Response:
+    record = await ctx.owned_bucket()
+    return xml_response(s3xml.location_constraint(record.region))
+
+
+async def get_bucket_versioning(ctx: S3Context) -> Response:
+    record = await ctx.owned_bucket()
+    return xml_response(s3xml.versioning_configuration(record.versioning))
+
+
+async def put_bucket_versioning(ctx: S3Context) -> Response:
+    await ctx.owned_bucket()
+    status = s3xml.parse_versioning_configuration(await ctx.small_body())
+    await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, versioning=status))
+    return Response(b"")
+
+
+async def get_bucket_tagging(ctx: S3Context) -> Response:
+    record = await ctx.owned_bucket()
+    if not record.tags:
+        raise S3Error("NoSuchTagSet", BucketName=ctx.bucket)
+    return xml_response(s3xml.tagging(record.tags))
+
+
+async def put_bucket_tagging(ctx: S3Context) -> Response:
+    await ctx.owned_bucket()
+    tags = s3xml.parse_tagging(await ctx.small_body(), bucket=True)
+    await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, tags=tags))
+    return Response(b"", status_code=204)
+
+
+async def delete_bucket_tagging(ctx: S3Context) -> Response:
+    await ctx.owned_bucket()
+    await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, tags={}))
+    return Response(b"", status_code=204)
+
+
+async def get_bucket_lifecycle(ctx: S3Context) -> Response:
+    record = await ctx.owned_bucket()
+    if not record.lifecycle:
+        raise S3Error("NoSuchLifecycleConfiguration", BucketName=ctx.bucket)
+    return xml_response(s3xml.lifecycle_configuration(record.lifecycle))
+
+
+async def put_bucket_lifecycle(ctx: S3Context) -> Response:
+    await ctx.owned_bucket()
+    rules = s3xml.parse_lifecycle_configuration(await ctx.small_body())
+    await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, lifecycle=rules))
+    return Response(b"")
+
+
+async def delete_bucket_lifecycle(ctx: S3Context) -> Response:
+    await ctx.owned_bucket()
+    await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, lifecycle=None))
+    return Response(b"", status_code=204)
+
+
+# ---------------------------------------------------------------------- listings
+
+
+def _token(start_after: str) -> str:
+    return base64.urlsafe_b64encode(start_after.encode("utf-8")).decode("ascii")
+
+
+def _untoken(token: str) -> str:
+    try:
+        if not token:
+            raise ValueError("empty")
+        return base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8")
+    except (binascii.Error, UnicodeError, ValueError):
+        raise S3Error(
+            "InvalidArgument",
+            "The continuation token provided is incorrect",
+            ArgumentName="continuation-token",
+        ) from None
+
+
+async def list_objects_v2(ctx: S3Context) -> Response:
+    await ctx.owned_bucket()
+    encoding_type = _encoding_type(ctx)
+    prefix = ctx.query.get("prefix", "")
+    delimiter = ctx.query.get("delimiter", "")
+    max_keys = parse_max_count(ctx.query.get("max-keys"))
+    token = ctx.query.get("continuation-token")
+    start_after = ctx.query.get("start-after", "")
+    fetch_owner = ctx.query.get("fetch-owner", "false").lower() == "true"
+    position = start_after
+    if token is not None:
+        position = max(_untoken(token), start_after)
+    contents: list = []
+    prefixes: list[str] = []
+    truncated, next_after = False, ""
+    if max_keys:
+        result = await ctx.store.catalog.list_objects(
+            ctx.bucket, prefix=prefix, delimiter=delimiter, start_after=position, max_keys=max_keys
+        )
+        contents, prefixes = result.contents, result.common_prefixes
+        truncated, next_after = result.is_truncated, result.next_start_after
+    return xml_response(
+        s3xml.list_bucket_result_v2(
+            ctx.bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            max_keys=max_keys,
+            is_truncated=truncated,
+            contents=contents,
+            common_prefixes=prefixes,
+            continuation_token=token,
+            next_continuation_token=_token(next_after) if truncated else None,
+            start_after=start_after or None,
+            fetch_owner=fetch_owner,
+            encoding_type=encoding_type,
+        )
+    )
+
+
+async def list_objects_v1(ctx: S3Context) -> Response:
+    await ctx.owned_bucket()
+    encoding_type = _encoding_type(ctx)
+    prefix = ctx.query.get("prefix", "")
+    delimiter = ctx.query.get("delimiter", "")
+    marker = ctx.query.get("marker", "")
+    max_keys = parse_max_count(ctx.query.get("max-keys"))
+    contents: list = []
+    prefixes: list[str] = []
+    truncated, next_after = False, ""
+    if max_keys:
+        result = await ctx.store.catalog.list_objects(
+            ctx.bucket, prefix=prefix, delimiter=delimiter, start_after=marker, max_keys=max_keys
+        )
+        contents, prefixes = result.contents, result.common_prefixes
+        truncated, next_after = result.is_truncated, result.next_start_after
+    return xml_response(
+        s3xml.list_bucket_result_v1(
+            ctx.bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            marker=marker,
+            max_keys=max_keys,
+            is_truncated=truncated,
+            next_marker=next_after or None,
+            contents=contents,
+            common_prefixes=prefixes,
+            encoding_type=encoding_type,
+        )
+    )
+
+
+async def list_object_versions(ctx: S3Context) -> Response:
+    await ctx.owned_bucket()
+    encoding_type = _encoding_type(ctx)
+    prefix = ctx.query.get("prefix", "")
+    delimiter = ctx.query.get("delimiter", "")
+    key_marker = ctx.query.get("key-marker", "")
+    version_id_marker = ctx.query.get("version-id-marker", "")
+    if version_id_marker and not key_marker:
+        raise S3Error(
+            "InvalidArgument",
+            "A version-id marker cannot be specified without a key marker.",
+            ArgumentName="version-id-marker",
+            ArgumentValue=version_id_marker,
+        )
+    max_keys = parse_max_count(ctx.query.get("max-keys"))
+    versions: list = []
+    prefixes: list[str] = []
+    truncated, next_key, next_version = False, "", ""
+    if max_keys:
+        result = await ctx.store.catalog.list_object_versions(
+            ctx.bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            key_marker=key_marker,
+            version_id_marker=version_id_marker,
+            max_keys=max_keys,
+        )
+        versions, prefixes = result.versions, result.common_prefixes
+        truncated = result.is_truncated
+        next_key, next_version = result.next_key_marker, result.next_version_id_marker
+    return xml_response(
+        s3xml.list_versions_result(
+            ctx.bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            key_marker=key_marker,
+            version_id_marker=version_id_marker,
+            max_keys=max_keys,
+            is_truncated=truncated,
+            next_key_marker=next_key or None,
+            next_version_id_marker=next_version or None,
+            versions=versions,
+            common_prefixes=prefixes,
+            encoding_type=encoding_type,
+        )
+    )
+
+
+# ---------------------------------------------------------------------- DeleteObjects
+
+
+async def delete_objects(ctx: S3Context) -> Response:
+    await ctx.owned_bucket()
+    request = s3xml.parse_delete(await ctx.small_body())
+    slots = asyncio.Semaphore(DELETE_CONCURRENCY)
+
+    async def delete_one(item: s3xml.ObjectToDelete) -> s3xml.Deleted | s3xml.DeleteError:
+        async with slots:
+            try:
+                result = await ctx.store.catalog.delete_object(
+                    ctx.bucket, item.key, item.version_id
+                )
+            except (NoSuchKeyError, NoSuchVersionError):
+                return s3xml.Deleted(item.key, item.version_id)
+            except Exception as e:  # noqa: BLE001 - reported per key, as S3 does
+                error = to_s3_error(e)
+                return s3xml.DeleteError(item.key, error.code, error.message, item.version_id)
+        if result.delete_marker and item.version_id is None:
+            return s3xml.Deleted(item.key, None, True, result.version_id)
+        return s3xml.Deleted(item.key, item.version_id, result.delete_marker, None)
+
+    outcomes = await asyncio.gather(*(delete_one(item) for item in request.objects))
+    deleted = [o for o in outcomes if isinstance(o, s3xml.Deleted)]
+    errors = [o for o in outcomes if isinstance(o, s3xml.DeleteError)]
+    return xml_response(s3xml.delete_result([] if request.quiet else deleted, errors))

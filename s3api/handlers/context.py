@@ -1,0 +1,96 @@
+"""What every handler gets: the request, who sent it, the store, and helpers to read the
+body (verified as it streams) and to load the bucket the request names."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect, Request
+
+from blobstore.catalog.records import BucketRecord
+from blobstore.objects import ObjectStore
+from s3api.aws_chunked import PayloadReader
+from s3api.config import GatewayConfig, User
+from s3api.errors import S3Error
+from s3api.names import REQUEST_XML_BYTES_MAX
+from s3api.sigv4 import AuthContext
+
+QUERY_PARAMETERS_MAX = 128
+
+
+def parse_query(query_string: bytes) -> dict[str, str]:
+    """Query parameters, percent-decoded (first value wins; '+' is a space as S3 reads it)."""
+    result: dict[str, str] = {}
+    items = query_string.split(b"&")
+    if len(items) > QUERY_PARAMETERS_MAX:
+        raise S3Error("InvalidArgument", "Too many query parameters")
+    for item in items:
+        if not item:
+            continue
+        raw_name, _, raw_value = item.partition(b"=")
+        try:
+            name = unquote(raw_name.replace(b"+", b" ").decode("ascii"), errors="strict")
+            value = unquote(raw_value.replace(b"+", b" ").decode("ascii"), errors="strict")
+        except (UnicodeDecodeError, ValueError):
+            raise S3Error("InvalidArgument", "The query string is not valid") from None
+        result.setdefault(name, value)
+    return result
+
+
+@dataclass(slots=True)
+class S3Context:
+    request: Request
+    request_id: str
+    bucket: str
+    key: str
+    operation: str
+    query: dict[str, str]
+    user: User
+    auth: AuthContext
+    store: ObjectStore
+    config: GatewayConfig
+    bucket_record: BucketRecord | None = None
+
+    @property
+    def headers(self) -> Headers:
+        return self.request.headers
+
+    @property
+    def method(self) -> str:
+        return self.request.method
+
+    async def owned_bucket(self) -> BucketRecord:
+        """The bucket this request names; AccessDenied unless the requester owns it."""
+        record = await self.store.catalog.get_bucket(self.bucket)
+        if record.owner != self.user.name:
+            raise S3Error("AccessDenied")
+        self.bucket_record = record
+        return record
+
+    async def _stream(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self.request.stream():
+                if chunk:
+                    yield chunk
+        except ClientDisconnect:
+            raise S3Error("IncompleteBody", "The client closed the connection") from None
+
+    def payload(self, size_max: int, extra_algorithms: Iterable[str] = ()) -> PayloadReader:
+        """The body, decoded (aws-chunked) and verified (signatures, SHA-256, Content-MD5,
+        checksums) before its iteration ends."""
+        return PayloadReader(
+            self.auth,
+            self.headers,
+            self._stream(),
+            size_max=size_max,
+            extra_algorithms=extra_algorithms,
+        )
+
+    async def small_body(self, size_max: int = REQUEST_XML_BYTES_MAX) -> bytes:
+        """A whole (small, e.g. XML) request body, verified."""
+        reader = self.payload(size_max)
+        pieces = [piece async for piece in reader]
+        return b"".join(pieces)

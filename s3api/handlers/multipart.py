@@ -1,0 +1,299 @@
+"""Multipart uploads: create, upload part (and part copy), complete, abort, list parts,
+list uploads. Parts stream into ledgers like PutObject; Complete stitches the parts'
+extents into one object record without copying a byte."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from starlette.responses import Response
+
+from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, PartRecord, UploadRecord
+from blobstore.objects import Verdict, WrittenData
+from s3api import xml as s3xml
+from s3api.checksums import (
+    COMPOSITE,
+    FULL_OBJECT,
+    combine_full_object,
+    composite_checksum,
+    decode_checksum_value,
+    header_name,
+    mismatch_error,
+    new_checksum,
+    parse_algorithm,
+    parse_checksum_type,
+)
+from s3api.conditions import parse_write_conditions
+from s3api.errors import S3Error
+from s3api.handlers._private import quote_etag, version_headers, xml_response
+from s3api.handlers.context import S3Context
+from s3api.handlers.object import (
+    body_checksums,
+    check_encryption,
+    checksum_headers,
+    load_copy_source,
+    parse_tagging_header,
+    require_length,
+    storage_class,
+    system_metadata,
+)
+from s3api.names import (
+    OBJECT_SIZE_MAX,
+    PART_SIZE_MAX,
+    parse_max_count,
+    parse_part_number,
+    user_metadata,
+    validate_key,
+)
+from s3api.ranges import parse_copy_source_range
+
+
+async def _upload(ctx: S3Context) -> UploadRecord:
+    upload_id = ctx.query.get("uploadId", "")
+    if not upload_id:
+        raise S3Error("NoSuchUpload", UploadId=upload_id)
+    upload = await ctx.store.catalog.get_upload(ctx.bucket, upload_id)
+    if upload.key != ctx.key:
+        raise S3Error("NoSuchUpload", UploadId=upload_id)
+    return upload
+
+
+async def create_multipart_upload(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    check_encryption(ctx)
+    await ctx.owned_bucket()
+    algorithm_text = ctx.headers.get("x-amz-checksum-algorithm")
+    algorithm = parse_algorithm(algorithm_text) if algorithm_text else None
+    checksum_type = parse_checksum_type(algorithm, ctx.headers.get("x-amz-checksum-type"))
+    upload = await ctx.store.catalog.create_upload(
+        UploadRecord(
+            bucket=ctx.bucket,
+            key=ctx.key,
+            initiated=time.time(),
+            owner=ctx.user.name,
+            content_type=ctx.headers.get("content-type") or CONTENT_TYPE_DEFAULT,
+            metadata=user_metadata(ctx.headers.items()),
+            system_metadata=system_metadata(ctx),
+            storage_class=storage_class(ctx),
+            checksum_algorithm=algorithm or "",
+            checksum_type=checksum_type or "",
+            tags=parse_tagging_header(ctx.headers.get("x-amz-tagging")),
+        )
+    )
+    headers = {}
+    if algorithm:
+        headers["x-amz-checksum-algorithm"] = algorithm
+        headers["x-amz-checksum-type"] = checksum_type or COMPOSITE
+    return xml_response(
+        s3xml.initiate_multipart_upload_result(ctx.bucket, ctx.key, upload.upload_id),
+        headers=headers,
+    )
+
+
+async def upload_part(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    require_length(ctx)
+    part_number = parse_part_number(ctx.query.get("partNumber"))
+    await ctx.owned_bucket()
+    upload = await _upload(ctx)
+    extra = [upload.checksum_algorithm] if upload.checksum_algorithm else []
+    reader = ctx.payload(PART_SIZE_MAX, extra_algorithms=extra)
+
+    async def finish(data: WrittenData) -> Verdict:
+        verdict = body_checksums(reader)
+        checksums = {a: v for a, v in verdict.checksums.items() if a != "type"}
+        return Verdict(checksums, verdict.md5_hex)
+
+    part = await ctx.store.upload_part(
+        ctx.bucket, upload.upload_id, part_number, aiter(reader), finish=finish, compute_md5=False
+    )
+    headers = {"ETag": quote_etag(part.etag)}
+    headers.update(checksum_headers(part.checksums))
+    return Response(b"", headers=headers)
+
+
+async def upload_part_copy(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    part_number = parse_part_number(ctx.query.get("partNumber"))
+    await ctx.owned_bucket()
+    upload = await _upload(ctx)
+    _, source = await load_copy_source(ctx)
+    byte_range = parse_copy_source_range(ctx.headers.get("x-amz-copy-source-range"), source.size)
+    first, last = (byte_range.first, byte_range.last) if byte_range else (0, source.size - 1)
+    if last - first + 1 > PART_SIZE_MAX:
+        raise S3Error("EntityTooLarge", ProposedSize=last - first + 1, MaxSizeAllowed=PART_SIZE_MAX)
+    checksum = new_checksum(upload.checksum_algorithm) if upload.checksum_algorithm else None
+    observe: Callable[[bytes], None] | None = checksum.update if checksum else None
+
+    async def finish(data: WrittenData) -> Verdict:
+        checksums = {checksum.algorithm: checksum.b64()} if checksum else {}
+        return Verdict(checksums)
+
+    if source.size == 0:
+        part = PartRecord(
+            part_number,
+            0,
+            "d41d8cd98f00b204e9800998ecf8427e",
+            time.time(),
+            {checksum.algorithm: checksum.b64()} if checksum else {},
+            (),
+        )
+        await ctx.store.catalog.put_part(ctx.bucket, upload.upload_id, part)
+    else:
+        part = await ctx.store.upload_part_copy(
+            ctx.bucket,
+            upload.upload_id,
+            part_number,
+            source,
+            first,
+            last,
+            observe=observe,
+            finish=finish,
+        )
+    headers = {}
+    if source.version_id != "null":
+        headers["x-amz-copy-source-version-id"] = source.version_id
+    return xml_response(
+        s3xml.copy_part_result(part.etag, part.last_modified, part.checksums), headers=headers
+    )
+
+
+async def complete_multipart_upload(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    bucket = await ctx.owned_bucket()
+    upload = await _upload(ctx)
+    requested = s3xml.parse_complete_multipart_upload(await ctx.small_body())
+    if_match, if_none_match = parse_write_conditions(ctx.headers)
+    by_number = {p.part_number: p for p in requested}
+
+    async def finish(upload: UploadRecord, parts: list[PartRecord]) -> dict[str, str]:
+        total = sum(p.size for p in parts)
+        if total > OBJECT_SIZE_MAX:
+            raise S3Error("EntityTooLarge", ProposedSize=total, MaxSizeAllowed=OBJECT_SIZE_MAX)
+        for part in parts:
+            for algorithm, value in by_number[part.part_number].checksums.items():
+                stored = part.checksums.get(algorithm)
+                if stored is not None and stored != value:
+                    raise S3Error("InvalidPart", PartNumber=part.part_number)
+        algorithm = upload.checksum_algorithm
+        if not algorithm:
+            return {}
+        values = [p.checksums.get(algorithm) for p in parts]
+        if any(v is None for v in values):
+            raise S3Error("InvalidPart", f"A part was uploaded without its {algorithm} checksum")
+        if upload.checksum_type == FULL_OBJECT:
+            value = combine_full_object(
+                algorithm, [(v, p.size) for v, p in zip(values, parts, strict=True)]
+            )  # type: ignore[misc]
+            declared = ctx.headers.get(header_name(algorithm))
+            if declared is not None and decode_checksum_value(
+                algorithm, declared
+            ) != decode_checksum_value(algorithm, value):
+                raise mismatch_error(algorithm)
+            return {algorithm: value, "type": FULL_OBJECT}
+        return {algorithm: composite_checksum(algorithm, values), "type": COMPOSITE}  # type: ignore[arg-type]
+
+    result = await ctx.store.complete_upload(
+        ctx.bucket,
+        upload.upload_id,
+        [(p.part_number, p.etag) for p in requested],
+        finish=finish,
+        if_match=if_match,
+        if_none_match=if_none_match,
+    )
+    record = result.record
+    scheme = ctx.config.scheme
+    host = ctx.headers.get("host", "")
+    location = f"{scheme}://{host}/{ctx.bucket}/{ctx.key}"
+    headers = version_headers(record.version_id, bucket.versioning)
+    return xml_response(
+        s3xml.complete_multipart_upload_result(
+            location, ctx.bucket, ctx.key, record.etag, record.checksums
+        ),
+        headers=headers,
+    )
+
+
+async def abort_multipart_upload(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    await ctx.owned_bucket()
+    upload = await _upload(ctx)
+    await ctx.store.catalog.abort_upload(ctx.bucket, upload.upload_id)
+    return Response(b"", status_code=204)
+
+
+async def list_parts(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    await ctx.owned_bucket()
+    upload = await _upload(ctx)
+    marker_text = ctx.query.get("part-number-marker", "0") or "0"
+    if not marker_text.isdigit():
+        raise S3Error(
+            "InvalidArgument",
+            "Provided part-number-marker not an integer or within integer range",
+            ArgumentName="part-number-marker",
+            ArgumentValue=marker_text,
+        )
+    marker = int(marker_text)
+    max_parts = parse_max_count(ctx.query.get("max-parts"), name="max-parts")
+    result = await ctx.store.catalog.list_parts(
+        ctx.bucket, upload.upload_id, part_number_marker=marker, max_parts=max(max_parts, 1)
+    )
+    parts = result.parts if max_parts else []
+    truncated = result.is_truncated and bool(max_parts)
+    return xml_response(
+        s3xml.list_parts_result(
+            ctx.bucket,
+            ctx.key,
+            upload.upload_id,
+            part_number_marker=marker,
+            next_part_number_marker=result.next_part_number_marker
+            if truncated
+            else (parts[-1].part_number if parts else None),
+            max_parts=max_parts,
+            is_truncated=truncated,
+            parts=parts,
+            owner=upload.owner,
+            storage_class=upload.storage_class,
+            checksum_algorithm=upload.checksum_algorithm or None,
+            checksum_type=upload.checksum_type or None,
+        )
+    )
+
+
+async def list_multipart_uploads(ctx: S3Context) -> Response:
+    await ctx.owned_bucket()
+    encoding_type = ctx.query.get("encoding-type")
+    if encoding_type is not None and encoding_type != "url":
+        raise S3Error("InvalidArgument", "Invalid Encoding Method specified in Request")
+    prefix = ctx.query.get("prefix", "")
+    delimiter = ctx.query.get("delimiter", "")
+    key_marker = ctx.query.get("key-marker", "")
+    upload_id_marker = ctx.query.get("upload-id-marker", "")
+    max_uploads = parse_max_count(ctx.query.get("max-uploads"), name="max-uploads")
+    result = await ctx.store.catalog.list_uploads(
+        ctx.bucket,
+        prefix=prefix,
+        delimiter=delimiter,
+        key_marker=key_marker,
+        upload_id_marker=upload_id_marker,
+        max_uploads=max(max_uploads, 1),
+    )
+    truncated = result.is_truncated and bool(max_uploads)
+    return xml_response(
+        s3xml.list_multipart_uploads_result(
+            ctx.bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            key_marker=key_marker,
+            upload_id_marker=upload_id_marker,
+            next_key_marker=result.next_key_marker if truncated else None,
+            next_upload_id_marker=result.next_upload_id_marker if truncated else None,
+            max_uploads=max_uploads,
+            is_truncated=truncated,
+            uploads=result.uploads if max_uploads else [],
+            common_prefixes=result.common_prefixes if max_uploads else [],
+            encoding_type=encoding_type,
+        )
+    )

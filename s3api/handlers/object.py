@@ -1,0 +1,528 @@
+"""Object operations: PutObject, GetObject, HeadObject, DeleteObject, CopyObject, object
+tagging and GetObjectAttributes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from urllib.parse import parse_qsl, unquote
+
+from starlette.responses import Response, StreamingResponse
+
+from blobstore.catalog.errors import DeleteMarkerError, NoSuchKeyError, NoSuchVersionError
+from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, ObjectRecord
+from blobstore.objects import Verdict, WrittenData
+from s3api import xml as s3xml
+from s3api.aws_chunked import PayloadReader, strip_aws_chunked
+from s3api.checksums import FULL_OBJECT, header_name
+from s3api.conditions import (
+    check_copy_source_conditions,
+    check_read_conditions,
+    http_date,
+    parse_write_conditions,
+)
+from s3api.errors import S3Error
+from s3api.handlers._private import quote_etag, version_headers, xml_response
+from s3api.handlers.context import S3Context
+from s3api.names import (
+    OBJECT_TAGS_MAX,
+    PUT_OBJECT_SIZE_MAX,
+    TAG_KEY_LENGTH_MAX,
+    TAG_VALUE_LENGTH_MAX,
+    parse_max_count,
+    parse_part_number,
+    user_metadata,
+    validate_bucket_name,
+    validate_key,
+)
+from s3api.ranges import parse_range
+
+SYSTEM_METADATA_HEADERS = (
+    "Cache-Control",
+    "Content-Disposition",
+    "Content-Encoding",
+    "Content-Language",
+    "Expires",
+)
+STORAGE_CLASSES = (
+    "STANDARD",
+    "REDUCED_REDUNDANCY",
+    "STANDARD_IA",
+    "ONEZONE_IA",
+    "INTELLIGENT_TIERING",
+    "GLACIER",
+    "DEEP_ARCHIVE",
+    "GLACIER_IR",
+    "OUTPOSTS",
+    "SNOW",
+    "EXPRESS_ONEZONE",
+)
+RESPONSE_OVERRIDES = {
+    "response-content-type": "Content-Type",
+    "response-content-language": "Content-Language",
+    "response-expires": "Expires",
+    "response-cache-control": "Cache-Control",
+    "response-content-disposition": "Content-Disposition",
+    "response-content-encoding": "Content-Encoding",
+}
+TAGGING_CAS_ATTEMPTS_MAX = 8
+OBJECT_ATTRIBUTES = ("ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize")
+
+
+# ---------------------------------------------------------------------- request parts
+
+
+def parse_tagging_header(value: str | None) -> dict[str, str]:
+    """x-amz-tagging: URL-query-encoded key=value pairs."""
+    if not value:
+        return {}
+    try:
+        pairs = parse_qsl(value, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        raise S3Error(
+            "InvalidArgument",
+            "The header 'x-amz-tagging' shall be encoded as UTF-8 then URLEncoded URL query "
+            "parameters without tag name duplicates.",
+        ) from None
+    tags: dict[str, str] = {}
+    for key, tag_value in pairs:
+        if not key or len(key) > TAG_KEY_LENGTH_MAX or len(tag_value) > TAG_VALUE_LENGTH_MAX:
+            raise S3Error("InvalidTag", "The TagKey or TagValue you have provided is invalid")
+        if key in tags:
+            raise S3Error("InvalidTag", "Cannot provide multiple Tags with the same key")
+        tags[key] = tag_value
+    if len(tags) > OBJECT_TAGS_MAX:
+        raise S3Error("InvalidTag", f"Object tags cannot be greater than {OBJECT_TAGS_MAX}")
+    return tags
+
+
+def system_metadata(ctx: S3Context) -> dict[str, str]:
+    result = {}
+    for name in SYSTEM_METADATA_HEADERS:
+        value = ctx.headers.get(name)
+        if name == "Content-Encoding":
+            value = strip_aws_chunked(value)
+        if value is not None:
+            result[name] = value
+    return result
+
+
+def storage_class(ctx: S3Context) -> str:
+    value = ctx.headers.get("x-amz-storage-class", "STANDARD").strip().upper()
+    if value not in STORAGE_CLASSES:
+        raise S3Error("InvalidStorageClass", StorageClassRequested=value)
+    return value
+
+
+def check_encryption(ctx: S3Context) -> None:
+    sse = ctx.headers.get("x-amz-server-side-encryption")
+    if sse is not None and sse != "AES256":
+        raise S3Error("NotImplemented", "Server-side encryption with KMS is not implemented")
+    if "x-amz-server-side-encryption-customer-algorithm" in ctx.headers:
+        raise S3Error(
+            "NotImplemented", "Server-side encryption with customer keys is not implemented"
+        )
+
+
+def require_length(ctx: S3Context) -> None:
+    """S3 refuses uploads of unknown length (no Content-Length, not aws-chunked)."""
+    if "content-length" in ctx.headers or ctx.auth.streaming:
+        return
+    if "chunked" in ctx.headers.get("transfer-encoding", "").lower():
+        return
+    raise S3Error("MissingContentLength")
+
+
+def body_checksums(reader: PayloadReader) -> Verdict:
+    digest = reader.digest
+    assert digest is not None, "the body was not read to its end"
+    checksums = dict(digest.checksums)
+    if checksums:
+        checksums["type"] = FULL_OBJECT
+    return Verdict(checksums, digest.md5_hex)
+
+
+def checksum_headers(checksums: dict[str, str]) -> dict[str, str]:
+    headers = {header_name(a): v for a, v in checksums.items() if a != "type"}
+    if headers and checksums.get("type"):
+        headers["x-amz-checksum-type"] = checksums["type"]
+    return headers
+
+
+@dataclass(frozen=True, slots=True)
+class CopySource:
+    bucket: str
+    key: str
+    version_id: str | None
+
+
+def parse_copy_source(value: str) -> CopySource:
+    """x-amz-copy-source: [/]bucket/key[?versionId=id], percent-encoded."""
+    path, _, query = value.partition("?")
+    path = unquote(path, errors="strict").lstrip("/")
+    bucket, _, key = path.partition("/")
+    version_id = None
+    if query:
+        params = dict(parse_qsl(query, keep_blank_values=True))
+        version_id = params.get("versionId") or None
+    if not bucket or not key:
+        raise S3Error(
+            "InvalidArgument",
+            "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
+            ArgumentName="x-amz-copy-source",
+            ArgumentValue=value,
+        )
+    validate_bucket_name(bucket)
+    validate_key(key)
+    return CopySource(bucket, key, version_id)
+
+
+async def load_copy_source(ctx: S3Context) -> tuple[CopySource, ObjectRecord]:
+    source = parse_copy_source(ctx.headers["x-amz-copy-source"])
+    bucket = await ctx.store.catalog.get_bucket(source.bucket)
+    if bucket.owner != ctx.user.name:
+        raise S3Error("AccessDenied")
+    try:
+        record = await ctx.store.catalog.get_object(source.bucket, source.key, source.version_id)
+    except DeleteMarkerError:
+        if source.version_id is not None:
+            raise S3Error(
+                "InvalidRequest",
+                "The source of a copy request may not specifically refer to a delete marker by version id.",
+            ) from None
+        raise S3Error("NoSuchKey", Key=source.key) from None
+    check_copy_source_conditions(ctx.headers, record.etag, record.last_modified)
+    return source, record
+
+
+async def load_version(ctx: S3Context) -> ObjectRecord:
+    """The version a GET/HEAD-like request names (latest unless versionId)."""
+    version_id = ctx.query.get("versionId") or None
+    try:
+        return await ctx.store.catalog.get_object(ctx.bucket, ctx.key, version_id)
+    except DeleteMarkerError as e:
+        headers = {"x-amz-delete-marker": "true", "x-amz-version-id": e.record.version_id}
+        if version_id is not None:
+            headers["Allow"] = "DELETE"
+            raise S3Error(
+                "MethodNotAllowed", headers=headers, Method=ctx.method, ResourceType="DeleteMarker"
+            ) from None
+        raise S3Error("NoSuchKey", headers=headers, Key=ctx.key) from None
+    except NoSuchKeyError:
+        raise S3Error("NoSuchKey", Key=ctx.key) from None
+    except NoSuchVersionError:
+        if version_id is not None and version_id != "null" and not version_id.isascii():
+            raise S3Error("InvalidArgument", "Invalid version id specified") from None
+        raise S3Error("NoSuchVersion", Key=ctx.key, VersionId=version_id or "") from None
+
+
+# ---------------------------------------------------------------------- PutObject
+
+
+async def put_object(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    check_encryption(ctx)
+    require_length(ctx)
+    bucket = await ctx.owned_bucket()
+    template = ObjectRecord(
+        bucket=ctx.bucket,
+        key=ctx.key,
+        content_type=ctx.headers.get("content-type") or CONTENT_TYPE_DEFAULT,
+        metadata=user_metadata(ctx.headers.items()),
+        system_metadata=system_metadata(ctx),
+        storage_class=storage_class(ctx),
+        owner=ctx.user.name,
+        tags=parse_tagging_header(ctx.headers.get("x-amz-tagging")),
+    )
+    if_match, if_none_match = parse_write_conditions(ctx.headers)
+    reader = ctx.payload(PUT_OBJECT_SIZE_MAX)
+
+    async def finish(data: WrittenData) -> Verdict:
+        return body_checksums(reader)
+
+    result = await ctx.store.put_object(
+        template,
+        aiter(reader),
+        size_max=PUT_OBJECT_SIZE_MAX,
+        finish=finish,
+        compute_md5=False,
+        if_match=if_match,
+        if_none_match=if_none_match,
+    )
+    record = result.record
+    headers = {"ETag": quote_etag(record.etag)}
+    headers.update(checksum_headers(record.checksums))
+    headers.update(version_headers(record.version_id, bucket.versioning))
+    if ctx.headers.get("x-amz-server-side-encryption"):
+        headers["x-amz-server-side-encryption"] = "AES256"
+    return Response(b"", headers=headers)
+
+
+# ---------------------------------------------------------------------- GetObject
+
+
+def _part_range(record: ObjectRecord, part_number: int) -> tuple[int, int]:
+    """Bytes first..last of one part (a non-multipart object is its own part 1)."""
+    if not record.parts:
+        if part_number != 1:
+            raise S3Error("InvalidRange", "The requested partnumber is not satisfiable")
+        return 0, record.size - 1
+    offset = 0
+    for part in record.parts:
+        if part.part_number == part_number:
+            return offset, offset + part.size - 1
+        offset += part.size
+    raise S3Error("InvalidRange", "The requested partnumber is not satisfiable")
+
+
+def object_headers(ctx: S3Context, record: ObjectRecord, versioning: str) -> dict[str, str]:
+    headers = {
+        "ETag": quote_etag(record.etag),
+        "Last-Modified": http_date(record.last_modified),
+        "Accept-Ranges": "bytes",
+        "Content-Type": record.content_type,
+    }
+    headers.update(record.system_metadata)
+    for name, value in record.metadata.items():
+        headers["x-amz-meta-" + name] = value
+    if record.storage_class != "STANDARD":
+        headers["x-amz-storage-class"] = record.storage_class
+    if record.tags:
+        headers["x-amz-tagging-count"] = str(len(record.tags))
+    headers.update(version_headers(record.version_id, versioning))
+    for parameter, header in RESPONSE_OVERRIDES.items():
+        if parameter in ctx.query:
+            headers[header] = ctx.query[parameter]
+    return headers
+
+
+async def get_object(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    bucket = await ctx.owned_bucket()
+    record = await load_version(ctx)
+    check_read_conditions(ctx.headers, record.etag, record.last_modified)
+    headers = object_headers(ctx, record, bucket.versioning)
+    status = 200
+    first, last = 0, record.size - 1
+    part_number_text = ctx.query.get("partNumber")
+    checksum_mode = ctx.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
+    if part_number_text is not None:
+        if "range" in ctx.headers:
+            raise S3Error(
+                "InvalidRequest", "Cannot specify both Range header and partNumber query parameter"
+            )
+        part_number = parse_part_number(part_number_text)
+        first, last = _part_range(record, part_number)
+        if record.parts:
+            status = 206
+            headers["x-amz-mp-parts-count"] = str(len(record.parts))
+            headers["Content-Range"] = (
+                f"bytes {first}-{last}/{record.size}" if record.size else f"bytes */{record.size}"
+            )
+            if checksum_mode:
+                part = next(p for p in record.parts if p.part_number == part_number)
+                headers.update(checksum_headers(part.checksums))
+        elif checksum_mode:
+            headers.update(checksum_headers(record.checksums))
+    else:
+        byte_range = parse_range(ctx.headers.get("range"), record.size)
+        if byte_range is not None:
+            status = 206
+            first, last = byte_range.first, byte_range.last
+            headers["Content-Range"] = byte_range.content_range
+        elif checksum_mode:
+            headers.update(checksum_headers(record.checksums))
+    length = max(0, last - first + 1)
+    headers["Content-Length"] = str(length)
+    if ctx.method == "HEAD" or length == 0:
+        return Response(b"", status_code=status, headers=headers)
+    pieces = ctx.store.read(record, first, last)
+    try:
+        head = await anext(pieces)
+    except StopAsyncIteration:
+        raise AssertionError(f"no bytes for {length} bytes of {record.key!r}") from None
+    except BaseException:
+        await pieces.aclose()
+        raise
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            yield head
+            async for piece in pieces:
+                yield piece
+        finally:
+            await pieces.aclose()
+
+    return StreamingResponse(body(), status_code=status, headers=headers, media_type=None)
+
+
+async def head_object(ctx: S3Context) -> Response:
+    return await get_object(ctx)
+
+
+# ---------------------------------------------------------------------- DeleteObject
+
+
+async def delete_object(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    bucket = await ctx.owned_bucket()
+    version_id = ctx.query.get("versionId") or None
+    headers: dict[str, str] = {}
+    try:
+        result = await ctx.store.catalog.delete_object(ctx.bucket, ctx.key, version_id)
+    except (NoSuchKeyError, NoSuchVersionError):
+        return Response(b"", status_code=204)
+    if result.delete_marker:
+        headers["x-amz-delete-marker"] = "true"
+    if result.version_id:
+        headers.update(version_headers(result.version_id, bucket.versioning))
+    return Response(b"", status_code=204, headers=headers)
+
+
+# ---------------------------------------------------------------------- CopyObject
+
+
+async def copy_object(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    check_encryption(ctx)
+    bucket = await ctx.owned_bucket()
+    source, record = await load_copy_source(ctx)
+    if record.size > PUT_OBJECT_SIZE_MAX:
+        raise S3Error(
+            "InvalidRequest",
+            f"The specified copy source is larger than the maximum allowable size for a copy source: {PUT_OBJECT_SIZE_MAX}",
+        )
+    metadata_directive = ctx.headers.get("x-amz-metadata-directive", "COPY").upper()
+    tagging_directive = ctx.headers.get("x-amz-tagging-directive", "COPY").upper()
+    if metadata_directive not in ("COPY", "REPLACE") or tagging_directive not in (
+        "COPY",
+        "REPLACE",
+    ):
+        raise S3Error("InvalidArgument", "Unknown metadata or tagging directive")
+    new_class = storage_class(ctx) if "x-amz-storage-class" in ctx.headers else record.storage_class
+    if (
+        source.bucket == ctx.bucket
+        and source.key == ctx.key
+        and source.version_id in (None, record.version_id)
+        and metadata_directive == "COPY"
+        and new_class == record.storage_class
+        and bucket.versioning != "Enabled"
+    ):
+        raise S3Error(
+            "InvalidRequest",
+            "This copy request is illegal because it is trying to copy an object to itself "
+            "without changing the object's metadata, storage class, website redirect location "
+            "or encryption attributes.",
+        )
+    if metadata_directive == "REPLACE":
+        template = ObjectRecord(
+            bucket=ctx.bucket,
+            key=ctx.key,
+            content_type=ctx.headers.get("content-type") or CONTENT_TYPE_DEFAULT,
+            metadata=user_metadata(ctx.headers.items()),
+            system_metadata=system_metadata(ctx),
+        )
+    else:
+        template = ObjectRecord(
+            bucket=ctx.bucket,
+            key=ctx.key,
+            content_type=record.content_type,
+            metadata=dict(record.metadata),
+            system_metadata=dict(record.system_metadata),
+        )
+    tags = (
+        parse_tagging_header(ctx.headers.get("x-amz-tagging"))
+        if tagging_directive == "REPLACE"
+        else dict(record.tags)
+    )
+    template = replace(template, storage_class=new_class, owner=ctx.user.name, tags=tags)
+    if_match, if_none_match = parse_write_conditions(ctx.headers)
+    result = await ctx.store.copy_object(
+        record, template, if_match=if_match, if_none_match=if_none_match
+    )
+    copied = result.record
+    headers = version_headers(copied.version_id, bucket.versioning)
+    if source.version_id or record.version_id != "null":
+        headers["x-amz-copy-source-version-id"] = record.version_id
+    body = s3xml.copy_object_result(copied.etag, copied.last_modified, copied.checksums)
+    return xml_response(body, headers=headers)
+
+
+# ---------------------------------------------------------------------- tagging
+
+
+async def _retag(ctx: S3Context, tags: dict[str, str]) -> ObjectRecord:
+    """Replace the tags of one version by compare-and-swap of its record."""
+    for _ in range(TAGGING_CAS_ATTEMPTS_MAX):
+        record = await load_version(ctx)
+        if await ctx.store.catalog.swap_object(record, replace(record, tags=tags)):
+            return record
+        await asyncio.sleep(0.01)
+    raise S3Error("SlowDown")
+
+
+async def get_object_tagging(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    bucket = await ctx.owned_bucket()
+    record = await load_version(ctx)
+    return xml_response(
+        s3xml.tagging(record.tags), headers=version_headers(record.version_id, bucket.versioning)
+    )
+
+
+async def put_object_tagging(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    bucket = await ctx.owned_bucket()
+    tags = s3xml.parse_tagging(await ctx.small_body())
+    record = await _retag(ctx, tags)
+    return Response(b"", headers=version_headers(record.version_id, bucket.versioning))
+
+
+async def delete_object_tagging(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    bucket = await ctx.owned_bucket()
+    record = await _retag(ctx, {})
+    return Response(
+        b"", status_code=204, headers=version_headers(record.version_id, bucket.versioning)
+    )
+
+
+# ---------------------------------------------------------------------- attributes
+
+
+async def get_object_attributes(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    bucket = await ctx.owned_bucket()
+    wanted_text = ctx.headers.get("x-amz-object-attributes", "")
+    wanted = {a.strip() for a in wanted_text.split(",") if a.strip()}
+    if not wanted or not wanted <= set(OBJECT_ATTRIBUTES):
+        raise S3Error(
+            "InvalidArgument",
+            "Invalid attribute name specified.",
+            ArgumentName="x-amz-object-attributes",
+            ArgumentValue=wanted_text,
+        )
+    record = await load_version(ctx)
+    check_read_conditions(ctx.headers, record.etag, record.last_modified)
+    max_parts = parse_max_count(ctx.headers.get("x-amz-max-parts"), name="max-parts")
+    marker_text = ctx.headers.get("x-amz-part-number-marker", "0")
+    marker = int(marker_text) if marker_text.isdigit() else 0
+    parts = [p for p in record.parts if p.part_number > marker]
+    shown = parts[:max_parts]
+    truncated = len(parts) > len(shown)
+    body = s3xml.get_object_attributes_response(
+        etag=record.etag if "ETag" in wanted else None,
+        checksums=record.checksums if "Checksum" in wanted else None,
+        parts=shown if "ObjectParts" in wanted and record.parts else None,
+        parts_count=len(record.parts) if "ObjectParts" in wanted and record.parts else None,
+        part_number_marker=marker,
+        next_part_number_marker=shown[-1].part_number if truncated and shown else None,
+        max_parts=max_parts,
+        is_truncated=truncated,
+        storage_class=record.storage_class if "StorageClass" in wanted else None,
+        object_size=record.size if "ObjectSize" in wanted else None,
+    )
+    headers = {"Last-Modified": http_date(record.last_modified)}
+    headers.update(version_headers(record.version_id, bucket.versioning))
+    return xml_response(body, headers=headers)

@@ -1,0 +1,126 @@
+"""`blobstore gateway`: serve the S3 API over HTTP(S) on uvicorn (uvloop + httptools).
+
+The supervisor binds the listening socket itself (port 0 picks a free port), so every
+worker shares it; with `--workers N` uvicorn's process supervisor runs N workers and
+restarts any that dies. The first worker whose object store is up writes the ready file
+(JSON {"port", "scheme", "pid"}, renamed into place).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import socket
+import tempfile
+
+from blobstore.errors import UsageError
+from s3api.config import CONFIG_ENV, config_from_args
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--zk",
+        default=os.environ.get("BLOBSTORE_ZK"),
+        help="ZooKeeper connect string host:port[/chroot] (env BLOBSTORE_ZK)",
+    )
+    parser.add_argument("--host", default=os.environ.get("BLOBSTORE_GATEWAY_HOST", "127.0.0.1"))
+    parser.add_argument(
+        "--port", type=int, default=int(os.environ.get("BLOBSTORE_GATEWAY_PORT", "9000"))
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("BLOBSTORE_GATEWAY_WORKERS", "1")),
+        help="worker processes (default 1)",
+    )
+    parser.add_argument("--tls-cert", default=os.environ.get("BLOBSTORE_TLS_CERT"))
+    parser.add_argument("--tls-key", default=os.environ.get("BLOBSTORE_TLS_KEY"))
+    parser.add_argument(
+        "--domain",
+        default=os.environ.get("BLOBSTORE_GATEWAY_DOMAIN", ""),
+        help="virtual-hosted-style base domain, e.g. s3.localhost (default: path-style only)",
+    )
+    parser.add_argument("--region", default=os.environ.get("BLOBSTORE_REGION", "us-east-1"))
+    parser.add_argument(
+        "--users-file",
+        default=os.environ.get("BLOBSTORE_USERS_FILE"),
+        help='JSON list of {"access_key", "secret_key", "user"}',
+    )
+    parser.add_argument("--ready-file", help="write JSON {port} here once serving")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not __debug__:
+        raise UsageError("the gateway refuses to run with assertions disabled (-O)")
+    config = config_from_args(args)
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    private_metrics_dir = None
+    if config.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        private_metrics_dir = tempfile.mkdtemp(prefix="blobstore-gateway-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = private_metrics_dir
+    sock = _bind(config.host, config.port, config.backlog)
+    port = sock.getsockname()[1]
+    os.environ[CONFIG_ENV] = config.to_json()
+    os.environ["BLOBSTORE_GATEWAY_BOUND_PORT"] = str(port)
+    uvicorn_config = uvicorn.Config(
+        "s3api.app:create_app",
+        factory=True,
+        host=config.host,
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        ws="none",
+        lifespan="on",
+        workers=config.workers,
+        limit_concurrency=config.limit_concurrency,
+        timeout_graceful_shutdown=config.timeout_graceful_shutdown_s,
+        timeout_keep_alive=config.timeout_keep_alive_s,
+        backlog=config.backlog,
+        ssl_certfile=config.tls_cert,
+        ssl_keyfile=config.tls_key,
+        access_log=False,
+        server_header=False,
+        proxy_headers=False,
+        log_config=None,
+    )
+    logger.info(
+        "event=gateway_starting address=%s://%s:%d workers=%d zk=%s",
+        config.scheme,
+        config.host,
+        port,
+        config.workers,
+        config.zk,
+    )
+    try:
+        if config.workers > 1:
+            Multiprocess(uvicorn_config, sockets=[sock]).run()
+        else:
+            server = uvicorn.Server(uvicorn_config)
+            server.run(sockets=[sock])
+            if not server.started:
+                return 1
+    finally:
+        sock.close()
+        if private_metrics_dir:
+            shutil.rmtree(private_metrics_dir, ignore_errors=True)
+    return 0
+
+
+def _bind(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.listen(backlog)
+    sock.set_inheritable(True)
+    return sock

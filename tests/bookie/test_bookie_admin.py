@@ -1,0 +1,147 @@
+"""Real bookie processes: cookie refusal, `blobstore admin bookies`, the HTTP admin port."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from kazoo.client import KazooClient
+
+from bookie import zk_layout
+from tests.bookie.raw_client import RawBookie, http_get, metric_value
+from tests.bookie.test_bookie_storage import write_pipelined
+from tests.cluster.processes import BookieProcess, blobstore_command
+from tests.conftest import BookieFactory
+
+RUN_TIMEOUT_S = 60.0
+
+
+def start_directly(
+    bookie: BookieProcess, journal_dir: Path, ledger_dir: Path, zk: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    command = blobstore_command(
+        "bookie",
+        "--zk", zk or bookie.zk,
+        "--host", "127.0.0.1",
+        "--port", str(bookie.port),
+        "--http-port", "0",
+        "--journal-dir", str(journal_dir),
+        "--ledger-dir", str(ledger_dir),
+    )  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], words: str) -> None:
+    assert result.returncode not in (0, None), result
+    lines = [line for line in result.stderr.splitlines() if line.startswith("blobstore: error:")]
+    assert len(lines) == 1, result.stderr
+    assert "cookie mismatch" in lines[0], lines[0]
+    assert words in lines[0], lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_cookie_mismatch_refuses_to_start(
+    bookies: BookieFactory, tmp_path: Path, zk_client: KazooClient
+) -> None:
+    (bookie,) = bookies(1)
+    asyncio.run(write_pipelined(bookie.port, [(1, 0, b"data")]))
+    assert bookie.stop() == 0
+    cookie = json.loads(zk_client.get(zk_layout.cookie_path(bookie.bookie_id))[0])
+    assert cookie["bookie_id"] == bookie.bookie_id
+    assert json.loads((bookie.ledger_dir / "COOKIE").read_text()) == cookie
+
+    # Another ledger directory (a wrong or new disk).
+    other = tmp_path / "other-ledgers"
+    assert_refused(start_directly(bookie, bookie.journal_dir, other), "ledger_dirs")
+    # The directory wiped.
+    saved = tmp_path / "saved"
+    shutil.copytree(bookie.ledger_dir, saved)
+    shutil.rmtree(bookie.ledger_dir)
+    assert_refused(start_directly(bookie, bookie.journal_dir, bookie.ledger_dir), "no cookie")
+    shutil.rmtree(bookie.ledger_dir)
+    shutil.copytree(saved, bookie.ledger_dir)
+    # Another cluster (a different instance id).
+    zk_client.set(zk_layout.INSTANCE_ID_PATH, b"another-cluster")
+    assert_refused(start_directly(bookie, bookie.journal_dir, bookie.ledger_dir), "instance_id")
+    zk_client.set(zk_layout.INSTANCE_ID_PATH, cookie["instance_id"].encode())
+    # Everything back in place: it starts and still holds its data.
+    bookie.start()
+
+    async def read() -> bytes | None:
+        client = await RawBookie.connect(bookie.port)
+        try:
+            return await client.read_payload(1, 0)
+        finally:
+            await client.close()
+
+    assert asyncio.run(read()) == b"data"
+
+
+def test_admin_bookies_and_http_admin(bookies: BookieFactory, zk_connect: str) -> None:
+    first, second = bookies(2, ["--rack", "/rack-a"])
+    asyncio.run(write_pipelined(first.port, [(5, i, b"x" * 1000) for i in range(50)]))
+
+    async def reads() -> None:
+        client = await RawBookie.connect(first.port)
+        try:
+            for i in range(50):
+                await client.read_payload(5, i)
+            info = await client.info()
+            assert info["bookie_id"] == first.bookie_id
+            assert info["read_only"] is False
+            assert info["ledger_count"] == 1
+        finally:
+            await client.close()
+
+    asyncio.run(reads())
+    result = subprocess.run(
+        blobstore_command("admin", "--zk", zk_connect, "--json", "bookies"),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr
+    listed = {b["bookie_id"]: b for b in json.loads(result.stdout)}
+    assert set(listed) == {first.bookie_id, second.bookie_id}
+    for bookie in (first, second):
+        entry = listed[bookie.bookie_id]
+        assert entry["state"] == "writable"
+        assert entry["rack"] == "/rack-a"
+        assert entry["port"] == bookie.port
+        assert entry["http_port"] == bookie.http_port
+        assert entry["total_bytes"] >= entry["free_bytes"] > 0
+    table = subprocess.run(
+        blobstore_command("admin", "--zk", zk_connect, "bookies"),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert table.returncode == 0 and first.bookie_id in table.stdout
+
+    status, text = http_get(first.http_port, "/metrics")
+    assert status == 200
+    for name in (
+        "bookie_adds_total",
+        "bookie_add_latency_seconds_bucket",
+        "bookie_reads_total",
+        "bookie_read_latency_seconds_bucket",
+        "bookie_journal_fsync_latency_seconds_bucket",
+        "bookie_journal_batch_size_entries_bucket",
+        "bookie_write_cache_lookups_total",
+        "bookie_read_cache_lookups_total",
+        "bookie_compaction_bytes_total",
+        "bookie_gc_ledgers_deleted_total",
+        "bookie_disk_usage_ratio",
+        "bookie_read_only",
+    ):
+        assert name in text, name
+    assert metric_value(text, "bookie_adds_total") == 50
+    assert metric_value(text, "bookie_journal_batch_size_entries_count") >= 1
+    assert metric_value(text, "bookie_read_only") == 0
+    assert http_get(first.http_port, "/health") == (200, "OK\n")
+    status, body = http_get(first.http_port, "/info")
+    assert status == 200 and json.loads(body)["bookie_id"] == first.bookie_id
+    assert http_get(first.http_port, "/nope")[0] == 404

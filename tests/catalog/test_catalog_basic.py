@@ -1,0 +1,219 @@
+"""Catalog operations against a real ZooKeeper: buckets, objects, versions, multipart."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from blobstore.catalog import Catalog
+from blobstore.catalog.errors import (
+    BucketAlreadyExistsError,
+    BucketNotEmptyError,
+    DeleteMarkerError,
+    InvalidBucketNameError,
+    InvalidPartError,
+    NoSuchBucketError,
+    NoSuchKeyError,
+    NoSuchUploadError,
+    NoSuchVersionError,
+    PreconditionFailedError,
+)
+from blobstore.catalog.records import (
+    NULL_VERSION_ID,
+    BucketRecord,
+    PartInfo,
+    PartRecord,
+    UploadRecord,
+)
+from tests.catalog.helpers import object_record, run_with_catalog
+
+
+def test_bucket_lifecycle(zk_connect: str) -> None:
+    async def body(catalog: Catalog) -> None:
+        created = await catalog.create_bucket("alpha", "alice")
+        assert created.owner == "alice"
+        with pytest.raises(BucketAlreadyExistsError) as info:
+            await catalog.create_bucket("alpha", "bob")
+        assert info.value.existing_owner == "alice"
+        with pytest.raises(InvalidBucketNameError):
+            await catalog.create_bucket("Bad_Name", "alice")
+        await catalog.create_bucket("beta", "bob")
+        assert [b.name for b in await catalog.list_buckets()] == ["alpha", "beta"]
+
+        def tag(record: BucketRecord) -> BucketRecord:
+            return replace(record, tags={"team": "storage"}, versioning="Enabled")
+
+        updated = await catalog.update_bucket("alpha", tag)
+        assert (await catalog.get_bucket("alpha")) == updated
+        await catalog.put_object(object_record("alpha", "k"))
+        with pytest.raises(BucketNotEmptyError):
+            await catalog.delete_bucket("alpha")
+        await catalog.delete_bucket("beta")
+        with pytest.raises(NoSuchBucketError):
+            await catalog.get_bucket("beta")
+        with pytest.raises(NoSuchBucketError):
+            await catalog.put_object(object_record("beta", "k"))
+        with pytest.raises(NoSuchBucketError):
+            await catalog.list_objects("beta")
+        with pytest.raises(NoSuchBucketError):
+            await catalog.get_object("no/such", "k")
+        # A deleted name can be created again, fresh.
+        await catalog.create_bucket("beta", "carol")
+        assert (await catalog.list_objects("beta")).contents == []
+
+    run_with_catalog(zk_connect, body)
+
+
+def test_unversioned_put_get_delete(zk_connect: str) -> None:
+    async def body(catalog: Catalog) -> None:
+        await catalog.create_bucket("plain", "alice")
+        first = await catalog.put_object(object_record("plain", "a/b", 1))
+        assert first.record.version_id == NULL_VERSION_ID
+        assert first.garbage == []
+        second = await catalog.put_object(object_record("plain", "a/b", 2))
+        assert [g.etag for g in second.garbage] == [first.record.etag]
+        got = await catalog.get_object("plain", "a/b")
+        assert got.etag == second.record.etag and got.is_latest
+        with pytest.raises(PreconditionFailedError):
+            await catalog.put_object(object_record("plain", "a/b", 3), if_none_match=True)
+        with pytest.raises(PreconditionFailedError):
+            await catalog.put_object(object_record("plain", "a/b", 3), if_match="ffff")
+        third = await catalog.put_object(object_record("plain", "a/b", 3), if_match=got.etag)
+        assert third.record.etag == object_record("plain", "a/b", 3).etag
+        with pytest.raises(PreconditionFailedError):
+            await catalog.put_object(object_record("plain", "new", 3), if_match="*")
+        await catalog.put_object(object_record("plain", "new", 3), if_none_match=True)
+        deleted = await catalog.delete_object("plain", "a/b")
+        assert deleted.delete_marker is False and len(deleted.garbage) == 1
+        with pytest.raises(NoSuchKeyError):
+            await catalog.get_object("plain", "a/b")
+        assert (await catalog.delete_object("plain", "a/b")).garbage == []
+        listed = await catalog.list_objects("plain")
+        assert [r.key for r in listed.contents] == ["new"]
+
+    run_with_catalog(zk_connect, body)
+
+
+def test_versioning_enabled_and_suspended(zk_connect: str) -> None:
+    async def body(catalog: Catalog) -> None:
+        await catalog.create_bucket("vers", "alice")
+        base = await catalog.put_object(object_record("vers", "k", 0))  # null version
+        await catalog.update_bucket("vers", lambda r: replace(r, versioning="Enabled"))
+        v1 = (await catalog.put_object(object_record("vers", "k", 1))).record
+        v2 = (await catalog.put_object(object_record("vers", "k", 2))).record
+        assert v1.version_id != v2.version_id
+        assert v2.version_id < v1.version_id  # sortable newest first
+        assert (await catalog.get_object("vers", "k")).version_id == v2.version_id
+        assert (await catalog.get_object("vers", "k", NULL_VERSION_ID)).etag == base.record.etag
+        marker = await catalog.delete_object("vers", "k")
+        assert marker.delete_marker and marker.version_id not in (None, "null")
+        with pytest.raises(DeleteMarkerError) as info:
+            await catalog.get_object("vers", "k")
+        assert info.value.record.version_id == marker.version_id
+        with pytest.raises(NoSuchVersionError):
+            await catalog.get_object("vers", "k", "00000000000000aaaaaaaaaa")
+        assert (await catalog.list_objects("vers")).contents == []
+        versions = await catalog.list_object_versions("vers")
+        assert [v.version_id for v in versions.versions] == [
+            marker.version_id,
+            v2.version_id,
+            v1.version_id,
+            NULL_VERSION_ID,
+        ]
+        assert [v.is_latest for v in versions.versions] == [True, False, False, False]
+        # Removing the marker by id brings v2 back.
+        removed = await catalog.delete_object("vers", "k", marker.version_id)
+        assert removed.delete_marker and removed.garbage == []
+        assert (await catalog.get_object("vers", "k")).version_id == v2.version_id
+        # Suspended: PUT replaces the null version, DELETE adds a null marker.
+        await catalog.update_bucket("vers", lambda r: replace(r, versioning="Suspended"))
+        put = await catalog.put_object(object_record("vers", "k", 5))
+        assert put.record.version_id == NULL_VERSION_ID
+        assert [g.etag for g in put.garbage] == [base.record.etag]
+        null_marker = await catalog.delete_object("vers", "k")
+        assert null_marker.version_id == NULL_VERSION_ID and null_marker.delete_marker
+        assert [g.etag for g in null_marker.garbage] == [put.record.etag]
+        ids = [v.version_id for v in (await catalog.list_object_versions("vers")).versions]
+        assert ids == [NULL_VERSION_ID, v2.version_id, v1.version_id]
+        gone = await catalog.delete_object("vers", "k", v1.version_id)
+        assert [g.etag for g in gone.garbage] == [v1.etag]
+        swapped = replace(v2, storage_class="GLACIER", tier_location="file:///t/1")
+        assert await catalog.swap_object(v2, swapped)
+        assert not await catalog.swap_object(v2, swapped.__class__(**{**_fields(v2), "size": 1}))
+        assert (await catalog.get_object("vers", "k", v2.version_id)).tier_location == "file:///t/1"
+
+    run_with_catalog(zk_connect, body)
+
+
+def _fields(record: object) -> dict[str, object]:
+    return {name: getattr(record, name) for name in record.__slots__}  # type: ignore[attr-defined]
+
+
+def test_listing_prefix_delimiter_markers(zk_connect: str) -> None:
+    keys = ["a", "a/1", "a/2", "b/x/1", "b/y", "c", "é", "z/"]
+
+    async def body(catalog: Catalog) -> None:
+        await catalog.create_bucket("lists", "alice")
+        for n, key in enumerate(keys):
+            await catalog.put_object(object_record("lists", key, n))
+        result = await catalog.list_objects("lists", delimiter="/")
+        assert [r.key for r in result.contents] == ["a", "c", "é"]
+        assert result.common_prefixes == ["a/", "b/", "z/"]
+        page = await catalog.list_objects("lists", delimiter="/", max_keys=2)
+        assert page.is_truncated and page.next_start_after == "a/"
+        rest = await catalog.list_objects("lists", delimiter="/", start_after="a/")
+        assert [r.key for r in rest.contents] == ["c", "é"]
+        assert rest.common_prefixes == ["b/", "z/"]
+        under_b = await catalog.list_objects("lists", prefix="b/", delimiter="/")
+        assert [r.key for r in under_b.contents] == ["b/y"]
+        assert under_b.common_prefixes == ["b/x/"]
+        assert [
+            r.key for r in (await catalog.list_objects("lists", start_after="b/y")).contents
+        ] == [
+            "c",
+            "z/",
+            "é",
+        ]
+
+    run_with_catalog(zk_connect, body)
+
+
+def test_multipart_upload(zk_connect: str) -> None:
+    async def body(catalog: Catalog) -> None:
+        await catalog.create_bucket("mpu", "alice")
+        upload = await catalog.create_upload(UploadRecord("mpu", "big", owner="alice"))
+        assert (await catalog.get_upload("mpu", upload.upload_id)).key == "big"
+        other = await catalog.create_upload(UploadRecord("mpu", "other/x"))
+        parts = [PartRecord(n, 5, f"{n:032x}") for n in (1, 2, 3)]
+        for part in parts:
+            assert await catalog.put_part("mpu", upload.upload_id, part) is None
+        replaced = await catalog.put_part("mpu", upload.upload_id, PartRecord(2, 6, "e" * 32))
+        assert replaced == parts[1]
+        listed = await catalog.list_parts("mpu", upload.upload_id, max_parts=2)
+        assert [p.part_number for p in listed.parts] == [1, 2] and listed.is_truncated
+        uploads = await catalog.list_uploads("mpu", delimiter="/")
+        assert [u.upload_id for u in uploads.uploads] == [upload.upload_id]
+        assert uploads.common_prefixes == ["other/"]
+        with pytest.raises(BucketNotEmptyError):
+            await catalog.delete_bucket("mpu")
+        record = object_record("mpu", "big", 9)
+        with pytest.raises(InvalidPartError):
+            await catalog.complete_upload(
+                "mpu", upload.upload_id, replace(record, parts=(PartInfo(2, 5, f"{2:032x}"),))
+            )
+        done = await catalog.complete_upload(
+            "mpu", upload.upload_id, replace(record, parts=(PartInfo(1, 5, f"{1:032x}"),))
+        )
+        assert {g.size for g in done.garbage} == {5, 6}  # unused parts 2 and 3
+        assert (await catalog.get_object("mpu", "big")).etag == record.etag
+        with pytest.raises(NoSuchUploadError):
+            await catalog.get_upload("mpu", upload.upload_id)
+        aborted = await catalog.abort_upload("mpu", other.upload_id)
+        assert aborted == []
+        with pytest.raises(NoSuchUploadError):
+            await catalog.put_part("mpu", other.upload_id, parts[0])
+        await catalog.delete_object("mpu", "big")
+        await catalog.delete_bucket("mpu")
+
+    run_with_catalog(zk_connect, body)

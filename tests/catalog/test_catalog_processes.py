@@ -1,0 +1,149 @@
+"""Several processes (separate ZooKeeper sessions) on one catalog.
+
+- Four writers put overlapping keys concurrently into a versioned and an unversioned
+  bucket (small pages: splits happen under the concurrent writers). The result must be a
+  valid serial order: every acknowledged version present exactly once, each writer's
+  versions of a key in its own order, and each key's latest record the last write of one
+  of the writers.
+- Read-after-write and list-after-write: a writer process acknowledges a put; the test
+  process (another session) reads and lists it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+from blobstore.catalog import Catalog
+from tests.catalog.catalog_writer import SMALL_PAGES
+from tests.catalog.helpers import run_with_catalog, seed
+
+REPO = Path(__file__).resolve().parents[2]
+WRITERS = 4
+OPS = 150
+KEYS = 40
+PROCESS_TIMEOUT_S = 120.0
+
+
+def _writer(zk_connect: str, buckets: str, writer: int, mode: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.catalog.catalog_writer",
+            "--zk",
+            zk_connect,
+            "--bucket",
+            buckets,
+            "--writer",
+            str(writer),
+            "--mode",
+            mode,
+            "--ops",
+            str(OPS),
+            "--keys",
+            str(KEYS),
+            "--seed",
+            str(seed()),
+        ],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_concurrent_writer_processes_serialize(zk_connect: str) -> None:
+    print(f"BLOBSTORE_TEST_SEED={seed()}")
+
+    async def setup(catalog: Catalog) -> None:
+        await catalog.create_bucket("multi-versioned", "owner")
+        await catalog.update_bucket("multi-versioned", lambda r: replace(r, versioning="Enabled"))
+        await catalog.create_bucket("multi-plain", "owner")
+
+    run_with_catalog(zk_connect, setup, SMALL_PAGES)
+    processes = [
+        _writer(zk_connect, "multi-versioned,multi-plain", w, "random") for w in range(WRITERS)
+    ]
+    acks: dict[int, list[dict[str, str]]] = {}
+    try:
+        for w, process in enumerate(processes):
+            out, err = process.communicate(timeout=PROCESS_TIMEOUT_S)
+            assert process.returncode == 0, f"writer {w} failed:\n{err[-3000:]}"
+            acks[w] = [json.loads(line) for line in out.splitlines()]
+            assert len(acks[w]) == 2 * OPS, (w, len(acks[w]))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+    async def read(catalog: Catalog) -> tuple[dict[str, list[str]], dict[str, str], int]:
+        versions: dict[str, list[str]] = defaultdict(list)
+        ids: dict[str, list[str]] = defaultdict(list)
+        async for record in catalog.iter_objects("multi-versioned"):
+            versions[record.key].append(record.etag)
+            ids[record.key].append(record.version_id)
+        for key, key_ids in ids.items():
+            assert key_ids == sorted(key_ids), f"version ids of {key} not sorted newest first"
+        plain = {r.key: r.etag async for r in catalog.iter_objects("multi-plain")}
+        pages = len((await catalog.index.page_map("multi-versioned", fresh=True)).page_ids)
+        return dict(versions), plain, pages
+
+    versions, plain, pages = run_with_catalog(zk_connect, read, SMALL_PAGES)
+    assert pages > 1, "the run was meant to split pages under concurrent writers"
+    acked: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for w, lines in acks.items():
+        for line in lines:
+            if line["bucket"] == "multi-versioned":
+                acked[line["key"]][w].append(line["etag"])
+    assert set(versions) == set(acked)
+    assert set(plain) == set(acked)
+    for key, by_writer in acked.items():
+        stored = versions[key]  # newest first
+        everything = [e for etags in by_writer.values() for e in etags]
+        assert sorted(stored) == sorted(everything), f"{key}: versions lost or duplicated"
+        for w, etags in by_writer.items():
+            mine = [e for e in reversed(stored) if e in set(etags)]
+            assert mine == etags, f"{key}: writer {w}'s versions out of its own order"
+        last_writes = {etags[-1] for etags in by_writer.values()}
+        assert stored[0] in last_writes, f"{key}: latest is not the last write of a writer"
+        assert plain[key] in last_writes, f"{key}: unversioned record is not a last write"
+
+
+def test_read_and_list_after_write_across_processes(zk_connect: str) -> None:
+    run_with_catalog(zk_connect, lambda c: c.create_bucket("raw-bucket", "owner"))
+    writer = _writer(zk_connect, "raw-bucket", 0, "echo")
+    assert writer.stdin is not None and writer.stdout is not None
+
+    async def body(catalog: Catalog) -> None:
+        for n in range(60):
+            key = f"k/{n:04d}"
+            writer.stdin.write(f"put {key}\n")  # type: ignore[union-attr]
+            writer.stdin.flush()  # type: ignore[union-attr]
+            line = await asyncio.wait_for(asyncio.to_thread(writer.stdout.readline), 30)  # type: ignore[union-attr]
+            assert line.strip() == f"ack {key}", line
+            record = await catalog.get_object("raw-bucket", key)
+            assert record.key == key
+            listed = await catalog.list_objects(
+                "raw-bucket", prefix="k/", start_after=f"k/{n - 1:04d}" if n else ""
+            )
+            assert [r.key for r in listed.contents] == [key]
+
+    try:
+        run_with_catalog(zk_connect, body)
+    finally:
+        writer.stdin.close()
+        try:
+            writer.wait(timeout=30)
+        finally:
+            if writer.poll() is None:
+                writer.kill()
+                writer.wait()
+    assert writer.returncode == 0, writer.stderr.read() if writer.stderr else ""

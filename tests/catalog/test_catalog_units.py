@@ -1,0 +1,257 @@
+"""Pure pieces of the catalog: naming rules, record and page codecs, versioning rules,
+configuration, retry policy."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from blobstore.catalog.config import CatalogConfig
+from blobstore.catalog.errors import (
+    InvalidBucketNameError,
+    InvalidObjectKeyError,
+    PreconditionFailedError,
+)
+from blobstore.catalog.naming import (
+    prefix_successor,
+    shortest_separator,
+    validate_bucket_name,
+    validate_key,
+)
+from blobstore.catalog.page import IndexPage, PageMap, encode_versions
+from blobstore.catalog.records import (
+    BucketRecord,
+    Extent,
+    ObjectRecord,
+    PartInfo,
+    PartRecord,
+    UploadRecord,
+)
+from blobstore.catalog.retry import CasRetryPolicy
+from blobstore.catalog.versioning import apply_put, new_version_id
+from tests.catalog.helpers import object_record
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["abc", "my-bucket", "my.bucket.name", "a" * 63, "123", "b1-2.c3", "xn-abc", "s3alias-x"],
+)
+def test_valid_bucket_names(name: str) -> None:
+    validate_bucket_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "ab",
+        "a" * 64,
+        "MyBucket",
+        "my_bucket",
+        "my bucket",
+        "-bucket",
+        "bucket-",
+        ".bucket",
+        "bucket.",
+        "my..bucket",
+        "my.-bucket",
+        "my-.bucket",
+        "192.168.5.4",
+        "xn--bucket",
+        "sthree-bucket",
+        "amzn-s3-demo-bucket",
+        "bucket-s3alias",
+        "bucket--ol-s3",
+        "bucket--x-s3",
+        "bucket--table-s3",
+        "bucket.mrap",
+        "bucket/x",
+        "bücket",
+    ],
+)
+def test_invalid_bucket_names(name: str) -> None:
+    with pytest.raises(InvalidBucketNameError):
+        validate_bucket_name(name)
+
+
+@pytest.mark.parametrize("key", ["", "a" * 1025, "\udcff", "é" * 513])
+def test_invalid_keys(key: str) -> None:
+    with pytest.raises(InvalidObjectKeyError):
+        validate_key(key)
+
+
+@pytest.mark.parametrize("key", ["a", "a" * 1024, "é" * 512, "dir/sub/../x", " \t\n"])
+def test_valid_keys(key: str) -> None:
+    validate_key(key)
+
+
+def test_code_point_order_is_utf8_byte_order() -> None:
+    keys = ["a", "z", "\x7f", "\x80", "é", "\uffff", "\U00010000", "\ue000", "\ud7ff", "a/b", "a0"]
+    assert sorted(keys) == sorted(keys, key=lambda k: k.encode("utf-8"))
+
+
+@pytest.mark.parametrize(
+    ("prefix", "successor"),
+    [("a/", "a0"), ("abc", "abd"), ("", None), ("a\U0010ffff", "b"), ("\ud7ff", "\ue000")],
+)
+def test_prefix_successor(prefix: str, successor: str | None) -> None:
+    assert prefix_successor(prefix) == successor
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "separator"),
+    [("apple", "banana", "b"), ("dir1/a", "dir1/b", "dir1/b"), ("a", "ab", "ab"), ("ab", "b", "b")],
+)
+def test_shortest_separator(left: str, right: str, separator: str) -> None:
+    got = shortest_separator(left, right)
+    assert got == separator
+    assert left < got <= right
+
+
+def test_record_codecs_round_trip() -> None:
+    record = ObjectRecord(
+        "b",
+        "k/é",
+        "v1",
+        size=11,
+        etag="abc-2",
+        last_modified=1.5,
+        content_type="text/plain",
+        metadata={"m": "1"},
+        system_metadata={"Cache-Control": "no-cache"},
+        checksums={"CRC32": "AAAA", "type": "COMPOSITE"},
+        storage_class="GLACIER",
+        extents=(Extent(1, 0, 3, 11, 4),),
+        parts=(PartInfo(1, 5, "e1", {"CRC32": "x"}), PartInfo(2, 6, "e2")),
+        owner="o",
+        tags={"t": "v"},
+        tier_location="file:///x",
+    )
+    assert ObjectRecord.decode(record.encode()) == record
+    bucket = BucketRecord("b", "o", 1.0, versioning="Enabled", cors=[{"a": 1}], lifecycle=[])
+    assert BucketRecord.decode(bucket.encode()) == bucket
+    upload = UploadRecord("b", "k", "id", 2.0, tags={"a": "b"})
+    assert UploadRecord.decode(upload.encode()) == upload
+    part = PartRecord(3, 10, "e", 3.0, {"CRC32C": "y"}, (Extent(2, 1, 1, 10, 10),))
+    assert PartRecord.decode(part.encode()) == part
+    with pytest.raises(ValueError):
+        ObjectRecord.decode(b'{"format_version": 99, "v": "null", "bucket": "b", "key": "k"}')
+
+
+def test_page_codec_split_and_merge() -> None:
+    keys = [f"key-{i:04d}" for i in range(200)]
+    page = IndexPage("p1", "", None, [], [], version=7)
+    for n, key in enumerate(keys):
+        page.set_versions(key, [object_record("b", key, n).to_dict()])
+    decoded = IndexPage.decode("p1", page.encode(), 7)
+    assert decoded.keys == keys and decoded.lines == page.lines
+    pieces = page.split(len(page.encode()) // 4)
+    assert len(pieces) >= 3
+    assert pieces[0].page_id == "p1" and pieces[0].version == 7
+    assert pieces[0].lo == "" and pieces[-1].hi is None
+    assert [k for p in pieces for k in p.keys] == keys
+    for left, right in zip(pieces, pieces[1:], strict=False):
+        assert left.hi == right.lo and left.keys[-1] < left.hi <= right.keys[0]
+        left.check()
+    page_map = PageMap(("",), ("p1",), 3).replace(0, pieces)
+    for key in keys:
+        owner = next(p for p in pieces if key in p.keys)
+        assert page_map.page_for(key) == owner.page_id
+    merged = pieces[0].merged_with(pieces[1])
+    assert merged.page_id == "p1" and merged.hi == pieces[1].hi
+    assert PageMap.decode(page_map.encode(), 4).page_ids == page_map.page_ids
+    merged.set_versions(pieces[0].keys[0], [])
+    assert pieces[0].keys[0] not in merged.keys
+    assert encode_versions([]) == b"[]"
+
+
+def test_version_ids_unique_and_newest_first() -> None:
+    ids = [new_version_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids, reverse=True)
+    # A clock behind the newest version still yields an id that sorts first.
+    newest = new_version_id()
+    late = new_version_id(now_s=1.0)
+    record = replace(object_record("b", "k"), version_id=late)
+    outcome = apply_put(
+        [replace(record, version_id=newest).to_dict()],
+        record,
+        "Enabled",
+        if_match=None,
+        if_none_match=False,
+        record_bytes_max=1 << 16,
+    )
+    assert outcome.versions[0]["v"] < newest
+    # Re-applying finds its own result: no second version.
+    again = apply_put(
+        outcome.versions,
+        record,
+        "Enabled",
+        if_match=None,
+        if_none_match=True,
+        record_bytes_max=1 << 16,
+    )
+    assert not again.changed and len(again.versions) == 2
+
+
+def test_conditional_put_rules() -> None:
+    existing = [object_record("b", "k", 1).to_dict()]
+    new = object_record("b", "k", 2)
+    with pytest.raises(PreconditionFailedError):
+        apply_put(existing, new, "", if_match=None, if_none_match=True, record_bytes_max=1 << 16)
+    with pytest.raises(PreconditionFailedError):
+        apply_put([], new, "", if_match='"x"', if_none_match=False, record_bytes_max=1 << 16)
+    etag = existing[0]["etag"]
+    ok = apply_put(
+        existing, new, "", if_match=f'"{etag}"', if_none_match=False, record_bytes_max=1 << 16
+    )
+    assert ok.changed and len(ok.garbage) == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("root", "catalog"),
+        ("root", "/catalog/"),
+        ("page_split_bytes", 1024),
+        ("page_split_bytes", 1 << 20),
+        ("page_merge_bytes", 200 * 1024),
+        ("record_bytes_max", 200 * 1024),
+        ("commit_queue_max", 0),
+        ("cas_deadline_s", 0),
+        ("commit_group_wait_ms", 500),
+    ],
+)
+def test_invalid_config(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field):
+        CatalogConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_config_from_env() -> None:
+    config = CatalogConfig.from_env({"BLOBSTORE_CATALOG_PAGE_SPLIT_BYTES": "262144", "BLOBSTORE_CATALOG_ROOT": "/c"})
+    assert config.page_split_bytes == 262144 and config.root == "/c"
+    with pytest.raises(ValueError, match="BLOBSTORE_CATALOG_CAS_ATTEMPTS_MAX"):
+        CatalogConfig.from_env({"BLOBSTORE_CATALOG_CAS_ATTEMPTS_MAX": "many"})
+
+
+def test_retry_policy_caps_attempts_and_deadline() -> None:
+    now = [0.0]
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    async def attempts(policy: CasRetryPolicy) -> int:
+        retry = policy.start(clock=lambda: now[0], sleep=sleep)
+        count = 1
+        while await retry.backoff("test"):
+            count += 1
+        return count
+
+    assert asyncio.run(attempts(CasRetryPolicy(5, 100.0, 1.0, 10.0))) == 5
+    assert all(0 <= s <= 0.01 for s in slept)
+    now[0] = 0.0
+    assert asyncio.run(attempts(CasRetryPolicy(10_000, 0.05, 10.0, 10.0))) < 10_000

@@ -1,0 +1,253 @@
+"""BookieClientPool against an in-process server speaking bookie/protocol.py: status
+mapping, pipelining with out-of-order answers, timeouts, lost connections, reconnect."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from blobstore import bookie_client
+from blobstore.bookie_client import (
+    BookieClientPool,
+    BookieTimeoutError,
+    BookieUnavailableError,
+    FencedError,
+    NoSuchEntryError,
+    error_for_status,
+    parse_bookie_id,
+)
+from bookie import protocol
+from bookie.protocol import Op, Status
+
+Handler = Callable[[protocol.Frame], Awaitable[tuple[int, bytes] | None]]
+
+
+def run(coro: Awaitable[None], timeout_s: float = 30.0) -> None:
+    async def bounded() -> None:
+        await asyncio.wait_for(coro, timeout_s)
+
+    asyncio.run(bounded())
+
+
+class FrameServer:
+    """Answers each request frame with handler(frame) -> (status, body) or None (no answer)."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.server: asyncio.Server | None = None
+        self.connections = 0
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"127.0.0.1:{port}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.writers.append(writer)
+        tasks = set()
+        try:
+            while (frame := await protocol.read_frame(reader)) is not None:
+                task = asyncio.create_task(self._answer(frame, writer))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def _answer(self, frame: protocol.Frame, writer: asyncio.StreamWriter) -> None:
+        answer = await self.handler(frame)
+        if answer is None or writer.is_closing():
+            return
+        status, body = answer
+        writer.write(protocol.encode_frame(Op(frame.op), status, frame.request_id, body))
+
+    def drop_connections(self) -> None:
+        for writer in self.writers:
+            writer.transport.abort()
+        self.writers.clear()
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        self.drop_connections()
+        await self.server.wait_closed()
+
+
+def test_parse_bookie_id() -> None:
+    assert parse_bookie_id("127.0.0.1:3181") == ("127.0.0.1", 3181)
+    assert parse_bookie_id("[::1]:80") == ("::1", 80)
+    for bad in ("", "host", "host:", ":80", "host:0", "host:99999", "host:x1"):
+        with pytest.raises(ValueError):
+            parse_bookie_id(bad)
+
+
+@pytest.mark.parametrize(
+    ("status", "cls"),
+    [
+        (Status.FENCED, bookie_client.FencedError),
+        (Status.UNAUTHORIZED, bookie_client.UnauthorizedError),
+        (Status.NO_SUCH_LEDGER, bookie_client.NoSuchLedgerError),
+        (Status.NO_SUCH_ENTRY, bookie_client.NoSuchEntryError),
+        (Status.READ_ONLY, bookie_client.ReadOnlyBookieError),
+        (Status.TOO_LARGE, bookie_client.TooLargeError),
+        (Status.BAD_REQUEST, bookie_client.BadRequestError),
+        (Status.BAD_VERSION, bookie_client.BadRequestError),
+        (Status.BAD_DIGEST, bookie_client.BadDigestError),
+        (Status.TIMEOUT, bookie_client.LongPollTimeoutError),
+        (Status.INTERNAL_ERROR, bookie_client.BookieInternalError),
+        (250, bookie_client.BookieInternalError),
+    ],
+)
+def test_status_maps_to_typed_error(status: int, cls: type[Exception]) -> None:
+    error = error_for_status(status, "b:1", Op.ADD_ENTRY)
+    assert type(error) is cls
+    assert isinstance(error, bookie_client.BookieError)
+    assert error.bookie_id == "b:1"
+
+
+def test_pipelined_requests_complete_out_of_order() -> None:
+    async def scenario() -> None:
+        async def handler(frame: protocol.Frame) -> tuple[int, bytes]:
+            request = protocol.AddRequest.decode(frame.body)
+            # Later entries answer first.
+            await asyncio.sleep(0.002 * (20 - request.entry_id))
+            return Status.OK, protocol.AddResponse(request.ledger_id, request.entry_id).encode()
+
+        server = FrameServer(handler)
+        bookie_id = await server.start()
+        async with BookieClientPool(request_timeout_s=5) as pool:
+            key = protocol.master_key(b"")
+            entries = [protocol.Entry(7, e, e - 1, e + 1, b"x").encode() for e in range(20)]
+            await asyncio.gather(
+                *(pool.add_entry(bookie_id, 7, e, key, entries[e]) for e in range(20))
+            )
+        assert server.connections == 1
+        await server.stop()
+
+    run(scenario())
+
+
+def test_read_errors_carry_the_response_lac() -> None:
+    async def scenario() -> None:
+        async def handler(frame: protocol.Frame) -> tuple[int, bytes]:
+            if frame.op == Op.GET_BOOKIE_INFO:
+                return Status.OK, json.dumps({"bookie_id": "x", "read_only": False}).encode()
+            if frame.op == Op.READ_LAC:
+                return Status.OK, protocol.ReadLacResponse(3, 41).encode()
+            request = protocol.ReadRequest.decode(frame.body)
+            if frame.flags_or_status & protocol.ReadFlag.FENCE:
+                return Status.FENCED, b""
+            if request.entry_id == 5:
+                entry = protocol.Entry(3, 5, 4, 10, b"hello").encode()
+                return Status.OK, protocol.ReadResponse(3, 5, 4, entry).encode()
+            return Status.NO_SUCH_ENTRY, protocol.ReadResponse(3, request.entry_id, 4).encode()
+
+        server = FrameServer(handler)
+        bookie_id = await server.start()
+        async with BookieClientPool(request_timeout_s=5) as pool:
+            response = await pool.read_entry(bookie_id, 3, 5)
+            assert protocol.Entry.decode(response.entry).payload == b"hello"
+            with pytest.raises(NoSuchEntryError) as info:
+                await pool.read_entry(bookie_id, 3, 6)
+            assert info.value.response is not None
+            assert info.value.response.last_add_confirmed == 4
+            with pytest.raises(FencedError):
+                await pool.read_entry(bookie_id, 3, -1, fence_key=bytes(20))
+            assert await pool.read_lac(bookie_id, 3) == 41
+            assert (await pool.get_bookie_info(bookie_id))["read_only"] is False
+        await server.stop()
+
+    run(scenario())
+
+
+def test_silent_bookie_times_out_and_connection_survives() -> None:
+    async def scenario() -> None:
+        async def handler(frame: protocol.Frame) -> tuple[int, bytes] | None:
+            request = protocol.ReadLacRequest.decode(frame.body)
+            if request.ledger_id == 1:
+                return None  # never answers
+            return Status.OK, protocol.ReadLacResponse(request.ledger_id, 0).encode()
+
+        server = FrameServer(handler)
+        bookie_id = await server.start()
+        async with BookieClientPool(request_timeout_s=0.2) as pool:
+            with pytest.raises(BookieTimeoutError):
+                await pool.read_lac(bookie_id, 1)
+            assert await pool.read_lac(bookie_id, 2) == 0
+        assert server.connections == 1
+        await server.stop()
+
+    run(scenario())
+
+
+def test_lost_connection_fails_in_flight_then_reconnects() -> None:
+    async def scenario() -> None:
+        answer = asyncio.Event()
+
+        async def handler(frame: protocol.Frame) -> tuple[int, bytes] | None:
+            request = protocol.ReadLacRequest.decode(frame.body)
+            if request.ledger_id == 1:
+                await answer.wait()
+                return None
+            return Status.OK, protocol.ReadLacResponse(request.ledger_id, 9).encode()
+
+        server = FrameServer(handler)
+        bookie_id = await server.start()
+        async with BookieClientPool(request_timeout_s=5) as pool:
+            in_flight = asyncio.create_task(pool.read_lac(bookie_id, 1))
+            await asyncio.sleep(0.05)
+            server.drop_connections()
+            with pytest.raises(BookieUnavailableError):
+                await in_flight
+            assert await pool.read_lac(bookie_id, 2) == 9
+        assert server.connections == 2
+        answer.set()
+        await server.stop()
+
+    run(scenario())
+
+
+def test_unreachable_bookie_fails_fast_during_backoff() -> None:
+    async def scenario() -> None:
+        server = FrameServer(lambda frame: asyncio.sleep(0, result=None))
+        bookie_id = await server.start()
+        await server.stop()  # nothing listens on that port any more
+        async with BookieClientPool(request_timeout_s=5, connect_timeout_s=1) as pool:
+            with pytest.raises(BookieUnavailableError):
+                await pool.read_lac(bookie_id, 1)
+            assert pool.is_unreachable(bookie_id)
+            with pytest.raises(BookieUnavailableError, match="next connect"):
+                await pool.read_lac(bookie_id, 1)
+
+    run(scenario())
+
+
+def test_in_flight_is_bounded() -> None:
+    async def scenario() -> None:
+        release = asyncio.Event()
+        seen = 0
+
+        async def handler(frame: protocol.Frame) -> tuple[int, bytes]:
+            nonlocal seen
+            seen += 1
+            await release.wait()
+            return Status.OK, protocol.ReadLacResponse(1, 0).encode()
+
+        server = FrameServer(handler)
+        bookie_id = await server.start()
+        async with BookieClientPool(request_timeout_s=0.3, in_flight_max=2) as pool:
+            calls = [asyncio.create_task(pool.read_lac(bookie_id, 1)) for _ in range(3)]
+            await asyncio.sleep(0.1)
+            assert seen == 2
+            results = await asyncio.gather(*calls, return_exceptions=True)
+            assert all(isinstance(r, BookieTimeoutError) for r in results), results
+        release.set()
+        await server.stop()
+
+    run(scenario())

@@ -1,0 +1,264 @@
+"""Bucket operations through boto3, with their error cases."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from urllib.parse import urlsplit, urlunsplit
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.cluster.gateway import GatewayProcess
+from tests.s3.test_objects import error_code, status
+
+
+def test_create_head_delete(s3: Any, bucket_name: Callable[[], str]) -> None:
+    name = bucket_name()
+    s3.create_bucket(Bucket=name)
+    assert s3.head_bucket(Bucket=name)["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert name in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    with pytest.raises(ClientError) as e:
+        s3.create_bucket(Bucket=name)
+    assert error_code(e) == "BucketAlreadyOwnedByYou"
+    s3.put_object(Bucket=name, Key="k", Body=b"x")
+    with pytest.raises(ClientError) as e:
+        s3.delete_bucket(Bucket=name)
+    assert error_code(e) == "BucketNotEmpty"
+    s3.delete_object(Bucket=name, Key="k")
+    s3.delete_bucket(Bucket=name)
+    with pytest.raises(ClientError) as e:
+        s3.head_bucket(Bucket=name)
+    assert status(e) == 404
+    with pytest.raises(ClientError) as e:
+        s3.delete_bucket(Bucket=name)
+    assert error_code(e) == "NoSuchBucket"
+
+
+def test_location_constraint(s3: Any, bucket_name: Callable[[], str]) -> None:
+    east = bucket_name()
+    s3.create_bucket(Bucket=east, CreateBucketConfiguration={"LocationConstraint": "us-east-1"})
+    assert s3.get_bucket_location(Bucket=east)["LocationConstraint"] is None
+    west = bucket_name()
+    s3.create_bucket(Bucket=west, CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+    assert s3.get_bucket_location(Bucket=west)["LocationConstraint"] == "eu-west-1"
+
+
+def test_invalid_bucket_names(s3: Any) -> None:
+    for name in ("ab", "UPPER-case", "bad_underscore", "192.168.1.1", "a..b"):
+        with pytest.raises(ClientError) as e:
+            s3.create_bucket(Bucket=name)
+        assert error_code(e) == "InvalidBucketName", name
+
+
+def test_buckets_belong_to_their_creator(s3: Any, other_s3: Any, bucket: str) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"secret")
+    with pytest.raises(ClientError) as e:
+        other_s3.get_object(Bucket=bucket, Key="k")
+    assert error_code(e) == "AccessDenied"
+    with pytest.raises(ClientError) as e:
+        other_s3.put_object(Bucket=bucket, Key="k", Body=b"overwrite")
+    assert error_code(e) == "AccessDenied"
+    with pytest.raises(ClientError) as e:
+        other_s3.list_objects_v2(Bucket=bucket)
+    assert error_code(e) == "AccessDenied"
+    with pytest.raises(ClientError) as e:
+        other_s3.create_bucket(Bucket=bucket)
+    assert error_code(e) == "BucketAlreadyExists"
+    assert bucket not in [b["Name"] for b in other_s3.list_buckets()["Buckets"]]
+
+
+def test_list_objects_v2_pagination_and_options(s3: Any, bucket: str) -> None:
+    keys = [f"a/{i:02d}" for i in range(7)] + ["b/x", "b/y", "c", "sp ace+plus"]
+    for key in keys:
+        s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
+    seen: list[str] = []
+    token = None
+    while True:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "MaxKeys": 3}
+        if token:
+            kwargs["ContinuationToken"] = token
+        page = s3.list_objects_v2(**kwargs)
+        seen += [o["Key"] for o in page.get("Contents", [])]
+        assert page["KeyCount"] == len(page.get("Contents", []))
+        if not page["IsTruncated"]:
+            break
+        token = page["NextContinuationToken"]
+    assert seen == sorted(keys)
+    grouped = s3.list_objects_v2(Bucket=bucket, Delimiter="/")
+    assert [p["Prefix"] for p in grouped["CommonPrefixes"]] == ["a/", "b/"]
+    assert [o["Key"] for o in grouped["Contents"]] == ["c", "sp ace+plus"]
+    after = s3.list_objects_v2(Bucket=bucket, StartAfter="b/x")
+    assert [o["Key"] for o in after["Contents"]] == ["b/y", "c", "sp ace+plus"]
+    owned = s3.list_objects_v2(Bucket=bucket, Prefix="c", FetchOwner=True)
+    assert owned["Contents"][0]["Owner"]["ID"]
+    # botocore decodes keys only when it asked for url encoding itself.
+    encoded = s3.list_objects_v2(Bucket=bucket, Prefix="sp", EncodingType="url")
+    assert [o["Key"] for o in encoded["Contents"]] == ["sp+ace%2Bplus"]
+    assert s3.list_objects_v2(Bucket=bucket, MaxKeys=0)["KeyCount"] == 0
+    with pytest.raises(ClientError) as e:
+        s3.list_objects_v2(Bucket=bucket, ContinuationToken="!!not-a-token!!")
+    assert error_code(e) == "InvalidArgument"
+
+
+def test_list_objects_v1(s3: Any, bucket: str) -> None:
+    for key in ("x/1", "x/2", "y", "z"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"")
+    first = s3.list_objects(Bucket=bucket, MaxKeys=2, Delimiter="/")
+    assert first["IsTruncated"]
+    rest = s3.list_objects(Bucket=bucket, Marker=first["NextMarker"], Delimiter="/")
+    names = [p["Prefix"] for p in first.get("CommonPrefixes", [])] + [
+        o["Key"] for o in first.get("Contents", []) + rest.get("Contents", [])
+    ]
+    assert sorted(names) == ["x/", "y", "z"]
+
+
+def test_versioning_and_list_object_versions(s3: Any, bucket: str) -> None:
+    assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    v1 = s3.put_object(Bucket=bucket, Key="k", Body=b"one")["VersionId"]
+    v2 = s3.put_object(Bucket=bucket, Key="k", Body=b"two")["VersionId"]
+    assert v1 != v2
+    assert s3.get_object(Bucket=bucket, Key="k", VersionId=v1)["Body"].read() == b"one"
+    deleted = s3.delete_object(Bucket=bucket, Key="k")
+    assert deleted["DeleteMarker"]
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="k")
+    assert error_code(e) == "NoSuchKey"
+    assert e.value.response["ResponseMetadata"]["HTTPHeaders"]["x-amz-delete-marker"] == "true"
+    versions = s3.list_object_versions(Bucket=bucket)
+    assert [v["VersionId"] for v in versions["Versions"]] == [v2, v1]
+    assert len(versions["DeleteMarkers"]) == 1 and versions["DeleteMarkers"][0]["IsLatest"]
+    copied = s3.copy_object(
+        Bucket=bucket, Key="restored", CopySource={"Bucket": bucket, "Key": "k", "VersionId": v1}
+    )
+    assert copied["CopySourceVersionId"] == v1
+    assert s3.get_object(Bucket=bucket, Key="restored")["Body"].read() == b"one"
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Suspended"})
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Suspended"
+
+
+def test_bucket_tagging(s3: Any, bucket: str) -> None:
+    with pytest.raises(ClientError) as e:
+        s3.get_bucket_tagging(Bucket=bucket)
+    assert error_code(e) == "NoSuchTagSet"
+    s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": "team", "Value": "x"}]})
+    assert s3.get_bucket_tagging(Bucket=bucket)["TagSet"] == [{"Key": "team", "Value": "x"}]
+    s3.delete_bucket_tagging(Bucket=bucket)
+    with pytest.raises(ClientError) as e:
+        s3.get_bucket_tagging(Bucket=bucket)
+    assert error_code(e) == "NoSuchTagSet"
+
+
+def test_bucket_lifecycle(s3: Any, bucket: str) -> None:
+    with pytest.raises(ClientError) as e:
+        s3.get_bucket_lifecycle_configuration(Bucket=bucket)
+    assert error_code(e) == "NoSuchLifecycleConfiguration"
+    rules = [
+        {
+            "ID": "expire-logs",
+            "Filter": {"Prefix": "logs/"},
+            "Status": "Enabled",
+            "Expiration": {"Days": 30},
+            "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7},
+        }
+    ]
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": rules})
+    got = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    assert got[0]["ID"] == "expire-logs"
+    assert got[0]["Expiration"]["Days"] == 30
+    assert got[0]["Filter"]["Prefix"] == "logs/"
+    s3.delete_bucket_lifecycle(Bucket=bucket)
+    with pytest.raises(ClientError) as e:
+        s3.get_bucket_lifecycle_configuration(Bucket=bucket)
+    assert error_code(e) == "NoSuchLifecycleConfiguration"
+
+
+def test_cors_configuration_preflight_and_headers(
+    s3: Any, bucket: str, gateway: GatewayProcess
+) -> None:
+    with pytest.raises(ClientError) as e:
+        s3.get_bucket_cors(Bucket=bucket)
+    assert error_code(e) == "NoSuchCORSConfiguration"
+    rule = {
+        "AllowedOrigins": ["https://app.example"],
+        "AllowedMethods": ["GET", "PUT"],
+        "AllowedHeaders": ["*"],
+        "ExposeHeaders": ["ETag"],
+        "MaxAgeSeconds": 600,
+    }
+    s3.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": [rule]})
+    got = s3.get_bucket_cors(Bucket=bucket)["CORSRules"][0]
+    assert got["AllowedOrigins"] == ["https://app.example"]
+    assert got["MaxAgeSeconds"] == 600
+    preflight = urllib.request.Request(
+        f"{gateway.endpoint}/{bucket}/k",
+        method="OPTIONS",
+        headers={
+            "Origin": "https://app.example",
+            "Access-Control-Request-Method": "PUT",
+            "Access-Control-Request-Headers": "content-type",
+        },
+    )
+    with urllib.request.urlopen(preflight, timeout=10) as response:
+        assert response.headers["Access-Control-Allow-Origin"] == "https://app.example"
+        assert "PUT" in response.headers["Access-Control-Allow-Methods"]
+        assert response.headers["Access-Control-Max-Age"] == "600"
+    denied = urllib.request.Request(
+        f"{gateway.endpoint}/{bucket}/k",
+        method="OPTIONS",
+        headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "GET"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as http_error:
+        urllib.request.urlopen(denied, timeout=10)
+    assert http_error.value.code == 403
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"})
+    with urllib.request.urlopen(
+        urllib.request.Request(url, headers={"Origin": "https://app.example"}), timeout=10
+    ) as response:
+        assert response.headers["Access-Control-Allow-Origin"] == "https://app.example"
+        assert response.headers["Access-Control-Expose-Headers"] == "ETag"
+    s3.delete_bucket_cors(Bucket=bucket)
+    with pytest.raises(ClientError) as e:
+        s3.get_bucket_cors(Bucket=bucket)
+    assert error_code(e) == "NoSuchCORSConfiguration"
+
+
+def test_virtual_hosted_style(s3_cluster: Any, bucket: str, s3: Any) -> None:
+    import boto3
+    from botocore.config import Config
+
+    from tests.cluster.gateway import ACCESS_KEY, SECRET_KEY
+
+    vhost = s3_cluster.start_gateway("gateway-vhost", extra_args=("--domain", "s3.localhost"))
+    try:
+        s3.put_object(Bucket=bucket, Key="dir/file", Body=b"virtual")
+        client = boto3.client(
+            "s3",
+            endpoint_url=f"http://s3.localhost:{vhost.port}",
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name="us-east-1",
+            config=Config(s3={"addressing_style": "virtual"}),
+        )
+        for operation, params, expected in (
+            ("get_object", {"Bucket": bucket, "Key": "dir/file"}, b"virtual"),
+            ("list_objects_v2", {"Bucket": bucket}, b"<Key>dir/file</Key>"),
+        ):
+            url = urlsplit(client.generate_presigned_url(operation, Params=params))
+            assert url.hostname == f"{bucket}.s3.localhost"
+            request = urllib.request.Request(
+                urlunsplit(url._replace(netloc=f"127.0.0.1:{vhost.port}")),
+                headers={"Host": url.netloc},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    assert expected in response.read()
+            except urllib.error.HTTPError as e:
+                raise AssertionError(e.read()) from None
+    finally:
+        vhost.kill()

@@ -1,0 +1,147 @@
+"""Several gateways on one cluster: read-after-write across gateways, and a gateway
+killed (-9) in the middle of a large PUT: the previous version stays intact, nothing
+partial becomes visible, and another gateway's sweeper closes the abandoned ledgers."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import random
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from kazoo.client import KazooClient
+
+from bookie.zk_layout import ledger_path
+from tests.cluster.gateway import GatewayProcess
+from tests.s3.conftest import ENTRY_SIZE_BYTES, S3Cluster
+
+SWEEP_DEADLINE_S = 60.0
+
+
+@pytest.fixture
+def second_gateway(s3_cluster: S3Cluster, request: pytest.FixtureRequest) -> Iterator[GatewayProcess]:
+    gateway = s3_cluster.start_gateway(f"gateway-{request.node.name[:40]}")
+    yield gateway
+    gateway.kill()
+
+
+@pytest.fixture
+def zk(s3_cluster: S3Cluster) -> Iterator[KazooClient]:
+    client = KazooClient(hosts=s3_cluster.zk, timeout=15.0)
+    client.start(timeout=15.0)
+    yield client
+    client.stop()
+    client.close()
+
+
+def test_write_through_one_gateway_is_visible_through_another(
+    s3: Any, second_gateway: GatewayProcess, bucket: str, rng: random.Random
+) -> None:
+    other = second_gateway.client()
+    for round_index in range(5):
+        body = rng.randbytes(rng.randrange(1, 4 * ENTRY_SIZE_BYTES))
+        key = f"key-{round_index}"
+        writer, reader = (s3, other) if round_index % 2 else (other, s3)
+        writer.put_object(Bucket=bucket, Key=key, Body=body)
+        assert reader.get_object(Bucket=bucket, Key=key)["Body"].read() == body
+        listed = [o["Key"] for o in reader.list_objects_v2(Bucket=bucket)["Contents"]]
+        assert key in listed
+        writer.delete_object(Bucket=bucket, Key=key)
+        assert "Contents" not in reader.list_objects_v2(Bucket=bucket, Prefix=key)
+
+
+def _bytes_written(gateway: GatewayProcess) -> float:
+    with urllib.request.urlopen(f"{gateway.endpoint}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith("blobstore_object_bytes_written_total "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def _open_ledgers_of(zk: KazooClient, writer: str) -> dict[int, str]:
+    """ledger id -> state, for ledgers whose metadata names this writer."""
+    result = {}
+    stack = ["/ledgers/meta"]
+    while stack:
+        path = stack.pop()
+        for child in zk.get_children(path):
+            child_path = f"{path}/{child}"
+            if child.startswith("L"):
+                data, _ = zk.get(child_path)
+                metadata = json.loads(data)
+                if metadata.get("custom", {}).get("writer") == writer:
+                    ledger_id = int("".join(child_path.split("/")[-5:-1]) + child[1:])
+                    assert ledger_path(ledger_id) == child_path
+                    result[ledger_id] = metadata["state"]
+            else:
+                stack.append(child_path)
+    return result
+
+
+def test_gateway_killed_mid_put_leaves_old_version_and_gets_swept(
+    s3_cluster: S3Cluster,
+    gateway: GatewayProcess,
+    s3: Any,
+    zk: KazooClient,
+    bucket: str,
+    rng: random.Random,
+) -> None:
+    before = set(zk.get_children("/gateways"))
+    doomed = s3_cluster.start_gateway("gateway-doomed")
+    doomed_ids = set(zk.get_children("/gateways")) - before
+    assert len(doomed_ids) == 1, doomed_ids
+    doomed_id = doomed_ids.pop()
+    doomed_s3 = doomed.client()
+    old = rng.randbytes(2 * ENTRY_SIZE_BYTES + 5)
+    doomed_s3.put_object(Bucket=bucket, Key="k", Body=old)
+
+    # A large PUT through a presigned URL, cut by kill -9 half way through the body.
+    url = urlsplit(
+        doomed_s3.generate_presigned_url(
+            "put_object", Params={"Bucket": bucket, "Key": "k"}, ExpiresIn=300
+        )
+    )
+    total = 64 * ENTRY_SIZE_BYTES
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    connection.putrequest("PUT", f"{url.path}?{url.query}", skip_accept_encoding=True)
+    connection.putheader("Content-Length", str(total))
+    connection.endheaders()
+    sent = 0
+    while sent < total // 2:
+        chunk = rng.randbytes(ENTRY_SIZE_BYTES)
+        connection.send(chunk)
+        sent += len(chunk)
+    # Wait until the doomed gateway has appended some of the new body's entries.
+    deadline = time.monotonic() + 30
+    while _bytes_written(doomed) < len(old) + 4 * ENTRY_SIZE_BYTES:
+        assert time.monotonic() < deadline, "the PUT never reached the ledgers"
+        time.sleep(0.05)
+    doomed.kill()
+    connection.close()
+
+    # The old version is intact and nothing partial is visible, through the survivor.
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == old
+    listed = s3.list_objects_v2(Bucket=bucket)["Contents"]
+    assert [(o["Key"], o["Size"]) for o in listed] == [("k", len(old))]
+    assert hashlib.md5(old).hexdigest() in listed[0]["ETag"]
+
+    # The survivor's sweeper notices the dead writer and closes its ledgers.
+    deadline = time.monotonic() + SWEEP_DEADLINE_S
+    while True:
+        states = _open_ledgers_of(zk, doomed_id)
+        assert states, "the doomed gateway created ledgers"
+        if all(state == "CLOSED" for state in states.values()):
+            break
+        assert time.monotonic() < deadline, f"ledgers of {doomed_id} still open: {states}"
+        time.sleep(0.2)
+    logs = "".join(g.log_text() for g in s3_cluster.gateways)
+    assert "event=orphan_ledger_recovered" in logs and f"writer={doomed_id}" in logs
+    # After recovery the old version still reads back whole.
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == old

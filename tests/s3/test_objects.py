@@ -1,0 +1,283 @@
+"""Object operations through boto3, with their error cases."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import random
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.s3.conftest import ENTRY_SIZE_BYTES
+
+
+def error_code(excinfo: pytest.ExceptionInfo[ClientError]) -> str:
+    return str(excinfo.value.response["Error"]["Code"])
+
+
+def status(excinfo: pytest.ExceptionInfo[ClientError]) -> int:
+    return int(excinfo.value.response["ResponseMetadata"]["HTTPStatusCode"])
+
+
+def test_put_stores_headers_and_metadata(s3: Any, bucket: str) -> None:
+    expires = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    s3.put_object(
+        Bucket=bucket,
+        Key="doc.txt",
+        Body=b"text",
+        ContentType="text/plain",
+        ContentEncoding="identity",
+        ContentDisposition='attachment; filename="doc.txt"',
+        CacheControl="max-age=60",
+        ContentLanguage="en",
+        Expires=expires,
+        StorageClass="STANDARD_IA",
+        Metadata={"a": "1", "b-c": "two"},
+        Tagging="t1=v1&t2=v2",
+    )
+    head = s3.head_object(Bucket=bucket, Key="doc.txt")
+    assert head["ContentType"] == "text/plain"
+    assert head["ContentEncoding"] == "identity"
+    assert head["ContentDisposition"] == 'attachment; filename="doc.txt"'
+    assert head["CacheControl"] == "max-age=60"
+    assert head["ContentLanguage"] == "en"
+    assert head["Expires"] == expires
+    assert head["StorageClass"] == "STANDARD_IA"
+    assert head["Metadata"] == {"a": "1", "b-c": "two"}
+    assert head["ResponseMetadata"]["HTTPHeaders"]["x-amz-tagging-count"] == "2"
+    assert head["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"]
+    tags = s3.get_object_tagging(Bucket=bucket, Key="doc.txt")["TagSet"]
+    assert sorted((t["Key"], t["Value"]) for t in tags) == [("t1", "v1"), ("t2", "v2")]
+
+
+def test_response_overrides(s3: Any, bucket: str) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x", ContentType="text/plain")
+    got = s3.get_object(
+        Bucket=bucket,
+        Key="k",
+        ResponseContentType="application/json",
+        ResponseContentDisposition="inline",
+        ResponseCacheControl="no-cache",
+    )
+    assert got["ContentType"] == "application/json"
+    assert got["ContentDisposition"] == "inline"
+    assert got["CacheControl"] == "no-cache"
+
+
+def test_missing_key_and_bucket(s3: Any, bucket: str) -> None:
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="nope")
+    assert error_code(e) == "NoSuchKey"
+    assert e.value.response["Error"]["Key"] == "nope"
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="nope")
+    assert status(e) == 404
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket="no-such-bucket-here", Key="k")
+    assert error_code(e) == "NoSuchBucket"
+    assert e.value.response["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"]
+
+
+def test_conditional_writes(s3: Any, bucket: str) -> None:
+    first = s3.put_object(Bucket=bucket, Key="k", Body=b"one", IfNoneMatch="*")
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="k", Body=b"two", IfNoneMatch="*")
+    assert error_code(e) == "PreconditionFailed"
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="k", Body=b"two", IfMatch='"0123456789abcdef0123456789abcdef"')
+    assert error_code(e) == "PreconditionFailed"
+    s3.put_object(Bucket=bucket, Key="k", Body=b"three", IfMatch=first["ETag"])
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"three"
+
+
+def test_conditional_reads(s3: Any, bucket: str) -> None:
+    put = s3.put_object(Bucket=bucket, Key="k", Body=b"data")
+    etag = put["ETag"]
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="k", IfNoneMatch=etag)
+    assert status(e) == 304
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="k", IfMatch='"ffffffffffffffffffffffffffffffff"')
+    assert status(e) == 412
+    future = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)
+    past = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="k", IfModifiedSince=future)
+    assert status(e) == 304
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="k", IfUnmodifiedSince=past)
+    assert status(e) == 412
+    assert s3.get_object(Bucket=bucket, Key="k", IfMatch=etag)["Body"].read() == b"data"
+
+
+def test_range_reads_at_random_offsets(s3: Any, bucket: str, rng: random.Random) -> None:
+    body = rng.randbytes(7 * ENTRY_SIZE_BYTES + 333)
+    s3.put_object(Bucket=bucket, Key="k", Body=body)
+    size = len(body)
+    boundaries = [i * ENTRY_SIZE_BYTES for i in range(1, 8)]
+    cases = [(b - 1, b) for b in boundaries] + [(0, 0), (size - 1, size - 1), (0, size - 1)]
+    cases += [tuple(sorted((rng.randrange(size), rng.randrange(size)))) for _ in range(20)]
+    for first, last in cases:
+        got = s3.get_object(Bucket=bucket, Key="k", Range=f"bytes={first}-{last}")
+        assert got["Body"].read() == body[first : last + 1], (first, last)
+        assert got["ContentRange"] == f"bytes {first}-{last}/{size}"
+    assert s3.get_object(Bucket=bucket, Key="k", Range="bytes=-100")["Body"].read() == body[-100:]
+    assert s3.get_object(Bucket=bucket, Key="k", Range=f"bytes={size - 5}-")["Body"].read() == body[-5:]
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="k", Range=f"bytes={size}-")
+    assert error_code(e) == "InvalidRange"
+    assert status(e) == 416
+
+
+def test_delete_objects(s3: Any, bucket: str) -> None:
+    for index in range(5):
+        s3.put_object(Bucket=bucket, Key=f"k{index}", Body=b"x")
+    response = s3.delete_objects(
+        Bucket=bucket, Delete={"Objects": [{"Key": "k0"}, {"Key": "k1"}, {"Key": "missing"}]}
+    )
+    assert sorted(d["Key"] for d in response["Deleted"]) == ["k0", "k1", "missing"]
+    quiet = s3.delete_objects(
+        Bucket=bucket, Delete={"Objects": [{"Key": "k2"}], "Quiet": True}
+    )
+    assert "Deleted" not in quiet
+    remaining = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
+    assert remaining == ["k3", "k4"]
+    with pytest.raises(ClientError) as e:
+        s3.delete_objects(
+            Bucket=bucket, Delete={"Objects": [{"Key": f"x{i}"} for i in range(1001)]}
+        )
+    assert error_code(e) == "MalformedXML"
+
+
+def test_copy_object(s3: Any, bucket: str, bucket_name: Any, rng: random.Random) -> None:
+    body = rng.randbytes(3 * ENTRY_SIZE_BYTES + 9)
+    put = s3.put_object(Bucket=bucket, Key="src", Body=body, Metadata={"m": "1"}, ContentType="a/b")
+    target = bucket_name()
+    s3.create_bucket(Bucket=target)
+    copied = s3.copy_object(Bucket=target, Key="dst", CopySource={"Bucket": bucket, "Key": "src"})
+    assert copied["CopyObjectResult"]["ETag"] == put["ETag"]
+    got = s3.get_object(Bucket=target, Key="dst")
+    assert got["Body"].read() == body
+    assert got["Metadata"] == {"m": "1"}
+    assert got["ContentType"] == "a/b"
+    s3.copy_object(
+        Bucket=bucket,
+        Key="src",
+        CopySource={"Bucket": bucket, "Key": "src"},
+        MetadataDirective="REPLACE",
+        Metadata={"m": "2"},
+        ContentType="c/d",
+    )
+    head = s3.head_object(Bucket=bucket, Key="src")
+    assert head["Metadata"] == {"m": "2"}
+    assert head["ContentType"] == "c/d"
+    assert s3.get_object(Bucket=target, Key="dst")["Metadata"] == {"m": "1"}
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="src", CopySource={"Bucket": bucket, "Key": "src"})
+    assert error_code(e) == "InvalidRequest"
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(
+            Bucket=bucket,
+            Key="x",
+            CopySource={"Bucket": bucket, "Key": "src"},
+            CopySourceIfMatch='"00000000000000000000000000000000"',
+        )
+    assert error_code(e) == "PreconditionFailed"
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="x", CopySource={"Bucket": bucket, "Key": "missing"})
+    assert error_code(e) == "NoSuchKey"
+    # The source may be overwritten and deleted: the copy keeps its bytes.
+    s3.put_object(Bucket=bucket, Key="src", Body=b"new")
+    s3.delete_object(Bucket=bucket, Key="src")
+    assert s3.get_object(Bucket=target, Key="dst")["Body"].read() == body
+
+
+def test_object_tagging(s3: Any, bucket: str) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    assert s3.get_object_tagging(Bucket=bucket, Key="k")["TagSet"] == []
+    s3.put_object_tagging(
+        Bucket=bucket, Key="k", Tagging={"TagSet": [{"Key": "a", "Value": "b"}]}
+    )
+    assert s3.get_object_tagging(Bucket=bucket, Key="k")["TagSet"] == [{"Key": "a", "Value": "b"}]
+    s3.delete_object_tagging(Bucket=bucket, Key="k")
+    assert s3.get_object_tagging(Bucket=bucket, Key="k")["TagSet"] == []
+    with pytest.raises(ClientError) as e:
+        s3.put_object_tagging(
+            Bucket=bucket,
+            Key="k",
+            Tagging={"TagSet": [{"Key": f"k{i}", "Value": "v"} for i in range(11)]},
+        )
+    assert error_code(e) == "InvalidTag"
+    with pytest.raises(ClientError) as e:
+        s3.get_object_tagging(Bucket=bucket, Key="missing")
+    assert error_code(e) == "NoSuchKey"
+
+
+def test_get_object_attributes(s3: Any, bucket: str) -> None:
+    put = s3.put_object(Bucket=bucket, Key="k", Body=b"12345", ChecksumAlgorithm="SHA256")
+    attributes = s3.get_object_attributes(
+        Bucket=bucket, Key="k", ObjectAttributes=["ETag", "ObjectSize", "StorageClass", "Checksum"]
+    )
+    assert attributes["ETag"] == put["ETag"].strip('"')
+    assert attributes["ObjectSize"] == 5
+    assert attributes["StorageClass"] == "STANDARD"
+    assert attributes["Checksum"]["ChecksumSHA256"] == base64.b64encode(
+        hashlib.sha256(b"12345").digest()
+    ).decode()
+
+
+def test_integrity_checks_refuse_bad_bodies(s3: Any, bucket: str) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"original")
+    wrong_md5 = base64.b64encode(hashlib.md5(b"other").digest()).decode()
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="k", Body=b"replacement", ContentMD5=wrong_md5)
+    assert error_code(e) == "BadDigest"
+    wrong_crc = base64.b64encode(b"\x00\x00\x00\x01").decode()
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="k", Body=b"replacement", ChecksumCRC32=wrong_crc)
+    assert error_code(e) == "BadDigest"
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"original"
+    good_md5 = base64.b64encode(hashlib.md5(b"replacement").digest()).decode()
+    s3.put_object(Bucket=bucket, Key="k", Body=b"replacement", ContentMD5=good_md5)
+    got = s3.get_object(Bucket=bucket, Key="k", ChecksumMode="ENABLED")
+    assert got["Body"].read() == b"replacement"
+
+
+def test_limits(s3: Any, bucket: str) -> None:
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="k" * 1025, Body=b"x")
+    assert error_code(e) == "KeyTooLongError"
+    s3.put_object(Bucket=bucket, Key="k" * 1024, Body=b"x")
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="m", Body=b"x", Metadata={"big": "v" * 2100})
+    assert error_code(e) == "MetadataTooLarge"
+
+
+def test_entity_too_large_is_refused_before_the_body(gateway: Any, bucket: str) -> None:
+    import http.client
+    from urllib.parse import urlsplit
+
+    url = urlsplit(
+        gateway.client().generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "huge"})
+    )
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    connection.putrequest("PUT", f"{url.path}?{url.query}")
+    connection.putheader("Content-Length", str(5 * 1024**3 + 1))
+    connection.putheader("Expect", "100-continue")
+    connection.endheaders()
+    response = connection.getresponse()
+    assert response.status == 400
+    assert b"<Code>EntityTooLarge</Code>" in response.read()
+    connection.close()
+
+
+def test_unsupported_subresource_is_not_implemented(s3: Any, bucket: str) -> None:
+    with pytest.raises(ClientError) as e:
+        s3.get_bucket_acl(Bucket=bucket)
+    assert error_code(e) == "NotImplemented"
+    with pytest.raises(ClientError) as e:
+        s3.get_bucket_policy(Bucket=bucket)
+    assert error_code(e) == "NotImplemented"

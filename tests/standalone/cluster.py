@@ -1,0 +1,181 @@
+"""`blobstore standalone` as a real subprocess, for tests.
+
+The supervisor runs in its own session (start_new_session), so its process group holds
+the whole cluster: ZooKeeper, the bookies, the gateway and the gateway's workers. Tests
+look at that group through /proc to prove that a stop leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import boto3
+from botocore.config import Config
+
+from tests.cluster.processes import ManagedProcess, ProcessReaper
+
+READY_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 60.0
+
+
+def blobstore_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "blobstore.cli", *args]
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of live (non-zombie) processes in process group `pgid`."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == pgid and state != "Z":
+            members.append(int(entry))
+    return members
+
+
+def port_is_listening(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((host, port)) == 0
+
+
+def wait_until(condition, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout_s}s: {what}")
+        time.sleep(0.1)
+
+
+@dataclass
+class Standalone:
+    """One `blobstore standalone` supervisor on a data directory."""
+
+    data_dir: Path
+    port: int
+    reaper: ProcessReaper
+    extra_args: tuple[str, ...] = ()
+    managed: ManagedProcess | None = None
+    ready: dict[str, object] = field(default_factory=dict)
+    starts: int = 0
+
+    @property
+    def ready_file(self) -> Path:
+        return self.data_dir.parent / f"{self.data_dir.name}-ready.json"
+
+    @property
+    def endpoint(self) -> str:
+        return str(self.ready["endpoint"])
+
+    @property
+    def pgid(self) -> int:
+        assert self.managed is not None
+        return self.managed.pid
+
+    def start(self) -> Standalone:
+        self.ready_file.unlink(missing_ok=True)
+        self.starts += 1
+        command = blobstore_command(
+            "standalone",
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            "--ready-file",
+            str(self.ready_file),
+            *self.extra_args,
+        )
+        self.managed = self.reaper.add(
+            ManagedProcess(
+                f"standalone-{self.starts}",
+                command,
+                self.data_dir.parent / f"standalone-{self.starts}.log",
+            )
+        )
+        self.managed.start()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not self.ready_file.exists():
+            if not self.managed.alive():
+                raise AssertionError(f"standalone exited early:\n{self.log_tails()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"standalone not ready:\n{self.log_tails()}")
+            time.sleep(0.1)
+        self.ready = json.loads(self.ready_file.read_text())
+        return self
+
+    def log_tails(self) -> str:
+        assert self.managed is not None
+        parts = [self.managed.log_tail(60)]
+        for log in sorted((self.data_dir / "logs").glob("*.log")):
+            lines = log.read_text(errors="replace").splitlines()[-30:]
+            parts.append(f"----- {log.name}\n" + "\n".join(lines))
+        return "\n".join(parts)
+
+    def layout(self) -> dict[str, object]:
+        return dict(json.loads((self.data_dir / "cluster.json").read_text()))
+
+    def cluster_ports(self) -> list[int]:
+        layout = self.layout()
+        return [
+            self.port,
+            int(layout["zk_port"]),  # type: ignore[call-overload]
+            *layout["bookie_ports"],  # type: ignore[misc]
+            *layout["bookie_http_ports"],  # type: ignore[misc]
+        ]
+
+    def credentials(self) -> tuple[str, str]:
+        raw = json.loads((self.data_dir / "credentials.json").read_text())
+        return raw["access_key"], raw["secret_key"]
+
+    def s3(self):  # type: ignore[no-untyped-def]
+        access_key, secret_key = self.credentials()
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
+            config=Config(
+                s3={"addressing_style": "path"},
+                retries={"max_attempts": 1, "mode": "standard"},
+                connect_timeout=5,
+                read_timeout=60,
+            ),
+        )
+
+    def terminate(self) -> int:
+        """SIGTERM to the supervisor alone (as `kill PID` would); its exit code."""
+        assert self.managed is not None and self.managed.process is not None
+        self.managed.process.send_signal(signal.SIGTERM)
+        try:
+            return self.managed.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"standalone ignored SIGTERM:\n{self.log_tails()}") from None
+
+    def kill_group(self) -> None:
+        """kill -9 of the whole process group."""
+        assert self.managed is not None and self.managed.process is not None
+        os.killpg(self.pgid, signal.SIGKILL)
+        self.managed.process.wait(timeout=STOP_TIMEOUT_S)
+
+    def assert_nothing_left(self) -> None:
+        pgid = self.pgid
+        wait_until(lambda: not group_members(pgid), 30, f"process group {pgid} is empty")
+        for port in self.cluster_ports():
+            wait_until(lambda p=port: not port_is_listening(p), 30, f"port {port} is free")
