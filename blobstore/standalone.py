@@ -16,12 +16,15 @@ Data directory layout::
     DATA/bookie-N/journal/     bookie N's journal
     DATA/bookie-N/ledgers/     bookie N's entry logs and index
     DATA/logs/                 one log file per child
+    DATA/.lock                 held by the running supervisor (its pid inside)
 
 Every child is started with PR_SET_PDEATHSIG so it dies with this process even when the
 supervisor itself is killed with -9, and stays in this process group so `kill -9 -PGID`
-takes the whole cluster down at once. Children ignore SIGINT: a Ctrl-C in the terminal
-reaches the whole foreground group, and the supervisor, not the terminal, decides the
-order in which children stop. One supervisor at a time holds a lock on `DATA/.lock`.
+takes the whole cluster down at once. Children ignore SIGINT and SIGHUP: a Ctrl-C (or a
+closed terminal) reaches the whole foreground group, and the supervisor, not the
+terminal, decides the order in which children stop. One supervisor at a time holds a
+lock on `DATA/.lock`; processes a supervisor killed alone left behind are stopped by the
+next start (see `_reap_leftovers`).
 
 A data directory that already holds more bookies than `--bookies` asks for starts all of
 them: their entries are part of the cluster until they are decommissioned.
@@ -55,6 +58,8 @@ PR_SET_PDEATHSIG = 1
 
 
 BOOKIES_MAX = 32
+# Set in every child's environment to this cluster's data directory (see _reap_leftovers).
+STANDALONE_ENV = "BLOBSTORE_STANDALONE_DATA_DIR"
 
 
 class _StopRequested(Exception):
@@ -63,13 +68,54 @@ class _StopRequested(Exception):
 
 def _die_with_parent() -> None:
     """preexec_fn: ask the kernel to SIGKILL this child when its parent dies, and leave
-    SIGINT to the supervisor (see the module docstring)."""
+    SIGINT and SIGHUP (terminal gone) to the supervisor (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
+
+
+def _reap_leftovers(data_dir: Path) -> int:
+    """Kill processes a previous supervisor of this data directory left behind.
+
+    Only possible when that supervisor was killed with -9 alone (not its whole group):
+    its children die with it (PR_SET_PDEATHSIG), but that setting is not inherited by
+    their own children, e.g. the gateway's worker processes, which would keep the S3
+    port. Every process started for this data directory carries its path in
+    STANDALONE_ENV; the data directory lock proves no live supervisor owns them.
+    """
+    marker = f"{STANDALONE_ENV}={data_dir}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:
+            continue
+        if marker in environ:
+            found.append(int(entry))
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while any(_alive(pid) for pid in found) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return len(found)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _lock_data_dir(data_dir: Path) -> int:
@@ -98,7 +144,13 @@ class ClusterLayout:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-def load_or_create_layout(data_dir: Path, bookie_count: int) -> ClusterLayout:
+def load_or_create_layout(
+    data_dir: Path, bookie_count: int, zk_port: int | None = None
+) -> ClusterLayout:
+    """The ports kept in DATA/cluster.json (chosen and saved on the first start).
+
+    `zk_port` (from --zk-port) overrides the saved ZooKeeper port: no id depends on it.
+    """
     path = data_dir / "cluster.json"
     if path.exists():
         try:
@@ -115,6 +167,9 @@ def load_or_create_layout(data_dir: Path, bookie_count: int) -> ClusterLayout:
             or not all(isinstance(p, int) and 0 < p < 65536 for p in ports)
         ):
             raise UsageError(f"broken data directory: {path} holds invalid ports")
+        if zk_port and zk_port != layout.zk_port:
+            layout.zk_port = zk_port
+            _write_json(path, asdict(layout))
         if len(layout.bookie_ports) < bookie_count:
             # Adding bookies to an existing cluster is fine: new ports for the new ones.
             for _ in range(bookie_count - len(layout.bookie_ports)):
@@ -122,7 +177,9 @@ def load_or_create_layout(data_dir: Path, bookie_count: int) -> ClusterLayout:
                 layout.bookie_http_ports.append(free_port())
             _write_json(path, asdict(layout))
         return layout
-    zk_port = ZK_PORT_PREFERRED if port_is_free("127.0.0.1", ZK_PORT_PREFERRED) else free_port()
+    if not zk_port:
+        preferred_free = port_is_free("127.0.0.1", ZK_PORT_PREFERRED)
+        zk_port = ZK_PORT_PREFERRED if preferred_free else free_port()
     layout = ClusterLayout(
         format_version=CLUSTER_FORMAT_VERSION,
         zk_port=zk_port,
@@ -256,6 +313,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers", type=int, default=1, help="gateway worker processes (default 1)"
     )
     parser.add_argument(
+        "--zk-port",
+        type=int,
+        help="ZooKeeper client port (default: kept in the data dir; first start 2181 if free)",
+    )
+    parser.add_argument(
         "--access-key",
         default=os.environ.get("BLOBSTORE_ACCESS_KEY"),
         help="access key (env BLOBSTORE_ACCESS_KEY; generated once when absent)",
@@ -339,6 +401,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--bookies must be 1..{BOOKIES_MAX}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is not a TCP port")
+    if args.zk_port is not None and not 0 < args.zk_port <= 65535:
+        raise UsageError(f"--zk-port {args.zk_port} is not a TCP port")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     if bool(args.access_key) != bool(args.secret_key):
@@ -353,9 +417,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_locked(args: argparse.Namespace, data_dir: Path) -> int:
+    reaped = _reap_leftovers(data_dir)
+    if reaped:
+        print(f"note: stopped {reaped} processes left by an earlier run on {data_dir}")
+    os.environ[STANDALONE_ENV] = str(data_dir)  # inherited by every child, ZooKeeper too
     if args.port and not port_is_free(args.host, args.port):
         raise UsageError(f"port {args.host}:{args.port} for the gateway is already in use")
-    layout = load_or_create_layout(data_dir, args.bookies)
+    layout = load_or_create_layout(data_dir, args.bookies, args.zk_port)
     bookie_count = max(args.bookies, len(layout.bookie_ports))
     if bookie_count > args.bookies:
         print(

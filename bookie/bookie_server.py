@@ -34,12 +34,30 @@ HEADER_BYTES = protocol.FRAME_LENGTH.size + protocol.FRAME_HEADER_BYTES
 ADD_BODY = struct.Struct(f">QQ{protocol.MASTER_KEY_BYTES}s")
 ENTRY_BYTES_MAX = protocol.ENTRY_PAYLOAD_BYTES_MAX + protocol.ENTRY_HEADER_BYTES
 RESPONSE_HEADER = struct.Struct(">IBBHQ")
+ADD_RESPONSE = struct.Struct(">IBBHQQQ")  # frame header + AddResponse (ledger_id, entry_id)
 OPS = frozenset(int(op) for op in Op)
 STATUS_NAMES = {int(s): s.name for s in Status}
 ADDS_OK = METRICS.adds.labels(Status.OK.name)
 ADDS_FAILED = METRICS.adds.labels(Status.INTERNAL_ERROR.name)
 ADD_BYTES = METRICS.add_bytes
 ADD_SECONDS = METRICS.add_seconds
+
+
+class AddBatch:
+    """Valid adds parsed from one read of a connection, journaled together."""
+
+    __slots__ = ("records", "pieces", "nbytes", "entry_bytes")
+
+    def __init__(self) -> None:
+        # (ledger_id, entry_id, master_key, entry, lac, request_id, received_at)
+        self.records: list[tuple[int, int, bytes, bytes, int, int, float]] = []
+        self.pieces: list[bytes] = []
+        self.nbytes = 0
+        self.entry_bytes = 0
+
+
+def _is_long_poll(op: int, flags: int) -> bool:
+    return op == Op.READ_ENTRY and bool(flags & protocol.ReadFlag.LONG_POLL)
 
 
 class BookieServer:
@@ -53,6 +71,7 @@ class BookieServer:
         journal: Journal,
         connections_max: int,
         connection_in_flight_max: int,
+        connection_reads_in_flight_max: int,
         in_flight_bytes_max: int,
         long_poll_waiters_max: int,
         info: Callable[[], dict[str, Any]],
@@ -63,6 +82,8 @@ class BookieServer:
         self.journal = journal
         self.connections_max = connections_max
         self.connection_in_flight_max = connection_in_flight_max
+        # Reads hold whole entries until the socket takes them: fewer of them at once.
+        self.connection_reads_in_flight_max = connection_reads_in_flight_max
         self.in_flight_bytes_max = in_flight_bytes_max
         self.in_flight_bytes = 0
         # Connections that stopped reading because all of them together hold too many bytes.
@@ -82,12 +103,12 @@ class BookieServer:
     def new_connection(self) -> BookieConnection:
         return BookieConnection(self)
 
-    def request_started(self) -> None:
-        self.in_flight += 1
+    def request_started(self, count: int = 1) -> None:
+        self.in_flight += count
         self._idle.clear()
 
-    def request_finished(self) -> None:
-        self.in_flight -= 1
+    def request_finished(self, count: int = 1) -> None:
+        self.in_flight -= count
         assert self.in_flight >= 0, self.in_flight
         if self.in_flight == 0:
             self._idle.set()
@@ -123,7 +144,7 @@ class BookieServer:
         state.fenced = True
         self.storage.dirty.add(ledger_id)
         prefix, _ = encode_parts(RecordKind.FENCE, ledger_id, -1, master_key, b"")
-        self.journal.submit(prefix, b"", None, done)
+        self.journal.submit([prefix, b""], len(prefix), None, done)
 
     def journal_future(self) -> tuple[asyncio.Future[None], Callable[[BaseException | None], None]]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -145,6 +166,7 @@ class BookieConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.in_flight = 0
+        self.tasks_in_flight = 0
         self.closed = False
         self.reading_paused = False
         self.writing_paused = False
@@ -220,6 +242,7 @@ class BookieConnection(asyncio.Protocol):
             or self.writing_paused
             or over_bytes
             or self.in_flight >= server.connection_in_flight_max
+            or self.tasks_in_flight >= server.connection_reads_in_flight_max
         )
         if should_pause and not self.reading_paused:
             self.transport.pause_reading()
@@ -232,6 +255,7 @@ class BookieConnection(asyncio.Protocol):
         buf = self.buffer
         pos = 0
         limit = self.server.connection_in_flight_max
+        adds = AddBatch()
         try:
             while (
                 not self.closed
@@ -261,13 +285,20 @@ class BookieConnection(asyncio.Protocol):
                     self._reject(Status.BAD_REQUEST, op, request_id, f"unknown op {op}")
                     return
                 if op == Op.ADD_ENTRY:
-                    ok = self._add(flags, request_id, buf, body_start, end)
+                    ok = self._add(flags, request_id, buf, body_start, end, adds)
+                elif (
+                    self.tasks_in_flight >= self.server.connection_reads_in_flight_max
+                    and not _is_long_poll(op, flags)
+                ):
+                    break  # stays buffered; reading resumes when a task finishes
                 else:
                     ok = self._spawn(op, flags, request_id, bytes(buf[body_start:end]))
                 if not ok:
                     return
                 pos = end
         finally:
+            if adds.records:
+                self._submit_adds(adds)
             if pos:
                 del buf[:pos]
             self._update_reading()
@@ -305,18 +336,36 @@ class BookieConnection(asyncio.Protocol):
         if extra:
             self._out.append(extra)
 
+    def respond_add(self, status: int, request_id: int, ledger_id: int, entry_id: int) -> None:
+        """An ADD_ENTRY response (an AddResponse body) packed in one go: the hot path."""
+        if self.closed or self.transport is None:
+            return
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush_out)
+        self._out.append(
+            ADD_RESPONSE.pack(
+                ADD_RESPONSE.size - protocol.FRAME_LENGTH.size,
+                protocol.PROTOCOL_VERSION,
+                Op.ADD_ENTRY,
+                status,
+                request_id,
+                ledger_id,
+                entry_id,
+            )
+        )
+
     def _flush_out(self) -> None:
         out, self._out = self._out, []
         if out and not self.closed and self.transport is not None:
             self.transport.writelines(out)
 
-    def _started(self) -> None:
-        self.in_flight += 1
-        self.server.request_started()
+    def _started(self, count: int = 1) -> None:
+        self.in_flight += count
+        self.server.request_started(count)
 
-    def _finished(self) -> None:
-        self.in_flight -= 1
-        self.server.request_finished()
+    def _finished(self, count: int = 1) -> None:
+        self.in_flight -= count
+        self.server.request_finished(count)
         if self.reading_paused and not self.closed:
             self._update_reading()
             if not self.reading_paused:
@@ -324,64 +373,75 @@ class BookieConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ ADD_ENTRY
 
-    def _add(self, flags: int, request_id: int, buf: bytearray, start: int, end: int) -> bool:
+    def _add(
+        self, flags: int, request_id: int, buf: bytearray, start: int, end: int, adds: AddBatch
+    ) -> bool:
+        """Check one add; a valid one joins `adds` (journaled when the read is parsed)."""
         if end - start < ADD_BODY.size + protocol.ENTRY_HEADER_BYTES:
             self._reject(Status.BAD_REQUEST, Op.ADD_ENTRY, request_id, "short add body")
             return False
         received = time.monotonic()
         ledger_id, entry_id, master_key = ADD_BODY.unpack_from(buf, start)
         entry = bytes(buf[start + ADD_BODY.size : end])
-        status = self._check_add(flags, ledger_id, entry_id, master_key, entry)
+        stored_ledger, stored_entry, lac, _ = protocol.ENTRY_HEADER.unpack_from(entry, 0)
+        if stored_ledger != ledger_id or stored_entry != entry_id:
+            status = Status.BAD_REQUEST
+        else:
+            status = self._check_add(flags, ledger_id, master_key, entry)
         if status != Status.OK:
             METRICS.adds.labels(STATUS_NAMES[status]).inc()
-            self.respond(
-                Op.ADD_ENTRY, status, request_id, protocol.AddResponse(ledger_id, entry_id).encode()
-            )
+            self.respond_add(status, request_id, ledger_id, entry_id)
             return True
+        self.server.storage.state_for(ledger_id, master_key)
+        prefix, _ = encode_parts(RecordKind.ADD, ledger_id, entry_id, master_key, entry)
+        adds.records.append((ledger_id, entry_id, master_key, entry, lac, request_id, received))
+        adds.pieces.append(prefix)
+        adds.pieces.append(entry)
+        adds.nbytes += len(prefix) + len(entry)
+        adds.entry_bytes += len(entry)
+        self._started()
+        self.server.in_flight_bytes += len(entry)
+        return True
+
+    def _submit_adds(self, adds: AddBatch) -> None:
+        """Journal the adds parsed from one read as one queue item: one apply and one
+        completion for all of them (the per-add cost is what bounds small adds)."""
         server = self.server
         storage = server.storage
-        storage.state_for(ledger_id, master_key)
-        prefix, _ = encode_parts(RecordKind.ADD, ledger_id, entry_id, master_key, entry)
-        self._started()
-        size = len(entry)
-        server.in_flight_bytes += size
+        records = adds.records
+        entry_bytes = adds.entry_bytes
 
         def apply() -> None:
-            storage.apply_add(ledger_id, entry_id, master_key, entry)
+            apply_add = storage.apply_add
+            for ledger_id, entry_id, master_key, entry, lac, _, _ in records:
+                apply_add(ledger_id, entry_id, master_key, entry, lac)
 
         def done(error: BaseException | None) -> None:
             try:
                 if error is None:
                     status = Status.OK
-                    ADDS_OK.inc()
-                    ADD_BYTES.inc(len(entry))
+                    ADDS_OK.inc(len(records))
+                    ADD_BYTES.inc(entry_bytes)
                 else:
                     status = Status.INTERNAL_ERROR
-                    ADDS_FAILED.inc()
-                ADD_SECONDS.observe(time.monotonic() - received)
-                self.respond(
-                    Op.ADD_ENTRY,
-                    status,
-                    request_id,
-                    protocol.AddResponse(ledger_id, entry_id).encode(),
-                )
+                    ADDS_FAILED.inc(len(records))
+                now = time.monotonic()
+                respond_add = self.respond_add
+                observe = ADD_SECONDS.observe
+                for ledger_id, entry_id, _, _, _, request_id, received in records:
+                    observe(now - received)
+                    respond_add(status, request_id, ledger_id, entry_id)
             finally:
-                server.bytes_released(size)
-                self._finished()
+                server.bytes_released(entry_bytes)
+                self._finished(len(records))
                 if storage.write_cache_full():
                     server.checkpoint_soon()
 
-        server.journal.submit(prefix, entry, apply, done)
-        return True
+        server.journal.submit(adds.pieces, adds.nbytes, apply, done)
 
-    def _check_add(
-        self, flags: int, ledger_id: int, entry_id: int, master_key: bytes, entry: bytes
-    ) -> Status:
+    def _check_add(self, flags: int, ledger_id: int, master_key: bytes, entry: bytes) -> Status:
         if len(entry) > ENTRY_BYTES_MAX:
             return Status.TOO_LARGE
-        stored_ledger, stored_entry, _ = protocol.entry_ids(entry)
-        if stored_ledger != ledger_id or stored_entry != entry_id:
-            return Status.BAD_REQUEST
         if not protocol.verify_entry(entry):
             return Status.BAD_DIGEST
         state = self.server.storage.states.get(ledger_id)
@@ -408,13 +468,21 @@ class BookieConnection(asyncio.Protocol):
         except protocol.ProtocolError as e:
             self._reject(Status.BAD_REQUEST, op, request_id, str(e))
             return False
-        self._started()
-        task = asyncio.get_running_loop().create_task(self._guard(Op(op), request_id, coro))
+        # A long poll may wait a minute: it counts against long_poll_waiters_max, not
+        # against this connection's in-flight bounds (else a few tailing readers would
+        # block the adds they are waiting for, sent on the same connection).
+        counted = not _is_long_poll(op, flags)
+        if counted:
+            self._started()
+            self.tasks_in_flight += 1
+        task = asyncio.get_running_loop().create_task(
+            self._guard(Op(op), request_id, coro, counted)
+        )
         self.server.tasks.add(task)
         task.add_done_callback(self.server.tasks.discard)
         return True
 
-    async def _guard(self, op: Op, request_id: int, coro: Any) -> None:
+    async def _guard(self, op: Op, request_id: int, coro: Any, counted: bool) -> None:
         status = Status.INTERNAL_ERROR
         try:
             status = await coro
@@ -425,7 +493,9 @@ class BookieConnection(asyncio.Protocol):
             self.respond(op, status, request_id)
         finally:
             METRICS.requests.labels(op.name, STATUS_NAMES[int(status)]).inc()
-            self._finished()
+            if counted:
+                self.tasks_in_flight -= 1
+                self._finished()
 
     async def _read_entry(
         self, flags: int, request_id: int, request: protocol.ReadRequest
@@ -543,7 +613,7 @@ class BookieConnection(asyncio.Protocol):
                 storage.state_for(ledger_id, request.master_key)
                 storage.apply_explicit_lac(ledger_id, request.last_add_confirmed)
 
-            server.journal.submit(prefix, b"", apply, done)
+            server.journal.submit([prefix, b""], len(prefix), apply, done)
             await future
         self.respond(
             Op.WRITE_LAC,

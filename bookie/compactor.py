@@ -23,10 +23,70 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
+from bookie.entry_logger import LOG_HEADER_BYTES, RECORD_LENGTH, split_location
 from bookie.ledger_storage import LedgerStorage
+from bookie.metrics import METRICS
 
 logger = logging.getLogger(__name__)
+
+
+def live_ratios(storage: LedgerStorage) -> dict[int, tuple[int, int]]:
+    """log id -> (live bytes, total record bytes), for every log on disk."""
+    result = {}
+    for log_id in storage.entry_logger.list_logs():
+        total = storage.entry_logger.log_bytes(log_id) - LOG_HEADER_BYTES
+        live = sum(storage.log_ledger_bytes.get(log_id, {}).values())
+        result[log_id] = (live, max(total, 0))
+    return result
+
+
+def compact_log(storage: LedgerStorage, log_id: int, kind: str) -> int:
+    """Storage thread only: copy a log's live entries to the current log, then delete it.
+
+    Returns the bytes freed. Rolls first when asked to compact the current log.
+    """
+    if log_id == storage.entry_logger.current_log_id:
+        storage.entry_logger.roll_if_used()
+        if log_id == storage.entry_logger.current_log_id:
+            return 0
+    size_before = os.path.getsize(storage.entry_logger.path(log_id))
+    live_ledgers = storage.log_ledger_bytes.get(log_id, {})
+    locations = []
+    touched: dict[tuple[int, int], int] = {}
+    copied = 0
+    if live_ledgers:
+        for offset, ledger_id, entry_id, data in storage.entry_logger.scan(log_id):
+            if ledger_id not in live_ledgers:
+                continue
+            if storage.index.get_location(ledger_id, entry_id) != ((log_id << 32) | offset):
+                continue  # superseded by a later copy, or dropped
+            loc = storage.entry_logger.append(data)
+            locations.append((ledger_id, entry_id, loc))
+            new_log = split_location(loc)[0]
+            per_log = storage.log_ledger_bytes.setdefault(new_log, {})
+            per_log[ledger_id] = per_log.get(ledger_id, 0) + RECORD_LENGTH.size + len(data)
+            touched[(new_log, ledger_id)] = per_log[ledger_id]
+            copied += RECORD_LENGTH.size + len(data)
+        if locations:
+            storage.entry_logger.sync()
+    for ledger_id in live_ledgers:
+        touched[(log_id, ledger_id)] = 0
+    storage.index.write(locations, {}, touched, None)
+    storage.log_ledger_bytes.pop(log_id, None)
+    storage.entry_logger.delete(log_id)
+    METRICS.compaction_bytes.labels(kind).inc(copied)
+    METRICS.compaction_reclaimed_bytes.labels(kind).inc(max(0, size_before - copied))
+    METRICS.entry_logs_deleted.inc()
+    logger.info(
+        "compaction_done kind=%s log_id=%d copied_bytes=%d freed_bytes=%d",
+        kind,
+        log_id,
+        copied,
+        size_before - copied,
+    )
+    return size_before - copied
 
 
 def candidates(
@@ -51,10 +111,10 @@ class Compactor:
         """Compact every log under the threshold; returns the bytes freed."""
         storage = self.storage
         loop = asyncio.get_running_loop()
-        ratios = await loop.run_in_executor(storage.storage_executor, storage.live_ratios)
+        ratios = await loop.run_in_executor(storage.storage_executor, live_ratios, storage)
         freed = 0
         for log_id in candidates(ratios, threshold, storage.entry_logger.current_log_id):
             freed += await loop.run_in_executor(
-                storage.storage_executor, storage.compact_log, log_id, kind
+                storage.storage_executor, compact_log, storage, log_id, kind
             )
         return freed

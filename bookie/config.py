@@ -50,6 +50,7 @@ class BookieConfig:
     registration_refresh_s: float = 10.0
     connections_max: int = 1024
     connection_in_flight_max: int = 512
+    connection_reads_in_flight_max: int = 64
     in_flight_bytes_max: int = 256 * MIB
     long_poll_waiters_max: int = 10_000
     shutdown_timeout_s: float = 10.0
@@ -112,6 +113,11 @@ class BookieConfig:
             1 <= self.connection_in_flight_max <= 65536,
             "connection_in_flight_max",
             "in [1, 65536]",
+        )
+        need(
+            1 <= self.connection_reads_in_flight_max <= self.connection_in_flight_max,
+            "connection_reads_in_flight_max",
+            "in [1, connection_in_flight_max]",
         )
         need(
             self.in_flight_bytes_max >= 2 * protocol.FRAME_BYTES_MAX,

@@ -215,11 +215,12 @@ def replay(
             yield record, (journal_id, offset)
 
 
-# One queued journal write: (prefix, entry, nbytes, apply, done, enqueued_at).
+# One queued journal write: (pieces, nbytes, apply, done, enqueued_at), where pieces are
+# one or more encoded records (prefix, entry, prefix, entry, ...) written in order.
 # `apply()` runs on the loop right after the fsync (before `done`), so storage state and
-# the journal's synced position change together; `done(error)` answers the request.
+# the journal's synced position change together; `done(error)` answers the requests.
 QueueItem = tuple[
-    bytes, bytes, int, Callable[[], None] | None, Callable[[BaseException | None], None], float
+    list[bytes], int, Callable[[], None] | None, Callable[[BaseException | None], None], float
 ]
 
 
@@ -296,20 +297,29 @@ class Journal:
         # position before the batch it follows has been applied on the loop.
         self.synced_position = (self.journal_id, self._offset)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="journal-writer")
+        self._task.add_done_callback(self._writer_done)
+
+    def _writer_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.failure = task.exception()
+            logger.error("journal writer died: %r", task.exception())
 
     def submit(
         self,
-        prefix: bytes,
-        entry: bytes,
+        pieces: list[bytes],
+        nbytes: int,
         apply: Callable[[], None] | None,
         done: Callable[[BaseException | None], None],
     ) -> None:
-        """Queue a record; `done(None)` runs once it is on disk (fsync'd)."""
+        """Queue records (their encoded pieces, `nbytes` in all); `done(None)` runs once
+        they are on disk (fsync'd)."""
         if self.failure is not None or self._closing:
             done(self.failure or RuntimeError("journal closed"))
             return
         assert len(self._queue) < self.queue_entries_max, "journal queue bound broken"
-        self._queue.append((prefix, entry, len(prefix) + len(entry), apply, done, self._clock()))
+        assert len(pieces) % 2 == 0, "pieces come as (prefix, entry) pairs, entry b'' if none"
+        assert len(pieces) > 2 or nbytes == sum(len(piece) for piece in pieces), nbytes
+        self._queue.append((pieces, nbytes, apply, done, self._clock()))
         wakeup = self._wakeup
         if wakeup is not None and not wakeup.done():
             wakeup.set_result(None)
@@ -349,17 +359,15 @@ class Journal:
             pieces: list[bytes] = []
             items: list[QueueItem] = []
             batch_bytes = 0
-            oldest = queue[0][5]
+            oldest = queue[0][4]
             while True:
                 # Take everything already queued (up to the group cap): adds that arrived
                 # during the previous fsync share the next one.
                 while queue and batch_bytes < self.group_bytes_max:
                     item = queue.popleft()
                     items.append(item)
-                    pieces.append(item[0])
-                    if item[1]:
-                        pieces.append(item[1])
-                    batch_bytes += item[2]
+                    pieces.extend(item[0])
+                    batch_bytes += item[1]
                 reason = group_commit_decision(
                     batch_bytes,
                     self._clock() - oldest,
@@ -384,24 +392,30 @@ class Journal:
                     e if isinstance(e, Exception) else RuntimeError("journal writer cancelled")
                 )
                 for item in items:
-                    item[4](self.failure)
+                    item[3](self.failure)
                 while queue:
-                    queue.popleft()[4](self.failure)
+                    queue.popleft()[3](self.failure)
                 if not isinstance(e, Exception):
                     raise
                 return
             METRICS.journal_fsync_seconds.observe(time.monotonic() - started)
-            METRICS.journal_batch_entries.observe(len(items))
+            METRICS.journal_batch_entries.observe(len(pieces) // 2)
             METRICS.journal_batch_bytes.observe(batch_bytes)
             # Apply and acknowledge in one loop turn: a checkpoint that reads
             # `synced_position` always sees exactly the records applied so far.
             self.synced_position = position
             for item in items:
-                if item[3] is not None:
-                    item[3]()
+                if item[2] is not None:
+                    try:
+                        item[2]()
+                    except Exception as e:
+                        # A bug, not a disk fault: the record is durable (replay applies
+                        # it), but stop taking writes rather than serve a state we doubt.
+                        logger.exception("journal apply failed: journal stops taking writes")
+                        self.failure = e
             for item in items:
                 try:
-                    item[4](None)
+                    item[3](None)
                 except Exception:
                     logger.exception("journal completion callback failed")
 

@@ -30,7 +30,6 @@ import asyncio
 import collections
 import concurrent.futures
 import logging
-import os
 import time
 
 from bookie import protocol
@@ -189,7 +188,9 @@ class LedgerStorage:
             self.dirty.add(ledger_id)
         return state
 
-    def apply_add(self, ledger_id: int, entry_id: int, master_key: bytes, entry: bytes) -> None:
+    def apply_add(
+        self, ledger_id: int, entry_id: int, master_key: bytes, entry: bytes, lac: int | None = None
+    ) -> None:
         """A journaled add becomes readable (called right after its fsync)."""
         state = self.state_for(ledger_id, master_key)
         key = (ledger_id, entry_id)
@@ -200,7 +201,8 @@ class LedgerStorage:
         self.active_bytes += len(entry)
         if entry_id > state.last_entry_id:
             state.last_entry_id = entry_id
-        _, _, lac = protocol.entry_ids(entry)
+        if lac is None:
+            _, _, lac = protocol.entry_ids(entry)
         state.raise_lac(lac)
         self.dirty.add(ledger_id)
 
@@ -352,61 +354,6 @@ class LedgerStorage:
         self.index.delete_ledger(ledger_id, log_ids)
         for log_id in log_ids:
             self.log_ledger_bytes[log_id].pop(ledger_id, None)
-
-    def live_ratios(self) -> dict[int, tuple[int, int]]:
-        """log id -> (live bytes, total record bytes), for every log on disk."""
-        result = {}
-        for log_id in self.entry_logger.list_logs():
-            total = self.entry_logger.log_bytes(log_id) - 16
-            live = sum(self.log_ledger_bytes.get(log_id, {}).values())
-            result[log_id] = (live, max(total, 0))
-        return result
-
-    def compact_log(self, log_id: int, kind: str) -> int:
-        """Storage thread: copy a log's live entries to the current log, then delete it.
-
-        Returns the bytes freed. Rolls first when asked to compact the current log.
-        """
-        if log_id == self.entry_logger.current_log_id:
-            self.entry_logger.roll_if_used()
-            if log_id == self.entry_logger.current_log_id:
-                return 0
-        size_before = os.path.getsize(self.entry_logger.path(log_id))
-        live_ledgers = self.log_ledger_bytes.get(log_id, {})
-        locations = []
-        touched: dict[tuple[int, int], int] = {}
-        copied = 0
-        if live_ledgers:
-            for offset, ledger_id, entry_id, data in self.entry_logger.scan(log_id):
-                if ledger_id not in live_ledgers:
-                    continue
-                if self.index.get_location(ledger_id, entry_id) != ((log_id << 32) | offset):
-                    continue  # superseded by a later copy, or dropped
-                loc = self.entry_logger.append(data)
-                locations.append((ledger_id, entry_id, loc))
-                new_log = split_location(loc)[0]
-                per_log = self.log_ledger_bytes.setdefault(new_log, {})
-                per_log[ledger_id] = per_log.get(ledger_id, 0) + RECORD_LENGTH.size + len(data)
-                touched[(new_log, ledger_id)] = per_log[ledger_id]
-                copied += RECORD_LENGTH.size + len(data)
-            if locations:
-                self.entry_logger.sync()
-        for ledger_id in live_ledgers:
-            touched[(log_id, ledger_id)] = 0
-        self.index.write(locations, {}, touched, None)
-        self.log_ledger_bytes.pop(log_id, None)
-        self.entry_logger.delete(log_id)
-        METRICS.compaction_bytes.labels(kind).inc(copied)
-        METRICS.compaction_reclaimed_bytes.labels(kind).inc(max(0, size_before - copied))
-        METRICS.entry_logs_deleted.inc()
-        logger.info(
-            "compaction_done kind=%s log_id=%d copied_bytes=%d freed_bytes=%d",
-            kind,
-            log_id,
-            copied,
-            size_before - copied,
-        )
-        return size_before - copied
 
     # ------------------------------------------------------------------ shutdown
 

@@ -17,6 +17,7 @@ import concurrent.futures
 import json
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -53,13 +54,29 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     config = bookie_config.from_args(args)
+    import prometheus_client
     import uvloop
+
+    prometheus_client.disable_created_metrics()  # `*_created` series: noise for a server
 
     try:
         return uvloop.run(Bookie(config).main())
     except cookie.CookieMismatchError as e:
         print(f"blobstore: error: {e}", file=sys.stderr)
         return EXIT_COOKIE_MISMATCH
+
+
+def raise_open_files_limit() -> None:
+    """Every entry log stays open for reads: lift the soft fd limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        logger.info("open files limit raised from=%d to=%d", soft, target)
+    except (ValueError, OSError) as e:
+        logger.warning("open files limit stays at %d: %s", soft, e)
 
 
 def write_ready_file(path: str, content: dict[str, Any]) -> None:
@@ -84,6 +101,7 @@ class Bookie:
         self.storage: LedgerStorage | None = None
         self.server: BookieServer | None = None
         self.registration: Registration | None = None
+        self.journal: Journal | None = None
 
     # ------------------------------------------------------------------ state shown to others
 
@@ -132,6 +150,7 @@ class Bookie:
     async def main(self) -> int:
         config = self.config
         loop = asyncio.get_running_loop()
+        raise_open_files_limit()
         for directory in (config.journal_dir, config.ledger_dir):
             os.makedirs(directory, exist_ok=True)
         try:
@@ -157,6 +176,8 @@ class Bookie:
         self, zk: ZooKeeperClient, sock: socket.socket, loop: asyncio.AbstractEventLoop
     ) -> int:
         config = self.config
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stopping.set)
         await cookie.verify_or_create(zk, self.bookie_id, config.journal_dir, config.ledger_dir)
 
         storage = await asyncio.to_thread(
@@ -180,6 +201,7 @@ class Bookie:
         await asyncio.to_thread(journal.open_new_file)
         await asyncio.to_thread(journal.delete_files_before, storage.mark[0])
         journal.before_write = storage.wait_for_room
+        self.journal = journal
         storage.journal = journal
         journal.start()
         METRICS.ledgers.set(len(storage.states))
@@ -190,6 +212,7 @@ class Bookie:
             journal=journal,
             connections_max=config.connections_max,
             connection_in_flight_max=config.connection_in_flight_max,
+            connection_reads_in_flight_max=config.connection_reads_in_flight_max,
             in_flight_bytes_max=config.in_flight_bytes_max,
             long_poll_waiters_max=config.long_poll_waiters_max,
             info=self.info,
@@ -198,7 +221,12 @@ class Bookie:
         await self.check_disk()
         tcp_server = await loop.create_server(self.server.new_connection, sock=sock)
         self.http = HttpAdmin(self.admin_info, lambda: journal.failure is None)
-        await self.http.start(config.host, config.http_port)
+        try:
+            await self.http.start(config.host, config.http_port)
+        except OSError as e:
+            raise UsageError(
+                f"cannot bind http port {config.host}:{config.http_port}: {e.strerror}"
+            ) from None
 
         self.registration = Registration(
             zk, self.bookie_id, self.registration_payload, config.registration_refresh_s
@@ -209,8 +237,6 @@ class Bookie:
         self.spawn(self.checkpoint_loop(), "checkpoint")
         self.spawn(self.disk_loop(), "disk-check")
         self.spawn(gc.run(), "gc")
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self.stopping.set)
         if config.ready_file:
             write_ready_file(
                 config.ready_file,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -45,6 +46,20 @@ from s3api.sigv4 import authenticate
 
 logger = logging.getLogger(__name__)
 
+# The request being served by the current task: log lines written on its behalf anywhere
+# (object layer, catalog, ledger client) get `request_id=...` appended.
+current_request_id: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "current_request_id", default=""
+)
+
+
+class RequestIdLogFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        request_id = current_request_id.get()
+        if request_id and isinstance(record.msg, str) and "request_id=" not in record.msg:
+            record.msg = f"{record.msg} request_id={request_id}"
+        return True
+
 
 def _has_body(scope: Scope) -> bool:
     for name, value in scope["headers"]:
@@ -70,6 +85,9 @@ class Gateway:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        for handler in logging.getLogger().handlers:
+            if not any(isinstance(f, RequestIdLogFilter) for f in handler.filters):
+                handler.addFilter(RequestIdLogFilter())
         await self.store.start()
         self.started = True
         self._write_ready_file()
@@ -133,6 +151,7 @@ class Gateway:
             await send(message)
 
         metrics.IN_FLIGHT.inc()
+        current_request_id.set(request_id)
         try:
             await self._handle(scope, counting_receive, stamped_send, request_id, host_id, state)
         finally:

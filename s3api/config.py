@@ -50,10 +50,6 @@ class GatewayConfig:
     timeout_graceful_shutdown_s: int = 30
     timeout_keep_alive_s: int = 5
     backlog: int = 2048
-    # Largest signed clock skew accepted.
-    clock_skew_s_max: int = 900
-    # Chunk size of GET responses (one entry is cut into pieces of this size at most).
-    metrics_dir: str | None = None
     objects: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
 
     def __post_init__(self) -> None:
@@ -72,6 +68,10 @@ class GatewayConfig:
             raise UsageError(
                 "no users: set BLOBSTORE_ACCESS_KEY and BLOBSTORE_SECRET_KEY or pass --users-file"
             )
+        if not 1 <= self.backlog <= 65535:
+            raise UsageError(f"BLOBSTORE_GATEWAY_BACKLOG={self.backlog}: must be 1..65535")
+        if self.timeout_graceful_shutdown_s < 0 or self.timeout_keep_alive_s < 0:
+            raise UsageError("BLOBSTORE_GATEWAY_GRACEFUL_SHUTDOWN_S and _KEEP_ALIVE_S must be >= 0")
         if not 1 <= self.limit_concurrency <= 1_000_000:
             raise UsageError(
                 f"BLOBSTORE_GATEWAY_LIMIT_CONCURRENCY={self.limit_concurrency}: must be 1..1000000"
@@ -154,7 +154,6 @@ def config_from_args(args: Any, environ: Mapping[str, str] | None = None) -> Gat
         limit_concurrency=_env_int(environ, "BLOBSTORE_GATEWAY_LIMIT_CONCURRENCY", 1024),
         timeout_graceful_shutdown_s=_env_int(environ, "BLOBSTORE_GATEWAY_GRACEFUL_SHUTDOWN_S", 30),
         timeout_keep_alive_s=_env_int(environ, "BLOBSTORE_GATEWAY_KEEP_ALIVE_S", 5),
-        clock_skew_s_max=_env_int(environ, "BLOBSTORE_GATEWAY_CLOCK_SKEW_S_MAX", 900),
-        metrics_dir=environ.get("PROMETHEUS_MULTIPROC_DIR") or None,
+        backlog=_env_int(environ, "BLOBSTORE_GATEWAY_BACKLOG", 2048),
         objects=ObjectStoreConfig.from_env(environ),
     )

@@ -28,13 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="ZooKeeper connect string host:port[/chroot] (env BLOBSTORE_ZK)",
     )
     parser.add_argument("--host", default=os.environ.get("BLOBSTORE_GATEWAY_HOST", "127.0.0.1"))
+    # String defaults go through `type`, so a bad variable is a one-line usage error.
     parser.add_argument(
-        "--port", type=int, default=int(os.environ.get("BLOBSTORE_GATEWAY_PORT", "9000"))
+        "--port", type=int, default=os.environ.get("BLOBSTORE_GATEWAY_PORT", "9000")
     )
     parser.add_argument(
         "--workers",
         type=int,
-        default=int(os.environ.get("BLOBSTORE_GATEWAY_WORKERS", "1")),
+        default=os.environ.get("BLOBSTORE_GATEWAY_WORKERS", "1"),
         help="worker processes (default 1)",
     )
     parser.add_argument("--tls-cert", default=os.environ.get("BLOBSTORE_TLS_CERT"))

@@ -20,14 +20,20 @@ from s3api.errors import S3Error
 
 UNSUPPORTED_SUBRESOURCES = frozenset(
     {
+        "abac",
         "accelerate",
         "acl",
         "analytics",
+        "annotation",
         "encryption",
         "intelligent-tiering",
         "inventory",
         "legal-hold",
         "logging",
+        "metadataAnnotationTable",
+        "metadataConfiguration",
+        "metadataInventoryTable",
+        "metadataJournalTable",
         "metadataTable",
         "metrics",
         "notification",
@@ -135,8 +141,10 @@ def _bucket_operation(method: str, query: Mapping[str, str]) -> str:
             if name in query:
                 return operation
         return "DeleteBucket"
-    if method == "POST" and "delete" in query:
-        return "DeleteObjects"
+    if method == "POST":
+        if "delete" in query:
+            return "DeleteObjects"
+        raise S3Error("NotImplemented", "POST uploads (browser forms) are not implemented")
     raise S3Error("MethodNotAllowed", Method=method, ResourceType="BUCKET")
 
 

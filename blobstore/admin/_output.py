@@ -13,11 +13,13 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import uvloop
+from kazoo.exceptions import KazooException
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -53,17 +55,49 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_async(main: Callable[[], Awaitable[T]]) -> T:
-    """Run one admin coroutine on a fresh uvloop event loop."""
+    """Run one admin coroutine on a fresh uvloop event loop.
+
+    Errors of concurrent work arrive as exception groups: the first leaf is raised, so a
+    user mistake stays one line. A ZooKeeper that stops answering mid-run is one line too.
+    """
 
     async def wrapper() -> T:
         return await main()
 
-    return uvloop.run(wrapper())
+    try:
+        return uvloop.run(wrapper())
+    except BaseExceptionGroup as group:
+        first = _first_leaf(group)
+        if isinstance(first, KazooException | UsageError):
+            raise _as_usage_error(first) from None
+        raise first from group
+    except KazooException as e:
+        raise _as_usage_error(e) from None
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:  # type: ignore[type-arg]
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first
+
+
+def _as_usage_error(error: BaseException) -> UsageError:
+    if isinstance(error, UsageError):
+        return error
+    return UsageError(f"ZooKeeper request failed: {error!r}")
 
 
 @contextlib.asynccontextmanager
 async def admin_session(zk_hosts: str) -> AsyncIterator[ZooKeeperClient]:
-    """A started ZooKeeper session, stopped on exit; unreachable -> UsageError."""
+    """A started ZooKeeper session, stopped on exit; unreachable -> UsageError.
+
+    kazoo's connection chatter is kept off the operator's terminal unless --log-level
+    is DEBUG.
+    """
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
+        logging.getLogger("blobstore.zk").setLevel(logging.WARNING)
     zk = ZooKeeperClient(zk_hosts)
     try:
         await zk.start(timeout_s=ZK_CONNECT_TIMEOUT_S)

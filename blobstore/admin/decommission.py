@@ -228,14 +228,21 @@ class DecommissionOp:
             outcome = await self._move_ledger(ledger_id)
         except NoSuchLedgerError:
             outcome = LedgerOutcome(ledger_id, "deleted")
-        except (LedgerError, SegmentCopyError, MetadataFormatError, BookieError) as e:
+        except (
+            LedgerError,
+            SegmentCopyError,
+            MetadataFormatError,
+            BookieError,
+            BookieUnavailableError,
+            TimeoutError,
+        ) as e:
             logger.warning(
                 "event=decommission_ledger_failed bookie=%s ledger_id=%d error=%s",
                 self.bookie_id,
                 ledger_id,
                 e,
             )
-            outcome = LedgerOutcome(ledger_id, "failed", str(e))
+            outcome = LedgerOutcome(ledger_id, "failed", str(e) or repr(e))
         if outcome.status != "not_on_bookie":
             self.outcomes.append(outcome)
 

@@ -9,7 +9,7 @@ ledger and entry ids). Findings:
   closed ledger, or one of whose entries no bookie holds with a valid digest (data loss);
 - under-replicated entry: fewer than WQ good copies (a bookie lost or corrupted its copy,
   or is down); still readable, but one more fault away from loss;
-- divergent entry: two good copies with different bytes (never expected);
+- divergent entry: two good copies with different payloads (never expected);
 - unreferenced ledger: a CLOSED ledger that nothing references (garbage the maintenance
   job deletes; reported, but a failure only with --strict);
 - open ledger: OPEN or IN_RECOVERY, with its writer and whether that writer is alive
@@ -62,7 +62,7 @@ from blobstore.ledger.ledger_manager import LedgerManager
 from blobstore.ledger.ledger_metadata import LedgerMetadata, MetadataFormatError
 from blobstore.objects.ledger_sweeper import GATEWAYS_PATH
 from blobstore.zk import ZooKeeperClient
-from bookie.protocol import CorruptEntryError, Entry
+from bookie.protocol import ENTRY_HEADER_BYTES, CorruptEntryError, Entry
 
 logger = logging.getLogger(__name__)
 
@@ -244,9 +244,9 @@ class FsckOp:
             await for_each(ledger_ids, self._load_metadata, self._concurrency, advance)
         self.report.ledgers = sum(1 for m in self._metadata.values() if m is not None)
 
-        # Walk the catalog: which entries of which ledgers are referenced, and by whom.
-        referenced: dict[tuple[int, int], list[tuple[Holder, Extent]]] = defaultdict(list)
-        referenced_ledgers: set[int] = set()
+        # Walk the catalog: which extents of which ledgers are referenced, and by whom.
+        # Memory is O(extents); entries are generated from the extents when checked.
+        by_ledger: dict[int, list[tuple[Holder, Extent]]] = defaultdict(list)
         suspects: list[Dangling] = []
         names = await bucket_names(self._catalog, self._bucket)
         self.report.buckets = len(names)
@@ -259,50 +259,71 @@ class FsckOp:
                         self.report.object_versions += 1
                     for extent in found.extents:
                         self.report.extents += 1
-                        referenced_ledgers.add(extent.ledger_id)
                         problem = await self._extent_problem(extent)
                         if problem is not None:
                             suspects.append(Dangling(found.holder, extent, *problem))
-                            continue
-                        for entry_id in range(extent.first_entry, extent.last_entry + 1):
-                            referenced[(extent.ledger_id, entry_id)].append((found.holder, extent))
+                        else:
+                            by_ledger[extent.ledger_id].append((found.holder, extent))
                     advance(1)
 
-        # Read every copy of every referenced entry.
-        checks: list[EntryCheck] = []
+        # Read every copy of every referenced entry (each entry once, however many
+        # extents share it); keep only the entries with a problem.
+        ranges = {ledger_id: _merged_ranges(refs) for ledger_id, refs in by_ledger.items()}
+        entry_count = sum(last - first + 1 for r in ranges.values() for first, last in r)
+        problems: list[EntryCheck] = []
+        vanished: set[int] = set()  # ledgers deleted while their entries were checked
 
         async def check(key: tuple[int, int]) -> None:
-            checks.append(await self._check_entry(*key))
-
-        with self._output.progress("entries", len(referenced)) as advance:
-            await for_each(sorted(referenced), check, self._concurrency, advance)
-        for index, result in enumerate(checks):
+            result = await self._check_entry(*key)
+            if result is None:
+                vanished.add(key[0])
+                return
             if result.good < result.write_quorum or result.divergent:
                 # The ledger may have changed while we read (an ensemble change of an
                 # open ledger, a deletion): look again with fresh metadata.
                 rechecked = await self._recheck(result)
                 if rechecked is None:
-                    continue
-                checks[index] = result = rechecked
+                    vanished.add(key[0])
+                    return
+                result = rechecked
             self.report.entries_checked += 1
             self.report.copies_checked += len(result.copies)
             self.report.corrupt_copies += sum(1 for o in result.copies.values() if o == CORRUPT)
+            if result.good < result.write_quorum or result.divergent:
+                problems.append(result)
+
+        keys = (
+            (ledger_id, entry_id)
+            for ledger_id in sorted(ranges)
+            for first, last in ranges[ledger_id]
+            for entry_id in range(first, last + 1)
+        )
+        with self._output.progress("entries", entry_count) as advance:
+            await for_each(keys, check, self._concurrency, advance)
+        problems.sort(key=lambda e: (e.ledger_id, e.entry_id))
+        for result in problems:
             if result.good == 0:
-                for holder, extent in referenced[(result.ledger_id, result.entry_id)]:
-                    outcomes = ", ".join(f"{b}={o}" for b, o in sorted(result.copies.items()))
-                    suspects.append(
-                        Dangling(
-                            holder,
-                            extent,
-                            ENTRY_LOST,
-                            f"entry {result.entry_id} has no good copy ({outcomes})",
+                outcomes = ", ".join(f"{b}={o}" for b, o in sorted(result.copies.items()))
+                for holder, extent in by_ledger[result.ledger_id]:
+                    if extent.first_entry <= result.entry_id <= extent.last_entry:
+                        suspects.append(
+                            Dangling(
+                                holder,
+                                extent,
+                                ENTRY_LOST,
+                                f"entry {result.entry_id} has no good copy ({outcomes})",
+                            )
                         )
-                    )
             elif result.good < result.write_quorum:
                 self.report.under_replicated.append(result)
             if result.divergent:
                 self.report.divergent.append(result)
-        self.report.under_replicated.sort(key=lambda e: (e.ledger_id, e.entry_id))
+        for ledger_id in sorted(vanished):
+            for holder, extent in by_ledger[ledger_id]:
+                suspects.append(
+                    Dangling(holder, extent, LEDGER_MISSING, f"ledger {ledger_id} was deleted")
+                )
+        referenced_ledgers = set(by_ledger) | {s.extent.ledger_id for s in suspects}
 
         # Confirm each dangling reference against the catalog as it is now.
         seen: set[tuple[Holder, Extent]] = set()
@@ -326,7 +347,8 @@ class FsckOp:
             self._metadata[ledger_id] = None
         except MetadataFormatError as e:
             self._metadata[ledger_id] = None
-            self.report.bad_metadata.append({"ledger_id": ledger_id, "error": str(e)})
+            if all(b["ledger_id"] != ledger_id for b in self.report.bad_metadata):
+                self.report.bad_metadata.append({"ledger_id": ledger_id, "error": str(e)})
 
     async def _metadata_for(self, ledger_id: int) -> LedgerMetadata | None:
         if ledger_id not in self._metadata:  # created after the listing
@@ -334,8 +356,8 @@ class FsckOp:
         return self._metadata[ledger_id]
 
     async def _ledger_now_exists(self, ledger_id: int) -> bool:
-        self._metadata.pop(ledger_id, None)
-        return await self._metadata_for(ledger_id) is not None
+        await self._load_metadata(ledger_id)
+        return self._metadata[ledger_id] is not None
 
     async def _extent_problem(self, extent: Extent) -> tuple[str, str] | None:
         """(kind, reason) when the extent cannot be read from its ledger's metadata."""
@@ -349,9 +371,12 @@ class FsckOp:
             )
         return None
 
-    async def _check_entry(self, ledger_id: int, entry_id: int) -> EntryCheck:
-        metadata = self._metadata[ledger_id]
-        assert metadata is not None, ledger_id
+    async def _check_entry(self, ledger_id: int, entry_id: int) -> EntryCheck | None:
+        """Every copy of one entry read and verified; None if the ledger is gone (deleted
+        while fsck runs: its references are confirmed against the catalog later)."""
+        metadata = self._metadata.get(ledger_id)
+        if metadata is None:
+            return None
         bookies = write_set_bookies(
             entry_id, metadata.ensemble_for(entry_id), metadata.write_quorum
         )
@@ -362,7 +387,9 @@ class FsckOp:
             outcome, data = await read_verified(self._pool, bookie_id, ledger_id, entry_id)
             result.copies[bookie_id] = outcome
             if data is not None:
-                digests.add(hashlib.sha256(data).digest())
+                # Payload only: a recovery re-adds entries with the LAC it knows, so
+                # good copies may differ in their header's LAC, never in their bytes.
+                digests.add(hashlib.sha256(memoryview(data)[ENTRY_HEADER_BYTES:]).digest())
 
         await asyncio.gather(*(read_copy(b) for b in bookies))
         result.divergent = len(digests) > 1
@@ -370,8 +397,8 @@ class FsckOp:
 
     async def _recheck(self, result: EntryCheck) -> EntryCheck | None:
         """The entry checked again against fresh metadata; None if its ledger is gone."""
-        self._metadata.pop(result.ledger_id, None)
-        if await self._metadata_for(result.ledger_id) is None:
+        await self._load_metadata(result.ledger_id)  # replaces the cached copy
+        if self._metadata[result.ledger_id] is None:
             return None
         return await self._check_entry(result.ledger_id, result.entry_id)
 
@@ -551,6 +578,17 @@ def render(output: Output, report: FsckReport) -> None:
         f"({report.entries_checked} entries, {report.copies_checked} copies, "
         f"{report.seconds:.1f}s)"
     )
+
+
+def _merged_ranges(refs: list[tuple[Holder, Extent]]) -> list[tuple[int, int]]:
+    """The entry ranges the extents cover, sorted and merged (overlaps counted once)."""
+    merged: list[tuple[int, int]] = []
+    for first, last in sorted((e.first_entry, e.last_entry) for _, e in refs):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return merged
 
 
 def _flag(ok: bool) -> str:

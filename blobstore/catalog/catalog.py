@@ -175,11 +175,12 @@ class Catalog:
                 await self.zk.sync(self.paths.bucket(name))
                 _, bucket_version = await self.index.bucket_state(name, fresh=True)
                 page_map = await self.index.page_map(name, fresh=True)
-                pages = await asyncio.gather(
-                    *(self.index.read_page(name, p) for p in page_map.page_ids)
-                )
-                if any(p is not None and p.keys for p in pages):
-                    raise BucketNotEmptyError(name, "objects")
+                pages = []
+                for page_id in page_map.page_ids:  # stops at the first page holding keys
+                    page = await self.index.read_page(name, page_id)
+                    if page is not None and page.keys:
+                        raise BucketNotEmptyError(name, "objects")
+                    pages.append(page)
                 if await self.zk.get_children(self.paths.bucket_uploads(name)):
                     raise BucketNotEmptyError(name, "multipart uploads")
                 operations: list[tuple[str, tuple[Any, ...]]] = []
@@ -243,7 +244,7 @@ class Catalog:
         if not record.last_modified:
             record = replace(record, last_modified=time.time())
         candidate = replace(record, version_id=versioning.new_version_id(), is_latest=False)
-        record_bytes_max = self.config.record_bytes_max
+        candidate_dict = candidate.to_dict()
 
         def apply(versions: versioning.VersionList, bucket: BucketRecord) -> tuple[Any, Any]:
             outcome = versioning.apply_put(
@@ -252,7 +253,7 @@ class Catalog:
                 bucket.versioning,
                 if_match=if_match,
                 if_none_match=if_none_match,
-                record_bytes_max=record_bytes_max,
+                record_dict=candidate_dict,
             )
             assert outcome.record is not None
             return (
@@ -301,10 +302,9 @@ class Catalog:
             new.key,
             new.version_id,
         ), "swap_object replaces one version with a record of the same version"
-        record_bytes_max = self.config.record_bytes_max
 
         def apply(versions: versioning.VersionList, _bucket: BucketRecord) -> tuple[Any, Any]:
-            result, swapped = versioning.apply_swap(versions, expected, new, record_bytes_max)
+            result, swapped = versioning.apply_swap(versions, expected, new)
             return (result if result is not versions else None, swapped)
 
         swapped: bool = await self.index.submit(Mutation(expected.bucket, expected.key, apply))
@@ -473,7 +473,7 @@ class Catalog:
         if not record.last_modified:
             record = replace(record, last_modified=time.time())
         candidate = replace(record, version_id=versioning.new_version_id(), is_latest=False)
-        record_bytes_max = self.config.record_bytes_max
+        candidate_dict = candidate.to_dict()
         retry = self.index.retry_policy.start()
         attempted = False
         while True:
@@ -514,7 +514,7 @@ class Catalog:
                     bucket_record.versioning,
                     if_match=if_match,
                     if_none_match=if_none_match,
-                    record_bytes_max=record_bytes_max,
+                    record_dict=candidate_dict,
                 )
                 assert outcome.record is not None
                 return (

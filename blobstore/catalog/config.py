@@ -47,8 +47,11 @@ class CatalogConfig:
     cas_backoff_max_ms: float = 50.0
     # A mutation is re-routed to another page (after a split or merge) at most this often.
     reroutes_max: int = 32
-    # Page reads fetched ahead by listings.
-    list_prefetch_pages: int = 2
+    # A commit queue reuses the page it last wrote for this long instead of reading it
+    # again (a stale copy only costs one failed compare-and-set); idle queues beyond
+    # commit_queues_max are dropped.
+    page_cache_s: float = 0.5
+    commit_queues_max: int = 4096
     list_max_keys_max: int = 100_000
 
     def __post_init__(self) -> None:
@@ -67,7 +70,15 @@ class CatalogConfig:
             raise bad("page_fill_bytes", "must be in (0, page_split_bytes]")
         if not 0 < self.record_bytes_max <= self.page_split_bytes // 2:
             raise bad("record_bytes_max", "must be at most half of page_split_bytes")
-        for name in ("commit_queue_max", "commit_batch_max", "cas_attempts_max", "reroutes_max"):
+        if not 0 <= self.page_cache_s <= 60:
+            raise bad("page_cache_s", "must be in [0, 60]")
+        for name in (
+            "commit_queue_max",
+            "commit_batch_max",
+            "cas_attempts_max",
+            "reroutes_max",
+            "commit_queues_max",
+        ):
             if getattr(self, name) < 1:
                 raise bad(name, "must be at least 1")
         if self.cas_deadline_s <= 0:

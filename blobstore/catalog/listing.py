@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,15 +23,7 @@ from blobstore.catalog.object_index import ObjectIndex
 from blobstore.catalog.page import IndexPage
 from blobstore.catalog.records import ListResult, ObjectRecord, VersionListResult
 
-_decoder = json.JSONDecoder()
-
-
-def latest_version(line: bytes) -> dict[str, Any]:
-    """The first (newest) version of a version line, without decoding the others."""
-    text = line.decode("utf-8")
-    value, _ = _decoder.raw_decode(text, 1)
-    assert isinstance(value, dict), type(value)
-    return value
+_DECODE_CHUNK_KEYS = 256
 
 
 class KeyWalker:
@@ -44,6 +35,21 @@ class KeyWalker:
         self._page: IndexPage | None = None
         self._i = 0
         self._prefetch: tuple[str, asyncio.Task[IndexPage]] | None = None
+        self._decoded: tuple[IndexPage, int, list[list[dict[str, Any]]]] | None = None
+
+    def versions(self, page: IndexPage, index: int) -> list[dict[str, Any]]:
+        """Key `index` of `page`, decoded. Lines are decoded in chunks (one json call per
+        chunk, far cheaper than one per key), from the first key asked for."""
+        decoded = self._decoded
+        if (
+            decoded is None
+            or decoded[0] is not page
+            or not decoded[1] <= index < decoded[1] + len(decoded[2])
+        ):
+            end = min(index + _DECODE_CHUNK_KEYS, len(page.lines))
+            decoded = (page, index, page.decode_lines(index, end))
+            self._decoded = decoded
+        return decoded[2][index - decoded[1]]
 
     async def next(self) -> tuple[str, IndexPage, int] | None:
         while True:
@@ -152,7 +158,7 @@ async def list_objects(
             key, page, i = item
             if key == exclusive:
                 continue
-            latest = latest_version(page.lines[i])
+            latest = walker.versions(page, i)[0]
             if latest.get("dm", False):
                 continue  # deleted keys are not listed and roll up into nothing
             common = _common_prefix(prefix, delimiter, key)
@@ -248,7 +254,7 @@ async def iter_records(
                 for record in page.records(bucket, i):
                     yield record
                 continue
-            latest = latest_version(page.lines[i])
+            latest = walker.versions(page, i)[0]
             if not latest.get("dm", False):
                 yield ObjectRecord.from_dict(bucket, key, latest, is_latest=True)
     finally:

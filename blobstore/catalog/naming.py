@@ -20,6 +20,19 @@ _FORBIDDEN_SUFFIXES = ("-s3alias", "--ol-s3", "--x-s3", "--table-s3", ".mrap")
 
 def validate_bucket_name(name: str) -> None:
     """Raise InvalidBucketNameError unless `name` follows the S3 general purpose rules."""
+    if name in _valid_names:
+        return
+    _check_bucket_name(name)
+    if len(_valid_names) >= _VALID_NAMES_MAX:
+        _valid_names.clear()
+    _valid_names.add(name)
+
+
+_VALID_NAMES_MAX = 4096
+_valid_names: set[str] = set()  # names already checked (every request checks its bucket)
+
+
+def _check_bucket_name(name: str) -> None:
     if not isinstance(name, str):
         raise InvalidBucketNameError(repr(name), "not a string")
     if not 3 <= len(name) <= 63:

@@ -34,6 +34,7 @@ class ObjectIndex:
     def __init__(self, zk: ZooKeeperClient, config: CatalogConfig, paths: CatalogPaths) -> None:
         self.zk = zk
         self.config = config
+        self._map_watchers: dict[str, Any] = {}
         self.paths = paths
         self.retry_policy = CasRetryPolicy(
             config.cas_attempts_max,
@@ -91,30 +92,35 @@ class ObjectIndex:
             return cached
         metrics.PAGE_MAP_LOADS.labels("fresh" if fresh else "miss").inc()
         self._stale_maps.discard(bucket)
-        loop = self._loop
+        changed = self._map_watchers.get(bucket)
+        if changed is None:
+            loop = self._loop
 
-        def changed(_event: Any) -> None:  # kazoo thread: hand over to the loop
-            if loop is not None and not loop.is_closed():
-                loop.call_soon_threadsafe(self._stale_maps.add, bucket)
+            def changed(_event: Any) -> None:  # kazoo thread: hand over to the loop
+                if loop is not None and not loop.is_closed():
+                    loop.call_soon_threadsafe(self._stale_maps.add, bucket)
 
+            # One watcher per bucket: kazoo keeps a set of them per path.
+            self._map_watchers[bucket] = changed
         try:
             value = await self.zk.get(self.paths.page_map(bucket), watch=changed)
         except NoNodeError:
             self._maps.pop(bucket, None)
             raise NoSuchBucketError(bucket) from None
         page_map = PageMap.decode(value.value, value.version)
-        current = self._maps.get(bucket)
-        if current is None or current.version <= page_map.version:
-            self._maps[bucket] = page_map
+        # Reads of one session are monotonic: what was just read is the newest known.
+        # (Versions are not compared: a bucket deleted and created again starts over.)
+        self._maps[bucket] = page_map
+        # Page ids learned from this map may belong to a new incarnation of the bucket,
+        # so the cached bucket record (whose znode version a commit checks) goes too.
+        self._buckets.pop(bucket, None)
         return page_map
 
     def mark_map_stale(self, bucket: str) -> None:
         self._stale_maps.add(bucket)
 
     def map_written(self, bucket: str, page_map: PageMap) -> None:
-        current = self._maps.get(bucket)
-        if current is None or current.version < page_map.version:
-            self._maps[bucket] = page_map
+        self._maps[bucket] = page_map
 
     # ------------------------------------------------------------------ pages
 
@@ -176,8 +182,12 @@ class ObjectIndex:
         self.track(asyncio.ensure_future(self.route(mutation, fresh=True)))
 
     def queue_idle(self, queue: PageCommitQueue) -> None:
-        if self._queues.get((queue.bucket, queue.page_id)) is queue:
-            del self._queues[(queue.bucket, queue.page_id)]
+        """Idle queues stay (with their cached page) until there are too many."""
+        if len(self._queues) <= self.config.commit_queues_max:
+            return
+        for key, candidate in list(self._queues.items()):
+            if candidate.idle:
+                del self._queues[key]
 
     def forget_page(self, bucket: str, page_id: str) -> None:
         queue = self._queues.get((bucket, page_id))

@@ -103,20 +103,31 @@ class IndexPage:
         return []
 
     def set_versions(self, key: str, versions: list[dict[str, Any]]) -> None:
+        self.set_line(key, encode_versions(versions) if versions else b"")
+
+    def set_line(self, key: str, line: bytes) -> None:
+        """Store a key's encoded version line; an empty line removes the key."""
         assert self.contains(key), (key, self.lo, self.hi)
         i = bisect.bisect_left(self.keys, key)
         present = i < len(self.keys) and self.keys[i] == key
-        if not versions:
+        if not line:
             if present:
                 del self.keys[i]
                 del self.lines[i]
             return
-        line = encode_versions(versions)
         if present:
             self.lines[i] = line
         else:
             self.keys.insert(i, key)
             self.lines.insert(i, line)
+
+    def decode_lines(self, start: int, end: int) -> list[list[dict[str, Any]]]:
+        """The versions of keys start..end-1, decoded in one call."""
+        if start >= end:
+            return []
+        value = json.loads(b"[" + b",".join(self.lines[start:end]) + b"]")
+        assert len(value) == end - start, (len(value), start, end)
+        return value  # type: ignore[no-any-return]
 
     def records(self, bucket: str, index: int) -> list[ObjectRecord]:
         key = self.keys[index]

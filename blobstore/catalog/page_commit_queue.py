@@ -38,7 +38,7 @@ from blobstore.catalog.errors import (
     NoSuchBucketError,
     RecordTooLargeError,
 )
-from blobstore.catalog.page import IndexPage, PageMap
+from blobstore.catalog.page import IndexPage, PageMap, encode_versions
 from blobstore.catalog.records import BucketRecord
 
 if TYPE_CHECKING:
@@ -83,9 +83,26 @@ class PageCommitQueue:
         self.index = index
         self.bucket = bucket
         self.page_id = page_id
-        self.page: IndexPage | None = None  # as last written or read by this queue
+        self.page: IndexPage | None = None  # as last written by this queue
+        self._page_written_at = 0.0
         self._waiting: deque[Mutation] = deque()
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def idle(self) -> bool:
+        return self._task is None and not self._waiting
+
+    def _cached_page(self) -> IndexPage | None:
+        if (
+            self.page is not None
+            and time.monotonic() - self._page_written_at > self.index.config.page_cache_s
+        ):
+            self.page = None
+        return self.page
+
+    def _remember(self, page: IndexPage) -> None:
+        self.page = page
+        self._page_written_at = time.monotonic()
 
     def submit(self, mutation: Mutation) -> None:
         if len(self._waiting) >= self.index.config.commit_queue_max:
@@ -138,6 +155,7 @@ class PageCommitQueue:
     async def _commit(self, batch: list[Mutation]) -> None:
         index = self.index
         retry = index.retry_policy.start()
+        record_bytes_max = index.config.record_bytes_max
         page: IndexPage | None = None
         pending = [m for m in batch if not m.future.done()]
         unknown_outcome = False
@@ -146,7 +164,11 @@ class PageCommitQueue:
                 bucket, bucket_version = await index.bucket_state(
                     self.bucket, fresh=retry.attempt > 1
                 )
-                page = self.page
+                page = self._cached_page()
+                if page is not None and not all(page.contains(m.key) for m in pending):
+                    # Another process split or merged this page after we cached it: only
+                    # a fresh read may send a mutation elsewhere.
+                    self.page = page = None
                 if page is None:
                     page = await index.read_page(self.bucket, self.page_id)
                 if page is None:  # merged away
@@ -166,7 +188,13 @@ class PageCommitQueue:
                         mutation.fail(e)
                         continue
                     if versions is not None:
-                        work.set_versions(mutation.key, versions)
+                        line = encode_versions(versions) if versions else b""
+                        try:
+                            _check_line_size(mutation.key, line, versions, record_bytes_max)
+                        except RecordTooLargeError as e:
+                            mutation.fail(e)
+                            continue
+                        work.set_line(mutation.key, line)
                         changed = True
                     applied.append((mutation, result))
                 pending = [m for m, _ in applied]
@@ -227,15 +255,15 @@ class PageCommitQueue:
             metrics.BATCH_SIZE.observe(len(applied))
             for mutation, result in applied:
                 mutation.succeed(result)
-            if written.encoded_size() < index.config.page_merge_bytes:
+            if written < index.config.page_merge_bytes:
                 await index.try_merge(self.bucket, self.page_id)
             return
 
     async def _write(
         self, page: IndexPage, work: IndexPage, bucket_version: int, batch: list[Mutation]
-    ) -> IndexPage:
-        """One compare-and-set of the page (split when it grew too large); returns the page
-        as written, its version updated."""
+    ) -> int:
+        """One compare-and-set of the page (split when it grew too large); returns the
+        encoded size of this page as written."""
         index = self.index
         paths = index.paths
         config = index.config
@@ -273,14 +301,15 @@ class PageCommitQueue:
             await index.zk.multi(operations)
             metrics.COMMITS.labels("page").inc()
             work.version = page.version + 1
-            self.page = work
-            return work
+            self._remember(work)
+            return len(encoded)
         assert page_map is not None
         for piece in pieces:
             piece.check()
         first, rest = pieces[0], pieces[1:]
+        first_encoded = first.encode()
         operations.append(
-            ("set", (paths.page(self.bucket, first.page_id), first.encode(), page.version))
+            ("set", (paths.page(self.bucket, first.page_id), first_encoded, page.version))
         )
         for piece in rest:
             operations.append(("create", (paths.page(self.bucket, piece.page_id), piece.encode())))
@@ -298,11 +327,11 @@ class PageCommitQueue:
             self.bucket, PageMap(new_map.bounds, new_map.page_ids, page_map.version + 1)
         )
         first.version = page.version + 1
-        self.page = first
+        self._remember(first)
         logger.debug(
             "index page split bucket=%s page=%s pieces=%d", self.bucket, work.page_id, len(pieces)
         )
-        return first
+        return len(first_encoded)
 
     async def _map_for_split(self, work: IndexPage) -> PageMap | None:
         """The page map, if it agrees with the page's range (read again when stale)."""
@@ -340,3 +369,17 @@ class PageCommitQueue:
     def _fail_all(self, pending: list[Mutation], error: CatalogError) -> None:
         for mutation in pending:
             mutation.fail(error)
+
+
+def _check_line_size(
+    key: str, line: bytes, versions: list[dict[str, Any]], record_bytes_max: int
+) -> None:
+    """One record at most record_bytes_max, one key's versions at most twice that, so a
+    page can always be split below the hard limit."""
+    if len(line) <= record_bytes_max:
+        return
+    if len(line) > 2 * record_bytes_max:
+        raise RecordTooLargeError(f"the versions of {key!r}", len(line), 2 * record_bytes_max)
+    newest = len(encode_versions(versions[:1]))
+    if newest > record_bytes_max:
+        raise RecordTooLargeError(f"record of {key!r}", newest, record_bytes_max)

@@ -34,7 +34,6 @@ from blobstore.catalog.retry import CasRetryPolicy
 from blobstore.zk import ZooKeeperClient
 
 _READ_CONCURRENCY = 64
-PARTS_MAX = 10_000
 
 
 def new_upload_id() -> str:

@@ -11,6 +11,7 @@ outcome (connection loss in the middle of a write) safe.
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -18,7 +19,6 @@ from typing import Any
 
 from blobstore.catalog.errors import (
     PreconditionFailedError,
-    RecordTooLargeError,
 )
 from blobstore.catalog.records import (
     NULL_VERSION_ID,
@@ -34,6 +34,7 @@ _TIME_MAX = (1 << (4 * _TIME_HEX_DIGITS)) - 1
 _TOKEN_HEX_DIGITS = 10
 _lock = threading.Lock()
 _last_micros = 0
+_token_random = random.Random(os.urandom(16))  # per process; ids need uniqueness only
 
 
 def new_version_id(now_s: float | None = None) -> str:
@@ -47,7 +48,8 @@ def new_version_id(now_s: float | None = None) -> str:
     with _lock:
         micros = max(micros, _last_micros + 1)
         _last_micros = micros
-    return f"{_TIME_MAX - micros:0{_TIME_HEX_DIGITS}x}{os.urandom(5).hex()}"
+        token = _token_random.getrandbits(4 * _TOKEN_HEX_DIGITS)
+    return f"{_TIME_MAX - micros:0{_TIME_HEX_DIGITS}x}{token:0{_TOKEN_HEX_DIGITS}x}"
 
 
 def _token(version_id: str) -> str:
@@ -93,46 +95,40 @@ def apply_put(
     *,
     if_match: str | None,
     if_none_match: bool,
-    record_bytes_max: int,
+    record_dict: dict[str, Any] | None = None,
 ) -> Outcome:
-    """Put `record` (its version_id a candidate from new_version_id())."""
+    """Put `record` (its version_id a candidate from new_version_id()). `record_dict` is
+    `record.to_dict()` when the caller has it (commit attempts reuse it)."""
+    base = record.to_dict() if record_dict is None else record_dict
+    bucket, key = record.bucket, record.key
     # Already applied by an earlier attempt whose outcome was unknown?
     if versioning == VERSIONING_ENABLED:
+        token = _token(record.version_id)
         for d in versions:
-            if d["v"] != NULL_VERSION_ID and _token(d["v"]) == _token(record.version_id):
-                return Outcome(
-                    versions,
-                    ObjectRecord.from_dict(record.bucket, record.key, d),
-                    [],
-                    changed=False,
-                )
+            if d["v"] != NULL_VERSION_ID and _token(d["v"]) == token:
+                return Outcome(versions, ObjectRecord.from_dict(bucket, key, d), [], changed=False)
     else:
-        null = replace(record, version_id=NULL_VERSION_ID, is_latest=False)
-        if versions and versions[0] == null.to_dict():
-            return Outcome(versions, null, [], changed=False)
+        null = {**base, "v": NULL_VERSION_ID}
+        if versions and versions[0] == null:
+            return Outcome(versions, ObjectRecord.from_dict(bucket, key, null), [], changed=False)
     latest = _latest_live(versions)
     if if_none_match and latest is not None:
-        raise PreconditionFailedError(f"{record.key!r} exists (If-None-Match: *)")
+        raise PreconditionFailedError(f"{key!r} exists (If-None-Match: *)")
     if if_match is not None:
         expected = if_match.strip().strip('"')
         if latest is None or (expected != "*" and latest.get("etag", "") != expected):
-            raise PreconditionFailedError(f"{record.key!r} does not match If-Match {if_match!r}")
+            raise PreconditionFailedError(f"{key!r} does not match If-Match {if_match!r}")
     if versioning == VERSIONING_ENABLED:
-        version_id = _order_before(record.version_id, versions)
-        new = replace(record, version_id=version_id, is_latest=False)
-        result = [new.to_dict(), *versions]
+        new = {**base, "v": _order_before(record.version_id, versions)}
+        result = [new, *versions]
         garbage: list[ObjectRecord] = []
     else:
-        new = replace(record, version_id=NULL_VERSION_ID, is_latest=False)
+        new = {**base, "v": NULL_VERSION_ID}
         garbage = [
-            g
-            for d in versions
-            if d["v"] == NULL_VERSION_ID
-            for g in _garbage(record.bucket, record.key, d)
+            g for d in versions if d["v"] == NULL_VERSION_ID for g in _garbage(bucket, key, d)
         ]
-        result = [new.to_dict(), *(d for d in versions if d["v"] != NULL_VERSION_ID)]
-    _check_size(record, result, record_bytes_max)
-    return Outcome(result, replace(new, is_latest=True), garbage)
+        result = [new, *(d for d in versions if d["v"] != NULL_VERSION_ID)]
+    return Outcome(result, ObjectRecord.from_dict(bucket, key, new, is_latest=True), garbage)
 
 
 def apply_delete(
@@ -195,7 +191,7 @@ def apply_delete(
 
 
 def apply_swap(
-    versions: VersionList, expected: ObjectRecord, new: ObjectRecord, record_bytes_max: int
+    versions: VersionList, expected: ObjectRecord, new: ObjectRecord
 ) -> tuple[VersionList, bool]:
     """Replace one version's record if it is still `expected` (compaction, tiering)."""
     assert expected.version_id == new.version_id, (expected.version_id, new.version_id)
@@ -210,15 +206,5 @@ def apply_swap(
             return versions, False
         result = list(versions)
         result[i] = target
-        _check_size(new, result, record_bytes_max)
         return result, True
     return versions, False
-
-
-def _check_size(record: ObjectRecord, versions: VersionList, limit: int) -> None:
-    size = len(record.encode())
-    if size > limit:
-        raise RecordTooLargeError(f"record of {record.key!r}", size, limit)
-    approx = sum(len(str(d)) for d in versions)
-    if approx > limit * 2:
-        raise RecordTooLargeError(f"the versions of {record.key!r}", approx, limit * 2)

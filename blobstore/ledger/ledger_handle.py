@@ -171,10 +171,7 @@ class LedgerHandle:
                 f"entry of {len(payload)} bytes exceeds {protocol.ENTRY_PAYLOAD_BYTES_MAX}",
                 ledger_id=self.ledger_id,
             )
-        if self._pending and (
-            len(self._pending) >= self._pending_adds_max
-            or self._pending_bytes + len(payload) > self._pending_bytes_max
-        ):
+        if self._is_full():
             self._capacity.clear()
             raise PendingAddsFullError(
                 f"ledger_id={self.ledger_id} has {len(self._pending)} adds "
@@ -223,23 +220,23 @@ class LedgerHandle:
 
     async def wait_for_capacity(self) -> None:
         """Return once `append` would accept another entry (or the handle failed)."""
-        while self._pending and (
-            len(self._pending) >= self._pending_adds_max
-            or self._pending_bytes >= self._pending_bytes_max
-        ):
+        while self._is_full():
             self._capacity.clear()
             await self._capacity.wait()
 
+    def _is_full(self) -> bool:
+        # The byte bound may be passed by one entry: refusing only once it is reached
+        # keeps `wait_for_capacity` and `append` in agreement for any entry size.
+        return bool(self._pending) and (
+            len(self._pending) >= self._pending_adds_max
+            or self._pending_bytes >= self._pending_bytes_max
+        )
+
     async def add_entry(self, payload: bytes) -> int:
         """Append and wait for the ack quorum (waits for room instead of refusing)."""
-        while True:
-            self._check_writable()
-            await self.wait_for_capacity()
-            try:
-                future = self.append(payload)
-            except PendingAddsFullError:
-                continue
-            return await future
+        self._check_writable()
+        await self.wait_for_capacity()
+        return await self.append(payload)  # not full: nothing ran since the wait
 
     def _send(self, op: PendingAddOp, slot: int, bookie_id: str) -> None:
         task = asyncio.create_task(self._send_to_bookie(op, slot, bookie_id))
@@ -311,16 +308,13 @@ class LedgerHandle:
             self.length = op.ledger_length
             self._pending_bytes -= op.payload_bytes
             metrics.PENDING_ADDS.dec()
-            metrics.ADDS.labels("ok").inc()
+            metrics.ADDS_OK.inc()
             metrics.ADD_BYTES.inc(op.payload_bytes)
             metrics.ADD_SECONDS.observe(time.monotonic() - op.started)
             if not op.future.done():
                 op.future.set_result(op.entry_id)
         assert self.last_add_confirmed <= self._last_add_pushed
-        if (
-            len(self._pending) < self._pending_adds_max
-            and self._pending_bytes < self._pending_bytes_max
-        ):
+        if not self._is_full():
             self._capacity.set()
 
     def _fail(self, error: LedgerError) -> None:
@@ -338,7 +332,7 @@ class LedgerHandle:
         self._pending_bytes = 0
         for op in pending:
             metrics.PENDING_ADDS.dec()
-            metrics.ADDS.labels("unknown").inc()
+            metrics.ADDS_UNKNOWN.inc()
             if not op.future.done():
                 op.future.set_exception(self._error)
                 op.future.exception()  # retrieved here: callers may drop futures

@@ -34,3 +34,10 @@ RECOVERIES = Counter(
 RECOVERED_ENTRIES = Counter(
     "blobstore_ledger_recovered_entries_total", "Entries re-replicated by recoveries"
 )
+
+# Children bound once: label lookups on the per-entry paths cost more than the increment.
+ADDS_OK = ADDS.labels("ok")
+ADDS_UNKNOWN = ADDS.labels("unknown")
+READS_OK = READS.labels("ok")
+READS_NOT_FOUND = READS.labels("not_found")
+READS_FAILED = READS.labels("failed")

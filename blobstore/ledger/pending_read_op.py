@@ -101,7 +101,7 @@ class PendingReadOp:
                     bookie_id = tasks.pop(task)
                     entry = self._accept(task, bookie_id, errors)
                     if entry is not None:
-                        metrics.READS.labels("ok").inc()
+                        metrics.READS_OK.inc()
                         metrics.READ_SECONDS.observe(time.monotonic() - started)
                         return entry
                 if not tasks and next_replica < len(self.replicas):
@@ -153,13 +153,13 @@ class PendingReadOp:
 
     def _fail(self, errors: list[BaseException]) -> protocol.Entry:
         if errors and all(isinstance(e, NoSuchEntryError | NoSuchLedgerError) for e in errors):
-            metrics.READS.labels("not_found").inc()
+            metrics.READS_NOT_FOUND.inc()
             raise EntryNotFoundError(
                 f"ledger_id={self.ledger_id} entry_id={self.entry_id} on no replica "
                 f"of {self.replicas}",
                 ledger_id=self.ledger_id,
             )
-        metrics.READS.labels("failed").inc()
+        metrics.READS_FAILED.inc()
         raise ReadFailedError(
             f"ledger_id={self.ledger_id} entry_id={self.entry_id} unreadable from "
             f"{self.replicas}: {[str(e) for e in errors]}",

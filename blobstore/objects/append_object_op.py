@@ -25,6 +25,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from blobstore.catalog.records import Extent
+from blobstore.ledger import PendingAddsFullError
 from blobstore.objects.config import ObjectStoreConfig
 from blobstore.objects.errors import EntityTooLargeError
 from blobstore.objects.extents import check_extent
@@ -135,7 +136,18 @@ class AppendObjectOp:
         if self._writer is None:
             self._writer = await self._pool.acquire()
             self._ledger_id = self._writer.handle.ledger_id
-        self._pending.append(self._writer.handle.append(payload))
+        handle = self._writer.handle
+        while True:
+            try:
+                future = handle.append(payload)
+                break
+            except PendingAddsFullError:
+                await asyncio.wait_for(handle.wait_for_capacity(), APPEND_TIMEOUT_S)
+            except BaseException:
+                # Closed, fenced or failed handle: never hand it out again.
+                self._writer.failed = True
+                raise
+        self._pending.append(future)
         self._writer.bytes_appended += len(payload)
         self._appended_bytes += len(payload)
         OBJECT_BYTES_WRITTEN.inc(len(payload))

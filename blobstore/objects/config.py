@@ -94,7 +94,9 @@ class ObjectStoreConfig:
     @property
     def append_window_entries(self) -> int:
         """Entries one PUT keeps in flight (below the ledger handle's own bound)."""
-        return max(1, min(APPEND_WINDOW_ENTRIES_MAX, self.append_window_bytes // self.entry_size_bytes))
+        return max(
+            1, min(APPEND_WINDOW_ENTRIES_MAX, self.append_window_bytes // self.entry_size_bytes)
+        )
 
     @property
     def read_window_entries(self) -> int:

@@ -117,6 +117,8 @@ class LedgerSweeper:
         self._interval_s = interval_s
         self._owned_ledger_ids = owned_ledger_ids
         self._task: asyncio.Task[None] | None = None
+        # CLOSED is final: those ledgers' metadata is never read again.
+        self._closed_ledger_ids: set[int] = set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="ledger-sweeper")
@@ -146,14 +148,17 @@ class LedgerSweeper:
         live.add(self._gateway_id)
         owned = self._owned_ledger_ids()
         recovered = []
-        for ledger_id in await self._client.list_ledger_ids():
-            if ledger_id in owned:
+        ledger_ids = await self._client.list_ledger_ids()
+        self._closed_ledger_ids.intersection_update(ledger_ids)
+        for ledger_id in ledger_ids:
+            if ledger_id in owned or ledger_id in self._closed_ledger_ids:
                 continue
             try:
                 metadata = await self._client.get_metadata(ledger_id)
             except NoSuchLedgerError:
                 continue
             if metadata.state == "CLOSED":
+                self._closed_ledger_ids.add(ledger_id)
                 continue
             writer = metadata.custom.get("writer", "")
             if metadata.custom.get("purpose") != PURPOSE or not writer or writer in live:

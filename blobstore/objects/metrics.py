@@ -39,3 +39,8 @@ ENTRY_APPEND_SECONDS = Histogram(
     "Time to append all entries of one object or part",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+PART_COPIES = Counter(
+    "blobstore_part_copies_total",
+    "UploadPartCopy parts: shared (entries referenced again) or copied (bytes rewritten)",
+    ["mode"],
+)

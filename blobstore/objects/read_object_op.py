@@ -24,6 +24,7 @@ from blobstore.objects.writer_pool import LEDGER_PASSWORD
 logger = logging.getLogger(__name__)
 
 READ_TIMEOUT_S = 60.0
+READ_BATCH_ENTRIES = 8
 OPEN_TIMEOUT_S = 30.0
 
 
@@ -67,16 +68,18 @@ class ReadHandleCache:
         self._handles.clear()
 
 
-async def read_entry(cache: ReadHandleCache, ledger_id: int, entry_id: int) -> bytes:
-    """One entry's payload; reopens the handle and retries once on a failed read."""
+async def read_entries(
+    cache: ReadHandleCache, ledger_id: int, first: int, last: int
+) -> list[bytes]:
+    """Payloads of entries first..last; reopens the handle and retries once on failure."""
     for attempt in range(2):
         handle = await cache.get(ledger_id)
         try:
             payloads = await asyncio.wait_for(
-                handle.read_unconfirmed_entries(entry_id, entry_id), READ_TIMEOUT_S
+                handle.read_unconfirmed_entries(first, last), READ_TIMEOUT_S
             )
-            assert len(payloads) == 1, (ledger_id, entry_id, len(payloads))
-            return payloads[0]
+            assert len(payloads) == last - first + 1, (ledger_id, first, last, len(payloads))
+            return payloads
         except NoSuchLedgerError:
             cache.evict(ledger_id)
             raise
@@ -86,9 +89,10 @@ async def read_entry(cache: ReadHandleCache, ledger_id: int, entry_id: int) -> b
                 raise
             READ_RETRIES.labels(reason="reopen").inc()
             logger.info(
-                "event=read_handle_reopened ledger_id=%d entry_id=%d error=%r",
+                "event=read_handle_reopened ledger_id=%d first_entry=%d last_entry=%d error=%r",
                 ledger_id,
-                entry_id,
+                first,
+                last,
                 e,
             )
     raise AssertionError("unreachable")
@@ -97,49 +101,54 @@ async def read_entry(cache: ReadHandleCache, ledger_id: int, entry_id: int) -> b
 async def iter_spans(
     cache: ReadHandleCache, spans: Sequence[EntrySpan], window: int
 ) -> AsyncIterator[bytes]:
-    """The bytes of the spans in order, reading up to `window` entries ahead."""
+    """The bytes of the spans in order, reading up to `window` entries ahead, in batches
+    of consecutive entries (one ledger read call per batch, itself pipelined)."""
     assert window >= 1, window
+    batch = max(1, min(READ_BATCH_ENTRIES, window))
+    batches_max = max(1, window // batch)
     jobs = (
-        (span, entry_id)
+        (span, first, min(first + batch - 1, span.last_entry))
         for span in spans
-        for entry_id in range(span.first_entry, span.last_entry + 1)
+        for first in range(span.first_entry, span.last_entry + 1, batch)
     )
-    in_flight: deque[tuple[EntrySpan, int, asyncio.Task[bytes]]] = deque()
+    in_flight: deque[tuple[EntrySpan, int, asyncio.Task[list[bytes]]]] = deque()
 
     def fill() -> None:
-        while len(in_flight) < window:
+        while len(in_flight) < batches_max:
             job = next(jobs, None)
             if job is None:
                 return
-            span, entry_id = job
-            task = asyncio.ensure_future(read_entry(cache, span.ledger_id, entry_id))
-            in_flight.append((span, entry_id, task))
+            span, first, last = job
+            task = asyncio.ensure_future(read_entries(cache, span.ledger_id, first, last))
+            in_flight.append((span, first, task))
 
     remaining = {index: span.byte_count for index, span in enumerate(spans)}
     indexes = {id(span): index for index, span in enumerate(spans)}
     try:
         fill()
         while in_flight:
-            span, entry_id, task = in_flight.popleft()
-            payload = await task
+            span, first, task = in_flight.popleft()
+            payloads = await task
             fill()
             index = indexes[id(span)]
-            left = remaining[index]
-            skip = span.skip_bytes if entry_id == span.first_entry else 0
-            piece = payload[skip : skip + left]
-            if entry_id == span.last_entry:
-                consistent = len(piece) == left
-            else:
-                consistent = len(piece) == len(payload) - skip and len(piece) < left
-            if not consistent:
-                raise ShortEntryError(
-                    f"ledger_id={span.ledger_id} entry_id={entry_id} holds {len(payload)} "
-                    f"bytes; the record needs {left} more from offset {skip}"
-                )
-            remaining[index] = left - len(piece)
-            OBJECT_BYTES_READ.inc(len(piece))
-            if piece:
-                yield piece
+            for offset, payload in enumerate(payloads):
+                entry_id = first + offset
+                left = remaining[index]
+                skip = span.skip_bytes if entry_id == span.first_entry else 0
+                piece = payload[skip : skip + left]
+                if entry_id == span.last_entry:
+                    consistent = len(piece) == left
+                else:
+                    consistent = len(piece) == len(payload) - skip and len(piece) < left
+                if not consistent:
+                    raise ShortEntryError(
+                        f"ledger_id={span.ledger_id} entry_id={entry_id} holds {len(payload)} "
+                        f"bytes; the record needs {left} more from offset {skip}"
+                    )
+                remaining[index] = left - len(piece)
+                OBJECT_BYTES_READ.inc(len(piece))
+                if piece:
+                    yield piece
     finally:
         for _, _, task in in_flight:
             task.cancel()

@@ -23,6 +23,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from kazoo.protocol.states import KazooState
+
 from blobstore.catalog import Catalog
 from blobstore.catalog.records import (
     CommitResult,
@@ -38,7 +40,7 @@ from blobstore.objects.config import PART_BYTES_MAX, ObjectStoreConfig
 from blobstore.objects.errors import ObjectChangedError, ObjectUnavailableError
 from blobstore.objects.extents import plan_read, slice_extents
 from blobstore.objects.ledger_sweeper import GatewayRegistration, LedgerSweeper
-from blobstore.objects.metrics import COMMITS, READ_RETRIES
+from blobstore.objects.metrics import COMMITS, PART_COPIES, READ_RETRIES
 from blobstore.objects.multipart import choose_parts, multipart_etag
 from blobstore.objects.read_object_op import ReadHandleCache, iter_spans
 from blobstore.objects.writer_pool import LedgerWriterPool
@@ -98,6 +100,7 @@ class ObjectStore:
         await self._registration.start()
         self._pool = LedgerWriterPool(self._ledgers, self.config, self.gateway_id)
         self._pool.start()
+        self.zk.add_state_listener(self._session_state_changed)
         self._read_handles = ReadHandleCache(self._ledgers, self.config.read_handles_max)
         self._sweeper = LedgerSweeper(
             self.zk,
@@ -126,6 +129,13 @@ class ObjectStore:
         if self.zk is not None:
             await self.zk.stop()
         self._hash_executor.shutdown(wait=False)
+
+    def _session_state_changed(self, state: KazooState) -> None:
+        if state == KazooState.LOST and self._pool is not None:
+            logger.warning(
+                "event=zk_session_lost gateway_id=%s: retiring idle writer ledgers", self.gateway_id
+            )
+            self._pool.retire_idle(reason="session_lost")
 
     @property
     def catalog(self) -> Catalog:
@@ -318,6 +328,7 @@ class ObjectStore:
                 if observe is not None:
                     observe(piece)
             data = WrittenData(extents=shared, size=size, md5=md5.digest())
+            PART_COPIES.labels(mode="shared").inc()
         else:
 
             async def observed() -> AsyncIterator[bytes]:
@@ -327,6 +338,7 @@ class ObjectStore:
                     yield piece
 
             data = await self.write_data(observed(), PART_BYTES_MAX)
+            PART_COPIES.labels(mode="copied").inc()
         verdict = await finish(data) if finish is not None else Verdict({})
         part = PartRecord(
             part_number=part_number,

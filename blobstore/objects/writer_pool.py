@@ -122,6 +122,12 @@ class LedgerWriterPool:
         finally:
             self._slots.release()
 
+    def retire_idle(self, reason: str) -> None:
+        """Close every idle ledger now (e.g. the ZooKeeper session was lost: other
+        gateways may fence them as a dead writer's)."""
+        while self._idle:
+            self._retire(self._idle.pop(), reason=reason)
+
     async def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Close every idle ledger and wait (bounded) for the closes under way."""
         self._closed = True

@@ -136,7 +136,9 @@ def _untoken(token: str) -> str:
     try:
         if not token:
             raise ValueError("empty")
-        return base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8")
+        return base64.b64decode(token.encode("ascii"), altchars=b"-_", validate=True).decode(
+            "utf-8"
+        )
     except (binascii.Error, UnicodeError, ValueError):
         raise S3Error(
             "InvalidArgument",

@@ -3,6 +3,7 @@ body (verified as it streams) and to load the bucket the request names."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -19,6 +20,7 @@ from s3api.names import REQUEST_XML_BYTES_MAX
 from s3api.sigv4 import AuthContext
 
 QUERY_PARAMETERS_MAX = 128
+BODY_IDLE_TIMEOUT_S = 60.0
 
 
 def parse_query(query_string: bytes) -> dict[str, str]:
@@ -71,12 +73,20 @@ class S3Context:
         return record
 
     async def _stream(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self.request.stream():
-                if chunk:
-                    yield chunk
-        except ClientDisconnect:
-            raise S3Error("IncompleteBody", "The client closed the connection") from None
+        """The raw body; a client silent for BODY_IDLE_TIMEOUT_S gets RequestTimeout (a
+        stalled upload must not hold a writer ledger forever)."""
+        chunks = self.request.stream().__aiter__()
+        while True:
+            try:
+                chunk = await asyncio.wait_for(anext(chunks), BODY_IDLE_TIMEOUT_S)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise S3Error("RequestTimeout") from None
+            except ClientDisconnect:
+                raise S3Error("IncompleteBody", "The client closed the connection") from None
+            if chunk:
+                yield chunk
 
     def payload(self, size_max: int, extra_algorithms: Iterable[str] = ()) -> PayloadReader:
         """The body, decoded (aws-chunked) and verified (signatures, SHA-256, Content-MD5,

@@ -193,6 +193,12 @@ async def load_copy_source(ctx: S3Context) -> tuple[CopySource, ObjectRecord]:
             ) from None
         raise S3Error("NoSuchKey", Key=source.key) from None
     check_copy_source_conditions(ctx.headers, record.etag, record.last_modified)
+    if record.tier_location is not None and not record.extents and record.size:
+        raise S3Error(
+            "InvalidObjectState",
+            "The source object lives in a storage tier this gateway cannot read",
+            StorageClass=record.storage_class,
+        )
     return source, record
 
 
@@ -335,6 +341,12 @@ async def get_object(ctx: S3Context) -> Response:
             headers.update(checksum_headers(record.checksums))
     length = max(0, last - first + 1)
     headers["Content-Length"] = str(length)
+    if record.tier_location is not None and not record.extents and length:
+        raise S3Error(
+            "InvalidObjectState",
+            "The object lives in a storage tier this gateway cannot read",
+            StorageClass=record.storage_class,
+        )
     if ctx.method == "HEAD" or length == 0:
         return Response(b"", status_code=status, headers=headers)
     pieces = ctx.store.read(record, first, last)

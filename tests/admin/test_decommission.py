@@ -8,7 +8,7 @@ import os
 import threading
 from collections import Counter
 
-from blobstore.ledger import LedgerClient
+from blobstore.ledger import LedgerClient, LedgerMetadata
 from blobstore.objects.store import ObjectStore
 from blobstore.objects.writer_pool import LEDGER_PASSWORD
 from blobstore.zk import ZooKeeperClient
@@ -16,6 +16,7 @@ from tests.admin.workload import (
     Expected,
     admin,
     mixed_workload,
+    put,
     read_all,
     store_config,
     verify_all,
@@ -24,20 +25,21 @@ from tests.conftest import BookieFactory
 
 SEED = int(os.environ.get("BLOBSTORE_TEST_SEED", "11"))
 GONE_WRITER = "gateway-that-died"
+LIVE_KEY = "live/written-during-decommission"
+LIVE_BODY = bytes(range(256)) * 700
 
 
-async def _ensembles(zk_hosts: str) -> dict[int, list[tuple[str, ...]]]:
+async def _ledgers(zk_hosts: str) -> dict[int, LedgerMetadata]:
     zk = ZooKeeperClient(zk_hosts)
     await zk.start()
     try:
         client = LedgerClient(zk)
         await client.start()
         try:
-            result = {}
-            for ledger_id in await client.list_ledger_ids():
-                metadata = await client.get_metadata(ledger_id)
-                result[ledger_id] = [bookies for _, bookies in metadata.ensembles]
-            return result
+            return {
+                ledger_id: await client.get_metadata(ledger_id)
+                for ledger_id in await client.list_ledger_ids()
+            }
         finally:
             await client.close()
     finally:
@@ -72,6 +74,7 @@ class Reader(threading.Thread):
         self.zk_hosts = zk_hosts
         self.expected = expected
         self.stop_requested = threading.Event()
+        self.written = threading.Event()
         self.reads = 0
         self.problems: list[str] = []
 
@@ -79,9 +82,13 @@ class Reader(threading.Thread):
         asyncio.run(self._main())
 
     async def _main(self) -> None:
+        # Its writer ledger stays OPEN in this live writer's pool.
         store = ObjectStore(self.zk_hosts, store_config())
         await store.start()
         try:
+            await put(store, "plain", LIVE_KEY, LIVE_BODY)
+            self.expected.bodies[("plain", LIVE_KEY)] = LIVE_BODY
+            self.written.set()
             while not self.stop_requested.is_set():
                 for (bucket, key), body in sorted(self.expected.bodies.items()):
                     try:
@@ -102,19 +109,33 @@ def test_decommission_during_reads(zk_connect: str, bookies: BookieFactory) -> N
     expected = asyncio.run(mixed_workload(zk_connect, SEED))
     orphan = asyncio.run(_abandoned_open_ledger(zk_connect))
 
-    before = asyncio.run(_ensembles(zk_connect))
-    named = Counter(b for ensembles in before.values() for ens in ensembles for b in set(ens))
-    in_orphan = set(before[orphan][0])
-    victim = max(
-        (b for b in started if b.bookie_id in in_orphan),
-        key=lambda b: (named[b.bookie_id], b.index),
-    )
-    assert named[victim.bookie_id] >= 2, named  # the orphan and at least one object ledger
-
     reader = Reader(zk_connect, expected)
     reader.start()
     try:
-        code, report = admin(zk_connect, "decommission", victim.bookie_id)
+        assert reader.written.wait(60)
+        before = asyncio.run(_ledgers(zk_connect))
+        live = [
+            ledger_id
+            for ledger_id, m in before.items()
+            if not m.closed and m.custom.get("writer") != GONE_WRITER
+        ]
+        assert len(live) == 1, before
+        named = Counter(b for m in before.values() for b in m.all_bookies())
+        # A victim in both the orphan's and the live writer's ensembles (3 of 4 each).
+        both = set(before[orphan].all_bookies()) & set(before[live[0]].all_bookies())
+        victim = max(
+            (b for b in started if b.bookie_id in both),
+            key=lambda b: (named[b.bookie_id], b.index),
+        )
+        # The live writer's OPEN ledger is never edited behind it: skipped, exit 1.
+        code, first = admin(zk_connect, "decommission", victim.bookie_id)
+        assert code == 1 and first["safe_to_remove"] is False, first
+        skipped = [o for o in first["ledgers"] if o["status"] == "skipped"]
+        assert [o["ledger_id"] for o in skipped] == live, first
+        assert "alive" in skipped[0]["detail"], first
+        assert first["remaining_ledgers"] == live, first
+        # --fence-open recovers it (the writer's next append would fail) and moves it.
+        code, report = admin(zk_connect, "decommission", victim.bookie_id, "--fence-open")
     finally:
         reader.stop_requested.set()
         reader.join(120)
@@ -122,17 +143,20 @@ def test_decommission_during_reads(zk_connect: str, bookies: BookieFactory) -> N
     assert code == 0, report
     assert report["safe_to_remove"] is True
     assert report["remaining_ledgers"] == []
+    first_statuses = {o["ledger_id"]: o["status"] for o in first["ledgers"]}
+    assert first_statuses[orphan] == "moved", first  # recovered (writer gone), then moved
     statuses = {o["ledger_id"]: o["status"] for o in report["ledgers"]}
-    assert statuses[orphan] == "moved", report  # recovered (writer gone), then moved
-    assert report["ledgers_moved"] == named[victim.bookie_id]
+    assert statuses[live[0]] == "moved", report
+    assert first["ledgers_moved"] + report["ledgers_moved"] == named[victim.bookie_id]
     assert report["entries_copied"] > 0
     assert reader.reads > 0 and not reader.problems, reader.problems[:5]
 
-    after = asyncio.run(_ensembles(zk_connect))
-    for ledger_id, ensembles in after.items():
-        for ensemble in ensembles:
-            assert victim.bookie_id not in ensemble, (ledger_id, ensembles)
-            assert len(set(ensemble)) == len(ensemble), (ledger_id, ensembles)
+    after = asyncio.run(_ledgers(zk_connect))
+    for ledger_id, metadata in after.items():
+        assert metadata.closed, metadata
+        for _, ensemble in metadata.ensembles:
+            assert victim.bookie_id not in ensemble, (ledger_id, metadata.ensembles)
+            assert len(set(ensemble)) == len(ensemble), (ledger_id, metadata.ensembles)
     assert set(after) == set(before)
 
     victim.stop()

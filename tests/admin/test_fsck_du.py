@@ -7,6 +7,8 @@ import os
 import shutil
 import time
 
+from blobstore.ledger import LedgerClient
+from blobstore.zk import ZooKeeperClient
 from tests.admin.workload import admin, mixed_workload, verify_all
 from tests.conftest import BookieFactory
 
@@ -36,6 +38,14 @@ def test_fsck_healthy_then_reports_a_lost_entry_log(
     assert summary["upload_parts"] == 1
     assert all(o["state"] == "CLOSED" for o in report["open_ledgers"]) is True
     assert report["open_ledgers"] == []
+
+    # An unreferenced closed ledger is garbage: listed, not a failure unless --strict.
+    garbage = asyncio.run(_closed_ledger(zk_connect))
+    code, report = admin(zk_connect, "fsck")
+    assert code == 0, report
+    assert garbage in [u["ledger_id"] for u in report["unreferenced_ledgers"]], report
+    code, strict = admin(zk_connect, "fsck", "--strict")
+    assert code == 1 and strict["healthy"] is False, strict
 
     code, only = admin(zk_connect, "fsck", "--bucket", "versioned")
     assert code == 0 and only["summary"]["buckets"] == 1, only
@@ -96,6 +106,39 @@ def test_fsck_healthy_then_reports_a_lost_entry_log(
         assert entry["copies"][victim.bookie_id] == "missing", entry
     # Every object is still readable from the other replicas.
     asyncio.run(verify_all(zk_connect, expected))
+
+    # A ledger deleted behind the catalog's back: its objects' extents dangle.
+    lost_ledger = damaged[0]["ledger_id"]
+    asyncio.run(_delete_ledger(zk_connect, lost_ledger))
+    code, report = admin(zk_connect, "fsck")
+    assert code == 1, report
+    dangling = report["dangling"]
+    assert dangling and all(d["kind"] == "ledger_missing" for d in dangling), dangling
+    assert {d["ledger_id"] for d in dangling} == {lost_ledger}
+    assert all(d["bucket"] in ("plain", "versioned") and d["key"] for d in dangling)
+
+
+async def _closed_ledger(zk_hosts: str) -> int:
+    zk = ZooKeeperClient(zk_hosts)
+    await zk.start()
+    try:
+        async with LedgerClient(zk) as client:
+            handle = await client.create_ledger(3, 2, 2, b"", {"purpose": "objects"})
+            await handle.add_entry(b"never referenced")
+            await handle.close()
+            return handle.ledger_id
+    finally:
+        await zk.stop()
+
+
+async def _delete_ledger(zk_hosts: str, ledger_id: int) -> None:
+    zk = ZooKeeperClient(zk_hosts)
+    await zk.start()
+    try:
+        async with LedgerClient(zk) as client:
+            await client.delete_ledger(ledger_id)
+    finally:
+        await zk.stop()
 
 
 def _wait_for_checkpointed_journal(journal_dir, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]

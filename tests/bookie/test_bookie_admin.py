@@ -6,6 +6,7 @@ import asyncio
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -145,3 +146,41 @@ def test_admin_bookies_and_http_admin(bookies: BookieFactory, zk_connect: str) -
     status, body = http_get(first.http_port, "/info")
     assert status == 200 and json.loads(body)["bookie_id"] == first.bookie_id
     assert http_get(first.http_port, "/nope")[0] == 404
+
+
+def test_registration_returns_after_session_expiry(
+    bookies: BookieFactory, zk_client: KazooClient
+) -> None:
+    """SIGSTOP past the session timeout: ZooKeeper expires the session and drops the
+    ephemeral registration; once resumed, the bookie registers again and still serves."""
+    (bookie,) = bookies(1, ["--zk-session-timeout-s", "3", "--registration-refresh-s", "0.5"])
+    path = zk_layout.available_path(bookie.bookie_id)
+    owner = zk_client.exists(path).ephemeralOwner
+    bookie.suspend()
+    try:
+        deadline = time.monotonic() + 30
+        while zk_client.exists(path) is not None:
+            assert time.monotonic() < deadline, "session never expired"
+            time.sleep(0.2)
+    finally:
+        bookie.resume()
+    deadline = time.monotonic() + 30
+    while (stat := zk_client.exists(path)) is None or stat.ephemeralOwner == owner:
+        assert time.monotonic() < deadline, "bookie did not register again"
+        time.sleep(0.2)
+    asyncio.run(write_pipelined(bookie.port, [(1, 0, b"after expiry")]))
+    assert bookie.managed is not None
+    assert "registration_lost" in bookie.managed.log_path.read_text(), "the loss path ran"
+
+
+def test_refuses_to_run_without_assertions(tmp_path: Path) -> None:
+    command = blobstore_command(
+        "bookie", "--zk", "127.0.0.1:1", "--journal-dir", str(tmp_path / "j"),
+        "--ledger-dir", str(tmp_path / "l"),
+    )  # fmt: skip
+    result = subprocess.run(
+        [command[0], "-O", *command[1:]], capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
+    assert result.returncode == 2
+    assert "assertions" in result.stderr
+    assert not (tmp_path / "j").exists(), "nothing touched"

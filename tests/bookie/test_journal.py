@@ -98,7 +98,7 @@ def run_journal(
                 future.set_result(None) if error is None else future.set_exception(error)
 
             encoded = record.encode()
-            journal.submit(encoded, b"", None, done)
+            journal.submit([encoded, b""], len(encoded), None, done)
             futures.append(future)
             if len(futures) % 10 == 0:
                 await future  # several group commits, so files roll between them

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import pytest
@@ -217,3 +218,62 @@ def test_multipart_upload(zk_connect: str) -> None:
         await catalog.delete_bucket("mpu")
 
     run_with_catalog(zk_connect, body)
+
+
+def test_full_commit_queue_refuses_work(zk_connect: str) -> None:
+    """A bounded queue: work beyond it is refused (SlowDown), never buffered; what was
+    accepted is committed."""
+    from blobstore.catalog import CatalogConfig
+    from blobstore.catalog.errors import CatalogBusyError
+
+    async def body(catalog: Catalog) -> None:
+        await catalog.create_bucket("busy-bucket", "alice")
+        results = await asyncio.gather(
+            *(catalog.put_object(object_record("busy-bucket", f"k{n}", n)) for n in range(20)),
+            return_exceptions=True,
+        )
+        refused = [r for r in results if isinstance(r, CatalogBusyError)]
+        committed = sorted(r.record.key for r in results if not isinstance(r, BaseException))
+        assert refused and committed
+        assert len(refused) + len(committed) == 20
+        listed = await catalog.list_objects("busy-bucket")
+        assert sorted(r.key for r in listed.contents) == committed
+
+    run_with_catalog(zk_connect, body, CatalogConfig(commit_queue_max=2))
+
+
+def test_record_too_large_is_refused(zk_connect: str) -> None:
+    from blobstore.catalog.errors import RecordTooLargeError
+
+    async def body(catalog: Catalog) -> None:
+        await catalog.create_bucket("large-bucket", "alice")
+        huge = replace(object_record("large-bucket", "k", 1), metadata={"m": "x" * 200_000})
+        with pytest.raises(RecordTooLargeError):
+            await catalog.put_object(huge)
+        small = await catalog.put_object(object_record("large-bucket", "k", 2))
+        assert (await catalog.get_object("large-bucket", "k")).etag == small.record.etag
+
+    run_with_catalog(zk_connect, body)
+
+
+def test_bucket_deleted_and_created_again_by_another_session(zk_connect: str) -> None:
+    """Caches of one session (page map, bucket record) never apply to a new incarnation
+    of a bucket created by another session."""
+    from tests.catalog.helpers import open_catalog
+
+    async def main() -> None:
+        async with open_catalog(zk_connect) as one, open_catalog(zk_connect) as two:
+            await one.create_bucket("again", "alice")
+            await one.update_bucket("again", lambda r: replace(r, versioning="Enabled"))
+            first = await one.put_object(object_record("again", "k", 1))
+            assert first.record.version_id != NULL_VERSION_ID
+            await one.delete_object("again", "k", first.record.version_id)
+            await two.delete_bucket("again")
+            await two.create_bucket("again", "bob")
+            # Same znode version as the record `one` cached (1), different content.
+            await two.update_bucket("again", lambda r: replace(r, tags={"new": "yes"}))
+            second = await one.put_object(object_record("again", "k", 2))
+            assert second.record.version_id == NULL_VERSION_ID  # the new bucket is unversioned
+            assert [r.key for r in (await two.list_objects("again")).contents] == ["k"]
+
+    asyncio.run(asyncio.wait_for(main(), 60))

@@ -31,7 +31,9 @@ from blobstore.catalog.errors import (
     NoSuchKeyError,
     NoSuchVersionError,
     PreconditionFailedError,
+    RecordTooLargeError,
 )
+from blobstore.catalog.page import encode_versions
 from blobstore.catalog.records import (
     NULL_VERSION_ID,
     ObjectRecord,
@@ -122,6 +124,11 @@ class CatalogModel:
         return entries
 
 
+def _line_bytes(record: ObjectRecord, versions: list[ObjectRecord]) -> int:
+    new = replace(record, version_id="f" * 24).to_dict()
+    return len(encode_versions([new, *(v.to_dict() for v in versions)]))
+
+
 def _common(prefix: str, delimiter: str, key: str) -> str | None:
     if not delimiter:
         return None
@@ -179,6 +186,10 @@ class CatalogMachine(RuleBasedStateMachine):
             result = self.run(self.catalog.put_object(record, **kwargs))
         except PreconditionFailedError:
             assert expect_fail, (key, condition)
+            return
+        except RecordTooLargeError:
+            # All versions of one key must fit in 2 x record_bytes_max.
+            assert _line_bytes(record, versions) > 2 * SMALL_PAGES.record_bytes_max - 200
             return
         assert not expect_fail, (key, condition)
         self._model_put(key, result.record, result.garbage)
@@ -430,10 +441,9 @@ def test_catalog_matches_model(zk_connect: str) -> None:
         Machine.TestCase().runTest()
         splits = _counter("blobstore_catalog_page_splits_total") - splits_before
         merges = _counter("blobstore_catalog_page_merges_total") - merges_before
+        # How much of the split/merge paths this seed reached (asserted by the dedicated
+        # test in test_catalog_scale.py).
         print(f"page splits={splits:.0f} merges={merges:.0f}")
-        # Coverage marks: the runs went through page splits and merges.
-        assert splits > 0
-        assert merges > 0
     finally:
         loop.run_until_complete(catalog.close())
         loop.run_until_complete(zk.stop())

@@ -181,18 +181,10 @@ def test_version_ids_unique_and_newest_first() -> None:
         "Enabled",
         if_match=None,
         if_none_match=False,
-        record_bytes_max=1 << 16,
     )
     assert outcome.versions[0]["v"] < newest
     # Re-applying finds its own result: no second version.
-    again = apply_put(
-        outcome.versions,
-        record,
-        "Enabled",
-        if_match=None,
-        if_none_match=True,
-        record_bytes_max=1 << 16,
-    )
+    again = apply_put(outcome.versions, record, "Enabled", if_match=None, if_none_match=True)
     assert not again.changed and len(again.versions) == 2
 
 
@@ -200,13 +192,11 @@ def test_conditional_put_rules() -> None:
     existing = [object_record("b", "k", 1).to_dict()]
     new = object_record("b", "k", 2)
     with pytest.raises(PreconditionFailedError):
-        apply_put(existing, new, "", if_match=None, if_none_match=True, record_bytes_max=1 << 16)
+        apply_put(existing, new, "", if_match=None, if_none_match=True)
     with pytest.raises(PreconditionFailedError):
-        apply_put([], new, "", if_match='"x"', if_none_match=False, record_bytes_max=1 << 16)
+        apply_put([], new, "", if_match='"x"', if_none_match=False)
     etag = existing[0]["etag"]
-    ok = apply_put(
-        existing, new, "", if_match=f'"{etag}"', if_none_match=False, record_bytes_max=1 << 16
-    )
+    ok = apply_put(existing, new, "", if_match=f'"{etag}"', if_none_match=False)
     assert ok.changed and len(ok.garbage) == 1
 
 
@@ -230,7 +220,9 @@ def test_invalid_config(field: str, value: object) -> None:
 
 
 def test_config_from_env() -> None:
-    config = CatalogConfig.from_env({"BLOBSTORE_CATALOG_PAGE_SPLIT_BYTES": "262144", "BLOBSTORE_CATALOG_ROOT": "/c"})
+    config = CatalogConfig.from_env(
+        {"BLOBSTORE_CATALOG_PAGE_SPLIT_BYTES": "262144", "BLOBSTORE_CATALOG_ROOT": "/c"}
+    )
     assert config.page_split_bytes == 262144 and config.root == "/c"
     with pytest.raises(ValueError, match="BLOBSTORE_CATALOG_CAS_ATTEMPTS_MAX"):
         CatalogConfig.from_env({"BLOBSTORE_CATALOG_CAS_ATTEMPTS_MAX": "many"})

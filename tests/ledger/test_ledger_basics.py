@@ -125,6 +125,16 @@ def test_append_refuses_beyond_the_in_flight_bound(bookies: BookieFactory, zk_co
             assert await asyncio.gather(*futures) == [0, 1, 2, 3]
             assert await handle.add_entry(b"z") == 4
             await handle.close()
+        # The byte bound: refused once reached (it may be passed by one entry).
+        async with ledger_client(zk_connect, pending_add_bytes_max=3000) as client:
+            handle = await client.create_ledger(3, 2, 2)
+            futures = [handle.append(bytes(2000)), handle.append(bytes(2000))]
+            with pytest.raises(PendingAddsFullError):
+                handle.append(bytes(1))
+            await asyncio.gather(*futures)
+            big = [asyncio.create_task(handle.add_entry(bytes(5000))) for _ in range(4)]
+            assert sorted(await asyncio.gather(*big)) == [2, 3, 4, 5]
+            await handle.close()
 
     run(scenario())
 

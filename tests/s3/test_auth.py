@@ -74,10 +74,10 @@ def test_anonymous_requests_are_denied(gateway: GatewayProcess, bucket: str) -> 
     assert e.value.headers["x-amz-request-id"]
 
 
-def test_rejected_upload_never_gets_100_continue(s3: Any, gateway: GatewayProcess, bucket: str) -> None:
-    url = urlsplit(
-        s3.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "k"})
-    )
+def test_rejected_upload_never_gets_100_continue(
+    s3: Any, gateway: GatewayProcess, bucket: str
+) -> None:
+    url = urlsplit(s3.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "k"}))
     bad_query = url.query.replace("X-Amz-Signature=", "X-Amz-Signature=0")
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
         sock.sendall(

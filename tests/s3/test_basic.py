@@ -30,7 +30,11 @@ def test_put_get_list_delete(s3: Any, bucket: str, rng: random.Random) -> None:
 
 
 def test_multipart_upload(s3: Any, bucket: str, rng: random.Random) -> None:
-    parts_data = [rng.randbytes(PART_BYTES_MIN + 5000), rng.randbytes(PART_BYTES_MIN), rng.randbytes(777)]
+    parts_data = [
+        rng.randbytes(PART_BYTES_MIN + 5000),
+        rng.randbytes(PART_BYTES_MIN),
+        rng.randbytes(777),
+    ]
     upload = s3.create_multipart_upload(Bucket=bucket, Key="big")
     parts = []
     for number, data in enumerate(parts_data, start=1):
@@ -41,9 +45,7 @@ def test_multipart_upload(s3: Any, bucket: str, rng: random.Random) -> None:
     done = s3.complete_multipart_upload(
         Bucket=bucket, Key="big", UploadId=upload["UploadId"], MultipartUpload={"Parts": parts}
     )
-    expected_etag = hashlib.md5(
-        b"".join(hashlib.md5(d).digest() for d in parts_data)
-    ).hexdigest()
+    expected_etag = hashlib.md5(b"".join(hashlib.md5(d).digest() for d in parts_data)).hexdigest()
     assert done["ETag"] == f'"{expected_etag}-3"'
     whole = b"".join(parts_data)
     assert s3.get_object(Bucket=bucket, Key="big")["Body"].read() == whole

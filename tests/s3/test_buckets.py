@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from urllib.parse import urlsplit, urlunsplit
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from botocore.exceptions import ClientError

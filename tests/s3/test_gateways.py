@@ -25,7 +25,9 @@ SWEEP_DEADLINE_S = 60.0
 
 
 @pytest.fixture
-def second_gateway(s3_cluster: S3Cluster, request: pytest.FixtureRequest) -> Iterator[GatewayProcess]:
+def second_gateway(
+    s3_cluster: S3Cluster, request: pytest.FixtureRequest
+) -> Iterator[GatewayProcess]:
     gateway = s3_cluster.start_gateway(f"gateway-{request.node.name[:40]}")
     yield gateway
     gateway.kill()
@@ -145,3 +147,47 @@ def test_gateway_killed_mid_put_leaves_old_version_and_gets_swept(
     assert "event=orphan_ledger_recovered" in logs and f"writer={doomed_id}" in logs
     # After recovery the old version still reads back whole.
     assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == old
+
+
+def test_several_workers_share_the_port_and_metrics(
+    s3_cluster: S3Cluster, rng: random.Random
+) -> None:
+    multi = s3_cluster.start_gateway("gateway-workers", extra_args=("--workers", "2"))
+    try:
+        client = multi.client()
+        client.create_bucket(Bucket="workers-bucket")
+        bodies = {f"k{i}": rng.randbytes(rng.randrange(1, 3 * ENTRY_SIZE_BYTES)) for i in range(12)}
+        for key, body in bodies.items():
+            client.put_object(Bucket="workers-bucket", Key=key, Body=body)
+        for key, body in bodies.items():
+            assert client.get_object(Bucket="workers-bucket", Key=key)["Body"].read() == body
+        with urllib.request.urlopen(f"{multi.endpoint}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        puts = [
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith('s3_requests_total{operation="PutObject",status="200"}')
+        ]
+        assert puts == [12.0], "the metrics of both workers are aggregated"
+    finally:
+        multi.kill()
+
+
+def test_sigterm_closes_the_writer_ledgers(
+    s3_cluster: S3Cluster, zk: KazooClient, rng: random.Random
+) -> None:
+    before = set(zk.get_children("/gateways"))
+    leaving = s3_cluster.start_gateway("gateway-leaving")
+    (gateway_id,) = set(zk.get_children("/gateways")) - before
+    client = leaving.client()
+    client.create_bucket(Bucket="leaving-bucket")
+    body = rng.randbytes(3 * ENTRY_SIZE_BYTES)
+    client.put_object(Bucket="leaving-bucket", Key="k", Body=body)
+    assert set(_open_ledgers_of(zk, gateway_id).values()) == {"OPEN"}
+    # uvicorn re-raises SIGTERM after its graceful shutdown, hence -15.
+    assert leaving.stop() in (0, -15)
+    assert "event=gateway_worker_stopped" in leaving.log_text()
+    assert set(_open_ledgers_of(zk, gateway_id).values()) == {"CLOSED"}
+    assert gateway_id not in zk.get_children("/gateways")
+    survivor = s3_cluster.gateways[0].client()
+    assert survivor.get_object(Bucket="leaving-bucket", Key="k")["Body"].read() == body

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import hashlib
 import random
+import urllib.request
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.cluster.gateway import GatewayProcess
 from tests.s3.conftest import ENTRY_SIZE_BYTES, PART_BYTES_MIN
 from tests.s3.test_objects import error_code
 
 
-def upload_parts(s3: Any, bucket: str, key: str, datas: list[bytes]) -> tuple[str, list[dict[str, Any]]]:
+def upload_parts(
+    s3: Any, bucket: str, key: str, datas: list[bytes]
+) -> tuple[str, list[dict[str, Any]]]:
     upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
     parts = []
     for number, data in enumerate(datas, start=1):
@@ -26,7 +30,12 @@ def upload_parts(s3: Any, bucket: str, key: str, datas: list[bytes]) -> tuple[st
 
 
 def test_range_reads_across_unequal_parts(s3: Any, bucket: str, rng: random.Random) -> None:
-    sizes = [PART_BYTES_MIN + 3 * ENTRY_SIZE_BYTES + 11, PART_BYTES_MIN + 1, PART_BYTES_MIN * 2 - 7, 5]
+    sizes = [
+        PART_BYTES_MIN + 3 * ENTRY_SIZE_BYTES + 11,
+        PART_BYTES_MIN + 1,
+        PART_BYTES_MIN * 2 - 7,
+        5,
+    ]
     datas = [rng.randbytes(size) for size in sizes]
     upload_id, parts = upload_parts(s3, bucket, "m", datas)
     s3.complete_multipart_upload(
@@ -35,7 +44,9 @@ def test_range_reads_across_unequal_parts(s3: Any, bucket: str, rng: random.Rand
     whole = b"".join(datas)
     part_ends = [sum(sizes[: i + 1]) for i in range(len(sizes))]
     cases = [(end - 1, end) for end in part_ends[:-1]] + [(0, len(whole) - 1)]
-    cases += [tuple(sorted((rng.randrange(len(whole)), rng.randrange(len(whole))))) for _ in range(25)]
+    cases += [
+        tuple(sorted((rng.randrange(len(whole)), rng.randrange(len(whole))))) for _ in range(25)
+    ]
     for first, last in cases:
         got = s3.get_object(Bucket=bucket, Key="m", Range=f"bytes={first}-{last}")["Body"].read()
         assert got == whole[first : last + 1], (first, last)
@@ -88,13 +99,18 @@ def test_complete_errors(s3: Any, bucket: str, rng: random.Random) -> None:
 
 
 def test_abort_list_parts_and_uploads(s3: Any, bucket: str, rng: random.Random) -> None:
-    upload_id, parts = upload_parts(s3, bucket, "dir/a", [rng.randbytes(10), rng.randbytes(20), rng.randbytes(30)])
+    upload_id, parts = upload_parts(
+        s3, bucket, "dir/a", [rng.randbytes(10), rng.randbytes(20), rng.randbytes(30)]
+    )
     other = s3.create_multipart_upload(Bucket=bucket, Key="dir/b")["UploadId"]
     listed = s3.list_parts(Bucket=bucket, Key="dir/a", UploadId=upload_id, MaxParts=2)
     assert [p["PartNumber"] for p in listed["Parts"]] == [1, 2]
     assert listed["IsTruncated"]
     rest = s3.list_parts(
-        Bucket=bucket, Key="dir/a", UploadId=upload_id, PartNumberMarker=listed["NextPartNumberMarker"]
+        Bucket=bucket,
+        Key="dir/a",
+        UploadId=upload_id,
+        PartNumberMarker=listed["NextPartNumberMarker"],
     )
     assert [(p["PartNumber"], p["Size"]) for p in rest["Parts"]] == [(3, 30)]
     uploads = s3.list_multipart_uploads(Bucket=bucket)["Uploads"]
@@ -117,7 +133,21 @@ def test_abort_list_parts_and_uploads(s3: Any, bucket: str, rng: random.Random) 
     s3.delete_bucket(Bucket=bucket)
 
 
-def test_upload_part_copy(s3: Any, bucket: str, rng: random.Random) -> None:
+def part_copies(gateway: GatewayProcess) -> dict[str, float]:
+    with urllib.request.urlopen(f"{gateway.endpoint}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    counts = {"shared": 0.0, "copied": 0.0}
+    for line in text.splitlines():
+        for mode in counts:
+            if line.startswith(f'blobstore_part_copies_total{{mode="{mode}"}}'):
+                counts[mode] = float(line.split()[-1])
+    return counts
+
+
+def test_upload_part_copy(
+    s3: Any, gateway: GatewayProcess, bucket: str, rng: random.Random
+) -> None:
+    before = part_copies(gateway)
     source = rng.randbytes(PART_BYTES_MIN + 5 * ENTRY_SIZE_BYTES + 99)
     s3.put_object(Bucket=bucket, Key="src", Body=source)
     upload_id = s3.create_multipart_upload(Bucket=bucket, Key="dst")["UploadId"]
@@ -142,6 +172,9 @@ def test_upload_part_copy(s3: Any, bucket: str, rng: random.Random) -> None:
     )
     expected = b"".join(source[first : last + 1] for first, last in ranges)
     assert s3.get_object(Bucket=bucket, Key="dst")["Body"].read() == expected
+    after = part_copies(gateway)
+    assert after["shared"] - before["shared"] == 2, "entry-aligned ranges share entries"
+    assert after["copied"] - before["copied"] == 1, "an unaligned range copies bytes"
     with pytest.raises(ClientError) as e:
         s3.upload_part_copy(
             Bucket=bucket,

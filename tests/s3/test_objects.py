@@ -87,7 +87,9 @@ def test_conditional_writes(s3: Any, bucket: str) -> None:
         s3.put_object(Bucket=bucket, Key="k", Body=b"two", IfNoneMatch="*")
     assert error_code(e) == "PreconditionFailed"
     with pytest.raises(ClientError) as e:
-        s3.put_object(Bucket=bucket, Key="k", Body=b"two", IfMatch='"0123456789abcdef0123456789abcdef"')
+        s3.put_object(
+            Bucket=bucket, Key="k", Body=b"two", IfMatch='"0123456789abcdef0123456789abcdef"'
+        )
     assert error_code(e) == "PreconditionFailed"
     s3.put_object(Bucket=bucket, Key="k", Body=b"three", IfMatch=first["ETag"])
     assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"three"
@@ -125,7 +127,10 @@ def test_range_reads_at_random_offsets(s3: Any, bucket: str, rng: random.Random)
         assert got["Body"].read() == body[first : last + 1], (first, last)
         assert got["ContentRange"] == f"bytes {first}-{last}/{size}"
     assert s3.get_object(Bucket=bucket, Key="k", Range="bytes=-100")["Body"].read() == body[-100:]
-    assert s3.get_object(Bucket=bucket, Key="k", Range=f"bytes={size - 5}-")["Body"].read() == body[-5:]
+    assert (
+        s3.get_object(Bucket=bucket, Key="k", Range=f"bytes={size - 5}-")["Body"].read()
+        == body[-5:]
+    )
     with pytest.raises(ClientError) as e:
         s3.get_object(Bucket=bucket, Key="k", Range=f"bytes={size}-")
     assert error_code(e) == "InvalidRange"
@@ -139,9 +144,7 @@ def test_delete_objects(s3: Any, bucket: str) -> None:
         Bucket=bucket, Delete={"Objects": [{"Key": "k0"}, {"Key": "k1"}, {"Key": "missing"}]}
     )
     assert sorted(d["Key"] for d in response["Deleted"]) == ["k0", "k1", "missing"]
-    quiet = s3.delete_objects(
-        Bucket=bucket, Delete={"Objects": [{"Key": "k2"}], "Quiet": True}
-    )
+    quiet = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "k2"}], "Quiet": True})
     assert "Deleted" not in quiet
     remaining = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
     assert remaining == ["k3", "k4"]
@@ -198,9 +201,7 @@ def test_copy_object(s3: Any, bucket: str, bucket_name: Any, rng: random.Random)
 def test_object_tagging(s3: Any, bucket: str) -> None:
     s3.put_object(Bucket=bucket, Key="k", Body=b"x")
     assert s3.get_object_tagging(Bucket=bucket, Key="k")["TagSet"] == []
-    s3.put_object_tagging(
-        Bucket=bucket, Key="k", Tagging={"TagSet": [{"Key": "a", "Value": "b"}]}
-    )
+    s3.put_object_tagging(Bucket=bucket, Key="k", Tagging={"TagSet": [{"Key": "a", "Value": "b"}]})
     assert s3.get_object_tagging(Bucket=bucket, Key="k")["TagSet"] == [{"Key": "a", "Value": "b"}]
     s3.delete_object_tagging(Bucket=bucket, Key="k")
     assert s3.get_object_tagging(Bucket=bucket, Key="k")["TagSet"] == []
@@ -224,9 +225,10 @@ def test_get_object_attributes(s3: Any, bucket: str) -> None:
     assert attributes["ETag"] == put["ETag"].strip('"')
     assert attributes["ObjectSize"] == 5
     assert attributes["StorageClass"] == "STANDARD"
-    assert attributes["Checksum"]["ChecksumSHA256"] == base64.b64encode(
-        hashlib.sha256(b"12345").digest()
-    ).decode()
+    assert (
+        attributes["Checksum"]["ChecksumSHA256"]
+        == base64.b64encode(hashlib.sha256(b"12345").digest()).decode()
+    )
 
 
 def test_integrity_checks_refuse_bad_bodies(s3: Any, bucket: str) -> None:
@@ -261,7 +263,9 @@ def test_entity_too_large_is_refused_before_the_body(gateway: Any, bucket: str) 
     from urllib.parse import urlsplit
 
     url = urlsplit(
-        gateway.client().generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "huge"})
+        gateway.client().generate_presigned_url(
+            "put_object", Params={"Bucket": bucket, "Key": "huge"}
+        )
     )
     connection = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
     connection.putrequest("PUT", f"{url.path}?{url.query}")

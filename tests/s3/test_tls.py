@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import random
 import zlib
-from typing import Any
 
 from tests.cluster.gateway import GatewayProcess
 from tests.s3.conftest import ENTRY_SIZE_BYTES, PART_BYTES_MIN
@@ -23,7 +22,9 @@ def test_https_put_get_with_trailer_checksum(
     assert put["ChecksumCRC32"] == crc
     got = s3.get_object(Bucket="tls-bucket", Key="k", ChecksumMode="ENABLED")
     data = got["Body"].read()
-    assert data == body, "the stored object holds exactly the payload (no chunk framing, no trailer)"
+    assert data == body, (
+        "the stored object holds exactly the payload (no chunk framing, no trailer)"
+    )
     assert got["ChecksumCRC32"] == crc
     head = s3.head_object(Bucket="tls-bucket", Key="k")
     assert head["ContentLength"] == len(body)
@@ -32,9 +33,7 @@ def test_https_put_get_with_trailer_checksum(
 def test_https_multipart_with_checksums(tls_gateway: GatewayProcess, rng: random.Random) -> None:
     s3 = tls_gateway.client()
     s3.create_bucket(Bucket="tls-multipart")
-    upload = s3.create_multipart_upload(
-        Bucket="tls-multipart", Key="m", ChecksumAlgorithm="CRC32"
-    )
+    upload = s3.create_multipart_upload(Bucket="tls-multipart", Key="m", ChecksumAlgorithm="CRC32")
     datas = [rng.randbytes(PART_BYTES_MIN + 1), rng.randbytes(1000)]
     parts = []
     for number, data in enumerate(datas, start=1):
@@ -47,7 +46,11 @@ def test_https_multipart_with_checksums(tls_gateway: GatewayProcess, rng: random
             ChecksumAlgorithm="CRC32",
         )
         parts.append(
-            {"PartNumber": number, "ETag": response["ETag"], "ChecksumCRC32": response["ChecksumCRC32"]}
+            {
+                "PartNumber": number,
+                "ETag": response["ETag"],
+                "ChecksumCRC32": response["ChecksumCRC32"],
+            }
         )
     done = s3.complete_multipart_upload(
         Bucket="tls-multipart",

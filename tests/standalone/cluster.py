@@ -20,6 +20,7 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 
+from blobstore.zookeeper_server import free_port
 from tests.cluster.processes import ManagedProcess, ProcessReaper
 
 READY_TIMEOUT_S = 120.0
@@ -99,6 +100,8 @@ class Standalone:
             str(self.port),
             "--ready-file",
             str(self.ready_file),
+            "--zk-port",
+            str(free_port()),  # never 2181: other clusters may run on this machine
             *self.extra_args,
         )
         self.managed = self.reaper.add(
@@ -167,6 +170,16 @@ class Standalone:
             return self.managed.process.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"standalone ignored SIGTERM:\n{self.log_tails()}") from None
+
+    def signal_group(self, signum: int) -> int:
+        """A signal to the whole process group, as a terminal sends SIGINT on Ctrl-C and
+        SIGHUP when it closes; the supervisor's exit code."""
+        assert self.managed is not None and self.managed.process is not None
+        os.killpg(self.pgid, signum)
+        try:
+            return self.managed.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"standalone ignored {signum}:\n{self.log_tails()}") from None
 
     def kill_group(self) -> None:
         """kill -9 of the whole process group."""

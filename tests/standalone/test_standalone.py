@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import threading
@@ -70,8 +71,9 @@ def test_serves_s3_stops_cleanly_and_keeps_data(
     for key, body in objects.items():
         got = s3.get_object(Bucket="demo", Key=key)["Body"].read()
         assert hashlib.sha256(got).digest() == hashlib.sha256(body).digest(), key
-    assert cluster.terminate() == 0, cluster.log_tails()
+    assert cluster.signal_group(signal.SIGINT) == 0, cluster.log_tails()  # Ctrl-C
     cluster.assert_nothing_left()
+    assert "stopped" in (cluster.managed.log_tail(5) if cluster.managed else "")
 
 
 def test_kill_9_of_everything_loses_no_acknowledged_object(
@@ -114,7 +116,7 @@ def test_kill_9_of_everything_loses_no_acknowledged_object(
         assert s3.get_object(Bucket="crash", Key=key)["Body"].read() == body, key
     listed = {o["Key"] for o in s3.list_objects_v2(Bucket="crash", MaxKeys=1000)["Contents"]}
     assert set(acknowledged) <= listed
-    assert cluster.terminate() == 0, cluster.log_tails()
+    assert cluster.signal_group(signal.SIGHUP) == 0, cluster.log_tails()  # terminal closed
     cluster.assert_nothing_left()
 
 
@@ -169,3 +171,33 @@ def test_bad_arguments_are_one_clear_line(tmp_path: Path) -> None:
     _assert_one_clear_line(result, "--bookies")
     result = _run_standalone("--data-dir", str(tmp_path / "d"), "--access-key", "only-one")
     _assert_one_clear_line(result, "--secret-key")
+
+
+def test_data_dir_in_use_is_one_clear_line(tmp_path: Path) -> None:
+    import fcntl
+
+    data = tmp_path / "data"
+    data.mkdir()
+    with open(data / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.write("4242\n")
+        lock.flush()
+        result = _run_standalone("--data-dir", str(data), "--port", str(free_port()))
+    _assert_one_clear_line(result, "in use by another blobstore standalone (pid 4242)")
+
+
+def test_supervisor_killed_alone_leaves_nothing_that_blocks_a_restart(
+    tmp_path: Path, reaper: ProcessReaper
+) -> None:
+    """kill -9 of the supervisor only: its children die with it (PDEATHSIG); the gateway's
+    worker processes, which cannot inherit that, are stopped by the next start."""
+    cluster = Standalone(tmp_path / "data", free_port(), reaper, ("--workers", "2")).start()
+    cluster.s3().create_bucket(Bucket="kept")
+    cluster.s3().put_object(Bucket="kept", Key="k", Body=b"kept")
+    assert cluster.managed is not None and cluster.managed.process is not None
+    os.kill(cluster.managed.pid, signal.SIGKILL)
+    cluster.managed.process.wait(timeout=30)
+    cluster.start()
+    assert cluster.s3().get_object(Bucket="kept", Key="k")["Body"].read() == b"kept"
+    assert cluster.terminate() == 0, cluster.log_tails()
+    cluster.assert_nothing_left()

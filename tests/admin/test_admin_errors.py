@@ -1,0 +1,45 @@
+"""Admin command mistakes are one line on stderr and exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from blobstore.zookeeper_server import free_port
+
+
+def _admin(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "blobstore.cli", "admin", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("decommission", "not-a-bookie-id"), "bookie id must be host:port"),
+        (("fsck", "--concurrency", "0"), "--concurrency must be"),
+        (("decommission", "127.0.0.1:3181", "--wait-open-s", "-1"), "--wait-open-s"),
+        (("du",), "cannot reach ZooKeeper"),
+    ],
+)
+def test_one_clear_line(args: tuple[str, ...], expected: str) -> None:
+    result = _admin("--zk", f"127.0.0.1:{free_port()}", *args)
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("blobstore: error: "), result.stderr
+    assert expected in lines[0], lines[0]
+
+
+def test_unknown_bookie_and_bucket_are_one_line(zk_connect: str) -> None:
+    result = _admin("--zk", zk_connect, "decommission", "127.0.0.1:1")
+    assert result.returncode == 2 and "unknown bookie" in result.stderr, result.stderr
+    result = _admin("--zk", zk_connect, "fsck", "--bucket", "nope", "--json")
+    assert result.returncode == 2 and "no bucket named" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

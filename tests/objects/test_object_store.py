@@ -1,0 +1,152 @@
+"""The object layer against real ZooKeeper and real bookies: streaming writes into shared
+writer ledgers, ranged reads, ledger rolling, no commit on failure, and a read that finds
+its ledger gone (moved by compaction) and continues from the re-read record."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import pytest
+
+from blobstore.catalog.records import ObjectRecord
+from blobstore.objects import ObjectStore, ObjectStoreConfig
+from blobstore.objects.store import drain
+from tests.conftest import BookieFactory
+
+ENTRY = 1024
+
+
+async def chunks(data: bytes, size: int) -> AsyncIterator[bytes]:
+    for offset in range(0, len(data), size):
+        yield data[offset : offset + size]
+        await asyncio.sleep(0)
+
+
+def config(**overrides: object) -> ObjectStoreConfig:
+    values: dict[str, object] = {"entry_size_bytes": ENTRY, "sweep_interval_s": 3600.0}
+    values.update(overrides)
+    return ObjectStoreConfig(**values)  # type: ignore[arg-type]
+
+
+def run(coroutine):  # type: ignore[no-untyped-def]
+    return asyncio.run(coroutine)
+
+
+def test_put_read_ranges_and_shared_ledgers(zk_connect: str, bookies: BookieFactory) -> None:
+    bookies(3)
+
+    async def scenario() -> None:
+        store = ObjectStore(zk_connect, config(ledger_bytes_max=64 * ENTRY))
+        await store.start()
+        try:
+            await store.catalog.create_bucket("bucket-one", "owner")
+            rng = random.Random(7)
+            bodies = {f"k{i}": rng.randbytes(rng.randrange(0, 9 * ENTRY)) for i in range(12)}
+            records = {}
+            for key, body in bodies.items():
+                result = await store.put_object(
+                    ObjectRecord(bucket="bucket-one", key=key), chunks(body, 700), size_max=1 << 30
+                )
+                assert result.record.etag == hashlib.md5(body).hexdigest()
+                records[key] = result.record
+            ledgers = {e.ledger_id for r in records.values() for e in r.extents}
+            assert 1 <= len(ledgers) < len(bodies), "small objects share writer ledgers"
+            for key, body in bodies.items():
+                record = await store.catalog.get_object("bucket-one", key)
+                if not body:
+                    assert record.extents == ()
+                    continue
+                assert await drain(store.read(record, 0, len(body) - 1)) == body
+                for _ in range(5):
+                    start, end = sorted((rng.randrange(len(body)), rng.randrange(len(body))))
+                    assert await drain(store.read(record, start, end)) == body[start : end + 1]
+        finally:
+            await store.close()
+
+    run(scenario())
+
+
+def test_failed_body_commits_nothing(zk_connect: str, bookies: BookieFactory) -> None:
+    bookies(3)
+
+    async def broken() -> AsyncIterator[bytes]:
+        yield b"x" * (3 * ENTRY)
+        raise ConnectionResetError("client went away")
+
+    async def scenario() -> None:
+        store = ObjectStore(zk_connect, config())
+        await store.start()
+        try:
+            await store.catalog.create_bucket("bucket-two", "owner")
+            await store.put_object(
+                ObjectRecord(bucket="bucket-two", key="k"), chunks(b"old", 10), size_max=1 << 30
+            )
+            with pytest.raises(ConnectionResetError):
+                await store.put_object(
+                    ObjectRecord(bucket="bucket-two", key="k"), broken(), size_max=1 << 30
+                )
+
+            async def refuse(data: object) -> object:
+                raise ValueError("checksum mismatch")
+
+            with pytest.raises(ValueError):
+                await store.put_object(
+                    ObjectRecord(bucket="bucket-two", key="k"),
+                    chunks(b"new" * 1000, 100),
+                    size_max=1 << 30,
+                    finish=refuse,  # type: ignore[arg-type]
+                )
+            record = await store.catalog.get_object("bucket-two", "k")
+            assert await drain(store.read(record, 0, record.size - 1)) == b"old"
+            # The pool's ledger stayed healthy: later writes succeed.
+            await store.put_object(
+                ObjectRecord(bucket="bucket-two", key="k2"), chunks(b"fine", 2), size_max=1 << 30
+            )
+        finally:
+            await store.close()
+
+    run(scenario())
+
+
+def test_read_follows_a_record_moved_to_another_ledger(
+    zk_connect: str, bookies: BookieFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    bookies(3)
+
+    async def scenario() -> None:
+        writer = ObjectStore(zk_connect, config())
+        await writer.start()
+        try:
+            await writer.catalog.create_bucket("bucket-three", "owner")
+            body = random.Random(3).randbytes(5 * ENTRY + 17)
+            old = (
+                await writer.put_object(
+                    ObjectRecord(bucket="bucket-three", key="k"),
+                    chunks(body, 512),
+                    size_max=1 << 30,
+                )
+            ).record
+        finally:
+            await writer.close()
+        # What compaction does: copy the bytes to a new ledger (another writer), swap the
+        # record, then delete the old ledger.
+        compactor = ObjectStore(zk_connect, config())
+        await compactor.start()
+        try:
+            moved = await compactor.write_data(chunks(body, 4096), 1 << 30)
+            assert {e.ledger_id for e in moved.extents}.isdisjoint(e.ledger_id for e in old.extents)
+            assert await compactor.catalog.swap_object(old, replace(old, extents=moved.extents))
+            for extent in old.extents:
+                await compactor.ledgers.delete_ledger(extent.ledger_id)
+            # A reader holding the old record finds the ledger gone and follows the record.
+            assert await drain(compactor.read(old, 0, len(body) - 1)) == body
+        finally:
+            await compactor.close()
+
+    with caplog.at_level("INFO", logger="blobstore.objects.store"):
+        run(scenario())
+    assert "event=read_record_reloaded" in caplog.text
