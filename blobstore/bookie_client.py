@@ -219,6 +219,17 @@ def parse_bookie_id(bookie_id: str) -> tuple[str, int]:
 # --------------------------------------------------------------------------- connection
 
 
+def _frame_parts(op: Op, flags: int, request_id: int, body: tuple[bytes, ...]) -> list[bytes]:
+    """protocol.encode_frame as separate buffers: an entry's bytes are never copied into
+    a joined frame (the transport writes the parts together)."""
+    length = protocol.FRAME_HEADER_BYTES + sum(len(part) for part in body)
+    assert length <= protocol.FRAME_BYTES_MAX, length
+    head = protocol.FRAME_LENGTH.pack(length) + protocol.FRAME_HEADER.pack(
+        protocol.PROTOCOL_VERSION, op, flags, request_id
+    )
+    return [head, *body]
+
+
 class _BookieConnection:
     """One TCP connection to one bookie, with the requests awaiting an answer on it."""
 
@@ -345,14 +356,16 @@ class _BookieConnection:
                     )
                 )
 
-    async def request(self, op: Op, flags: int, body: bytes, timeout_s: float) -> protocol.Frame:
+    async def request(
+        self, op: Op, flags: int, body: tuple[bytes, ...], timeout_s: float
+    ) -> protocol.Frame:
         """Send one request and wait for its answer frame (any status)."""
         writer = await self._ensure_connected()
         request_id = next(self._request_ids)
         future: asyncio.Future[protocol.Frame] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
-            self._queue_frame(writer, protocol.encode_frame(op, flags, request_id, body))
+            self._queue_frame(writer, _frame_parts(op, flags, request_id, body))
             async with asyncio.timeout(timeout_s):
                 await writer.drain()
                 return await future
@@ -369,11 +382,11 @@ class _BookieConnection:
         finally:
             self._pending.pop(request_id, None)
 
-    def _queue_frame(self, writer: asyncio.StreamWriter, frame: bytes) -> None:
+    def _queue_frame(self, writer: asyncio.StreamWriter, parts: list[bytes]) -> None:
         if self._outgoing_writer is not writer:
             self._outgoing = []  # meant for a connection that is gone: its requests failed
             self._outgoing_writer = writer
-        self._outgoing.append(frame)
+        self._outgoing.extend(parts)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -446,7 +459,7 @@ class BookieClientPool:
         bookie_id: str,
         op: Op,
         flags: int,
-        body: bytes,
+        body: tuple[bytes, ...],
         timeout_s: float | None = None,
     ) -> protocol.Frame:
         timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
@@ -511,9 +524,10 @@ class BookieClientPool:
         timeout_s: float | None = None,
     ) -> None:
         """Store `entry` (Entry.encode() bytes); returns once the bookie fsync'd it."""
-        body = protocol.AddRequest(ledger_id, entry_id, master_key, entry).encode()
+        # The request's fixed part, then the entry bytes as they are (no copy).
+        prefix = protocol.AddRequest(ledger_id, entry_id, master_key, b"").encode()
         flags = protocol.AddFlag.RECOVERY_ADD if recovery else protocol.AddFlag.NONE
-        frame = await self._call(bookie_id, Op.ADD_ENTRY, int(flags), body, timeout_s)
+        frame = await self._call(bookie_id, Op.ADD_ENTRY, int(flags), (prefix, entry), timeout_s)
         self._raise_for_status(frame, bookie_id, Op.ADD_ENTRY)
 
     async def read_entry(
@@ -544,7 +558,7 @@ class BookieClientPool:
         body = protocol.ReadRequest(ledger_id, entry_id, key, previous_lac, poll_ms).encode()
         timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
         frame = await self._call(
-            bookie_id, Op.READ_ENTRY, int(flags), body, timeout_s + poll_ms / 1000
+            bookie_id, Op.READ_ENTRY, int(flags), (body,), timeout_s + poll_ms / 1000
         )
         response: protocol.ReadResponse | None = None
         if frame.body:
@@ -567,7 +581,7 @@ class BookieClientPool:
         self, bookie_id: str, ledger_id: int, *, timeout_s: float | None = None
     ) -> int:
         body = protocol.ReadLacRequest(ledger_id).encode()
-        frame = await self._call(bookie_id, Op.READ_LAC, 0, body, timeout_s)
+        frame = await self._call(bookie_id, Op.READ_LAC, 0, (body,), timeout_s)
         self._raise_for_status(frame, bookie_id, Op.READ_LAC)
         try:
             return protocol.ReadLacResponse.decode(frame.body).last_add_confirmed
@@ -587,13 +601,13 @@ class BookieClientPool:
         timeout_s: float | None = None,
     ) -> None:
         body = protocol.WriteLacRequest(ledger_id, master_key, lac).encode()
-        frame = await self._call(bookie_id, Op.WRITE_LAC, 0, body, timeout_s)
+        frame = await self._call(bookie_id, Op.WRITE_LAC, 0, (body,), timeout_s)
         self._raise_for_status(frame, bookie_id, Op.WRITE_LAC)
 
     async def get_bookie_info(
         self, bookie_id: str, *, timeout_s: float | None = None
     ) -> dict[str, Any]:
-        frame = await self._call(bookie_id, Op.GET_BOOKIE_INFO, 0, b"", timeout_s)
+        frame = await self._call(bookie_id, Op.GET_BOOKIE_INFO, 0, (), timeout_s)
         self._raise_for_status(frame, bookie_id, Op.GET_BOOKIE_INFO)
         try:
             info = json.loads(frame.body.decode("utf-8"))

@@ -36,6 +36,7 @@ import argparse
 import ctypes
 import fcntl
 import json
+import logging
 import os
 import secrets
 import signal
@@ -58,6 +59,8 @@ PR_SET_PDEATHSIG = 1
 
 
 BOOKIES_MAX = 32
+ERROR_PREFIX = "blobstore: error: "  # how every command prints its one-line errors
+ERROR_LINE_CHARS_MAX = 500
 # Set in every child's environment to this cluster's data directory (see _reap_leftovers).
 STANDALONE_ENV = "BLOBSTORE_STANDALONE_DATA_DIR"
 
@@ -272,10 +275,13 @@ class Child:
             ]
         except FileNotFoundError:
             return "no log"
-        for line in reversed(lines):
-            if "error" in line.lower():
-                return line.strip()[-300:]
-        return lines[-1].strip()[-300:] if lines else "no output"
+        chosen = next((line for line in reversed(lines) if "error" in line.lower()), None)
+        if chosen is None:
+            chosen = lines[-1] if lines else "no output"
+        chosen = chosen.strip().removeprefix(ERROR_PREFIX)
+        if len(chosen) > ERROR_LINE_CHARS_MAX:
+            chosen = chosen[: ERROR_LINE_CHARS_MAX - 3] + "..."
+        return chosen
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -417,6 +423,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_locked(args: argparse.Namespace, data_dir: Path) -> int:
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        # Progress goes to stdout as plain lines; stderr is kept for the one error line.
+        logging.getLogger("blobstore.zookeeper_server").setLevel(logging.WARNING)
     reaped = _reap_leftovers(data_dir)
     if reaped:
         print(f"note: stopped {reaped} processes left by an earlier run on {data_dir}")
@@ -498,7 +507,7 @@ def _run_locked(args: argparse.Namespace, data_dir: Path) -> int:
         children.append(gateway)
         gateway.start()
         ready = gateway.wait_ready(gateway_ready)
-        port = int(ready.get("port") or args.port)  # type: ignore[call-overload]
+        port = int(str(ready.get("port") or args.port))
         shown_host = "127.0.0.1" if args.host in ("0.0.0.0", "", "::") else args.host
         endpoint = f"http://{shown_host}:{port}"
         _print_banner(endpoint, zk, access_key, secret_key, data_dir)

@@ -12,6 +12,7 @@ import argparse
 import logging
 import os
 import shutil
+import signal
 import socket
 import tempfile
 
@@ -98,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
         config.workers,
         config.zk,
     )
+    # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown; with these handlers
+    # installed first, that re-raise lands here and a requested stop exits 0.
+    stop_signals: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, _frame: stop_signals.append(received))
     try:
         if config.workers > 1:
             Multiprocess(uvicorn_config, sockets=[sock]).run()
@@ -110,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         sock.close()
         if private_metrics_dir:
             shutil.rmtree(private_metrics_dir, ignore_errors=True)
+    if stop_signals:
+        logger.info("event=gateway_stopped signal=%d", stop_signals[0])
     return 0
 
 

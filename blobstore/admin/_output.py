@@ -75,7 +75,7 @@ def run_async(main: Callable[[], Awaitable[T]]) -> T:
         raise _as_usage_error(e) from None
 
 
-def _first_leaf(group: BaseExceptionGroup) -> BaseException:  # type: ignore[type-arg]
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
     first: BaseException = group
     while isinstance(first, BaseExceptionGroup):
         first = first.exceptions[0]

@@ -52,6 +52,8 @@ class CatalogConfig:
     # commit_queues_max are dropped.
     page_cache_s: float = 0.5
     commit_queues_max: int = 4096
+    # Decoded pages kept for reads, used after a version check (each up to ~1 MiB in memory).
+    page_read_cache_pages: int = 32
     list_max_keys_max: int = 100_000
 
     def __post_init__(self) -> None:
@@ -78,6 +80,7 @@ class CatalogConfig:
             "cas_attempts_max",
             "reroutes_max",
             "commit_queues_max",
+            "page_read_cache_pages",
         ):
             if getattr(self, name) < 1:
                 raise bad(name, "must be at least 1")

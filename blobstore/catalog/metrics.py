@@ -33,3 +33,8 @@ BATCH_SIZE = Histogram(
     "Mutations grouped into one page write",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
 )
+PAGE_READS = Counter(
+    "blobstore_catalog_page_reads_total",
+    "Index page reads: transferred, or validated (kept copy, version unchanged)",
+    ["kind"],
+)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
@@ -35,6 +36,7 @@ class ObjectIndex:
         self.zk = zk
         self.config = config
         self._map_watchers: dict[str, Any] = {}
+        self._page_cache: OrderedDict[tuple[str, str], IndexPage] = OrderedDict()
         self.paths = paths
         self.retry_policy = CasRetryPolicy(
             config.cas_attempts_max,
@@ -125,12 +127,36 @@ class ObjectIndex:
     # ------------------------------------------------------------------ pages
 
     async def read_page(self, bucket: str, page_id: str) -> IndexPage | None:
-        """The page as stored now, or None when it is gone (merged away)."""
+        """The page as stored now, or None when it is gone (merged away).
+
+        Recently read pages are kept decoded; a kept copy is used only after a round
+        trip (`exists`) shows the znode still has its version. Page ids are never reused,
+        so an equal version means equal content: a listing that reads the same page for
+        consecutive requests transfers and decodes it once.
+        """
+        path = self.paths.page(bucket, page_id)
+        kept = self._page_cache.get((bucket, page_id))
+        if kept is not None:
+            stat = await self.zk.exists(path)
+            if stat is None:
+                self._page_cache.pop((bucket, page_id), None)
+                return None
+            if stat.version == kept.version:
+                self._page_cache.move_to_end((bucket, page_id))
+                metrics.PAGE_READS.labels("validated").inc()
+                return kept.copy()
         try:
-            value = await self.zk.get(self.paths.page(bucket, page_id))
+            value = await self.zk.get(path)
         except NoNodeError:
+            self._page_cache.pop((bucket, page_id), None)
             return None
-        return IndexPage.decode(page_id, value.value, value.version)
+        metrics.PAGE_READS.labels("transferred").inc()
+        page = IndexPage.decode(page_id, value.value, value.version)
+        self._page_cache[(bucket, page_id)] = page.copy()
+        self._page_cache.move_to_end((bucket, page_id))
+        while len(self._page_cache) > self.config.page_read_cache_pages:
+            self._page_cache.popitem(last=False)
+        return page
 
     async def page_containing(self, bucket: str, key: str) -> IndexPage:
         """The page whose range holds `key`, read from ZooKeeper (callers sync first when

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Self
 
 FORMAT_VERSION = 1
+_new_object = object.__new__
+_set_field = object.__setattr__
 NULL_VERSION_ID = "null"
 VERSIONING_UNSET = ""
 VERSIONING_ENABLED = "Enabled"
@@ -58,7 +60,15 @@ class Extent:
 
     @classmethod
     def from_list(cls, value: list[int]) -> Self:
-        return cls(*value)
+        extent = _new_object(cls)  # the fast path of __init__: listings decode millions
+        ledger_id, first_entry, last_entry, length, entry_size = value
+        _set_field(extent, "ledger_id", ledger_id)
+        _set_field(extent, "first_entry", first_entry)
+        _set_field(extent, "last_entry", last_entry)
+        _set_field(extent, "length", length)
+        _set_field(extent, "entry_size", entry_size)
+        extent.__post_init__()
+        return extent
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,30 +205,29 @@ class ObjectRecord:
         set directly instead of through __init__ (a third of the cost); the invariants of
         __post_init__ are still checked."""
         record = _new_object(cls)
-        extents = d.get("ext")
-        parts = d.get("parts")
-        values = (
-            bucket,
-            key,
-            d["v"],
-            d.get("size", 0),
-            d.get("etag", ""),
-            d.get("mtime", 0.0),
-            d.get("ct", CONTENT_TYPE_DEFAULT),
-            d.get("meta") or {},
-            d.get("sys") or {},
-            d.get("ck") or {},
-            d.get("sc", STORAGE_CLASS_DEFAULT),
-            tuple(Extent(*e) for e in extents) if extents else (),
-            tuple(PartInfo.from_list(p) for p in parts) if parts else (),
-            d.get("dm", False),
-            d.get("owner", ""),
-            d.get("tags") or {},
-            d.get("tier"),
-            is_latest,
+        get = d.get
+        extents = get("ext")
+        parts = get("parts")
+        _set_field(record, "bucket", bucket)
+        _set_field(record, "key", key)
+        _set_field(record, "version_id", d["v"])
+        _set_field(record, "size", get("size", 0))
+        _set_field(record, "etag", get("etag", ""))
+        _set_field(record, "last_modified", get("mtime", 0.0))
+        _set_field(record, "content_type", get("ct", CONTENT_TYPE_DEFAULT))
+        _set_field(record, "metadata", get("meta") or {})
+        _set_field(record, "system_metadata", get("sys") or {})
+        _set_field(record, "checksums", get("ck") or {})
+        _set_field(record, "storage_class", get("sc", STORAGE_CLASS_DEFAULT))
+        _set_field(
+            record, "extents", tuple([Extent.from_list(e) for e in extents]) if extents else ()
         )
-        for name, value in zip(_OBJECT_RECORD_FIELDS, values, strict=True):
-            _set_field(record, name, value)
+        _set_field(record, "parts", tuple([PartInfo.from_list(p) for p in parts]) if parts else ())
+        _set_field(record, "is_delete_marker", get("dm", False))
+        _set_field(record, "owner", get("owner", ""))
+        _set_field(record, "tags", get("tags") or {})
+        _set_field(record, "tier_location", get("tier"))
+        _set_field(record, "is_latest", is_latest)
         record.__post_init__()
         return record
 
@@ -243,9 +252,7 @@ class ObjectRecord:
         )
 
 
-_OBJECT_RECORD_FIELDS = tuple(f.name for f in fields(ObjectRecord))
-_new_object = object.__new__
-_set_field = object.__setattr__
+assert len(fields(ObjectRecord)) == 18, "ObjectRecord.from_dict sets every field: update it"
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,7 +91,8 @@ class AppendObjectOp:
                 await self._hash(chunk)
                 buffer += chunk
                 while len(buffer) >= self._entry_size:
-                    payload = bytes(buffer[: self._entry_size])
+                    with memoryview(buffer) as view:
+                        payload = bytes(view[: self._entry_size])  # the only copy
                     del buffer[: self._entry_size]
                     await self._append(payload)
             if buffer:

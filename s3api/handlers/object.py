@@ -116,9 +116,13 @@ def storage_class(ctx: S3Context) -> str:
 
 
 def check_encryption(ctx: S3Context) -> None:
-    sse = ctx.headers.get("x-amz-server-side-encryption")
-    if sse is not None and sse != "AES256":
-        raise S3Error("NotImplemented", "Server-side encryption with KMS is not implemented")
+    # Refused rather than echoed: answering "AES256" would tell the client its data is
+    # encrypted at rest, which this store does not do.
+    if "x-amz-server-side-encryption" in ctx.headers:
+        raise S3Error(
+            "NotImplemented",
+            "Server-side encryption is not implemented: objects are stored unencrypted",
+        )
     if "x-amz-server-side-encryption-customer-algorithm" in ctx.headers:
         raise S3Error(
             "NotImplemented", "Server-side encryption with customer keys is not implemented"
@@ -260,8 +264,6 @@ async def put_object(ctx: S3Context) -> Response:
     headers = {"ETag": quote_etag(record.etag)}
     headers.update(checksum_headers(record.checksums))
     headers.update(version_headers(record.version_id, bucket.versioning))
-    if ctx.headers.get("x-amz-server-side-encryption"):
-        headers["x-amz-server-side-encryption"] = "AES256"
     return Response(b"", headers=headers)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -10,12 +11,17 @@ import pytest
 from blobstore.zookeeper_server import free_port
 
 
-def _admin(*args: str) -> subprocess.CompletedProcess[str]:
+def _admin(*args: str, zk_env: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("BLOBSTORE_ZK", None)
+    if zk_env:
+        env["BLOBSTORE_ZK"] = zk_env
     return subprocess.run(
         [sys.executable, "-m", "blobstore.cli", "admin", *args],
         capture_output=True,
         text=True,
         timeout=60,
+        env=env,
     )
 
 
@@ -40,6 +46,8 @@ def test_one_clear_line(args: tuple[str, ...], expected: str) -> None:
 def test_unknown_bookie_and_bucket_are_one_line(zk_connect: str) -> None:
     result = _admin("--zk", zk_connect, "decommission", "127.0.0.1:1")
     assert result.returncode == 2 and "unknown bookie" in result.stderr, result.stderr
-    result = _admin("--zk", zk_connect, "fsck", "--bucket", "nope", "--json")
+    result = _admin("fsck", "--bucket", "nope", "--json", zk_env=zk_connect)  # BLOBSTORE_ZK
     assert result.returncode == 2 and "no bucket named" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+    result = _admin("du")
+    assert result.returncode == 2 and "no ZooKeeper address" in result.stderr, result.stderr

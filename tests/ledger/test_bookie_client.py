@@ -251,3 +251,13 @@ def test_in_flight_is_bounded() -> None:
         await server.stop()
 
     run(scenario())
+
+
+def test_frame_parts_equal_the_protocol_encoding() -> None:
+    entry = protocol.Entry(1, 2, 1, 5, b"hello").encode()
+    body = protocol.AddRequest(1, 2, bytes(20), entry).encode()
+    expected = protocol.encode_frame(Op.ADD_ENTRY, 1, 7, body)
+    prefix = protocol.AddRequest(1, 2, bytes(20), b"").encode()
+    parts = bookie_client._frame_parts(Op.ADD_ENTRY, 1, 7, (prefix, entry))
+    assert b"".join(parts) == expected
+    assert parts[-1] is entry

@@ -209,3 +209,23 @@ def test_readers_with_different_replica_orders_see_the_same_entries(
             assert len(seen[-1]) == len(payloads)
 
     run(scenario())
+
+
+def test_placement_spreads_write_sets_over_racks(bookies: BookieFactory, zk_connect: str) -> None:
+    racks = {}
+    for rack in ("/rack-a", "/rack-b"):
+        for bookie in bookies(2, extra_args=["--rack", rack]):
+            racks[bookie.bookie_id] = rack
+
+    async def scenario() -> None:
+        async with ledger_client(zk_connect) as client:
+            assert {b.rack for b in await client.writable_bookies()} == {"/rack-a", "/rack-b"}
+            for _ in range(5):
+                handle = await client.create_ledger(4, 2, 2)
+                ensemble = handle.metadata.last_ensemble
+                for entry_id in range(4):
+                    write_set = write_set_bookies(entry_id, ensemble, 2)
+                    assert {racks[b] for b in write_set} == {"/rack-a", "/rack-b"}, ensemble
+                await handle.close()
+
+    run(scenario())

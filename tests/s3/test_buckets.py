@@ -262,3 +262,30 @@ def test_virtual_hosted_style(s3_cluster: Any, bucket: str, s3: Any) -> None:
                 raise AssertionError(e.read()) from None
     finally:
         vhost.kill()
+
+
+def test_versions_pagination_and_delete_marker_versions(s3: Any, bucket: str) -> None:
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    ids = [
+        s3.put_object(Bucket=bucket, Key="k", Body=str(i).encode())["VersionId"] for i in range(3)
+    ]
+    marker = s3.delete_object(Bucket=bucket, Key="k")["VersionId"]
+    seen: list[str] = []
+    kwargs: dict[str, Any] = {"Bucket": bucket, "MaxKeys": 2}
+    while True:
+        page = s3.list_object_versions(**kwargs)
+        seen += [v["VersionId"] for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+        if not page["IsTruncated"]:
+            break
+        kwargs.update(KeyMarker=page["NextKeyMarker"], VersionIdMarker=page["NextVersionIdMarker"])
+    assert sorted(seen) == sorted([*ids, marker])
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="k", VersionId=marker)
+    assert status(e) == 405
+    s3.delete_object(Bucket=bucket, Key="k", VersionId=marker)
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"2"
+    s3.delete_object(Bucket=bucket, Key="k", VersionId=ids[2])
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"1"
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="k", VersionId=ids[2])
+    assert error_code(e) == "NoSuchVersion"

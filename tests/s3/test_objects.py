@@ -285,3 +285,13 @@ def test_unsupported_subresource_is_not_implemented(s3: Any, bucket: str) -> Non
     with pytest.raises(ClientError) as e:
         s3.get_bucket_policy(Bucket=bucket)
     assert error_code(e) == "NotImplemented"
+
+
+def test_server_side_encryption_is_refused_not_pretended(s3: Any, bucket: str) -> None:
+    for extra in ({"ServerSideEncryption": "AES256"}, {"ServerSideEncryption": "aws:kms"}):
+        with pytest.raises(ClientError) as raised:
+            s3.put_object(Bucket=bucket, Key="sse", Body=b"secret", **extra)
+        assert raised.value.response["Error"]["Code"] == "NotImplemented"
+    with pytest.raises(ClientError) as raised:
+        s3.head_object(Bucket=bucket, Key="sse")
+    assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404

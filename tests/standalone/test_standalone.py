@@ -75,6 +75,16 @@ def test_serves_s3_stops_cleanly_and_keeps_data(
     cluster.assert_nothing_left()
     assert "stopped" in (cluster.managed.log_tail(5) if cluster.managed else "")
 
+    # Swapped disks: a bookie's cookie names another bookie; one clear line, no traceback.
+    data = tmp_path / "data"
+    (data / "bookie-0").rename(data / "swap")
+    (data / "bookie-1").rename(data / "bookie-0")
+    (data / "swap").rename(data / "bookie-1")
+    result = _run_standalone(
+        "--data-dir", str(data), "--port", str(free_port()), "--zk-port", str(free_port())
+    )
+    _assert_one_clear_line(result, "cookie mismatch")
+
 
 def test_kill_9_of_everything_loses_no_acknowledged_object(
     tmp_path: Path, reaper: ProcessReaper, seed: int
