@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import threading
 import time
 import urllib.request
 from urllib.parse import urlsplit
@@ -19,6 +20,7 @@ from kazoo.client import KazooClient
 
 from tests.cluster.gateway import GatewayProcess
 from tests.faults.conftest import ENTRY_SIZE_BYTES, FaultCluster
+from tests.faults.workload import Model, run_workers
 
 SWEEP_DEADLINE_S = 60.0
 RESUME_DEADLINE_S = 60.0
@@ -131,6 +133,63 @@ def test_paused_gateway_put_fails_after_its_ledger_is_swept(
                 time.sleep(0.5)
         assert survivor_s3.get_object(Bucket=bucket, Key="k")["Body"].read() == latest
         assert paused_id in zk.get_children("/gateways"), "the gateway registered again"
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_paused_gateway_under_load_acknowledges_only_durable_puts(
+    cluster: FaultCluster, rng: random.Random
+) -> None:
+    """Many PUTs in every stage (streaming, waiting for acks, committing) when the
+    gateway freezes past its session and its ledgers are swept: every PUT it
+    acknowledges, before or after the pause, reads back identical through the other
+    gateway."""
+    cluster.add_bookies(3)
+    zk = KazooClient(hosts=cluster.zk, timeout=15.0)
+    zk.start(timeout=15.0)
+    try:
+        survivor = cluster.start_gateway("survivor")
+        before = set(zk.get_children("/gateways"))
+        paused = cluster.start_gateway("paused", env={"BLOBSTORE_WRITER_LEDGERS_MAX": "4"})
+        (paused_id,) = set(zk.get_children("/gateways")) - before
+        bucket = "load"
+        paused.client().create_bucket(Bucket=bucket)
+        model = Model()
+        stop = threading.Event()
+        threads = run_workers(
+            lambda: paused.client(read_timeout=120),
+            bucket,
+            model,
+            rng,
+            workers=4,
+            keys=8,
+            stop=stop,
+            deadline_s=120.0,
+            deletes=False,
+        )
+        try:
+            time.sleep(rng.uniform(1.0, 2.0))
+            assert paused.managed is not None
+            paused.managed.suspend()
+            try:
+                deadline = time.monotonic() + SWEEP_DEADLINE_S
+                while True:
+                    states = _ledger_states_of(zk, paused_id)
+                    if states and all(state == "CLOSED" for state in states.values()):
+                        break
+                    assert time.monotonic() < deadline, f"never swept: {states}"
+                    time.sleep(0.2)
+            finally:
+                paused.managed.resume()
+            time.sleep(3.0)  # PUTs go on after the pause, with fresh ledgers
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=120.0)
+        assert not any(t.is_alive() for t in threads), "a PUT never returned"
+        print(f"acknowledged_puts={model.acknowledged_puts} failed_ops={model.failed_ops}")
+        model.check(survivor.client(), bucket)
     finally:
         zk.stop()
         zk.close()
