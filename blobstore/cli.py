@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import logging
 import os
 import sys
@@ -59,7 +60,11 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
             description=(module.__doc__ or help_text).split("\n\n")[0],
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        module.add_arguments(sub_parser)
+        if "argv" in inspect.signature(module.add_arguments).parameters:
+            # Commands with their own subcommands load only the chosen one, too.
+            module.add_arguments(sub_parser, argv=argv[argv.index(name) + 1 :])
+        else:
+            module.add_arguments(sub_parser)
         sub_parser.set_defaults(run=module.run)
     return parser
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import sys
 
 from blobstore.errors import UsageError
 
@@ -24,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--zk",
         default=os.environ.get("BLOBSTORE_ZK"),
@@ -32,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     sub = parser.add_subparsers(dest="admin_command", metavar="COMMAND")
-    argv = sys.argv[sys.argv.index("admin") + 1 :] if "admin" in sys.argv else []
+    argv = argv or []
     chosen = next((w for w in argv if not w.startswith("-") and w in COMMANDS), None)
     for name, (module_name, help_text) in COMMANDS.items():
         if name != chosen:
