@@ -1,58 +1,108 @@
-"""S3 gateway benchmark: boto3 against a real local cluster (ZooKeeper, 3 bookies, the
-gateway), beside the machine's limits measured in the same run (MD5 speed, loopback
-bandwidth, disk write+fsync rate), reported as ratios.
+"""S3 gateway benchmark (warp-like) against a real local cluster (ZooKeeper, 3 bookies, the
+gateway), driven by the asyncio load generator of `bench/s3_load.py`, beside the machine's
+limits and the generator's own ceiling measured in the same run.
 
-    .venv/bin/python bench/s3_bench.py [--object-mib 64] [--small-count 400] [--workers 1]
+    .venv/bin/python bench/s3_bench.py [--duration 8] [--workers 1] [--output docs/benchmarks/s3.md]
+    .venv/bin/python bench/s3_bench.py --serve        # start the cluster, print the endpoint, wait
 
-Measures large-object PUT and GET (one stream and four concurrent streams), small-object
-(4 KiB) PUT and GET rates with 16 clients, and a 4-part multipart upload. Writes
-docs/benchmarks/s3.md. Not a test: no assertion on speed.
+Phases: 4 KiB PUT and GET (concurrency 16), 16 MiB PUT and GET (concurrency 4), one 256 MiB
+multipart upload (16 MiB parts, 4 in parallel), random 1 MiB ranged GETs (concurrency 16),
+listing 5,000 keys (1000-key pages), DeleteObjects (1000-key batches). Each phase reports
+ops/s, MB/s (MiB/s), p50/p99 latency and the generator's CPU per operation. Machine limits:
+journal-disk write+fdatasync rate, sequential write+fsync bandwidth, loopback TCP bandwidth,
+MD5/SHA256/CRC32C/CRC64NVME speed. Writes docs/benchmarks/s3.md. Not a test: no assertion
+on speed.
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import datetime
 import hashlib
 import json
 import os
 import platform
+import random
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-
-import boto3
-from botocore.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import crc32c  # noqa: E402
+from awscrt import checksums  # noqa: E402
+from s3_load import (  # noqa: E402
+    PhaseResult,
+    create_bucket,
+    delete_objects_op,
+    get_op,
+    list_op,
+    measure_ceiling,
+    multipart_op,
+    put_op,
+    run_phase,
+)
 
 from blobstore.zookeeper_server import free_port, start_zookeeper  # noqa: E402
 
 ACCESS_KEY = "bench-access-key"
 SECRET_KEY = "bench-secret-key"
+BUCKET = "bench"
+KIB = 1 << 10
 MIB = 1 << 20
 READY_TIMEOUT_S = 90.0
+
+# Ceph RADOS Gateway, single node, 3 OSDs, replication 3, on this kind of machine.
+RGW = {
+    "put 4KiB": "250/s, p99 130 ms",
+    "get 4KiB": "345/s",
+    "put 16MiB": "115 MB/s",
+    "get 16MiB": "385 MB/s",
+    "multipart 256MiB": "120 MB/s",
+    "get 1MiB range": "310/s",
+    "list 5000 keys": "12,000 keys/s",
+    "delete-objects": "400 keys/s",
+}
 
 
 # --------------------------------------------------------------------------- machine limits
 
 
-def md5_mb_s(seconds: float = 1.0) -> float:
+def hash_mb_s(update: Callable[[bytes], object], seconds: float = 0.5) -> float:
     block = os.urandom(MIB)
-    digest = hashlib.md5()
     count = 0
-    deadline = time.monotonic() + seconds
     started = time.monotonic()
+    deadline = started + seconds
     while time.monotonic() < deadline:
-        digest.update(block)
+        update(block)
         count += 1
     return count / (time.monotonic() - started)
+
+
+def hashing_limits() -> list[tuple[str, float]]:
+    md5 = hashlib.md5()
+    sha = hashlib.sha256()
+    state = {"crc32c": 0, "crc64": 0}
+
+    def crc32c_update(block: bytes) -> None:
+        state["crc32c"] = crc32c.crc32c(block, state["crc32c"])
+
+    def crc64_update(block: bytes) -> None:
+        state["crc64"] = checksums.crc64nvme(block, state["crc64"])
+
+    return [
+        ("MD5", hash_mb_s(md5.update)),
+        ("SHA256", hash_mb_s(sha.update)),
+        ("CRC32C", hash_mb_s(crc32c_update)),
+        ("CRC64NVME", hash_mb_s(crc64_update)),
+    ]
 
 
 def loopback_mb_s(total_mib: int = 512) -> float:
@@ -84,8 +134,8 @@ def fsync_rate(directory: Path, seconds: float = 1.0) -> float:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     block = os.urandom(4096)
     count = 0
-    deadline = time.monotonic() + seconds
     started = time.monotonic()
+    deadline = started + seconds
     try:
         while time.monotonic() < deadline:
             os.write(fd, block)
@@ -95,6 +145,24 @@ def fsync_rate(directory: Path, seconds: float = 1.0) -> float:
         os.close(fd)
         path.unlink()
     return count / (time.monotonic() - started)
+
+
+def disk_write_mb_s(directory: Path, total_mib: int = 256) -> float:
+    """Sequential 1 MiB writes with an fdatasync every 4 MiB (journal-like), then a final one."""
+    path = directory / "write-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    block = os.urandom(MIB)
+    started = time.monotonic()
+    try:
+        for index in range(total_mib):
+            os.write(fd, block)
+            if index % 4 == 3:
+                os.fdatasync(fd)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return total_mib / (time.monotonic() - started)
 
 
 # --------------------------------------------------------------------------- cluster
@@ -125,222 +193,299 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "blobstore.cli", *args]
 
 
-# --------------------------------------------------------------------------- workloads
+class Cluster:
+    """ZooKeeper, 3 bookies and a gateway in child processes, under one temporary dir."""
 
+    def __init__(self, workers: int) -> None:
+        self.work = Path(tempfile.mkdtemp(prefix="s3-bench-"))
+        self.workers = workers
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.zookeeper = None
+        self.endpoint = ""
+        self.gateway_pid = 0
 
-def timed(function, *args):  # type: ignore[no-untyped-def]
-    started = time.monotonic()
-    function(*args)
-    return time.monotonic() - started
-
-
-def run(args: argparse.Namespace) -> str:
-    work = Path(tempfile.mkdtemp(prefix="s3-bench-"))
-    env = dict(os.environ)
-    env.update({"BLOBSTORE_ACCESS_KEY": ACCESS_KEY, "BLOBSTORE_SECRET_KEY": SECRET_KEY})
-    zookeeper = start_zookeeper(work / "zookeeper", free_port(), heap_mb=512)
-    children: list[subprocess.Popen[bytes]] = []
-    try:
-        zk = zookeeper.connect_string
-        for index in range(3):
-            root = work / f"bookie-{index}"
-            root.mkdir()
-            process, _ = start_child(
+    def __enter__(self) -> Cluster:
+        env = dict(os.environ)
+        env.update({"BLOBSTORE_ACCESS_KEY": ACCESS_KEY, "BLOBSTORE_SECRET_KEY": SECRET_KEY})
+        self.zookeeper = start_zookeeper(self.work / "zookeeper", free_port(), heap_mb=512)
+        try:
+            zk = self.zookeeper.connect_string
+            for index in range(3):
+                root = self.work / f"bookie-{index}"
+                root.mkdir()
+                process, _ = start_child(
+                    cli(
+                        "bookie",
+                        *("--zk", zk, "--host", "127.0.0.1", "--port", "0", "--http-port", "0"),
+                        *("--journal-dir", str(root / "journal")),
+                        *("--ledger-dir", str(root / "ledgers")),
+                        *("--ready-file", str(root / "ready.json")),
+                    ),
+                    root / "bookie.log",
+                    root / "ready.json",
+                    env,
+                )
+                self.children.append(process)
+            process, ready = start_child(
                 cli(
-                    "bookie",
-                    "--zk",
-                    zk,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                    "--http-port",
-                    "0",
-                    "--journal-dir",
-                    str(root / "journal"),
-                    "--ledger-dir",
-                    str(root / "ledgers"),
-                    "--ready-file",
-                    str(root / "ready.json"),
+                    "gateway",
+                    *("--zk", zk, "--port", "0", "--workers", str(self.workers)),
+                    *("--ready-file", str(self.work / "gateway.json")),
                 ),
-                root / "bookie.log",
-                root / "ready.json",
+                self.work / "gateway.log",
+                self.work / "gateway.json",
                 env,
             )
-            children.append(process)
-        process, ready = start_child(
-            cli(
-                "gateway",
-                "--zk",
-                zk,
-                "--port",
-                "0",
-                "--workers",
-                str(args.workers),
-                "--ready-file",
-                str(work / "gateway.json"),
-            ),
-            work / "gateway.log",
-            work / "gateway.json",
-            env,
-        )
-        children.append(process)
-        endpoint = f"http://127.0.0.1:{ready['port']}"
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-            region_name="us-east-1",
-            config=Config(
-                s3={"addressing_style": "path", "payload_signing_enabled": False},
-                max_pool_connections=32,
-                request_checksum_calculation="when_required",
-                response_checksum_validation="when_required",
-            ),
-        )
-        s3.create_bucket(Bucket="bench")
-        size = args.object_mib * MIB
-        body = os.urandom(size)
-        results: list[tuple[str, str, str]] = []
+            self.children.append(process)
+            self.gateway_pid = process.pid
+            self.endpoint = f"http://127.0.0.1:{ready['port']}"
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
 
-        put_s = timed(lambda: s3.put_object(Bucket="bench", Key="large-0", Body=body))
-        get_s = timed(lambda: s3.get_object(Bucket="bench", Key="large-0")["Body"].read())
-        results.append(
-            ("PUT 1 stream", f"{args.object_mib / put_s:.0f} MB/s", f"{args.object_mib} MiB object")
-        )
-        results.append(
-            ("GET 1 stream", f"{args.object_mib / get_s:.0f} MB/s", f"{args.object_mib} MiB object")
-        )
-
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            started = time.monotonic()
-            list(
-                pool.map(
-                    lambda i: s3.put_object(Bucket="bench", Key=f"large-{i}", Body=body), range(4)
-                )
-            )
-            put4 = time.monotonic() - started
-            started = time.monotonic()
-            list(
-                pool.map(
-                    lambda i: s3.get_object(Bucket="bench", Key=f"large-{i}")["Body"].read(),
-                    range(4),
-                )
-            )
-            get4 = time.monotonic() - started
-        results.append(("PUT 4 streams", f"{4 * args.object_mib / put4:.0f} MB/s", "aggregate"))
-        results.append(("GET 4 streams", f"{4 * args.object_mib / get4:.0f} MB/s", "aggregate"))
-
-        small = os.urandom(4096)
-        with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            started = time.monotonic()
-            list(
-                pool.map(
-                    lambda i: s3.put_object(Bucket="bench", Key=f"small/{i}", Body=small),
-                    range(args.small_count),
-                )
-            )
-            small_put = time.monotonic() - started
-            started = time.monotonic()
-            list(
-                pool.map(
-                    lambda i: s3.get_object(Bucket="bench", Key=f"small/{i}")["Body"].read(),
-                    range(args.small_count),
-                )
-            )
-            small_get = time.monotonic() - started
-        results.append(
-            (
-                "PUT 4 KiB x16 clients",
-                f"{args.small_count / small_put:.0f} objects/s",
-                f"{args.small_count} objects",
-            )
-        )
-        results.append(
-            (
-                "GET 4 KiB x16 clients",
-                f"{args.small_count / small_get:.0f} objects/s",
-                f"{args.small_count} objects",
-            )
-        )
-
-        part = os.urandom(8 * MIB)
-        started = time.monotonic()
-        upload = s3.create_multipart_upload(Bucket="bench", Key="multipart")["UploadId"]
-        parts = [
-            {
-                "PartNumber": n,
-                "ETag": s3.upload_part(
-                    Bucket="bench", Key="multipart", UploadId=upload, PartNumber=n, Body=part
-                )["ETag"],
-            }
-            for n in range(1, 5)
-        ]
-        s3.complete_multipart_upload(
-            Bucket="bench", Key="multipart", UploadId=upload, MultipartUpload={"Parts": parts}
-        )
-        results.append(
-            (
-                "Multipart 4 x 8 MiB",
-                f"{32 / (time.monotonic() - started):.0f} MB/s",
-                "parts sequential",
-            )
-        )
-
-        limits = [
-            ("MD5 one core", f"{md5_mb_s():.0f} MB/s", "ETag ceiling per stream"),
-            ("Loopback TCP", f"{loopback_mb_s():.0f} MB/s", "one connection"),
-            ("4 KiB write+fdatasync", f"{fsync_rate(work):.0f} /s", "bookie journal disk"),
-        ]
-        md5 = float(limits[0][1].split()[0])
-        put1 = args.object_mib / put_s
-        lines = [
-            "# S3 gateway benchmark",
-            "",
-            f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
-            f"({os.cpu_count()} CPUs, Python {platform.python_version()}), 3 bookies (E/WQ/AQ 3/2/2), "
-            f"gateway workers={args.workers}, 1 MiB entries, boto3 client on the same machine. "
-            "Client, gateway, bookies and ZooKeeper share the CPUs: on a small machine the "
-            "small-object rates are bounded by the client's own CPU use.",
-            "",
-            "| measure | result | notes |",
-            "|---|---|---|",
-            *[f"| {a} | {b} | {c} |" for a, b, c in results],
-            "",
-            "Machine limits, same run:",
-            "",
-            "| limit | value | notes |",
-            "|---|---|---|",
-            *[f"| {a} | {b} | {c} |" for a, b, c in limits],
-            "",
-            f"PUT single stream / MD5 speed = {put1 / md5:.2f} (each PUT byte is hashed "
-            "for the ETag, sent twice to bookies (WQ=2) and fsync'd in their journals).",
-            "",
-        ]
-        return "\n".join(lines)
-    finally:
-        for child in reversed(children):
+    def __exit__(self, *exc: object) -> None:
+        for child in reversed(self.children):
             child.terminate()
-        for child in children:
+        for child in self.children:
             try:
                 child.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 child.kill()
-        zookeeper.stop()
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+
+
+# --------------------------------------------------------------------------- phases
+
+
+def phase(name: str, factory: object, concurrency: int, endpoint: str, **kw: object) -> PhaseResult:
+    result = run_phase(name, endpoint, ACCESS_KEY, SECRET_KEY, factory, concurrency, **kw)
+    print(
+        f"{name:<22} {result.ops:>7} ops {result.ops_per_s:>9.0f}/s {result.mb_per_s:>8.1f} MB/s "
+        f"p50 {result.p50_ms:7.2f} ms p99 {result.p99_ms:7.2f} ms errors {result.errors} "
+        f"client {result.client_cpu_us_per_op:.0f} us/op",
+        flush=True,
+    )
+    for sample in result.error_samples:
+        print(f"    error: {sample}", flush=True)
+    return result
+
+
+def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]]:
+    """All phases in order; returns (result, note) pairs."""
+    create_bucket(endpoint, ACCESS_KEY, SECRET_KEY, BUCKET)
+    out: list[tuple[PhaseResult, str]] = []
+
+    small = phase("put 4KiB", put_op(BUCKET, 4 * KIB, "small-"), 16, endpoint, duration_s=duration)
+    out.append((small, "concurrency 16"))
+    small_count = max(1, small.ops)
+    out.append(
+        (
+            phase(
+                "get 4KiB",
+                get_op(BUCKET, small_count, "small-"),
+                16,
+                endpoint,
+                duration_s=duration,
+            ),
+            "concurrency 16",
+        )
+    )
+
+    large = phase(
+        "put 16MiB", put_op(BUCKET, 16 * MIB, "large-"), 4, endpoint, duration_s=duration
+    )
+    out.append((large, "concurrency 4"))
+    large_count = max(1, large.ops)
+    out.append(
+        (
+            phase(
+                "get 16MiB",
+                get_op(BUCKET, large_count, "large-"),
+                4,
+                endpoint,
+                duration_s=duration,
+            ),
+            "concurrency 4",
+        )
+    )
+
+    out.append(
+        (
+            phase(
+                "multipart 256MiB",
+                multipart_op(BUCKET, 256 * MIB, 16 * MIB, part_concurrency=4),
+                1,
+                endpoint,
+                count=1,
+            ),
+            "16 parts of 16 MiB, 4 in parallel",
+        )
+    )
+
+    # Random 1 MiB ranges inside the 16 MiB objects: one factory per connection, each
+    # choosing a fresh random range per request.
+    rng = random.Random(1)
+
+    def ranged_factory(client: object) -> object:
+        async def op(connection: object, sequence: int) -> int:
+            start = rng.randrange(16) * MIB
+            inner = get_op(BUCKET, large_count, "large-", (start, start + MIB - 1))(client)
+            return await inner(connection, rng.randrange(large_count))
+
+        return op
+
+    out.append(
+        (
+            phase("get 1MiB range", ranged_factory, 16, endpoint, duration_s=duration),
+            "random 1 MiB ranges of the 16 MiB objects, concurrency 16",
+        )
+    )
+
+    # Listing: 5,000 keys (small- objects beyond 5,000 are deleted below anyway).
+    listed_keys = min(5000, small_count)
+    list_result = phase(
+        "list 5000 keys",
+        list_op(BUCKET, "small-", 1000),
+        1,
+        endpoint,
+        count=max(1, (listed_keys + 999) // 1000),
+    )
+    out.append((list_result, f"{listed_keys} keys in 1000-key pages, one client"))
+
+    # DeleteObjects of all small objects, 1000 keys per request, 4 in parallel.
+    batches = max(1, small_count // 1000)
+    delete_result = phase(
+        "delete-objects",
+        delete_objects_op(BUCKET, "small-", 1000),
+        min(4, batches),
+        endpoint,
+        count=batches,
+    )
+    out.append((delete_result, f"{batches} x 1000 keys, concurrency {min(4, batches)}"))
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+
+def rate_text(result: PhaseResult) -> str:
+    if result.name.startswith("list"):
+        keys = result.ops * 1000
+        return f"{min(keys, 5000) / result.seconds:,.0f} keys/s"
+    if result.name.startswith("delete"):
+        return f"{result.ops * 1000 / result.seconds:,.0f} keys/s"
+    if result.mb_per_s >= 50:
+        return f"{result.mb_per_s:,.0f} MB/s"
+    return f"{result.ops_per_s:,.0f}/s"
+
+
+def report(
+    args: argparse.Namespace,
+    results: list[tuple[PhaseResult, str]],
+    ceilings: list[PhaseResult],
+    limits: list[tuple[str, str, str]],
+) -> str:
+    lines = [
+        "# S3 gateway benchmark",
+        "",
+        f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
+        f"({os.cpu_count()} CPUs, Python {platform.python_version()}): ZooKeeper, 3 bookies "
+        f"(E/WQ/AQ 3/2/2), the gateway (workers={args.workers}) and the load generator "
+        "(`bench/s3_load.py`, asyncio + httptools, SigV4 UNSIGNED-PAYLOAD) all share the "
+        f"machine. Timed phases run {args.duration:g} s each. `bench/s3_bench.py` regenerates "
+        "this file.",
+        "",
+        "| phase | ops | ops/s | MB/s | p50 ms | p99 ms | errors | generator CPU/op | "
+        "headline | Ceph RGW | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for result, note in results:
+        lines.append(
+            f"| {result.name} | {result.ops} | {result.ops_per_s:,.1f} | {result.mb_per_s:,.1f} "
+            f"| {result.p50_ms:.1f} | {result.p99_ms:.1f} | {result.errors} "
+            f"| {result.client_cpu_us_per_op:,.0f} us | {rate_text(result)} "
+            f"| {RGW.get(result.name, '')} | {note} |"
+        )
+    lines += [
+        "",
+        "Generator ceiling, same run (same generator and concurrency against a trivial HTTP "
+        "server in a child process):",
+        "",
+        "| ceiling | ops/s | MB/s | p50 ms | p99 ms | generator CPU/op |",
+        "|---|---|---|---|---|---|",
+    ]
+    for result in ceilings:
+        lines.append(
+            f"| {result.name}, concurrency {result.concurrency} | {result.ops_per_s:,.0f} "
+            f"| {result.mb_per_s:,.1f} | {result.p50_ms:.2f} | {result.p99_ms:.2f} "
+            f"| {result.client_cpu_us_per_op:,.0f} us |"
+        )
+    lines += [
+        "",
+        "Machine limits, same run:",
+        "",
+        "| limit | value | notes |",
+        "|---|---|---|",
+        *[f"| {a} | {b} | {c} |" for a, b, c in limits],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> str:
+    print("measuring machine limits", flush=True)
+    probe_dir = Path(tempfile.mkdtemp(prefix="s3-bench-probe-"))
+    limits: list[tuple[str, str, str]] = [
+        ("4 KiB write+fdatasync", f"{fsync_rate(probe_dir):,.0f} /s", "one thread, journal disk"),
+        (
+            "sequential write",
+            f"{disk_write_mb_s(probe_dir):,.0f} MB/s",
+            "1 MiB writes, fdatasync every 4 MiB; with WQ=2 all bookies share this disk",
+        ),
+        ("loopback TCP", f"{loopback_mb_s():,.0f} MB/s", "one connection"),
+        *[(f"{name} one core", f"{value:,.0f} MB/s", "") for name, value in hashing_limits()],
+    ]
+    probe_dir.rmdir()
+    for row in limits:
+        print(" ".join(row), flush=True)
+    ceilings = [
+        measure_ceiling("put", 4 * KIB, 16, duration_s=min(args.duration, 4)),
+        measure_ceiling("get", 4 * KIB, 16, duration_s=min(args.duration, 4)),
+        measure_ceiling("get", 16 * MIB, 4, duration_s=min(args.duration, 4)),
+    ]
+    for ceiling in ceilings:
+        print(f"{ceiling.name}: {ceiling.ops_per_s:.0f}/s {ceiling.mb_per_s:.0f} MB/s", flush=True)
+    with Cluster(args.workers) as cluster:
+        results = run_workload(cluster.endpoint, args.duration)
+    return report(args, results, ceilings, limits)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--object-mib", type=int, default=64)
-    parser.add_argument("--small-count", type=int, default=400)
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds per timed phase")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "s3.md"))
+    parser.add_argument(
+        "--serve", action="store_true", help="start the cluster, print the endpoint and wait"
+    )
     args = parser.parse_args()
-    report = run(args)
+    if args.serve:
+        with Cluster(args.workers) as cluster:
+            print(
+                json.dumps({"endpoint": cluster.endpoint, "gateway_pid": cluster.gateway_pid}),
+                flush=True,
+            )
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                return 0
+    text = run(args)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(report)
-    print(report)
+    Path(args.output).write_text(text)
+    print(text)
     return 0
 
 

@@ -232,16 +232,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`blobstore zookeeper`: run a local server until SIGINT/SIGTERM."""
-    server = start_zookeeper(args.data_dir, args.port, args.host, args.heap_mb)
-    print(f"zookeeper ready at {server.connect_string} (data in {server.data_dir})", flush=True)
     stopping = False
 
     def stop(signum: int, _frame: object) -> None:
         nonlocal stopping
         stopping = True
 
+    # Installed before the server starts: a stop requested the moment it answers counts.
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    server = start_zookeeper(args.data_dir, args.port, args.host, args.heap_mb)
+    print(f"zookeeper ready at {server.connect_string} (data in {server.data_dir})", flush=True)
     while not stopping and server.process.poll() is None:
         time.sleep(0.2)
     code = server.process.poll()

@@ -8,6 +8,7 @@ boundaries and a few MiB exercise many entries, ledgers and checkpoints.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from kazoo.client import KazooClient
 
 from tests.cluster.gateway import GatewayProcess
 from tests.cluster.processes import BookieProcess, ProcessReaper
@@ -95,3 +97,39 @@ def read_or_none(s3: Any, bucket: str, key: str) -> bytes | None:
         if e.response["Error"]["Code"] in ("NoSuchKey", "404"):
             return None
         raise
+
+
+def ledger_metadata(zk_hosts: str) -> dict[str, dict[str, Any]]:
+    """znode path -> decoded metadata of every ledger."""
+    zk = KazooClient(hosts=zk_hosts, timeout=15.0)
+    zk.start(timeout=15.0)
+    try:
+        result = {}
+        stack = ["/ledgers/meta"]
+        while stack:
+            path = stack.pop()
+            for child in zk.get_children(path):
+                child_path = f"{path}/{child}"
+                if child.startswith("L"):
+                    result[child_path] = json.loads(zk.get(child_path)[0])
+                else:
+                    stack.append(child_path)
+        return result
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def last_ensemble(metadata: dict[str, Any]) -> list[str]:
+    last = metadata["ensembles"][-1]
+    return list(last[1] if isinstance(last, list) else last["bookies"])
+
+
+def bookies_writing(zk_hosts: str) -> set[str]:
+    """Bookie ids in the last ensemble of some OPEN ledger."""
+    return {
+        bookie_id
+        for metadata in ledger_metadata(zk_hosts).values()
+        if metadata["state"] == "OPEN"
+        for bookie_id in last_ensemble(metadata)
+    }

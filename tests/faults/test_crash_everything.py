@@ -10,7 +10,6 @@ gateway processes left OPEN. The default run does a few rounds; `-m soak` many m
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import threading
@@ -19,7 +18,7 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from tests.faults.conftest import FaultCluster
+from tests.faults.conftest import FaultCluster, ledger_metadata
 from tests.faults.workload import Model, run_workers
 
 WORKERS = 3
@@ -84,8 +83,8 @@ def _wait_for_orphans_closed(cluster: FaultCluster) -> None:
         while True:
             live = set(zk.get_children("/gateways"))
             orphans = {
-                ledger_id: meta["state"]
-                for ledger_id, meta in _ledger_metadata(zk).items()
+                path: meta["state"]
+                for path, meta in ledger_metadata(cluster.zk).items()
                 if meta.get("custom", {}).get("writer") not in live and meta["state"] != "CLOSED"
             }
             if not orphans:
@@ -95,21 +94,6 @@ def _wait_for_orphans_closed(cluster: FaultCluster) -> None:
     finally:
         zk.stop()
         zk.close()
-
-
-def _ledger_metadata(zk: KazooClient) -> dict[str, dict]:  # type: ignore[type-arg]
-    result = {}
-    stack = ["/ledgers/meta"]
-    while stack:
-        path = stack.pop()
-        for child in zk.get_children(path):
-            child_path = f"{path}/{child}"
-            if child.startswith("L"):
-                data, _ = zk.get(child_path)
-                result[child_path] = json.loads(data)
-            else:
-                stack.append(child_path)
-    return result
 
 
 def test_crash_everything_during_workload(cluster: FaultCluster, rng: random.Random) -> None:
