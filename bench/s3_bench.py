@@ -293,9 +293,7 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
         )
     )
 
-    large = phase(
-        "put 16MiB", put_op(BUCKET, 16 * MIB, "large-"), 4, endpoint, duration_s=duration
-    )
+    large = phase("put 16MiB", put_op(BUCKET, 16 * MIB, "large-"), 4, endpoint, duration_s=duration)
     out.append((large, "concurrency 4"))
     large_count = max(1, large.ops)
     out.append(

@@ -8,6 +8,8 @@ ledger client (ledger metadata). All paths are relative to the connection's chro
     /ledgers/idgen/ID-<seq>                  sequential znodes that hand out ledger ids
     /ledgers/meta/ddd/dddd/dddd/dddd/Ldddd   ledger metadata; the id as 19 decimal digits
                                              split 3-4-4-4-4 so no znode has a huge child list
+    /ledgers/decommissioning/<bookie_id>     a decommission is draining this bookie
+    /ledgers/decommissioned/<bookie_id>      drained: safe to remove
     /ledgers/underreplicated/...             reserved for re-replication bookkeeping
 """
 
@@ -19,6 +21,10 @@ AVAILABLE_PATH = f"{LEDGERS_ROOT}/available"
 COOKIES_PATH = f"{LEDGERS_ROOT}/cookies"
 IDGEN_PATH = f"{LEDGERS_ROOT}/idgen"
 LEDGER_META_ROOT = f"{LEDGERS_ROOT}/meta"
+# Bookies being drained by `blobstore admin decommission`, and drained ones: no new
+# ledger or ensemble change places data on them.
+DECOMMISSIONING_PATH = f"{LEDGERS_ROOT}/decommissioning"
+DECOMMISSIONED_PATH = f"{LEDGERS_ROOT}/decommissioned"
 LEDGER_ID_DIGITS = 19
 LEDGER_ID_MAX = 10**LEDGER_ID_DIGITS - 1
 

@@ -74,8 +74,8 @@ from bookie.protocol import master_key
 
 logger = logging.getLogger(__name__)
 
-DECOMMISSIONING_PATH = f"{zk_layout.LEDGERS_ROOT}/decommissioning"
-DECOMMISSIONED_PATH = f"{zk_layout.LEDGERS_ROOT}/decommissioned"
+DECOMMISSIONING_PATH = zk_layout.DECOMMISSIONING_PATH
+DECOMMISSIONED_PATH = zk_layout.DECOMMISSIONED_PATH
 KNOWN_PASSWORDS = (OBJECTS_PASSWORD, b"")
 CAS_ATTEMPTS_MAX = 16
 COPY_WINDOW_ENTRIES = 16

@@ -38,6 +38,9 @@ class LedgerConfig:
     # How long a writer keeps trying to find a replacement bookie before failing its adds.
     ensemble_change_timeout_s: float = 30.0
     ensemble_change_backoff_s: float = 0.1
+    # A bookie that failed under a writer is not its replacement choice for this long
+    # (a flapping bookie is not picked again at once; a restarted one is, afterwards).
+    bad_bookie_quarantine_s: float = 5.0
     # Recovery: per-entry read attempts across the write set before giving up.
     recovery_read_attempts_max: int = 5
     recovery_timeout_s: float = 120.0
@@ -64,6 +67,7 @@ class LedgerConfig:
         for name in (
             "speculative_read_timeout_ms",
             "ensemble_change_backoff_s",
+            "bad_bookie_quarantine_s",
             "bookie_list_cache_s",
         ):
             value = getattr(self, name)

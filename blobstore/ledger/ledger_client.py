@@ -70,7 +70,14 @@ class LedgerClient:
     async def placement_candidates(self) -> list[BookieInfo]:
         """Writable bookies this client can currently reach (fresh list from ZooKeeper)."""
         bookies = await self.manager.bookies(refresh=True)
-        return [b for b in bookies if not b.read_only and not self.pool.is_unreachable(b.bookie_id)]
+        draining = await self.manager.draining_bookies()
+        return [
+            b
+            for b in bookies
+            if not b.read_only
+            and not self.pool.is_unreachable(b.bookie_id)
+            and b.bookie_id not in draining
+        ]
 
     # ------------------------------------------------------------------ ledgers
 
@@ -86,7 +93,12 @@ class LedgerClient:
         if not isinstance(password, bytes):
             raise BadLedgerConfigError("password must be bytes")
         candidates = await self.manager.bookies()
-        candidates = [b for b in candidates if not self.pool.is_unreachable(b.bookie_id)]
+        draining = await self.manager.draining_bookies()
+        candidates = [
+            b
+            for b in candidates
+            if not self.pool.is_unreachable(b.bookie_id) and b.bookie_id not in draining
+        ]
         ensemble = choose_ensemble(candidates, ensemble_size, write_quorum, rng=self._rng)
         versioned = await self.manager.create(
             lambda ledger_id: new_metadata(

@@ -114,7 +114,9 @@ class LedgerHandle:
         self._pending: deque[PendingAddOp] = deque()
         self._pending_bytes = 0
         self._failed_slots: dict[int, str] = {}  # slot -> bookie being replaced
-        self._bad_bookies: set[str] = set()  # never chosen again as a replacement
+        # bookie id -> when it failed; not chosen as a replacement while quarantined, so
+        # a flapping bookie is not picked again at once, but a restarted one is later.
+        self._bad_bookies: dict[str, float] = {}
         self._ensemble_change_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._capacity = asyncio.Event()
@@ -351,7 +353,7 @@ class LedgerHandle:
             if slot not in self._failed_slots and not op.ack_set.has(slot):
                 self._send(op, slot, current)
             return
-        self._bad_bookies.add(bookie_id)
+        self._bad_bookies[bookie_id] = time.monotonic()
         if slot in self._failed_slots:
             return
         logger.warning(
@@ -410,6 +412,14 @@ class LedgerHandle:
                 )
                 await asyncio.sleep(config.ensemble_change_backoff_s)
 
+    def _quarantined_bookies(self) -> set[str]:
+        now = time.monotonic()
+        quarantine_s = self.client.config.bad_bookie_quarantine_s
+        for bookie_id, failed_at in list(self._bad_bookies.items()):
+            if now - failed_at >= quarantine_s:
+                del self._bad_bookies[bookie_id]
+        return set(self._bad_bookies)
+
     async def _change_ensemble_once(self, failed: dict[int, str]) -> None:
         client = self.client
         metadata = self.metadata
@@ -421,7 +431,7 @@ class LedgerHandle:
                 ensemble,
                 slot,
                 metadata.write_quorum,
-                exclude=self._bad_bookies,
+                exclude=self._quarantined_bookies(),
                 rng=self._rng,
             )
         first_entry_id = self.last_add_confirmed + 1

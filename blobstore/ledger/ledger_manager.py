@@ -44,6 +44,8 @@ class LedgerManager:
         self._bookie_list_cache_s = bookie_list_cache_s
         self._bookies: list[BookieInfo] | None = None
         self._bookies_read_at = 0.0
+        self._draining: frozenset[str] | None = None
+        self._draining_read_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
@@ -157,6 +159,21 @@ class LedgerManager:
 
     def _invalidate_bookies(self) -> None:
         self._bookies_read_at = 0.0
+
+    async def draining_bookies(self) -> frozenset[str]:
+        """Bookies being decommissioned or already decommissioned (cached like bookies())."""
+        now = time.monotonic()
+        if self._draining is not None and now - self._draining_read_at < self._bookie_list_cache_s:
+            return self._draining
+        names: set[str] = set()
+        for path in (zk_layout.DECOMMISSIONING_PATH, zk_layout.DECOMMISSIONED_PATH):
+            try:
+                names.update(await self.zk.get_children(path))
+            except NoNodeError:
+                pass
+        self._draining = frozenset(names)
+        self._draining_read_at = now
+        return self._draining
 
     async def bookies(self, *, refresh: bool = False) -> list[BookieInfo]:
         """Registered bookies (read-only ones flagged), cached for a short while."""

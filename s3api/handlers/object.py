@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, unquote
 from starlette.responses import Response, StreamingResponse
 
 from blobstore.catalog.errors import DeleteMarkerError, NoSuchKeyError, NoSuchVersionError
-from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, ObjectRecord
+from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, BucketRecord, ObjectRecord
 from blobstore.objects import Verdict, WrittenData
 from s3api import xml as s3xml
 from s3api.aws_chunked import PayloadReader, strip_aws_chunked
@@ -305,10 +305,25 @@ def object_headers(ctx: S3Context, record: ObjectRecord, versioning: str) -> dic
     return headers
 
 
+async def owned_bucket_and_version(ctx: S3Context) -> tuple[BucketRecord, ObjectRecord]:
+    """The bucket check and the version lookup, overlapped (two independent catalog
+    round trips); the bucket's verdict (NoSuchBucket, AccessDenied) always wins, so nothing
+    about the object is revealed before ownership is established."""
+    bucket_task = asyncio.ensure_future(ctx.owned_bucket())
+    try:
+        record = await load_version(ctx)
+    except asyncio.CancelledError:
+        bucket_task.cancel()
+        raise
+    except Exception:
+        await bucket_task  # its error, if any, is the answer
+        raise
+    return await bucket_task, record
+
+
 async def get_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
-    bucket = await ctx.owned_bucket()
-    record = await load_version(ctx)
+    bucket, record = await owned_bucket_and_version(ctx)
     check_read_conditions(ctx.headers, record.etag, record.last_modified)
     headers = object_headers(ctx, record, bucket.versioning)
     status = 200
