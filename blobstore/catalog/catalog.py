@@ -72,7 +72,7 @@ def _existing_bucket_name(name: str) -> str:
 class Catalog:
     def __init__(self, zk: ZooKeeperClient, config: CatalogConfig | None = None) -> None:
         self.zk = zk
-        self.config = config or CatalogConfig()
+        self.config = config or CatalogConfig.from_env()
         self.paths = CatalogPaths(self.config.root)
         self.index = ObjectIndex(zk, self.config, self.paths)
         self.uploads = MultipartUploads(zk, self.config, self.paths)
