@@ -19,7 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "du": ("blobstore.admin.du", "logical and stored (replicated) bytes per bucket"),
     "decommission": ("blobstore.admin.decommission", "move every entry off a bookie"),
     "ledgers": ("blobstore.admin.ledgers", "ledgers: state, E/WQ/AQ, last entry, length, bookies"),
-    "simpletest": ("blobstore.admin.simpletest", "write, read back and verify N entries; throughput"),
+    "simpletest": (
+        "blobstore.admin.simpletest",
+        "write, read back and verify N entries; throughput",
+    ),
 }
 
 
