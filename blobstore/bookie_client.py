@@ -266,6 +266,9 @@ class _BookieConnection:
     def in_backoff(self) -> bool:
         return not self.connected and self._clock() < self._retry_at
 
+    def allow_connect(self) -> None:
+        self._retry_at = 0.0
+
     async def _ensure_connected(self) -> asyncio.StreamWriter:
         if self.connected:
             assert self._writer is not None
@@ -453,6 +456,14 @@ class BookieClientPool:
         """True while a recent connect to the bookie failed (placement avoids it)."""
         connection = self._connections.get(bookie_id)
         return connection is not None and connection.in_backoff()
+
+    def allow_connect(self, bookie_id: str) -> None:
+        """Let the next request to the bookie try to connect even inside its backoff (a
+        read with no other replica left must not fail on a timer: the bookie may be
+        back). The backoff length is kept, so a bookie still down is not hammered."""
+        connection = self._connections.get(bookie_id)
+        if connection is not None:
+            connection.allow_connect()
 
     async def _call(
         self,

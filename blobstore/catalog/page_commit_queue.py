@@ -159,6 +159,7 @@ class PageCommitQueue:
         page: IndexPage | None = None
         pending = [m for m in batch if not m.future.done()]
         unknown_outcome = False
+        validate = False  # read only after a sync
         while pending:
             try:
                 bucket, bucket_version = await index.bucket_state(
@@ -169,7 +170,12 @@ class PageCommitQueue:
                     # Another process split or merged this page after we cached it: only
                     # a fresh read may send a mutation elsewhere.
                     self.page = page = None
+                from_cache = page is not None
                 if page is None:
+                    if validate:
+                        # Decide without a write only on the newest state: after a sync,
+                        # this session's server has every write acknowledged anywhere.
+                        await index.zk.sync(index.paths.page(self.bucket, self.page_id))
                     page = await index.read_page(self.bucket, self.page_id)
                 if page is None:  # merged away
                     for mutation in pending:
@@ -177,6 +183,7 @@ class PageCommitQueue:
                     return
                 work = page.copy()
                 applied: list[tuple[Mutation, Any]] = []
+                refused: list[tuple[Mutation, CatalogError]] = []
                 changed = False
                 for mutation in pending:
                     if not work.contains(mutation.key):
@@ -185,24 +192,37 @@ class PageCommitQueue:
                     try:
                         versions, result = mutation.apply(work.versions(mutation.key), bucket)
                     except CatalogError as e:
-                        mutation.fail(e)
+                        refused.append((mutation, e))
                         continue
                     if versions is not None:
                         line = encode_versions(versions) if versions else b""
                         try:
                             _check_line_size(mutation.key, line, versions, record_bytes_max)
                         except RecordTooLargeError as e:
-                            mutation.fail(e)
+                            refused.append((mutation, e))
                             continue
                         work.set_line(mutation.key, line)
                         changed = True
                     applied.append((mutation, result))
-                pending = [m for m, _ in applied]
+                if validate and not from_cache:
+                    # Read after a sync: this is the newest state, refusals stand.
+                    self._refuse(refused)
+                    refused = []
+                elif not changed:
+                    # Nothing to write, so no compare-and-set proves the page current:
+                    # a page this queue wrote earlier, or one read from a server that
+                    # lags the ensemble, may miss another gateway's acknowledged write
+                    # (the key a delete finds absent, the object an If-Match names).
+                    # Decide again on a read after a sync.
+                    self.page = None
+                    validate = True
+                    continue
+                pending = [m for m, _ in applied] + [m for m, _ in refused]
                 if not changed:
                     for mutation, result in applied:
                         mutation.succeed(result)
                     return
-                written = await self._write(page, work, bucket_version, pending)
+                written = await self._write(page, work, bucket_version, [m for m, _ in applied])
             except BadVersionError:
                 metrics.CAS_CONFLICTS.inc()
                 if await self._extra_operations_failed(pending, page):
@@ -251,6 +271,7 @@ class PageCommitQueue:
                     self.bucket,
                     self.page_id,
                 )
+            self._refuse(refused)
             metrics.MUTATIONS.inc(len(applied))
             metrics.BATCH_SIZE.observe(len(applied))
             for mutation, result in applied:
@@ -365,6 +386,11 @@ class PageCommitQueue:
             return False
         pending[0].fail(ExtraOperationsFailedError("extra operations failed their checks"))
         return True
+
+    @staticmethod
+    def _refuse(refused: list[tuple[Mutation, CatalogError]]) -> None:
+        for mutation, error in refused:
+            mutation.fail(error)
 
     def _fail_all(self, pending: list[Mutation], error: CatalogError) -> None:
         for mutation in pending:

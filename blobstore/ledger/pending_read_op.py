@@ -73,6 +73,10 @@ class PendingReadOp:
             nonlocal next_replica
             bookie_id = self.replicas[next_replica]
             next_replica += 1
+            if not tasks:
+                # Nothing else in flight: this replica is the read's only hope, so it is
+                # tried even while a recent connect failure holds it in backoff.
+                self.pool.allow_connect(bookie_id)
             task = asyncio.create_task(
                 self.pool.read_entry(bookie_id, self.ledger_id, self.entry_id)
             )

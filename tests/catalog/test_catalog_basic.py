@@ -277,3 +277,43 @@ def test_bucket_deleted_and_created_again_by_another_session(zk_connect: str) ->
             assert [r.key for r in (await two.list_objects("again")).contents] == ["k"]
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_decisions_without_a_write_see_other_sessions_writes(zk_connect: str) -> None:
+    """A commit queue reuses the page it last wrote; a mutation that writes nothing (a
+    delete that finds no key, a refused If-None-Match) must still see what another
+    session wrote to that page since."""
+    from blobstore.catalog import CatalogConfig
+    from tests.catalog.helpers import open_catalog
+
+    config = CatalogConfig(page_cache_s=60)
+
+    async def deletes() -> None:
+        async with (
+            open_catalog(zk_connect, config) as one,
+            open_catalog(zk_connect, config) as two,
+        ):
+            await one.create_bucket("shared2", "alice")
+            await one.put_object(object_record("shared2", "a", 1))
+            await two.put_object(object_record("shared2", "b", 2))
+            await one.delete_object("shared2", "b")
+            with pytest.raises(NoSuchKeyError):
+                await two.get_object("shared2", "b")
+            with pytest.raises(NoSuchKeyError):
+                await one.get_object("shared2", "b")
+
+    async def refusals() -> None:
+        async with (
+            open_catalog(zk_connect, config) as one,
+            open_catalog(zk_connect, config) as two,
+        ):
+            await one.create_bucket("shared3", "alice")
+            await one.put_object(object_record("shared3", "b", 1))
+            await two.delete_object("shared3", "b")
+            # one's cached page still holds "b": the refusal waits for a fresh read.
+            await one.put_object(object_record("shared3", "b", 3), if_none_match=True)
+            with pytest.raises(PreconditionFailedError):
+                await two.put_object(object_record("shared3", "b", 4), if_none_match=True)
+
+    asyncio.run(asyncio.wait_for(deletes(), 60))
+    asyncio.run(asyncio.wait_for(refusals(), 60))

@@ -19,6 +19,7 @@ from blobstore.bookie_client import (
     error_for_status,
     parse_bookie_id,
 )
+from blobstore.ledger.pending_read_op import PendingReadOp
 from bookie import protocol
 from bookie.protocol import Op, Status
 
@@ -224,6 +225,36 @@ def test_unreachable_bookie_fails_fast_during_backoff() -> None:
             assert pool.is_unreachable(bookie_id)
             with pytest.raises(BookieUnavailableError, match="next connect"):
                 await pool.read_lac(bookie_id, 1)
+
+    run(scenario())
+
+
+def test_read_with_no_other_replica_connects_during_backoff() -> None:
+    """A bookie back from a restart answers reads at once: a read whose last replica is
+    held in backoff by an earlier failed connect tries to connect instead of failing."""
+
+    async def scenario() -> None:
+        entry = protocol.Entry(7, 0, -1, 7, b"payload").encode()
+
+        async def handler(frame: protocol.Frame) -> tuple[int, bytes]:
+            request = protocol.ReadRequest.decode(frame.body)
+            return Status.OK, protocol.ReadResponse(request.ledger_id, 0, -1, entry).encode()
+
+        server = FrameServer(handler)
+        bookie_id = await server.start()
+        port = int(bookie_id.rsplit(":", 1)[1])
+        await server.stop()
+        async with BookieClientPool(request_timeout_s=5, connect_timeout_s=1) as pool:
+            with pytest.raises(BookieUnavailableError):
+                await pool.read_lac(bookie_id, 7)
+            assert pool.is_unreachable(bookie_id)
+            restarted = await asyncio.start_server(server._serve, "127.0.0.1", port)
+            try:
+                read = PendingReadOp(pool, 7, 0, [bookie_id], speculative_read_timeout_s=1)
+                assert (await read.run()).payload == b"payload"
+            finally:
+                restarted.close()
+                await restarted.wait_closed()
 
     run(scenario())
 
