@@ -1,8 +1,14 @@
-"""The one bridge between kazoo's threads and our asyncio loop.
+"""The one bridge between kazoo and our asyncio loop.
 
-kazoo runs its own connection thread and completes `*_async()` calls there. Every
-coroutine here starts such a call and links its completion to an asyncio Future with
-`call_soon_threadsafe`, under a timeout: nothing here blocks the event loop, and no wait
+kazoo runs its own connection thread. Its two worker threads (one for completions of
+`*_async()` calls, one for watch callbacks) are replaced by `LoopDispatchHandler`: the
+connection thread hands every completion and every watch event straight to the event
+loop with `call_soon_threadsafe`, in the order they arrived on the socket. That saves a
+thread hop per operation and, more importantly, keeps ZooKeeper's ordering guarantee
+intact on the loop: a watch event is processed before the reply to any request sent
+after the change it reports. `WatchedCache` and `fresh_view()` build on that.
+
+Every coroutine here is bounded by a timeout: nothing blocks the event loop, and no wait
 is unbounded. kazoo's exceptions (`NoNodeError`, `NodeExistsError`, `BadVersionError`,
 `NotEmptyError`, `ConnectionLoss`, `SessionExpiredError`) pass through unchanged so callers
 can implement compare-and-set loops on znode versions.
@@ -16,13 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
-from kazoo.protocol.states import KazooState, ZnodeStat
+from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +47,47 @@ class Versioned:
     version: int
 
 
+V = TypeVar("V")
+
+
+class _LoopQueue:
+    """Stands in for kazoo's worker queues: `put(func)` runs func on the event loop."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def put(self, func: Callable[[], Any]) -> None:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return  # the loop is gone: nobody is waiting any more
+        try:
+            loop.call_soon_threadsafe(func)
+        except RuntimeError:  # closed between the check and the call
+            pass
+
+
+class LoopDispatchHandler(SequentialThreadingHandler):
+    """kazoo's threading handler with completions and watch callbacks run on the asyncio
+    loop, in arrival order (kazoo's own handler runs them on two separate threads, so a
+    watch event may be handled after the reply that follows it on the wire)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._loop_queue = _LoopQueue()
+        self.callback_queue = self.completion_queue = self._loop_queue  # type: ignore[assignment]
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop_queue.loop = loop
+
+    def start(self) -> None:
+        with self._state_change:
+            self._running = True
+
+    def stop(self) -> None:
+        with self._state_change:
+            self._running = False
+
+
 class ZooKeeperClient:
     """An asyncio face on one kazoo session. Create it inside the running loop."""
 
@@ -50,8 +99,10 @@ class ZooKeeperClient:
     ) -> None:
         self.hosts = hosts
         self.operation_timeout_s = operation_timeout_s
+        self._handler = LoopDispatchHandler()
         self.kazoo = KazooClient(
             hosts=hosts,
+            handler=self._handler,
             timeout=session_timeout_s,
             connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 2.0},
             command_retry={"max_tries": 3, "delay": 0.1, "max_delay": 1.0},
@@ -59,11 +110,22 @@ class ZooKeeperClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state_listeners: list[Callable[[KazooState], None]] = []
         self.kazoo.add_listener(self._state_changed)
+        # fresh_view(): the sync waiters not yet covered by a sync in flight.
+        self._sync_next: asyncio.Future[None] | None = None
+        self._sync_task: asyncio.Task[None] | None = None
+        try:
+            self._attach(asyncio.get_running_loop())
+        except RuntimeError:  # created outside a loop: attached by start()
+            pass
+
+    def _attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._handler.attach(loop)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, timeout_s: float = CONNECT_TIMEOUT_S_DEFAULT) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._attach(asyncio.get_running_loop())
         await asyncio.to_thread(self.kazoo.start, timeout_s)
 
     async def stop(self) -> None:
@@ -95,17 +157,13 @@ class ZooKeeperClient:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
 
-        def done(async_result: Any) -> None:  # kazoo thread
-            def settle() -> None:
-                if future.done():
-                    return
-                try:
-                    future.set_result(async_result.get_nowait())
-                except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
-                    future.set_exception(e)
-
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(settle)
+        def done(async_result: Any) -> None:  # on the loop (LoopDispatchHandler)
+            if future.done():
+                return
+            try:
+                future.set_result(async_result.get_nowait())
+            except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
+                future.set_exception(e)
 
         async_result = start_async()
         async_result.rawlink(done)
@@ -184,6 +242,38 @@ class ZooKeeperClient:
         """Make this session's server catch up with the leader before the next read."""
         await self._call(lambda: self.kazoo.sync_async(path))
 
+    async def fresh_view(self, timeout_s: float | None = None) -> None:
+        """Return once a `sync` sent after this call began has completed: from then on
+        this session reads every write acknowledged before the call, and every watch
+        event such a write caused has been handled (so a `WatchedCache` entry still
+        present is current). Concurrent callers share syncs, like a group commit: a sync
+        in flight serves those who came before it was sent, the next one everyone who
+        came while it was in flight."""
+        if self._sync_next is None:
+            self._sync_next = asyncio.get_running_loop().create_future()
+        waiter = self._sync_next
+        if self._sync_task is None:
+            self._sync_task = asyncio.ensure_future(self._run_syncs())
+        await asyncio.wait_for(asyncio.shield(waiter), timeout_s or self.operation_timeout_s)
+
+    async def _run_syncs(self) -> None:
+        try:
+            while self._sync_next is not None:
+                waiter, self._sync_next = self._sync_next, None
+                try:
+                    await self.sync("/")
+                except BaseException as e:  # noqa: BLE001 - every waiter gets the error
+                    if not waiter.done():
+                        waiter.set_exception(e)
+                        waiter.exception()  # retrieved: waiters that timed out are gone
+                    if isinstance(e, asyncio.CancelledError):
+                        raise
+                    continue
+                if not waiter.done():
+                    waiter.set_result(None)
+        finally:
+            self._sync_task = None
+
     async def multi(self, operations: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
         """Run a ZooKeeper `multi`: all operations or none.
 
@@ -215,3 +305,82 @@ def _is_rolled_back(error: Exception) -> bool:
     from kazoo.exceptions import RolledBackError
 
     return isinstance(error, RolledBackError)
+
+
+class WatchedCache(Generic[V]):
+    """Values decoded from znodes, each kept while its ZooKeeper data watch says the znode
+    is unchanged (at most `capacity`, least recently used out first).
+
+    After `ZooKeeperClient.fresh_view()`, an entry still present is the znode's newest
+    state: ZooKeeper delivers the watch event of a change before the reply to any later
+    request, and `LoopDispatchHandler` keeps that order on the loop. Without a fresh view
+    an entry is as current as this session's server, like any read. Everything is
+    dropped when the session is interrupted (events may have been missed); a read that
+    was in flight then is not kept either.
+    """
+
+    def __init__(
+        self,
+        zk: ZooKeeperClient,
+        decode: Callable[[str, bytes, int], V],
+        capacity: int,
+    ) -> None:
+        assert capacity > 0
+        self.zk = zk
+        self.decode = decode
+        self.capacity = capacity
+        self._entries: OrderedDict[str, V] = OrderedDict()
+        self._epoch = 0  # bumped by clear(): reads begun before it are not kept
+        # Paths with reads in flight: [reads, changes seen]. A reply is handled on the
+        # loop before the reading task resumes, so a watch event that arrives between
+        # the two finds nothing to drop; the change count tells the read not to keep
+        # what it got.
+        self._reading: dict[str, list[int]] = {}
+        zk.add_state_listener(self._state_changed)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def peek(self, path: str) -> V | None:
+        return self._entries.get(path)
+
+    async def get(self, path: str) -> V:
+        """The decoded value; raises NoNodeError (absence is not cached)."""
+        value = self._entries.get(path)
+        if value is not None:
+            self._entries.move_to_end(path)
+            return value
+        epoch = self._epoch
+        reading = self._reading.setdefault(path, [0, 0])
+        reading[0] += 1
+        changes = reading[1]
+        try:
+            versioned = await self.zk.get(path, watch=self._changed)
+        finally:
+            reading[0] -= 1
+            if reading[0] == 0:
+                del self._reading[path]
+        value = self.decode(path, versioned.value, versioned.version)
+        if epoch == self._epoch and reading[1] == changes:
+            self._entries[path] = value
+            self._entries.move_to_end(path)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        return value
+
+    def invalidate(self, path: str) -> None:
+        self._entries.pop(path, None)
+
+    def clear(self) -> None:
+        self._epoch += 1
+        self._entries.clear()
+
+    def _changed(self, event: WatchedEvent) -> None:  # on the loop, in arrival order
+        self._entries.pop(event.path, None)
+        reading = self._reading.get(event.path)
+        if reading is not None:
+            reading[1] += 1
+
+    def _state_changed(self, state: KazooState) -> None:
+        if state != KazooState.CONNECTED:
+            self.clear()

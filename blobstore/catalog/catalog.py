@@ -3,9 +3,11 @@ bytes of each object live. Kept in ZooKeeper; see docs/catalog.md for the znode 
 page format, split/merge protocol and the consistency argument.
 
 Writes go through per-page commit queues (page_commit_queue.py) as compare-and-set of one
-index page. Reads that must see the newest state (`consistent=True`, every listing) call
-ZooKeeper `sync` first: the server this session reads from then has applied every write
-acknowledged before the read started, by any gateway.
+index page. Reads that must see the newest state (`consistent=True`, every listing) wait
+for `fresh_view()` first, a ZooKeeper `sync` shared by concurrent readers: the server this
+session reads from then has applied every write acknowledged before the read started, by
+any gateway, and every watch those writes fired has been handled, so the watched caches
+of bucket records, page maps and pages can answer without another round trip.
 """
 
 from __future__ import annotations
@@ -120,12 +122,13 @@ class Catalog:
     async def get_bucket(self, name: str) -> BucketRecord:
         _existing_bucket_name(name)
         with zookeeper_errors("read bucket"):
-            record, _ = await self.index.bucket_state(name, fresh=True)
+            await self.zk.fresh_view()
+            record, _ = await self.index.bucket_state(name)
         return record
 
     async def list_buckets(self) -> list[BucketRecord]:
         with zookeeper_errors("list buckets"):
-            await self.zk.sync(self.paths.buckets)
+            await self.zk.fresh_view()
             names = await self.zk.get_children(self.paths.buckets)
             records: list[BucketRecord] = []
             for chunk_start in range(0, len(names), 256):
@@ -172,7 +175,7 @@ class Catalog:
         retry = self.index.retry_policy.start()
         with zookeeper_errors("delete bucket"):
             while True:
-                await self.zk.sync(self.paths.bucket(name))
+                await self.zk.fresh_view()
                 _, bucket_version = await self.index.bucket_state(name, fresh=True)
                 page_map = await self.index.page_map(name, fresh=True)
                 pages = []
@@ -214,7 +217,7 @@ class Catalog:
         validate_key(key)
         with zookeeper_errors("read object"):
             if consistent:
-                await self.zk.sync(self.paths.page_map(bucket))
+                await self.zk.fresh_view()
             page = await self.index.page_containing(bucket, key)
         versions = page.versions(key)
         if version_id is None:
@@ -321,7 +324,7 @@ class Catalog:
     ) -> ListResult:
         _existing_bucket_name(bucket)
         with zookeeper_errors("list objects"):
-            await self.zk.sync(self.paths.page_map(bucket))
+            await self.zk.fresh_view()
             return await listing.list_objects(
                 self.index,
                 bucket,
@@ -343,7 +346,7 @@ class Catalog:
     ) -> VersionListResult:
         _existing_bucket_name(bucket)
         with zookeeper_errors("list object versions"):
-            await self.zk.sync(self.paths.page_map(bucket))
+            await self.zk.fresh_view()
             return await listing.list_object_versions(
                 self.index,
                 bucket,
@@ -359,7 +362,7 @@ class Catalog:
     ) -> AsyncIterator[ObjectRecord]:
         _existing_bucket_name(bucket)
         with zookeeper_errors("iterate objects"):
-            await self.zk.sync(self.paths.page_map(bucket))
+            await self.zk.fresh_view()
             async for record in listing.iter_records(self.index, bucket, all_versions=all_versions):
                 yield record
 

@@ -35,6 +35,6 @@ BATCH_SIZE = Histogram(
 )
 PAGE_READS = Counter(
     "blobstore_catalog_page_reads_total",
-    "Index page reads: transferred, or validated (kept copy, version unchanged)",
+    "Index page reads: transferred, or cached (kept copy, its data watch silent)",
     ["kind"],
 )

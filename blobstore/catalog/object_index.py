@@ -1,11 +1,13 @@
 """The object index of every bucket: page map cache, page reads, routing of mutations to
 per-page commit queues, page merges.
 
-The page map of each bucket is cached with a data watch; the watch marks it stale. The
-cache is a hint only: every page names its own key range, so a key routed with a stale
-map lands on a page that is gone or does not cover it, and the map is then read again
-(from the same server, which has seen at least the state of that page: ZooKeeper reads of
-one session are monotonic).
+Bucket records, page maps and recently read pages are cached, each under a ZooKeeper data
+watch that drops (or marks stale) the copy when the znode changes. After
+`ZooKeeperClient.fresh_view()` (a shared `sync`) a cached copy is the newest state, so a
+consistent read costs no ZooKeeper round trip of its own when the caches are warm. Without
+a fresh view the copies are as current as this session's server: writes check versions in
+their compare-and-set, and every page names its own key range, so a key routed with a
+stale map lands on a page that is gone or does not cover it and the map is read again.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
+from kazoo.protocol.states import KazooState
 
 from blobstore.catalog import metrics
 from blobstore.catalog._private import UNKNOWN_OUTCOME_ERRORS, zookeeper_errors
@@ -26,9 +28,12 @@ from blobstore.catalog.page import IndexPage, PageMap
 from blobstore.catalog.page_commit_queue import Mutation, PageCommitQueue
 from blobstore.catalog.records import BucketRecord
 from blobstore.catalog.retry import CasRetryPolicy
-from blobstore.zk import ZooKeeperClient
+from blobstore.zk import WatchedCache, ZooKeeperClient
 
 logger = logging.getLogger(__name__)
+
+# Bucket records kept (each under a data watch); a gateway rarely serves more buckets.
+BUCKET_CACHE_MAX = 100_000
 
 
 class ObjectIndex:
@@ -36,8 +41,16 @@ class ObjectIndex:
         self.zk = zk
         self.config = config
         self._map_watchers: dict[str, Any] = {}
-        self._page_cache: OrderedDict[tuple[str, str], IndexPage] = OrderedDict()
         self.paths = paths
+        self._pages: WatchedCache[IndexPage] = WatchedCache(
+            zk,
+            lambda path, data, version: IndexPage.decode(path.rsplit("/", 1)[1], data, version),
+            config.page_read_cache_pages,
+        )
+        self._buckets: WatchedCache[tuple[BucketRecord, int]] = WatchedCache(
+            zk, lambda _path, data, version: (BucketRecord.decode(data), version), BUCKET_CACHE_MAX
+        )
+        zk.add_state_listener(self._session_state_changed)
         self.retry_policy = CasRetryPolicy(
             config.cas_attempts_max,
             config.cas_deadline_s,
@@ -46,7 +59,6 @@ class ObjectIndex:
         )
         self._maps: dict[str, PageMap] = {}
         self._stale_maps: set[str] = set()
-        self._buckets: dict[str, tuple[BucketRecord, int]] = {}
         self._queues: dict[tuple[str, str], PageCommitQueue] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -69,22 +81,23 @@ class ObjectIndex:
     # ------------------------------------------------------------------ bucket state
 
     async def bucket_state(self, bucket: str, *, fresh: bool = False) -> tuple[BucketRecord, int]:
-        """The bucket record and its znode version (cached; commits check the version)."""
-        cached = self._buckets.get(bucket)
-        if cached is not None and not fresh:
-            return cached
+        """The bucket record and its znode version (cached under a watch; commits check
+        the version). `fresh`: read it again whatever the cache holds."""
+        path = self.paths.bucket(bucket)
+        if fresh:
+            self._buckets.invalidate(path)
         try:
-            value = await self.zk.get(self.paths.bucket(bucket))
+            return await self._buckets.get(path)
         except NoNodeError:
-            self._buckets.pop(bucket, None)
             raise NoSuchBucketError(bucket) from None
-        state = (BucketRecord.decode(value.value), value.version)
-        self._buckets[bucket] = state
-        return state
 
     def forget_bucket(self, bucket: str) -> None:
-        self._buckets.pop(bucket, None)
+        self._buckets.invalidate(self.paths.bucket(bucket))
         self._maps.pop(bucket, None)
+
+    def _session_state_changed(self, state: KazooState) -> None:
+        if state != KazooState.CONNECTED:  # watch events may be missed meanwhile
+            self._stale_maps.update(self._maps)
 
     # ------------------------------------------------------------------ page map
 
@@ -96,11 +109,9 @@ class ObjectIndex:
         self._stale_maps.discard(bucket)
         changed = self._map_watchers.get(bucket)
         if changed is None:
-            loop = self._loop
 
-            def changed(_event: Any) -> None:  # kazoo thread: hand over to the loop
-                if loop is not None and not loop.is_closed():
-                    loop.call_soon_threadsafe(self._stale_maps.add, bucket)
+            def changed(_event: Any) -> None:  # on the loop, in arrival order
+                self._stale_maps.add(bucket)
 
             # One watcher per bucket: kazoo keeps a set of them per path.
             self._map_watchers[bucket] = changed
@@ -111,11 +122,9 @@ class ObjectIndex:
             raise NoSuchBucketError(bucket) from None
         page_map = PageMap.decode(value.value, value.version)
         # Reads of one session are monotonic: what was just read is the newest known.
-        # (Versions are not compared: a bucket deleted and created again starts over.)
+        # (Versions are not compared: a bucket deleted and created again starts over;
+        # its cached bucket record went when the watch reported the deletion.)
         self._maps[bucket] = page_map
-        # Page ids learned from this map may belong to a new incarnation of the bucket,
-        # so the cached bucket record (whose znode version a commit checks) goes too.
-        self._buckets.pop(bucket, None)
         return page_map
 
     def mark_map_stale(self, bucket: str) -> None:
@@ -127,36 +136,20 @@ class ObjectIndex:
     # ------------------------------------------------------------------ pages
 
     async def read_page(self, bucket: str, page_id: str) -> IndexPage | None:
-        """The page as stored now, or None when it is gone (merged away).
-
-        Recently read pages are kept decoded; a kept copy is used only after a round
-        trip (`exists`) shows the znode still has its version. Page ids are never reused,
-        so an equal version means equal content: a listing that reads the same page for
-        consecutive requests transfers and decodes it once.
-        """
+        """The page (a copy: callers may change it), or None when it is gone (merged
+        away). Recently read pages are kept decoded under a data watch, so a listing that
+        reads the same page for consecutive requests transfers and decodes it once."""
         path = self.paths.page(bucket, page_id)
-        kept = self._page_cache.get((bucket, page_id))
+        kept = self._pages.peek(path)
         if kept is not None:
-            stat = await self.zk.exists(path)
-            if stat is None:
-                self._page_cache.pop((bucket, page_id), None)
-                return None
-            if stat.version == kept.version:
-                self._page_cache.move_to_end((bucket, page_id))
-                metrics.PAGE_READS.labels("validated").inc()
-                return kept.copy()
+            metrics.PAGE_READS.labels("cached").inc()
         try:
-            value = await self.zk.get(path)
+            page = await self._pages.get(path)
         except NoNodeError:
-            self._page_cache.pop((bucket, page_id), None)
             return None
-        metrics.PAGE_READS.labels("transferred").inc()
-        page = IndexPage.decode(page_id, value.value, value.version)
-        self._page_cache[(bucket, page_id)] = page.copy()
-        self._page_cache.move_to_end((bucket, page_id))
-        while len(self._page_cache) > self.config.page_read_cache_pages:
-            self._page_cache.popitem(last=False)
-        return page
+        if kept is None:
+            metrics.PAGE_READS.labels("transferred").inc()
+        return page.copy()
 
     async def page_containing(self, bucket: str, key: str) -> IndexPage:
         """The page whose range holds `key`, read from ZooKeeper (callers sync first when

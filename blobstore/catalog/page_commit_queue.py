@@ -175,7 +175,7 @@ class PageCommitQueue:
                     if validate:
                         # Decide without a write only on the newest state: after a sync,
                         # this session's server has every write acknowledged anywhere.
-                        await index.zk.sync(index.paths.page(self.bucket, self.page_id))
+                        await index.zk.fresh_view()
                     page = await index.read_page(self.bucket, self.page_id)
                 if page is None:  # merged away
                     for mutation in pending:

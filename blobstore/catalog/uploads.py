@@ -166,7 +166,7 @@ class MultipartUploads:
     ) -> UploadListResult:
         path = self.paths.bucket_uploads(bucket)
         with zookeeper_errors("list uploads"):
-            await self.zk.sync(path)
+            await self.zk.fresh_view()
             try:
                 children = await self.zk.get_children(path)
             except NoNodeError:

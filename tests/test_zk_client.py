@@ -1,0 +1,92 @@
+"""The asyncio ZooKeeper bridge against a real ZooKeeper: ordered dispatch of watch events
+and replies, the shared `fresh_view()` sync, and `WatchedCache` never keeping a value a
+watch event has outdated (including the event arriving while the read is in flight)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from kazoo.exceptions import NoNodeError
+
+from blobstore.zk import WatchedCache, ZooKeeperClient
+from tests.catalog.helpers import seed
+
+
+def _run(coro: object) -> None:
+    asyncio.run(asyncio.wait_for(coro, 120))  # type: ignore[arg-type]
+
+
+def test_watched_cache_follows_writes_of_another_session(zk_connect: str) -> None:
+    async def main() -> None:
+        reader, writer = ZooKeeperClient(zk_connect), ZooKeeperClient(zk_connect)
+        await reader.start()
+        await writer.start()
+        try:
+            await writer.ensure_path("/cache")
+            paths = [f"/cache/n{i}" for i in range(4)]
+            for path in paths:
+                await writer.create(path, b"0")
+            cache: WatchedCache[tuple[bytes, int]] = WatchedCache(
+                reader, lambda _p, data, version: (data, version), capacity=3
+            )
+            rng = random.Random(seed())
+            stale = 0
+            for i in range(300):
+                path = rng.choice(paths)
+                # Reads in flight while the write lands: its event may arrive between a
+                # reply and the reading task resuming.
+                reads = [asyncio.ensure_future(cache.get(rng.choice(paths))) for _ in range(3)]
+                await asyncio.sleep(0)
+                await writer.set(path, str(i).encode())
+                await asyncio.gather(*reads)
+                await reader.fresh_view()
+                for candidate in paths:
+                    kept = cache.peek(candidate)
+                    current = await writer.get(candidate)
+                    if kept is not None and kept[1] != current.version:
+                        stale += 1
+            assert stale == 0
+            assert len(cache) <= 3
+            await writer.delete("/cache/n0")
+            await reader.fresh_view()
+            try:
+                await cache.get("/cache/n0")
+            except NoNodeError:
+                pass
+            else:
+                raise AssertionError("a deleted znode was served from the cache")
+        finally:
+            await reader.stop()
+            await writer.stop()
+
+    _run(main())
+
+
+def test_fresh_view_is_shared_and_orders_after_earlier_writes(zk_connect: str) -> None:
+    async def main() -> None:
+        reader, writer = ZooKeeperClient(zk_connect), ZooKeeperClient(zk_connect)
+        await reader.start()
+        await writer.start()
+        try:
+            await writer.create("/fresh", b"0")
+            calls = 0
+            sync = reader.sync
+
+            async def counted_sync(path: str = "/") -> None:
+                nonlocal calls
+                calls += 1
+                await sync(path)
+
+            reader.sync = counted_sync  # type: ignore[method-assign]
+            await asyncio.gather(*(reader.fresh_view() for _ in range(50)))
+            assert 1 <= calls <= 2, calls  # 50 waiters, one or two syncs
+            for i in range(20):
+                await writer.set("/fresh", str(i).encode())
+                await reader.fresh_view()
+                assert (await reader.get("/fresh")).value == str(i).encode()
+        finally:
+            await reader.stop()
+            await writer.stop()
+
+    _run(main())
