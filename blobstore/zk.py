@@ -32,6 +32,8 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
 
+from blobstore.aio import wait_shielded
+
 logger = logging.getLogger(__name__)
 
 SESSION_TIMEOUT_S_DEFAULT = 15.0
@@ -167,7 +169,10 @@ class ZooKeeperClient:
 
         async_result = start_async()
         async_result.rawlink(done)
-        return await asyncio.wait_for(future, timeout_s or self.operation_timeout_s)
+        try:
+            return await wait_shielded(future, timeout_s or self.operation_timeout_s)
+        finally:
+            future.cancel()  # no-op once settled; a late reply then finds it done
 
     # ------------------------------------------------------------------ operations
 
@@ -254,7 +259,7 @@ class ZooKeeperClient:
         waiter = self._sync_next
         if self._sync_task is None:
             self._sync_task = asyncio.ensure_future(self._run_syncs())
-        await asyncio.wait_for(asyncio.shield(waiter), timeout_s or self.operation_timeout_s)
+        await wait_shielded(waiter, timeout_s or self.operation_timeout_s)
 
     async def _run_syncs(self) -> None:
         try:

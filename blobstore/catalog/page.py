@@ -18,10 +18,11 @@ is ""), its upper bound is bounds[i + 1]. Bounds are shortest separators, not fu
 from __future__ import annotations
 
 import bisect
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any, Self
+
+import orjson
 
 from blobstore.catalog.naming import shortest_separator
 from blobstore.catalog.records import FORMAT_VERSION, ObjectRecord
@@ -32,7 +33,9 @@ def new_page_id() -> str:
 
 
 def _dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    """Compact UTF-8 JSON (orjson: listings and page commits encode and decode whole
+    pages, several times faster than the json module; the bytes are plain JSON)."""
+    return orjson.dumps(value)
 
 
 def encode_versions(versions: list[dict[str, Any]]) -> bytes:
@@ -40,7 +43,7 @@ def encode_versions(versions: list[dict[str, Any]]) -> bytes:
 
 
 def decode_versions(line: bytes) -> list[dict[str, Any]]:
-    value = json.loads(line)
+    value = orjson.loads(line)
     assert isinstance(value, list), type(value)
     return value
 
@@ -70,7 +73,7 @@ class IndexPage:
     @classmethod
     def decode(cls, page_id: str, buf: bytes, version: int) -> Self:
         lines = buf.split(b"\n")
-        header = json.loads(lines[0])
+        header = orjson.loads(lines[0])
         if header.get("format_version") != FORMAT_VERSION:
             raise ValueError(
                 f"page {page_id}: unknown format_version {header.get('format_version')!r}"
@@ -125,7 +128,7 @@ class IndexPage:
         """The versions of keys start..end-1, decoded in one call."""
         if start >= end:
             return []
-        value = json.loads(b"[" + b",".join(self.lines[start:end]) + b"]")
+        value = orjson.loads(b"[" + b",".join(self.lines[start:end]) + b"]")
         assert len(value) == end - start, (len(value), start, end)
         return value  # type: ignore[no-any-return]
 
@@ -235,7 +238,7 @@ class PageMap:
 
     @classmethod
     def decode(cls, buf: bytes, version: int) -> Self:
-        d = json.loads(buf)
+        d = orjson.loads(buf)
         if d.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"page map: unknown format_version {d.get('format_version')!r}")
         return cls(tuple(d["bounds"]), tuple(d["pages"]), version)

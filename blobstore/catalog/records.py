@@ -9,9 +9,10 @@ default value are left out; the page header carries the format version).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields
 from typing import Any, Self
+
+import orjson
 
 FORMAT_VERSION = 1
 _new_object = object.__new__
@@ -26,11 +27,11 @@ CONTENT_TYPE_DEFAULT = "binary/octet-stream"
 
 
 def _dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return orjson.dumps(value)  # compact UTF-8 JSON
 
 
 def _loads_versioned(buf: bytes, what: str) -> dict[str, Any]:
-    value = json.loads(buf)
+    value = orjson.loads(buf)
     if not isinstance(value, dict):
         raise ValueError(f"{what}: expected a JSON object")
     version = value.get("format_version")

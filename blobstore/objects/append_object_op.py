@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+from blobstore.aio import wait_shielded
 from blobstore.catalog.records import Extent
 from blobstore.ledger import PendingAddsFullError
 from blobstore.objects.config import ObjectStoreConfig
@@ -162,7 +163,7 @@ class AppendObjectOp:
     async def _acknowledged(self, future: asyncio.Future[int]) -> None:
         assert self._writer is not None
         try:
-            entry_id = await asyncio.wait_for(asyncio.shield(future), APPEND_TIMEOUT_S)
+            entry_id = await wait_shielded(future, APPEND_TIMEOUT_S)
         except BaseException:
             self._writer.failed = True
             raise
@@ -182,7 +183,7 @@ class AppendObjectOp:
         self._pending.clear()
         if pending:
             results = await asyncio.gather(
-                *(asyncio.wait_for(asyncio.shield(f), APPEND_TIMEOUT_S) for f in pending),
+                *(wait_shielded(f, APPEND_TIMEOUT_S) for f in pending),
                 return_exceptions=True,
             )
             if any(isinstance(r, BaseException) for r in results):

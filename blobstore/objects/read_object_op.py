@@ -75,9 +75,8 @@ async def read_entries(
     for attempt in range(2):
         handle = await cache.get(ledger_id)
         try:
-            payloads = await asyncio.wait_for(
-                handle.read_unconfirmed_entries(first, last), READ_TIMEOUT_S
-            )
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                payloads = await handle.read_unconfirmed_entries(first, last)
             assert len(payloads) == last - first + 1, (ledger_id, first, last, len(payloads))
             return payloads
         except NoSuchLedgerError:

@@ -78,7 +78,8 @@ class S3Context:
         chunks = self.request.stream().__aiter__()
         while True:
             try:
-                chunk = await asyncio.wait_for(anext(chunks), BODY_IDLE_TIMEOUT_S)
+                async with asyncio.timeout(BODY_IDLE_TIMEOUT_S):
+                    chunk = await anext(chunks)
             except StopAsyncIteration:
                 return
             except TimeoutError:

@@ -321,6 +321,10 @@ async def owned_bucket_and_version(ctx: S3Context) -> tuple[BucketRecord, Object
     return await bucket_task, record
 
 
+# GET bodies up to this size are answered in one piece instead of streamed.
+WHOLE_BODY_BYTES_MAX = 1024 * 1024
+
+
 async def get_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     bucket, record = await owned_bucket_and_version(ctx)
@@ -374,6 +378,23 @@ async def get_object(ctx: S3Context) -> Response:
     except BaseException:
         await pieces.aclose()
         raise
+
+    if length <= WHOLE_BODY_BYTES_MAX:
+        # Small bodies are gathered and sent as a plain response, without the streaming
+        # machinery (a task group watching for disconnects) that costs more than the
+        # bytes themselves.
+        try:
+            parts = [head]
+            async for piece in pieces:
+                parts.append(piece)
+        finally:
+            await pieces.aclose()
+        return Response(
+            parts[0] if len(parts) == 1 else b"".join(parts),
+            status_code=status,
+            headers=headers,
+            media_type=None,
+        )
 
     async def body() -> AsyncIterator[bytes]:
         try:
