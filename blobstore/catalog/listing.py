@@ -173,7 +173,9 @@ async def list_objects(
             if len(contents) + len(common_prefixes) >= max_keys:
                 truncated = True
                 break
-            contents.append(ObjectRecord.from_dict(bucket, key, latest, is_latest=True))
+            contents.append(
+                ObjectRecord.from_dict(bucket, key, latest, is_latest=True, summary=True)
+            )
             last = key
     finally:
         await walker.close()

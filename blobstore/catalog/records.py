@@ -201,14 +201,23 @@ class ObjectRecord:
         return d
 
     @classmethod
-    def from_dict(cls, bucket: str, key: str, d: dict[str, Any], is_latest: bool = False) -> Self:
+    def from_dict(
+        cls,
+        bucket: str,
+        key: str,
+        d: dict[str, Any],
+        is_latest: bool = False,
+        *,
+        summary: bool = False,
+    ) -> Self:
         """Decode the compact form. Listings decode millions of these, so the fields are
         set directly instead of through __init__ (a third of the cost); the invariants of
-        __post_init__ are still checked."""
+        __post_init__ are still checked. `summary`: leave out extents and parts (where
+        the bytes are: half the cost, and nothing a listing shows)."""
         record = _new_object(cls)
         get = d.get
-        extents = get("ext")
-        parts = get("parts")
+        extents = None if summary else get("ext")
+        parts = None if summary else get("parts")
         _set_field(record, "bucket", bucket)
         _set_field(record, "key", key)
         _set_field(record, "version_id", d["v"])
@@ -359,6 +368,8 @@ class DeleteResult:
 
 @dataclass(frozen=True, slots=True)
 class ListResult:
+    # Summaries (ObjectRecord.from_dict(summary=True)): what a listing shows, without
+    # extents or parts. get_object gives the whole record.
     contents: list[ObjectRecord]
     common_prefixes: list[str]
     is_truncated: bool
