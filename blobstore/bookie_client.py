@@ -31,6 +31,7 @@ import json
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -385,6 +386,45 @@ class _BookieConnection:
         finally:
             self._pending.pop(request_id, None)
 
+    def request_nowait(
+        self,
+        op: Op,
+        flags: int,
+        body: tuple[bytes, ...],
+        timeout_s: float,
+        answered: Callable[[protocol.Frame | None, BaseException | None], None],
+    ) -> None:
+        """Send one request on the open connection (the caller checked `connected`);
+        `answered(frame, None)` or `answered(None, error)` runs exactly once, on the loop.
+        The frame joins the loop iteration's batch like `request`'s; the sender's bound
+        on requests in flight stands in for `drain` (nothing here waits)."""
+        writer = self._writer
+        assert writer is not None and not writer.is_closing()
+        loop = asyncio.get_running_loop()
+        request_id = next(self._request_ids)
+        future: asyncio.Future[protocol.Frame] = loop.create_future()
+        self._pending[request_id] = future
+        bookie_id = self.bookie_id
+
+        def expire() -> None:
+            if self._pending.pop(request_id, None) is not None and not future.done():
+                future.set_exception(
+                    BookieTimeoutError(
+                        f"bookie={bookie_id} op={op.name} no answer within {timeout_s:.3f}s",
+                        bookie_id=bookie_id,
+                    )
+                )
+
+        timer = loop.call_later(timeout_s, expire)
+
+        def settled(_: asyncio.Future[protocol.Frame]) -> None:
+            timer.cancel()
+            error = future.exception()
+            answered(None if error is not None else future.result(), error)
+
+        future.add_done_callback(settled)
+        self._queue_frame(writer, _frame_parts(op, flags, request_id, body))
+
     def _queue_frame(self, writer: asyncio.StreamWriter, parts: list[bytes]) -> None:
         if self._outgoing_writer is not writer:
             self._outgoing = []  # meant for a connection that is gone: its requests failed
@@ -418,6 +458,44 @@ class _BookieConnection:
 # --------------------------------------------------------------------------- pool
 
 
+class _Slots:
+    """The pool's bound on requests in flight: taken without waiting when one is free
+    (the add fast path), or awaited in arrival order (everything else)."""
+
+    def __init__(self, limit: int) -> None:
+        self.free = limit
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def take_nowait(self) -> bool:
+        if self.free > 0 and not self._waiters:
+            self.free -= 1
+            return True
+        return False
+
+    async def take(self, timeout_s: float) -> None:
+        if self.take_nowait():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot just as the wait ended: pass it on
+            else:
+                waiter.cancel()
+            raise
+
+    def release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot goes straight to the next waiter
+                return
+        self.free += 1
+
+
 class BookieClientPool:
     """One multiplexed, pipelined connection per bookie id ("host:port"), shared by all
     ledgers; reconnect with backoff; every request has a timeout; bounded in-flight count."""
@@ -438,7 +516,7 @@ class BookieClientPool:
         self.in_flight_max = in_flight_max
         self._clock = clock
         self._connections: dict[str, _BookieConnection] = {}
-        self._slots = asyncio.Semaphore(in_flight_max)
+        self._slots = _Slots(in_flight_max)
         self._closed = False
 
     def _connection(self, bookie_id: str) -> _BookieConnection:
@@ -477,11 +555,7 @@ class BookieClientPool:
         connection = self._connection(bookie_id)
         started = self._clock()
         try:
-            if self._slots.locked():
-                async with asyncio.timeout(timeout_s):
-                    await self._slots.acquire()
-            else:
-                await self._slots.acquire()  # a free slot: returns without suspending
+            await self._slots.take(timeout_s)
         except TimeoutError as e:
             _requests(op.name, "timeout").inc()
             raise BookieTimeoutError(
@@ -522,6 +596,66 @@ class BookieClientPool:
     ) -> None:
         if frame.flags_or_status != Status.OK:
             raise error_for_status(frame.flags_or_status, bookie_id, op, response)
+
+    def add_entry_nowait(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        entry: bytes,
+        done: Callable[[BaseException | None], None],
+        *,
+        recovery: bool = False,
+    ) -> bool:
+        """The add fast path: when the connection to the bookie is up and an in-flight
+        slot is free, send the add now and return True; `done(error)` is then called
+        exactly once, on the loop, with None once the bookie fsync'd the entry or with
+        the error `add_entry` would raise. Returns False (nothing sent) otherwise: use
+        `add_entry`. No task, no coroutine chain and no timeout context per request: a
+        writer sends every entry to WQ bookies, so this is the client's hottest path."""
+        if self._closed:
+            return False
+        connection = self._connections.get(bookie_id)
+        if connection is None or not connection.connected or not self._slots.take_nowait():
+            return False
+        prefix = protocol.AddRequest(ledger_id, entry_id, master_key, b"").encode()
+        flags = protocol.AddFlag.RECOVERY_ADD if recovery else protocol.AddFlag.NONE
+        started = self._clock()
+        IN_FLIGHT.inc()
+        timeout_s = self.request_timeout_s
+
+        def answered(frame: protocol.Frame | None, error: BaseException | None) -> None:
+            IN_FLIGHT.dec()
+            self._slots.release()
+            if error is None:
+                assert frame is not None
+                error = self._add_answer_error(frame, bookie_id, started)
+            elif isinstance(error, BookieTimeoutError):
+                _requests("ADD_ENTRY", "timeout").inc()
+            else:
+                _requests("ADD_ENTRY", "unavailable").inc()
+            done(error)
+
+        connection.request_nowait(Op.ADD_ENTRY, int(flags), (prefix, entry), timeout_s, answered)
+        return True
+
+    def _add_answer_error(
+        self, frame: protocol.Frame, bookie_id: str, started: float
+    ) -> BaseException | None:
+        _request_seconds("ADD_ENTRY").observe(self._clock() - started)
+        try:
+            status_name = Status(frame.flags_or_status).name
+        except ValueError:
+            status_name = str(frame.flags_or_status)
+        _requests("ADD_ENTRY", status_name).inc()
+        if frame.op != Op.ADD_ENTRY:
+            return BookieUnavailableError(
+                f"bookie={bookie_id} answered op={frame.op} to op=ADD_ENTRY", bookie_id=bookie_id
+            )
+        if frame.flags_or_status != Status.OK:
+            return error_for_status(frame.flags_or_status, bookie_id, Op.ADD_ENTRY, None)
+        return None
 
     async def add_entry(
         self,

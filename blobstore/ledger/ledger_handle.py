@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -241,6 +242,18 @@ class LedgerHandle:
         return await self.append(payload)  # not full: nothing ran since the wait
 
     def _send(self, op: PendingAddOp, slot: int, bookie_id: str) -> None:
+        # The fast path when the bookie's connection is up; otherwise a task that may
+        # connect (or wait for an in-flight slot) first.
+        if self.client.pool.add_entry_nowait(
+            bookie_id,
+            self.ledger_id,
+            op.entry_id,
+            self.master_key,
+            op.entry,
+            functools.partial(self._add_outcome, op, slot, bookie_id),
+            recovery=self._recovery,
+        ):
+            return
         task = asyncio.create_task(self._send_to_bookie(op, slot, bookie_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -255,39 +268,51 @@ class LedgerHandle:
                 op.entry,
                 recovery=self._recovery,
             )
-        except FencedError:
+        except (BookieError, BookieUnavailableError, PoolClosedError) as e:
+            self._add_outcome(op, slot, bookie_id, e)
+        else:
+            self._add_outcome(op, slot, bookie_id, None)
+
+    def _add_outcome(
+        self, op: PendingAddOp, slot: int, bookie_id: str, error: BaseException | None
+    ) -> None:
+        """One bookie's answer to one add (None: stored)."""
+        if error is None:
+            self._add_acked(op, slot, bookie_id)
+            return
+        if isinstance(error, FencedError):
             self._fail(
                 LedgerFencedError(
                     f"ledger_id={self.ledger_id} fenced on bookie={bookie_id}",
                     ledger_id=self.ledger_id,
                 )
             )
-        except UnauthorizedError:
+        elif isinstance(error, UnauthorizedError):
             self._fail(
                 LedgerUnauthorizedError(
                     f"ledger_id={self.ledger_id} bookie={bookie_id} rejected the master key",
                     ledger_id=self.ledger_id,
                 )
             )
-        except PoolClosedError:
+        elif isinstance(error, PoolClosedError):
             self._fail(
                 AddOutcomeUnknownError(
                     f"ledger_id={self.ledger_id} client closed with adds in flight",
                     ledger_id=self.ledger_id,
                 )
             )
-        except (BadRequestError, TooLargeError) as e:
+        elif isinstance(error, BadRequestError | TooLargeError):
             # Every bookie would refuse it the same way: replacing this one cannot help.
             self._fail(
                 AddOutcomeUnknownError(
-                    f"ledger_id={self.ledger_id} entry_id={op.entry_id} refused: {e}",
+                    f"ledger_id={self.ledger_id} entry_id={op.entry_id} refused: {error}",
                     ledger_id=self.ledger_id,
                 )
             )
-        except (BookieError, BookieUnavailableError) as e:
-            self._bookie_failed(op, slot, bookie_id, e)
+        elif isinstance(error, BookieError | BookieUnavailableError):
+            self._bookie_failed(op, slot, bookie_id, error)
         else:
-            self._add_acked(op, slot, bookie_id)
+            raise error
 
     def _add_acked(self, op: PendingAddOp, slot: int, bookie_id: str) -> None:
         if op.done or self._error is not None:
