@@ -217,6 +217,7 @@ async def run_paced(
         due_count = int((now - started) * rate) + 1
         while sent < due_count:
             due = started + sent / rate
+            await handle.wait_for_capacity()  # a stall: the wait counts in the latency
             future = handle.append(payload)
             future.add_done_callback(lambda _f, due=due: latencies.append(loop.time() - due))
             futures.append(future)
