@@ -370,33 +370,33 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
 
 ANALYSIS = """## Where the time goes (py-spy on the gateway under this generator)
 
-- **Small objects are bound by the gateway's one process, and most of that is ZooKeeper
-  client overhead.** At 4 KiB x16 the gateway runs at ~90% of a core while ZooKeeper,
-  bookies and the generator use little. A GET costs three ZooKeeper round trips (fresh
-  bucket record for the ownership check, `sync`, page version check; the decoded page is
-  cached and reused when its version is unchanged) and a PUT about as many (bucket record,
-  page commit read + CAS). kazoo moves each request and reply through its connection
-  thread and a callback thread, then `call_soon_threadsafe` to the loop: measured alone on
-  this machine that is ~360-430 us of gateway CPU per ZooKeeper operation and at most
-  ~1,500-2,000 operations/s per session, i.e. ~500-650 S3 requests/s before any S3 work.
-  kazoo also built, registered and closed a fresh epoll selector for every socket wait;
-  the gateway now gives its session a poll(2)-based wait (`blobstore/objects/kazoo_poll.py`):
-  +30% ZooKeeper operations/s per session, ~15% less CPU per operation.
-- **Latency** (p50 ~45-50 ms at concurrency 16) is queueing behind that CPU, not disk:
-  the journal fsync (group commit, ~1,000-1,500 fsyncs/s on this disk) is a few ms.
+- **Small objects are bound by the gateway's one process.** At 4 KiB x16 the gateway
+  runs at ~95% of a core while ZooKeeper (~20%), the three bookies (~7% each) and the
+  generator use the rest. A warm GET costs its share of one ZooKeeper `sync` (shared by
+  the concurrent requests of the worker: `fresh_view()`) and one bookie read: bucket
+  records, page maps and index pages are cached under ZooKeeper data watches, and kazoo's
+  replies and watch events reach the event loop in wire order (`LoopDispatchHandler`), so
+  after the sync every cached copy still present is current. Before that change a GET
+  made three ZooKeeper round trips (~360-430 us of kazoo CPU each) and ran at ~270/s.
+  A PUT costs the shared sync, one compare-and-set of the index page (grouped with
+  concurrent commits to the same page) and WQ bookie adds (sent without a task per
+  replica).
+- What remains is spread thin: uvicorn/Starlette request handling (~15%), SigV4
+  verification (~7%), the access log line (~6-8%), the loop's own I/O (~15%), the bookie
+  read or adds, the catalog commit. No single part holds a large share any more.
+- **Latency** (p50 ~20-35 ms at concurrency 16) is queueing behind that CPU, not disk:
+  the journal fsync (group commit) is a few ms.
 - **Large PUT and multipart are bound by CPU, mostly the bookies'.** Under 16 MiB PUT x4
-  the three bookies use ~40% of a core each and the gateway ~45% (MD5 for the ETag on its
-  loop, entry encoding, two copies of each byte to the bookies): the two cores are full
-  while the disk runs at about half of its replication-bound limit below.
-- **Large and ranged GET** decode and CRC-check 1 MiB entries and copy them through asyncio
-  streams in the gateway (~90% of a core under ranged GETs); each ranged GET also pays the
-  three ZooKeeper round trips. The generator is far from its own limit (its 16 MiB GET
-  ceiling is in the table above).
-- **Next steps, by expected gain:** a native asyncio ZooKeeper session (no kazoo threads)
-  or batching the bucket check into the catalog read; a bucket-record cache that stays
-  strongly consistent (invalidated by watches ordered before the `sync` reply); bookie
-  reads into preallocated buffers; `--workers 2` helps only a little on 2 cores because
-  ZooKeeper, three bookies and the generator share them.
+  the three bookies use ~40% of a core each and the gateway ~45% (MD5 for the ETag,
+  entry encoding, two copies of each byte to the bookies): the two cores are full while
+  the disk runs below its replication-bound limit.
+- **Large and ranged GET** decode and CRC-check 1 MiB entries and copy them through
+  asyncio streams in the gateway. The generator is far from its own limit (its 16 MiB
+  GET ceiling is in the table above).
+- **Next steps, by expected gain:** `--workers 2` (the gateway is stateless; on this
+  2-core machine it competes with ZooKeeper and the bookies); bookie reads into
+  preallocated buffers; a cheaper access-log path; a native asyncio ZooKeeper session
+  would remove kazoo's thread hop (~13% of a core at 4 KiB GETs).
 """
 
 
