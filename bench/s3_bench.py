@@ -2,7 +2,7 @@
 gateway), driven by the asyncio load generator of `bench/s3_load.py`, beside the machine's
 limits and the generator's own ceiling measured in the same run.
 
-    .venv/bin/python bench/s3_bench.py [--duration 8] [--workers 1] [--output docs/benchmarks/s3.md]
+    .venv/bin/python bench/s3_bench.py [--duration 8] [--workers N] [--output docs/benchmarks/s3.md]
     .venv/bin/python bench/s3_bench.py --serve        # start the cluster, print the endpoint, wait
 
 Phases: 4 KiB PUT and GET (concurrency 16), 16 MiB PUT and GET (concurrency 4), one 256 MiB
@@ -370,9 +370,10 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
 
 ANALYSIS = """## Where the time goes (py-spy on the gateway under this generator)
 
-- **Small objects are bound by the gateway's one process.** At 4 KiB x16 the gateway
-  runs at ~95% of a core while ZooKeeper (~20%), the three bookies (~7% each) and the
-  generator use the rest. A warm GET costs its share of one ZooKeeper `sync` (shared by
+- **Small objects are bound by the gateway's CPU.** With one worker at 4 KiB x16 the
+  worker runs at ~95% of a core while ZooKeeper (~20%), the three bookies (~7% each) and
+  the generator use the rest; a second worker takes most of what is left of the two
+  cores. A warm GET costs its share of one ZooKeeper `sync` (shared by
   the concurrent requests of the worker: `fresh_view()`) and one bookie read: bucket
   records, page maps and index pages are cached under ZooKeeper data watches, and kazoo's
   replies and watch events reach the event loop in wire order (`LoopDispatchHandler`), so
@@ -393,10 +394,11 @@ ANALYSIS = """## Where the time goes (py-spy on the gateway under this generator
 - **Large and ranged GET** decode and CRC-check 1 MiB entries and copy them through
   asyncio streams in the gateway. The generator is far from its own limit (its 16 MiB
   GET ceiling is in the table above).
-- **Next steps, by expected gain:** `--workers 2` (the gateway is stateless; on this
-  2-core machine it competes with ZooKeeper and the bookies); bookie reads into
-  preallocated buffers; a cheaper access-log path; a native asyncio ZooKeeper session
-  would remove kazoo's thread hop (~13% of a core at 4 KiB GETs).
+- **Next steps, by expected gain:** bookie reads into preallocated buffers; a cheaper
+  access-log path; a native asyncio ZooKeeper session would remove kazoo's thread hop
+  (~13% of a core at 4 KiB GETs); more workers where there are more cores (each worker
+  is a whole event loop; here ZooKeeper, three bookies and the generator share the two
+  cores with them).
 """
 
 
@@ -566,7 +568,12 @@ def run(args: argparse.Namespace) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per timed phase")
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="gateway worker processes (default: one per CPU, as a gateway host is sized)",
+    )
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "s3.md"))
     parser.add_argument(
         "--serve", action="store_true", help="start the cluster, print the endpoint and wait"
