@@ -174,26 +174,47 @@ def fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
+class JournalCorruptError(RuntimeError):
+    """A journal file that was complete (a later file exists) does not decode: records
+    after the damage were acknowledged, so replaying past it silently would lose them."""
+
+
 def replay(
     directory: str, mark: tuple[int, int]
 ) -> Iterator[tuple[JournalRecord, tuple[int, int]]]:
-    """Records from LastLogMark on, each with the position just after it."""
+    """Records from LastLogMark on, each with the position just after it.
+
+    Only the newest file can end in a torn write (a crash inside the last group commit,
+    never acknowledged): its tail is cut off at the last whole record, fsync'd, so the
+    file is clean for every later replay. Every older file was fsync'd in full before
+    the next one was created, so damage there is corruption of acknowledged records:
+    JournalCorruptError, and the bookie does not start.
+    """
     mark_id, mark_offset = mark
-    for journal_id in list_journal_ids(directory):
-        if journal_id < mark_id:
-            continue
+    ids = [i for i in list_journal_ids(directory) if i >= mark_id]
+    for n, journal_id in enumerate(ids):
+        newest = n == len(ids) - 1
         path = os.path.join(directory, file_name(journal_id))
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if size < FILE_HEADER_BYTES:
-                logger.warning(
-                    "journal_torn_tail journal_id=%d reason=short-header size=%d", journal_id, size
+            data = f.read() if size >= FILE_HEADER_BYTES else b""
+        if size < FILE_HEADER_BYTES:
+            if not newest:
+                raise JournalCorruptError(
+                    f"journal file {path} is {size} bytes, shorter than its header, "
+                    "but a later journal file exists"
                 )
-                continue
-            data = f.read()
+            logger.warning(
+                "journal_torn_tail journal_id=%d reason=short-header size=%d: file removed",
+                journal_id,
+                size,
+            )
+            os.unlink(path)
+            fsync_directory(directory)
+            continue
         magic, version, _, header_id = FILE_HEADER.unpack_from(data, 0)
         if magic != FILE_MAGIC or version != FILE_VERSION or header_id != journal_id:
-            raise RuntimeError(
+            raise JournalCorruptError(
                 f"journal file {path} has a bad header: {magic!r} v{version} id={header_id}"
             )
         offset = mark_offset if journal_id == mark_id else FILE_HEADER_BYTES
@@ -203,16 +224,34 @@ def replay(
             try:
                 record, used = JournalRecord.decode(view[offset:])
             except ValueError as e:
+                if not newest:
+                    raise JournalCorruptError(
+                        f"journal file {path} is corrupt at offset {offset} ({e}); "
+                        f"{size - offset} bytes follow, and the file was complete when "
+                        "the next journal file was started, so acknowledged entries may "
+                        "be among them"
+                    ) from None
                 logger.warning(
-                    "journal_torn_tail journal_id=%d offset=%d reason=%s ignored_bytes=%d",
+                    "journal_torn_tail journal_id=%d offset=%d reason=%s ignored_bytes=%d: "
+                    "file truncated to its last whole record",
                     journal_id,
                     offset,
                     e,
                     size - offset,
                 )
+                _truncate(path, offset)
                 break
             offset += used
             yield record, (journal_id, offset)
+
+
+def _truncate(path: str, size: int) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # One queued journal write: (pieces, nbytes, apply, done, enqueued_at), where pieces are

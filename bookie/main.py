@@ -32,7 +32,7 @@ from bookie.bookie_server import BookieServer
 from bookie.config import BookieConfig
 from bookie.garbage_collector import GarbageCollector
 from bookie.http_admin import HttpAdmin
-from bookie.journal import Journal
+from bookie.journal import Journal, JournalCorruptError
 from bookie.ledger_storage import LedgerStorage
 from bookie.metrics import METRICS
 from bookie.registration import Registration
@@ -40,6 +40,7 @@ from bookie.registration import Registration
 logger = logging.getLogger(__name__)
 
 EXIT_COOKIE_MISMATCH = 3
+EXIT_JOURNAL_CORRUPT = 4
 ZK_CONNECT_TIMEOUT_S = 30.0
 
 
@@ -64,6 +65,14 @@ def run(args: argparse.Namespace) -> int:
     except cookie.CookieMismatchError as e:
         print(f"blobstore: error: {e}", file=sys.stderr)
         return EXIT_COOKIE_MISMATCH
+    except JournalCorruptError as e:
+        print(
+            f"blobstore: error: {e}. The bookie does not start: move the damaged file out "
+            "of the journal directory to start without what follows the damage (the other "
+            "replicas of those entries still hold them); see docs/operations.md.",
+            file=sys.stderr,
+        )
+        return EXIT_JOURNAL_CORRUPT
 
 
 def raise_open_files_limit() -> None:

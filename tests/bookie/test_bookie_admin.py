@@ -184,3 +184,31 @@ def test_refuses_to_run_without_assertions(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "assertions" in result.stderr
     assert not (tmp_path / "j").exists(), "nothing touched"
+
+
+def test_damaged_completed_journal_file_refuses_to_start(bookies: BookieFactory) -> None:
+    """Acknowledged entries sit in a journal file that was complete (the journal rolled
+    to a newer one) and not yet checkpointed; damage there stops the bookie with one line
+    and exit code 4, instead of a replay that silently drops what follows the damage.
+    With the file moved aside, the bookie starts."""
+    from bookie.journal import FILE_HEADER_BYTES, file_name, list_journal_ids
+
+    (bookie,) = bookies(
+        1, extra_args=("--journal-file-bytes-max", "65536", "--checkpoint-interval-s", "3600")
+    )
+    asyncio.run(write_pipelined(bookie.port, [(7, i, b"x" * 2000) for i in range(100)]))
+    bookie.kill()  # no checkpoint: every journal file is still to be replayed
+    ids = list_journal_ids(str(bookie.journal_dir))
+    assert len(ids) >= 2, ids
+    completed = bookie.journal_dir / file_name(ids[0])
+    data = bytearray(completed.read_bytes())
+    data[FILE_HEADER_BYTES + 40] ^= 0xFF
+    completed.write_bytes(bytes(data))
+    result = start_directly(bookie, bookie.journal_dir, bookie.ledger_dir)
+    assert result.returncode == 4, result
+    lines = [line for line in result.stderr.splitlines() if line.startswith("blobstore: error:")]
+    assert len(lines) == 1 and "corrupt at offset" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    completed.rename(bookie.root / "moved-aside.txn")
+    bookie.start()
+    assert bookie.stop() == 0

@@ -13,6 +13,7 @@ from bookie import protocol
 from bookie.journal import (
     FILE_HEADER_BYTES,
     Journal,
+    JournalCorruptError,
     JournalRecord,
     RecordKind,
     file_name,
@@ -143,3 +144,39 @@ def test_torn_tail_is_ignored(tmp_path: Path, caplog: pytest.LogCaptureFixture) 
     corrupt[FILE_HEADER_BYTES + 100] ^= 0x40
     path.write_bytes(bytes(corrupt))
     assert [r for r, _ in replay(str(tmp_path), (0, 0))] == []
+
+
+def test_torn_tail_is_cut_so_a_later_file_stays_clean(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a crash the bookie starts a new journal file, so the torn file is no longer
+    the newest: replay cuts its torn tail off the first time, and later replays (after
+    another crash) find a clean older file instead of reporting corruption."""
+    records = [JournalRecord(RecordKind.ADD, 2, i, KEY, entry(2, i, b"q" * 700)) for i in range(8)]
+    run_journal(tmp_path, records)
+    path = tmp_path / file_name(list_journal_ids(str(tmp_path))[-1])
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) - 300])  # the last record torn
+    assert [r for r, _ in replay(str(tmp_path), (0, 0))] == records[:-1]
+    assert "journal_torn_tail" in caplog.text
+    assert path.stat().st_size < len(whole) - 300, "the torn bytes are gone"
+    later = [JournalRecord(RecordKind.ADD, 3, i, KEY, entry(3, i, b"r" * 100)) for i in range(3)]
+    run_journal(tmp_path, later)  # the restarted bookie's new file
+    caplog.clear()
+    assert [r for r, _ in replay(str(tmp_path), (0, 0))] == records[:-1] + later
+    assert "journal_torn_tail" not in caplog.text
+
+
+def test_damage_in_a_completed_file_stops_replay(tmp_path: Path) -> None:
+    """A file with a later file after it was fsync'd whole: a bad record there is lost
+    acknowledged data, never a torn tail, and replay refuses to go past it."""
+    records = [JournalRecord(RecordKind.ADD, 4, i, KEY, entry(4, i, b"s" * 900)) for i in range(6)]
+    run_journal(tmp_path, records)
+    run_journal(tmp_path, [JournalRecord(RecordKind.FENCE, 4, -1, KEY)])
+    first = tmp_path / file_name(list_journal_ids(str(tmp_path))[0])
+    damaged = bytearray(first.read_bytes())
+    damaged[FILE_HEADER_BYTES + 50] ^= 0x01
+    first.write_bytes(bytes(damaged))
+    with pytest.raises(JournalCorruptError, match="corrupt at offset"):
+        list(replay(str(tmp_path), (0, 0)))
+    assert first.read_bytes() == bytes(damaged), "nothing is cut from a completed file"
