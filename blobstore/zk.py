@@ -31,10 +31,26 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
+from prometheus_client import Counter
 
 from blobstore.aio import wait_shielded
 
 logger = logging.getLogger(__name__)
+
+FRESH_VIEWS = Counter(
+    "blobstore_zk_fresh_views_total", "Reads that waited for a fresh view (a shared sync)"
+)
+SYNCS = Counter("blobstore_zk_syncs_total", "ZooKeeper syncs sent for fresh views")
+CACHE_LOOKUPS = Counter(
+    "blobstore_zk_cache_lookups_total",
+    "Lookups in caches of znodes kept under data watches",
+    ["cache", "result"],
+)
+CACHE_INVALIDATIONS = Counter(
+    "blobstore_zk_cache_invalidations_total",
+    "Cached znodes dropped because their data watch fired",
+    ["cache"],
+)
 
 SESSION_TIMEOUT_S_DEFAULT = 15.0
 OPERATION_TIMEOUT_S_DEFAULT = 15.0
@@ -254,6 +270,7 @@ class ZooKeeperClient:
         present is current). Concurrent callers share syncs, like a group commit: a sync
         in flight serves those who came before it was sent, the next one everyone who
         came while it was in flight."""
+        FRESH_VIEWS.inc()
         if self._sync_next is None:
             self._sync_next = asyncio.get_running_loop().create_future()
         waiter = self._sync_next
@@ -265,6 +282,7 @@ class ZooKeeperClient:
         try:
             while self._sync_next is not None:
                 waiter, self._sync_next = self._sync_next, None
+                SYNCS.inc()
                 try:
                     await self.sync("/")
                 except BaseException as e:  # noqa: BLE001 - every waiter gets the error
@@ -329,9 +347,13 @@ class WatchedCache(Generic[V]):
         zk: ZooKeeperClient,
         decode: Callable[[str, bytes, int], V],
         capacity: int,
+        name: str = "znodes",
     ) -> None:
         assert capacity > 0
         self.zk = zk
+        self._hits = CACHE_LOOKUPS.labels(name, "hit")
+        self._misses = CACHE_LOOKUPS.labels(name, "miss")
+        self._invalidations = CACHE_INVALIDATIONS.labels(name)
         self.decode = decode
         self.capacity = capacity
         self._entries: OrderedDict[str, V] = OrderedDict()
@@ -353,8 +375,10 @@ class WatchedCache(Generic[V]):
         """The decoded value; raises NoNodeError (absence is not cached)."""
         value = self._entries.get(path)
         if value is not None:
+            self._hits.inc()
             self._entries.move_to_end(path)
             return value
+        self._misses.inc()
         epoch = self._epoch
         reading = self._reading.setdefault(path, [0, 0])
         reading[0] += 1
@@ -381,7 +405,8 @@ class WatchedCache(Generic[V]):
         self._entries.clear()
 
     def _changed(self, event: WatchedEvent) -> None:  # on the loop, in arrival order
-        self._entries.pop(event.path, None)
+        if self._entries.pop(event.path, None) is not None:
+            self._invalidations.inc()
         reading = self._reading.get(event.path)
         if reading is not None:
             reading[1] += 1

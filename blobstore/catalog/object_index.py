@@ -46,9 +46,13 @@ class ObjectIndex:
             zk,
             lambda path, data, version: IndexPage.decode(path.rsplit("/", 1)[1], data, version),
             config.page_read_cache_pages,
+            name="index_pages",
         )
         self._buckets: WatchedCache[tuple[BucketRecord, int]] = WatchedCache(
-            zk, lambda _path, data, version: (BucketRecord.decode(data), version), BUCKET_CACHE_MAX
+            zk,
+            lambda _path, data, version: (BucketRecord.decode(data), version),
+            BUCKET_CACHE_MAX,
+            name="buckets",
         )
         zk.add_state_listener(self._session_state_changed)
         self.retry_policy = CasRetryPolicy(

@@ -66,6 +66,14 @@ def stored(record: ObjectRecord) -> dict[str, Any]:
     return d
 
 
+def summary(record: ObjectRecord) -> dict[str, Any]:
+    """What a listing returns of a record: the stored form without extents or parts."""
+    d = stored(record)
+    d.pop("ext", None)
+    d.pop("parts", None)
+    return d
+
+
 class CatalogModel:
     """The S3 semantics, written the obvious way."""
 
@@ -326,7 +334,9 @@ class CatalogMachine(RuleBasedStateMachine):
             )
         )
         head = expected[:max_keys]
-        assert [stored(r) for r in result.contents] == [stored(r) for _, r in head if r is not None]
+        assert [stored(r) for r in result.contents] == [
+            summary(r) for _, r in head if r is not None
+        ]
         assert all(
             r.is_latest and r.key == k
             for (k, _), r in zip([e for e in head if e[1]], result.contents, strict=True)
