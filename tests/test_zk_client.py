@@ -8,6 +8,7 @@ import asyncio
 import random
 
 from kazoo.exceptions import NoNodeError
+from prometheus_client import REGISTRY
 
 from blobstore.zk import WatchedCache, ZooKeeperClient
 from tests.catalog.helpers import seed
@@ -28,7 +29,10 @@ def test_watched_cache_follows_writes_of_another_session(zk_connect: str) -> Non
             for path in paths:
                 await writer.create(path, b"0")
             cache: WatchedCache[tuple[bytes, int]] = WatchedCache(
-                reader, lambda _p, data, version: (data, version), capacity=3
+                reader, lambda _p, data, version: (data, version), capacity=3, name="test"
+            )
+            hits = REGISTRY.get_sample_value(
+                "blobstore_zk_cache_lookups_total", {"cache": "test", "result": "hit"}
             )
             rng = random.Random(seed())
             stale = 0
@@ -48,6 +52,15 @@ def test_watched_cache_follows_writes_of_another_session(zk_connect: str) -> Non
                         stale += 1
             assert stale == 0
             assert len(cache) <= 3
+            assert (
+                REGISTRY.get_sample_value(
+                    "blobstore_zk_cache_lookups_total", {"cache": "test", "result": "hit"}
+                )
+                or 0
+            ) > (hits or 0), "hits are counted"
+            assert REGISTRY.get_sample_value(
+                "blobstore_zk_cache_invalidations_total", {"cache": "test"}
+            ), "watch-driven drops are counted"
             await writer.delete("/cache/n0")
             await reader.fresh_view()
             try:
@@ -79,8 +92,12 @@ def test_fresh_view_is_shared_and_orders_after_earlier_writes(zk_connect: str) -
                 await sync(path)
 
             reader.sync = counted_sync  # type: ignore[method-assign]
+            views = REGISTRY.get_sample_value("blobstore_zk_fresh_views_total") or 0
+            syncs = REGISTRY.get_sample_value("blobstore_zk_syncs_total") or 0
             await asyncio.gather(*(reader.fresh_view() for _ in range(50)))
             assert 1 <= calls <= 2, calls  # 50 waiters, one or two syncs
+            assert REGISTRY.get_sample_value("blobstore_zk_fresh_views_total") == views + 50
+            assert REGISTRY.get_sample_value("blobstore_zk_syncs_total") == syncs + calls
             for i in range(20):
                 await writer.set("/fresh", str(i).encode())
                 await reader.fresh_view()
