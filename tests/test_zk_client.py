@@ -107,3 +107,37 @@ def test_fresh_view_is_shared_and_orders_after_earlier_writes(zk_connect: str) -
             await writer.stop()
 
     _run(main())
+
+
+def test_watched_cache_forgets_everything_when_the_session_is_interrupted(
+    zk_connect: str,
+) -> None:
+    """Watch events may be missed while disconnected: every entry goes, and a read that
+    was in flight when the session was interrupted is not kept."""
+    from kazoo.protocol.states import KazooState
+
+    async def main() -> None:
+        zk = ZooKeeperClient(zk_connect)
+        await zk.start()
+        try:
+            await zk.create("/interrupted", b"v")
+            cache: WatchedCache[bytes] = WatchedCache(zk, lambda _p, d, _v: d, 4, name="test")
+            assert await cache.get("/interrupted") == b"v"
+            assert cache.peek("/interrupted") == b"v"
+            await zk.create("/in-flight", b"x")
+            in_flight = asyncio.ensure_future(cache.get("/in-flight"))
+            await asyncio.sleep(0)  # the read is sent
+            zk._state_changed(KazooState.SUSPENDED)  # as kazoo's connection thread would
+            assert await in_flight == b"x"  # the caller gets its value...
+            await asyncio.sleep(0.05)
+            assert len(cache) == 0  # ...but nothing from before the interruption is kept
+            await zk.create("/kept-later", b"w")
+            read = asyncio.ensure_future(cache.get("/kept-later"))
+            zk._state_changed(KazooState.CONNECTED)  # a later state change does not clear
+            assert await read == b"w"
+            await asyncio.sleep(0.05)
+            assert cache.peek("/kept-later") == b"w"
+        finally:
+            await zk.stop()
+
+    _run(main())
