@@ -52,7 +52,7 @@ class CatalogConfig:
     # commit_queues_max are dropped.
     page_cache_s: float = 0.5
     commit_queues_max: int = 4096
-    # Decoded pages kept for reads, used after a version check (each up to ~1 MiB in memory).
+    # Decoded pages kept for reads, each under a data watch (each up to ~1 MiB in memory).
     page_read_cache_pages: int = 32
     list_max_keys_max: int = 100_000
 
