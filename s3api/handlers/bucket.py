@@ -35,17 +35,46 @@ def _encoding_type(ctx: S3Context) -> str | None:
 # ---------------------------------------------------------------------- buckets
 
 
+# ListBuckets pages: max-buckets is 1..10,000 (S3's bound); without it, every bucket.
+LIST_BUCKETS_MAX = 10_000
+
+
 async def list_buckets(ctx: S3Context) -> Response:
     prefix = ctx.query.get("prefix")
+    region = ctx.query.get("bucket-region")
+    max_text = ctx.query.get("max-buckets")
+    token = ctx.query.get("continuation-token")
+    max_buckets: int | None = None
+    if max_text is not None:
+        if not max_text.isdigit() or not 1 <= int(max_text) <= LIST_BUCKETS_MAX:
+            raise S3Error(
+                "InvalidArgument",
+                f"max-buckets must be an integer from 1 to {LIST_BUCKETS_MAX}",
+                ArgumentName="max-buckets",
+                ArgumentValue=max_text,
+            )
+        max_buckets = int(max_text)
+    after = _untoken(token) if token is not None else ""
     buckets = sorted(
         (
             b
             for b in await ctx.store.catalog.list_buckets()
-            if b.owner == ctx.user.name and b.name.startswith(prefix or "")
+            if b.owner == ctx.user.name
+            and b.name.startswith(prefix or "")
+            and (region is None or b.region == region)
+            and b.name > after
         ),
         key=lambda b: b.name,
     )
-    return xml_response(s3xml.list_all_my_buckets_result(buckets, ctx.user.name, prefix=prefix))
+    next_token = None
+    if max_buckets is not None and len(buckets) > max_buckets:
+        buckets = buckets[:max_buckets]
+        next_token = _token(buckets[-1].name)
+    return xml_response(
+        s3xml.list_all_my_buckets_result(
+            buckets, ctx.user.name, prefix=prefix, continuation_token=next_token
+        )
+    )
 
 
 async def create_bucket(ctx: S3Context) -> Response:

@@ -289,3 +289,30 @@ def test_versions_pagination_and_delete_marker_versions(s3: Any, bucket: str) ->
     with pytest.raises(ClientError) as e:
         s3.get_object(Bucket=bucket, Key="k", VersionId=ids[2])
     assert error_code(e) == "NoSuchVersion"
+
+
+def test_list_buckets_in_pages(s3: Any, bucket_name: Callable[[], str]) -> None:
+    prefix = bucket_name() + "-"
+    names = [f"{prefix}{i}" for i in range(5)]
+    for name in names:
+        s3.create_bucket(Bucket=name)
+    outside = bucket_name()
+    s3.create_bucket(Bucket=outside)
+    seen: list[str] = []
+    tokens = 0
+    for page in s3.get_paginator("list_buckets").paginate(
+        Prefix=prefix, PaginationConfig={"PageSize": 2}
+    ):
+        seen += [b["Name"] for b in page["Buckets"]]
+        assert len(page["Buckets"]) <= 2
+        tokens += "ContinuationToken" in page
+    assert seen == names
+    assert tokens == 2  # pages of 2, 2 and 1
+    everything = [b["Name"] for b in s3.list_buckets(Prefix=prefix)["Buckets"]]
+    assert everything == seen, "without max-buckets: one page"
+    assert s3.list_buckets(Prefix=prefix, BucketRegion="nowhere-1")["Buckets"] == []
+    with pytest.raises(ClientError) as e:
+        s3.list_buckets(MaxBuckets=2, ContinuationToken="not a token!")
+    assert error_code(e) == "InvalidArgument"
+    for name in [*names, outside]:
+        s3.delete_bucket(Bucket=name)
