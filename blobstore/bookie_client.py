@@ -87,6 +87,21 @@ def _request_seconds(op: str) -> Any:
     return child
 
 
+def _count_failure(op: Op, error: BaseException) -> None:
+    """A request that got no answer: timed out, or the connection failed."""
+    _requests(op.name, "timeout" if isinstance(error, BookieTimeoutError) else "unavailable").inc()
+
+
+def _add_request(
+    ledger_id: int, entry_id: int, master_key: bytes, entry: bytes, recovery: bool
+) -> tuple[int, tuple[bytes, ...]]:
+    """(flags, body parts) of an ADD_ENTRY: the fixed part, then the entry bytes as they
+    are (no copy)."""
+    prefix = protocol.AddRequest(ledger_id, entry_id, master_key, b"").encode()
+    flags = protocol.AddFlag.RECOVERY_ADD if recovery else protocol.AddFlag.NONE
+    return int(flags), (prefix, entry)
+
+
 # --------------------------------------------------------------------------- errors
 
 
@@ -566,15 +581,21 @@ class BookieClientPool:
         try:
             remaining_s = max(0.001, timeout_s - (self._clock() - started))
             frame = await connection.request(op, flags, body, remaining_s)
-        except BookieTimeoutError:
-            _requests(op.name, "timeout").inc()
-            raise
-        except BookieUnavailableError:
-            _requests(op.name, "unavailable").inc()
+        except BookieUnavailableError as e:
+            _count_failure(op, e)
             raise
         finally:
             IN_FLIGHT.dec()
             self._slots.release()
+        error = self._answer_checked(op, frame, bookie_id, started)
+        if error is not None:
+            raise error
+        return frame
+
+    def _answer_checked(
+        self, op: Op, frame: protocol.Frame, bookie_id: str, started: float
+    ) -> BookieUnavailableError | None:
+        """Count an answer (latency, status); an answer to another op is an error."""
         _request_seconds(op.name).observe(self._clock() - started)
         try:
             status_name = Status(frame.flags_or_status).name
@@ -582,10 +603,10 @@ class BookieClientPool:
             status_name = str(frame.flags_or_status)
         _requests(op.name, status_name).inc()
         if frame.op != op:
-            raise BookieUnavailableError(
+            return BookieUnavailableError(
                 f"bookie={bookie_id} answered op={frame.op} to op={op.name}", bookie_id=bookie_id
             )
-        return frame
+        return None
 
     @staticmethod
     def _raise_for_status(
@@ -619,43 +640,24 @@ class BookieClientPool:
         connection = self._connections.get(bookie_id)
         if connection is None or not connection.connected or not self._slots.take_nowait():
             return False
-        prefix = protocol.AddRequest(ledger_id, entry_id, master_key, b"").encode()
-        flags = protocol.AddFlag.RECOVERY_ADD if recovery else protocol.AddFlag.NONE
+        flags, body = _add_request(ledger_id, entry_id, master_key, entry, recovery)
         started = self._clock()
         IN_FLIGHT.inc()
-        timeout_s = self.request_timeout_s
 
         def answered(frame: protocol.Frame | None, error: BaseException | None) -> None:
             IN_FLIGHT.dec()
             self._slots.release()
-            if error is None:
-                assert frame is not None
-                error = self._add_answer_error(frame, bookie_id, started)
-            elif isinstance(error, BookieTimeoutError):
-                _requests("ADD_ENTRY", "timeout").inc()
+            if error is not None:
+                _count_failure(Op.ADD_ENTRY, error)
             else:
-                _requests("ADD_ENTRY", "unavailable").inc()
+                assert frame is not None
+                error = self._answer_checked(Op.ADD_ENTRY, frame, bookie_id, started)
+                if error is None and frame.flags_or_status != Status.OK:
+                    error = error_for_status(frame.flags_or_status, bookie_id, Op.ADD_ENTRY)
             done(error)
 
-        connection.request_nowait(Op.ADD_ENTRY, int(flags), (prefix, entry), timeout_s, answered)
+        connection.request_nowait(Op.ADD_ENTRY, flags, body, self.request_timeout_s, answered)
         return True
-
-    def _add_answer_error(
-        self, frame: protocol.Frame, bookie_id: str, started: float
-    ) -> BaseException | None:
-        _request_seconds("ADD_ENTRY").observe(self._clock() - started)
-        try:
-            status_name = Status(frame.flags_or_status).name
-        except ValueError:
-            status_name = str(frame.flags_or_status)
-        _requests("ADD_ENTRY", status_name).inc()
-        if frame.op != Op.ADD_ENTRY:
-            return BookieUnavailableError(
-                f"bookie={bookie_id} answered op={frame.op} to op=ADD_ENTRY", bookie_id=bookie_id
-            )
-        if frame.flags_or_status != Status.OK:
-            return error_for_status(frame.flags_or_status, bookie_id, Op.ADD_ENTRY, None)
-        return None
 
     async def add_entry(
         self,
@@ -669,10 +671,8 @@ class BookieClientPool:
         timeout_s: float | None = None,
     ) -> None:
         """Store `entry` (Entry.encode() bytes); returns once the bookie fsync'd it."""
-        # The request's fixed part, then the entry bytes as they are (no copy).
-        prefix = protocol.AddRequest(ledger_id, entry_id, master_key, b"").encode()
-        flags = protocol.AddFlag.RECOVERY_ADD if recovery else protocol.AddFlag.NONE
-        frame = await self._call(bookie_id, Op.ADD_ENTRY, int(flags), (prefix, entry), timeout_s)
+        flags, body = _add_request(ledger_id, entry_id, master_key, entry, recovery)
+        frame = await self._call(bookie_id, Op.ADD_ENTRY, flags, body, timeout_s)
         self._raise_for_status(frame, bookie_id, Op.ADD_ENTRY)
 
     async def read_entry(
