@@ -8,6 +8,7 @@ environment, as an operator would.
 from __future__ import annotations
 
 import subprocess
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +125,15 @@ class GatewayProcess:
 
     def alive(self) -> bool:
         return self.managed is not None and self.managed.alive()
+
+    def bytes_written(self) -> float:
+        """Object bytes this gateway appended to ledgers (its /metrics)."""
+        with urllib.request.urlopen(f"{self.endpoint}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        for line in text.splitlines():
+            if line.startswith("blobstore_object_bytes_written_total "):
+                return float(line.split()[1])
+        return 0.0
 
     def log_text(self) -> str:
         try:

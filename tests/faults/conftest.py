@@ -8,7 +8,6 @@ boundaries and a few MiB exercise many entries, ledgers and checkpoints.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from botocore.exceptions import ClientError
 from kazoo.client import KazooClient
 
 from tests.cluster.gateway import GatewayProcess
+from tests.cluster.ledgers import ledger_metadata as ledger_metadata_of
 from tests.cluster.processes import BookieProcess, ProcessReaper
 from tests.conftest import BookieFactory
 
@@ -99,22 +99,12 @@ def read_or_none(s3: Any, bucket: str, key: str) -> bytes | None:
         raise
 
 
-def ledger_metadata(zk_hosts: str) -> dict[str, dict[str, Any]]:
-    """znode path -> decoded metadata of every ledger."""
+def ledger_metadata(zk_hosts: str) -> dict[int, dict[str, Any]]:
+    """ledger id -> decoded metadata of every ledger (on a short-lived session)."""
     zk = KazooClient(hosts=zk_hosts, timeout=15.0)
     zk.start(timeout=15.0)
     try:
-        result = {}
-        stack = ["/ledgers/meta"]
-        while stack:
-            path = stack.pop()
-            for child in zk.get_children(path):
-                child_path = f"{path}/{child}"
-                if child.startswith("L"):
-                    result[child_path] = json.loads(zk.get(child_path)[0])
-                else:
-                    stack.append(child_path)
-        return result
+        return ledger_metadata_of(zk)
     finally:
         zk.stop()
         zk.close()

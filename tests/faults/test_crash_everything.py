@@ -18,7 +18,8 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from tests.faults.conftest import FaultCluster, ledger_metadata
+from tests.cluster.ledgers import ledger_metadata, ledger_writer
+from tests.faults.conftest import FaultCluster
 from tests.faults.workload import Model, run_workers
 
 WORKERS = 3
@@ -83,9 +84,9 @@ def _wait_for_orphans_closed(cluster: FaultCluster) -> None:
         while True:
             live = set(zk.get_children("/gateways"))
             orphans = {
-                path: meta["state"]
-                for path, meta in ledger_metadata(cluster.zk).items()
-                if meta.get("custom", {}).get("writer") not in live and meta["state"] != "CLOSED"
+                ledger_id: meta["state"]
+                for ledger_id, meta in ledger_metadata(zk).items()
+                if ledger_writer(meta) not in live and meta["state"] != "CLOSED"
             }
             if not orphans:
                 return

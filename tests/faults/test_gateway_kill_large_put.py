@@ -12,46 +12,27 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import json
 import random
 import time
-import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
 from kazoo.client import KazooClient
 
-from tests.cluster.gateway import GatewayProcess
+from tests.cluster.ledgers import ledger_metadata, ledger_writer
 from tests.faults.conftest import ENTRY_SIZE_BYTES, FaultCluster
 
 SWEEP_DEADLINE_S = 60.0
 SEND_CHUNK_BYTES = 1 << 20
 
 
-def _bytes_written(gateway: GatewayProcess) -> float:
-    with urllib.request.urlopen(f"{gateway.endpoint}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    for line in text.splitlines():
-        if line.startswith("blobstore_object_bytes_written_total "):
-            return float(line.split()[1])
-    return 0.0
-
-
-def _open_ledgers(zk: KazooClient) -> dict[str, str]:
-    """znode path -> writer, for every object ledger not CLOSED."""
-    result = {}
-    stack = ["/ledgers/meta"]
-    while stack:
-        path = stack.pop()
-        for child in zk.get_children(path):
-            child_path = f"{path}/{child}"
-            if child.startswith("L"):
-                metadata = json.loads(zk.get(child_path)[0])
-                if metadata["state"] != "CLOSED":
-                    result[child_path] = metadata.get("custom", {}).get("writer", "")
-            else:
-                stack.append(child_path)
-    return result
+def _open_ledger_writers(zk: KazooClient) -> dict[int, str]:
+    """ledger id -> writer, for every ledger not CLOSED."""
+    return {
+        ledger_id: ledger_writer(metadata)
+        for ledger_id, metadata in ledger_metadata(zk).items()
+        if metadata["state"] != "CLOSED"
+    }
 
 
 def _kill_mid_put(
@@ -87,12 +68,12 @@ def _kill_mid_put(
             sent += len(chunk)
         # Kill once the gateway has appended a good part of what was sent.
         deadline = time.monotonic() + 120
-        while _bytes_written(gateway) < len(old) + sent // 2:
+        while gateway.bytes_written() < len(old) + sent // 2:
             assert time.monotonic() < deadline, "the PUT never reached the ledgers"
             time.sleep(0.02)
         gateway.kill()
         connection.close()
-        assert first_id in {w for w in _open_ledgers(zk).values()}, "a ledger was left OPEN"
+        assert first_id in {w for w in _open_ledger_writers(zk).values()}, "a ledger was left OPEN"
 
         gateway.start()
         s3 = gateway.client()
@@ -104,8 +85,8 @@ def _kill_mid_put(
         assert hashlib.md5(old).hexdigest() in listed[0]["ETag"]
 
         deadline = time.monotonic() + SWEEP_DEADLINE_S
-        while first_id in set(_open_ledgers(zk).values()):
-            assert time.monotonic() < deadline, f"never swept: {_open_ledgers(zk)}"
+        while first_id in set(_open_ledger_writers(zk).values()):
+            assert time.monotonic() < deadline, f"never swept: {_open_ledger_writers(zk)}"
             time.sleep(0.2)
         assert "event=orphan_ledger_recovered" in gateway.log_text()
         assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == old

@@ -9,46 +9,19 @@ serving PUTs with new ledgers.
 from __future__ import annotations
 
 import http.client
-import json
 import random
 import threading
 import time
-import urllib.request
 from urllib.parse import urlsplit
 
 from kazoo.client import KazooClient
 
-from tests.cluster.gateway import GatewayProcess
+from tests.cluster.ledgers import wait_until_swept
 from tests.faults.conftest import ENTRY_SIZE_BYTES, FaultCluster
 from tests.faults.workload import Model, run_workers
 
 SWEEP_DEADLINE_S = 60.0
 RESUME_DEADLINE_S = 60.0
-
-
-def _bytes_written(gateway: GatewayProcess) -> float:
-    with urllib.request.urlopen(f"{gateway.endpoint}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    for line in text.splitlines():
-        if line.startswith("blobstore_object_bytes_written_total "):
-            return float(line.split()[1])
-    return 0.0
-
-
-def _ledger_states_of(zk: KazooClient, writer: str) -> dict[str, str]:
-    result = {}
-    stack = ["/ledgers/meta"]
-    while stack:
-        path = stack.pop()
-        for child in zk.get_children(path):
-            child_path = f"{path}/{child}"
-            if child.startswith("L"):
-                metadata = json.loads(zk.get(child_path)[0])
-                if metadata.get("custom", {}).get("writer") == writer:
-                    result[child_path] = metadata["state"]
-            else:
-                stack.append(child_path)
-    return result
 
 
 def test_paused_gateway_put_fails_after_its_ledger_is_swept(
@@ -83,20 +56,14 @@ def test_paused_gateway_put_fails_after_its_ledger_is_swept(
         half = total // 2
         connection.send(new[:half])
         deadline = time.monotonic() + 30
-        while _bytes_written(paused) < len(old) + 8 * ENTRY_SIZE_BYTES:
+        while paused.bytes_written() < len(old) + 8 * ENTRY_SIZE_BYTES:
             assert time.monotonic() < deadline, "the PUT never reached the ledgers"
             time.sleep(0.05)
 
         assert paused.managed is not None
         paused.managed.suspend()
         try:
-            deadline = time.monotonic() + SWEEP_DEADLINE_S
-            while True:
-                states = _ledger_states_of(zk, paused_id)
-                if states and all(state == "CLOSED" for state in states.values()):
-                    break
-                assert time.monotonic() < deadline, f"never swept: {states}"
-                time.sleep(0.2)
+            wait_until_swept(zk, paused_id, SWEEP_DEADLINE_S)
             # Nothing partial is visible meanwhile.
             assert survivor_s3.get_object(Bucket=bucket, Key="k")["Body"].read() == old
         finally:
@@ -173,13 +140,7 @@ def test_paused_gateway_under_load_acknowledges_only_durable_puts(
             assert paused.managed is not None
             paused.managed.suspend()
             try:
-                deadline = time.monotonic() + SWEEP_DEADLINE_S
-                while True:
-                    states = _ledger_states_of(zk, paused_id)
-                    if states and all(state == "CLOSED" for state in states.values()):
-                        break
-                    assert time.monotonic() < deadline, f"never swept: {states}"
-                    time.sleep(0.2)
+                wait_until_swept(zk, paused_id, SWEEP_DEADLINE_S)
             finally:
                 paused.managed.resume()
             time.sleep(3.0)  # PUTs go on after the pause, with fresh ledgers

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from tests.cluster.ledgers import ledger_states_of
 from tests.cluster.processes import BookieProcess
 from tests.s3.conftest import ENTRY_SIZE_BYTES, S3Cluster
-from tests.s3.test_gateways import _bytes_written, _open_ledgers_of
 
 
 @pytest.fixture
@@ -53,13 +53,13 @@ def test_bookie_killed_during_put(
         }
         for key, body in acknowledged.items():
             s3.put_object(Bucket=bucket, Key=key, Body=body)
-        (ledger_id,) = _open_ledgers_of(zk, gateway_id)
+        (ledger_id,) = ledger_states_of(zk, gateway_id)
         ensemble = _last_ensemble(zk, s3_cluster, ledger_id)
         victim = next(b for b in s3_cluster.bookies if b.bookie_id in ensemble)
 
         big = rng.randbytes(192 * ENTRY_SIZE_BYTES)
         outcome: dict[str, Any] = {}
-        baseline = _bytes_written(gateway)
+        baseline = gateway.bytes_written()
 
         def upload() -> None:
             try:
@@ -71,7 +71,7 @@ def test_bookie_killed_during_put(
         thread.start()
         # Kill the bookie once a quarter of the body is in the ledger.
         deadline = time.monotonic() + 60
-        while _bytes_written(gateway) < baseline + len(big) // 4:
+        while gateway.bytes_written() < baseline + len(big) // 4:
             assert time.monotonic() < deadline, "the upload never reached the ledgers"
             time.sleep(0.01)
         victim.kill()

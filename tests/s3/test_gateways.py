@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import json
 import random
 import time
 import urllib.request
@@ -17,8 +16,8 @@ from urllib.parse import urlsplit
 import pytest
 from kazoo.client import KazooClient
 
-from bookie.zk_layout import ledger_path
 from tests.cluster.gateway import GatewayProcess
+from tests.cluster.ledgers import ledger_states_of
 from tests.s3.conftest import ENTRY_SIZE_BYTES, S3Cluster
 
 SWEEP_DEADLINE_S = 60.0
@@ -58,35 +57,6 @@ def test_write_through_one_gateway_is_visible_through_another(
         assert "Contents" not in reader.list_objects_v2(Bucket=bucket, Prefix=key)
 
 
-def _bytes_written(gateway: GatewayProcess) -> float:
-    with urllib.request.urlopen(f"{gateway.endpoint}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    for line in text.splitlines():
-        if line.startswith("blobstore_object_bytes_written_total "):
-            return float(line.split()[1])
-    return 0.0
-
-
-def _open_ledgers_of(zk: KazooClient, writer: str) -> dict[int, str]:
-    """ledger id -> state, for ledgers whose metadata names this writer."""
-    result = {}
-    stack = ["/ledgers/meta"]
-    while stack:
-        path = stack.pop()
-        for child in zk.get_children(path):
-            child_path = f"{path}/{child}"
-            if child.startswith("L"):
-                data, _ = zk.get(child_path)
-                metadata = json.loads(data)
-                if metadata.get("custom", {}).get("writer") == writer:
-                    ledger_id = int("".join(child_path.split("/")[-5:-1]) + child[1:])
-                    assert ledger_path(ledger_id) == child_path
-                    result[ledger_id] = metadata["state"]
-            else:
-                stack.append(child_path)
-    return result
-
-
 def test_gateway_killed_mid_put_leaves_old_version_and_gets_swept(
     s3_cluster: S3Cluster,
     gateway: GatewayProcess,
@@ -122,7 +92,7 @@ def test_gateway_killed_mid_put_leaves_old_version_and_gets_swept(
         sent += len(chunk)
     # Wait until the doomed gateway has appended some of the new body's entries.
     deadline = time.monotonic() + 30
-    while _bytes_written(doomed) < len(old) + 4 * ENTRY_SIZE_BYTES:
+    while doomed.bytes_written() < len(old) + 4 * ENTRY_SIZE_BYTES:
         assert time.monotonic() < deadline, "the PUT never reached the ledgers"
         time.sleep(0.05)
     doomed.kill()
@@ -137,7 +107,7 @@ def test_gateway_killed_mid_put_leaves_old_version_and_gets_swept(
     # The survivor's sweeper notices the dead writer and closes its ledgers.
     deadline = time.monotonic() + SWEEP_DEADLINE_S
     while True:
-        states = _open_ledgers_of(zk, doomed_id)
+        states = ledger_states_of(zk, doomed_id)
         assert states, "the doomed gateway created ledgers"
         if all(state == "CLOSED" for state in states.values()):
             break
@@ -183,10 +153,10 @@ def test_sigterm_closes_the_writer_ledgers(
     client.create_bucket(Bucket="leaving-bucket")
     body = rng.randbytes(3 * ENTRY_SIZE_BYTES)
     client.put_object(Bucket="leaving-bucket", Key="k", Body=body)
-    assert set(_open_ledgers_of(zk, gateway_id).values()) == {"OPEN"}
+    assert set(ledger_states_of(zk, gateway_id).values()) == {"OPEN"}
     assert leaving.stop() == 0
     assert "event=gateway_worker_stopped" in leaving.log_text()
-    assert set(_open_ledgers_of(zk, gateway_id).values()) == {"CLOSED"}
+    assert set(ledger_states_of(zk, gateway_id).values()) == {"CLOSED"}
     assert gateway_id not in zk.get_children("/gateways")
     survivor = s3_cluster.gateways[0].client()
     assert survivor.get_object(Bucket="leaving-bucket", Key="k")["Body"].read() == body
