@@ -126,14 +126,18 @@ class GatewayProcess:
     def alive(self) -> bool:
         return self.managed is not None and self.managed.alive()
 
-    def bytes_written(self) -> float:
-        """Object bytes this gateway appended to ledgers (its /metrics)."""
+    def metric(self, name: str) -> float:
+        """The value of an unlabelled sample on this gateway's /metrics (0 if absent)."""
         with urllib.request.urlopen(f"{self.endpoint}/metrics", timeout=10) as response:
             text = response.read().decode()
         for line in text.splitlines():
-            if line.startswith("blobstore_object_bytes_written_total "):
+            if line.startswith(f"{name} "):
                 return float(line.split()[1])
         return 0.0
+
+    def bytes_written(self) -> float:
+        """Object bytes this gateway appended to ledgers."""
+        return self.metric("blobstore_object_bytes_written_total")
 
     def log_text(self) -> str:
         try:

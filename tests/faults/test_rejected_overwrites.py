@@ -12,7 +12,6 @@ import http.client
 import random
 import socket
 import time
-import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,12 +25,7 @@ ABANDON_DEADLINE_S = 30.0
 
 
 def _abandoned(gateway: GatewayProcess) -> float:
-    with urllib.request.urlopen(f"{gateway.endpoint}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    for line in text.splitlines():
-        if line.startswith("blobstore_object_writes_abandoned_total "):
-            return float(line.split()[1])
-    return 0.0
+    return gateway.metric("blobstore_object_writes_abandoned_total")
 
 
 def _wait_abandoned(gateway: GatewayProcess, count: int) -> None:
