@@ -53,6 +53,9 @@ from blobstore.zookeeper_server import ZooKeeperServer, free_port, port_is_free,
 
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
+# After an unclean stop, processes of the earlier run may still be exiting (their kernel
+# teardown closes their sockets): a taken port is looked at again for this long.
+PORT_RELEASE_WAIT_S = 5.0
 CLUSTER_FORMAT_VERSION = 1
 ZK_PORT_PREFERRED = 2181
 PR_SET_PDEATHSIG = 1
@@ -111,6 +114,18 @@ def _reap_leftovers(data_dir: Path) -> int:
     while any(_alive(pid) for pid in found) and time.monotonic() < deadline:
         time.sleep(0.05)
     return len(found)
+
+
+def _port_released(host: str, port: int) -> bool:
+    """Whether the port is free, allowing PORT_RELEASE_WAIT_S for the processes of an
+    earlier run (the ones just reaped, or children still dying with their supervisor)
+    to finish exiting."""
+    deadline = time.monotonic() + PORT_RELEASE_WAIT_S
+    while not port_is_free(host, port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _alive(pid: int) -> bool:
@@ -430,7 +445,7 @@ def _run_locked(args: argparse.Namespace, data_dir: Path) -> int:
     if reaped:
         print(f"note: stopped {reaped} processes left by an earlier run on {data_dir}")
     os.environ[STANDALONE_ENV] = str(data_dir)  # inherited by every child, ZooKeeper too
-    if args.port and not port_is_free(args.host, args.port):
+    if args.port and not _port_released(args.host, args.port):
         raise UsageError(f"port {args.host}:{args.port} for the gateway is already in use")
     layout = load_or_create_layout(data_dir, args.bookies, args.zk_port)
     bookie_count = max(args.bookies, len(layout.bookie_ports))
@@ -446,7 +461,7 @@ def _run_locked(args: argparse.Namespace, data_dir: Path) -> int:
         *layout.bookie_ports[:bookie_count],
         *layout.bookie_http_ports[:bookie_count],
     ]:
-        if not port_is_free("127.0.0.1", port):
+        if not _port_released("127.0.0.1", port):
             raise UsageError(
                 f"port 127.0.0.1:{port} (kept in {data_dir / 'cluster.json'}) is already in use"
             )
