@@ -129,8 +129,7 @@ class ZooKeeperClient:
         self._state_listeners: list[Callable[[KazooState], None]] = []
         self.kazoo.add_listener(self._state_changed)
         # fresh_view(): the sync waiters not yet covered by a sync in flight.
-        self._sync_next: asyncio.Future[None] | None = None
-        self._sync_task: asyncio.Task[None] | None = None
+        self._sync_this_turn: asyncio.Future[None] | None = None
         try:
             self._attach(asyncio.get_running_loop())
         except RuntimeError:  # created outside a loop: attached by start()
@@ -263,39 +262,57 @@ class ZooKeeperClient:
         """Make this session's server catch up with the leader before the next read."""
         await self._call(lambda: self.kazoo.sync_async(path))
 
+    def fresh_view_started(self) -> asyncio.Future[None]:
+        """Start a fresh view and return its completion, without waiting.
+
+        A `sync` is queued on the session now (or the one queued earlier in this turn
+        of the event loop is shared: whatever caused this call happened before that
+        turn began, hence before the sync was sent). Reads issued after this call go
+        out behind the sync on the same session, and ZooKeeper serves a session's
+        requests in order, so they see every write acknowledged before the call: a
+        reader that misses its caches sends the sync and its read back to back and
+        waits one round trip, not two. Once the returned future is done, every watch
+        event of such a write has been handled (see `WatchedCache`)."""
+        FRESH_VIEWS.inc()
+        view = self._sync_this_turn
+        if view is not None:
+            return view
+        loop = asyncio.get_running_loop()
+        view = loop.create_future()
+        self._sync_this_turn = view
+        loop.call_soon(self._end_sync_turn, view)
+        SYNCS.inc()
+
+        def done(async_result: Any) -> None:  # on the loop (LoopDispatchHandler)
+            if view.done():
+                return
+            try:
+                async_result.get_nowait()
+            except BaseException as e:  # noqa: BLE001 - handed to every waiter
+                view.set_exception(e)
+                view.exception()  # retrieved: waiters that timed out are gone
+                return
+            view.set_result(None)
+
+        self.kazoo.sync_async("/").rawlink(done)
+        return view
+
+    def _end_sync_turn(self, view: asyncio.Future[None]) -> None:
+        if self._sync_this_turn is view:
+            self._sync_this_turn = None
+
     async def fresh_view(self, timeout_s: float | None = None) -> None:
         """Return once a `sync` sent after this call began has completed: from then on
         this session reads every write acknowledged before the call, and every watch
         event such a write caused has been handled (so a `WatchedCache` entry still
-        present is current). Concurrent callers share syncs, like a group commit: a sync
-        in flight serves those who came before it was sent, the next one everyone who
-        came while it was in flight."""
-        FRESH_VIEWS.inc()
-        if self._sync_next is None:
-            self._sync_next = asyncio.get_running_loop().create_future()
-        waiter = self._sync_next
-        if self._sync_task is None:
-            self._sync_task = asyncio.ensure_future(self._run_syncs())
-        await wait_shielded(waiter, timeout_s or self.operation_timeout_s)
+        present is current). Callers in one turn of the event loop share one sync."""
+        await self.wait_view(self.fresh_view_started(), timeout_s)
 
-    async def _run_syncs(self) -> None:
-        try:
-            while self._sync_next is not None:
-                waiter, self._sync_next = self._sync_next, None
-                SYNCS.inc()
-                try:
-                    await self.sync("/")
-                except BaseException as e:  # noqa: BLE001 - every waiter gets the error
-                    if not waiter.done():
-                        waiter.set_exception(e)
-                        waiter.exception()  # retrieved: waiters that timed out are gone
-                    if isinstance(e, asyncio.CancelledError):
-                        raise
-                    continue
-                if not waiter.done():
-                    waiter.set_result(None)
-        finally:
-            self._sync_task = None
+    async def wait_view(self, view: asyncio.Future[None], timeout_s: float | None = None) -> None:
+        """Wait for a view from `fresh_view_started()` (bounded by the operation timeout)."""
+        if not view.done():
+            await wait_shielded(view, timeout_s or self.operation_timeout_s)
+        view.result()
 
     async def multi(self, operations: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
         """Run a ZooKeeper `multi`: all operations or none.
@@ -371,9 +388,16 @@ class WatchedCache(Generic[V]):
     def peek(self, path: str) -> V | None:
         return self._entries.get(path)
 
-    async def get(self, path: str) -> V:
-        """The decoded value; raises NoNodeError (absence is not cached)."""
+    async def get(self, path: str, view: asyncio.Future[None] | None = None) -> V:
+        """The decoded value; raises NoNodeError (absence is not cached).
+
+        With `view` (from `ZooKeeperClient.fresh_view_started()`) the value is the
+        newest: a cached entry is trusted only once the view is complete and the entry
+        still there; a missing one is read at once, behind the view's sync."""
         value = self._entries.get(path)
+        if value is not None and view is not None and not view.done():
+            await self.zk.wait_view(view)
+            value = self._entries.get(path)
         if value is not None:
             self._hits.inc()
             self._entries.move_to_end(path)
@@ -389,6 +413,8 @@ class WatchedCache(Generic[V]):
             reading[0] -= 1
             if reading[0] == 0:
                 del self._reading[path]
+        if view is not None:
+            await self.zk.wait_view(view)  # answered before the read: done by now
         value = self.decode(path, versioned.value, versioned.version)
         if epoch == self._epoch and reading[1] == changes:
             self._entries[path] = value

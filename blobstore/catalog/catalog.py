@@ -39,7 +39,7 @@ from blobstore.catalog.errors import (
 )
 from blobstore.catalog.naming import shortest_separator, validate_bucket_name, validate_key
 from blobstore.catalog.object_index import ObjectIndex
-from blobstore.catalog.page import IndexPage, PageMap, encode_versions, new_page_id
+from blobstore.catalog.page import IndexPage, PageMap, RootMap, encode_versions, new_page_id
 from blobstore.catalog.page_commit_queue import ExtraOperationsFailedError, Mutation
 from blobstore.catalog.records import (
     NULL_VERSION_ID,
@@ -94,7 +94,8 @@ class Catalog:
         validate_bucket_name(name)
         record = BucketRecord(name=name, owner=owner, created=time.time(), region=region)
         page = IndexPage(new_page_id(), "", None, [], [])
-        page_map = PageMap(("",), (page.page_id,))
+        shard = PageMap(("",), (page.page_id,), shard_id=new_page_id())
+        root = RootMap(("",), (shard.shard_id,))
         with zookeeper_errors("create bucket"):
             for _ in range(3):
                 try:
@@ -104,7 +105,12 @@ class Catalog:
                             ("create", (self.paths.bucket_index(name), b"")),
                             ("create", (self.paths.pages(name), b"")),
                             ("create", (self.paths.page(name, page.page_id), page.encode())),
-                            ("create", (self.paths.page_map(name), page_map.encode())),
+                            ("create", (self.paths.map_shards(name), b"")),
+                            (
+                                "create",
+                                (self.paths.map_shard(name, shard.shard_id), shard.encode()),
+                            ),
+                            ("create", (self.paths.page_map(name), root.encode())),
                             ("create", (self.paths.bucket_uploads(name), b"")),
                         ]
                     )
@@ -177,9 +183,11 @@ class Catalog:
             while True:
                 await self.zk.fresh_view()
                 _, bucket_version = await self.index.bucket_state(name, fresh=True)
-                page_map = await self.index.page_map(name, fresh=True)
+                root = await self.index.root_map(name, fresh=True)
+                shards = await self.index.shards(name)
+                page_ids = [page_id for shard in shards for page_id in shard.page_ids]
                 pages = []
-                for page_id in page_map.page_ids:  # stops at the first page holding keys
+                for page_id in page_ids:  # stops at the first page holding keys
                     page = await self.index.read_page(name, page_id)
                     if page is not None and page.keys:
                         raise BucketNotEmptyError(name, "objects")
@@ -187,12 +195,17 @@ class Catalog:
                 if await self.zk.get_children(self.paths.bucket_uploads(name)):
                     raise BucketNotEmptyError(name, "multipart uploads")
                 operations: list[tuple[str, tuple[Any, ...]]] = []
-                for page_id, page in zip(page_map.page_ids, pages, strict=True):
+                for page_id, page in zip(page_ids, pages, strict=True):
                     version = page.version if page is not None else 0
                     operations.append(("delete", (self.paths.page(name, page_id), version)))
+                for shard in shards:
+                    operations.append(
+                        ("delete", (self.paths.map_shard(name, shard.shard_id), shard.version))
+                    )
                 operations += [
                     ("delete", (self.paths.pages(name), -1)),
-                    ("delete", (self.paths.page_map(name), page_map.version)),
+                    ("delete", (self.paths.map_shards(name), -1)),
+                    ("delete", (self.paths.page_map(name), root.version)),
                     ("delete", (self.paths.bucket_index(name), -1)),
                     ("delete", (self.paths.bucket_uploads(name), -1)),
                     ("delete", (self.paths.bucket(name), bucket_version)),
@@ -216,9 +229,9 @@ class Catalog:
         _existing_bucket_name(bucket)
         validate_key(key)
         with zookeeper_errors("read object"):
-            if consistent:
-                await self.zk.fresh_view()
-            page = await self.index.page_containing(bucket, key)
+            # A consistent read sends its sync and any reads its caches miss back to back.
+            view = self.zk.fresh_view_started() if consistent else None
+            page = await self.index.page_containing(bucket, key, view)
         versions = page.versions(key)
         if version_id is None:
             if not versions:
@@ -324,7 +337,6 @@ class Catalog:
     ) -> ListResult:
         _existing_bucket_name(bucket)
         with zookeeper_errors("list objects"):
-            await self.zk.fresh_view()
             return await listing.list_objects(
                 self.index,
                 bucket,
@@ -332,6 +344,7 @@ class Catalog:
                 delimiter=delimiter,
                 start_after=start_after,
                 max_keys=min(max_keys, self.config.list_max_keys_max),
+                view=self.zk.fresh_view_started(),
             )
 
     async def list_object_versions(
@@ -346,7 +359,6 @@ class Catalog:
     ) -> VersionListResult:
         _existing_bucket_name(bucket)
         with zookeeper_errors("list object versions"):
-            await self.zk.fresh_view()
             return await listing.list_object_versions(
                 self.index,
                 bucket,
@@ -355,6 +367,7 @@ class Catalog:
                 key_marker=key_marker,
                 version_id_marker=version_id_marker,
                 max_keys=min(max_keys, self.config.list_max_keys_max),
+                view=self.zk.fresh_view_started(),
             )
 
     async def iter_objects(
@@ -373,31 +386,56 @@ class Catalog:
         For restores, imports and benchmarks; returns the number of pages written."""
         _existing_bucket_name(bucket)
         with zookeeper_errors("bulk load"):
-            page_map = await self.index.page_map(bucket, fresh=True)
-            if len(page_map.page_ids) != 1:
+            root = await self.index.root_map(bucket, fresh=True)
+            shards = await self.index.shards(bucket)
+            if len(shards) != 1 or len(shards[0].page_ids) != 1:
                 raise BucketNotEmptyError(bucket, "objects")
-            old = await self.index.read_page(bucket, page_map.page_ids[0])
+            old_shard = shards[0]
+            old = await self.index.read_page(bucket, old_shard.page_ids[0])
             if old is None or old.keys:
                 raise BucketNotEmptyError(bucket, "objects")
             bounds: list[str] = []
             page_ids: list[str] = []
             batch: list[tuple[str, tuple[Any, ...]]] = []
             batch_bytes = 0
+
+            async def add(operation: tuple[str, tuple[Any, ...]], size: int) -> None:
+                nonlocal batch, batch_bytes
+                batch.append(operation)
+                batch_bytes += size
+                if batch_bytes >= _BULK_MULTI_BYTES_MAX // 2:
+                    await self.zk.multi(batch)
+                    batch, batch_bytes = [], 0
+
             for page in _build_pages(bucket, records, self.config.page_fill_bytes):
                 encoded = page.encode()
                 bounds.append(page.lo)
                 page_ids.append(page.page_id)
-                batch.append(("create", (self.paths.page(bucket, page.page_id), encoded)))
-                batch_bytes += len(encoded)
-                if batch_bytes >= _BULK_MULTI_BYTES_MAX // 2:
-                    await self.zk.multi(batch)
-                    batch, batch_bytes = [], 0
+                await add(
+                    ("create", (self.paths.page(bucket, page.page_id), encoded)), len(encoded)
+                )
+            # Shards filled to half their split size (about 40 bytes per page entry).
+            whole = PageMap(tuple(bounds), tuple(page_ids), shard_id=new_page_id())
+            per_shard = max(1, self.config.map_shard_split_bytes // 2 // 48)
+            new_shards = whole.split(max(1, -(-len(page_ids) // per_shard)))
+            for shard in new_shards:
+                encoded = shard.encode()
+                await add(
+                    ("create", (self.paths.map_shard(bucket, shard.shard_id), encoded)),
+                    len(encoded),
+                )
             if batch:
                 await self.zk.multi(batch)
-            new_map = PageMap(tuple(bounds), tuple(page_ids))
+            new_root = RootMap(
+                tuple(s.lo for s in new_shards), tuple(s.shard_id for s in new_shards)
+            )
             await self.zk.multi(
                 [
-                    ("set", (self.paths.page_map(bucket), new_map.encode(), page_map.version)),
+                    ("set", (self.paths.page_map(bucket), new_root.encode(), root.version)),
+                    (
+                        "delete",
+                        (self.paths.map_shard(bucket, old_shard.shard_id), old_shard.version),
+                    ),
                     ("delete", (self.paths.page(bucket, old.page_id), old.version)),
                 ]
             )

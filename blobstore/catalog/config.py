@@ -3,7 +3,8 @@
 Znode layout under `root` (default /catalog):
 
     buckets/<bucket>                      BucketRecord JSON
-    index/<bucket>/map                    PageMap JSON: lower key bound -> page id
+    index/<bucket>/map                    RootMap JSON: lower key bound -> map shard id
+    index/<bucket>/maps/<shard id>        PageMap JSON (one shard): lower key bound -> page id
     index/<bucket>/pages/<page id>        one leaf page of the object index
     uploads/<bucket>/<upload id>          UploadRecord JSON
     uploads/<bucket>/<upload id>/part-NNNNN   PartRecord JSON
@@ -18,22 +19,32 @@ ZNODE_BYTES_MAX = 1 << 20  # ZooKeeper's default jute.maxbuffer
 
 # Limits that must hold whatever the configuration.
 PAGE_BYTES_HARD_MAX = 896 * 1024  # a page is never written above this
-PAGE_MAP_BYTES_MAX = 768 * 1024
+PAGE_MAP_BYTES_MAX = 768 * 1024  # the root map, and any map shard
+MAP_SHARD_BYTES_MAX = PAGE_MAP_BYTES_MAX
+# Largest record: a page split in halves of page_split_bytes holds at most half of it
+# plus one key's versions (2 x record), which must stay below PAGE_BYTES_HARD_MAX.
+RECORD_BYTES_HARD_MAX = 192 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class CatalogConfig:
     root: str = "/catalog"
-    # A page whose encoding passes this is split in the same commit (one multi).
-    page_split_bytes: int = 256 * 1024
+    # A page whose encoding passes this is split in the same commit (one multi). Small
+    # pages keep single-key operations cheap: a get transfers one page, a put rewrites
+    # one; the two-level page map lets a bucket hold billions of keys in such pages.
+    page_split_bytes: int = 32 * 1024
     # A page under this after a commit is merged with a neighbour when both fit in
     # page_merge_target_bytes (kept below the split size so merges never ping-pong).
-    page_merge_bytes: int = 48 * 1024
-    page_merge_target_bytes: int = 160 * 1024
+    page_merge_bytes: int = 8 * 1024
+    page_merge_target_bytes: int = 24 * 1024
     # Pages written by bulk_load are filled to this size.
-    page_fill_bytes: int = 192 * 1024
-    # One record (or all versions of one key) must fit in this, so a page can always split.
+    page_fill_bytes: int = 24 * 1024
+    # One record must fit in this (all versions of one key in twice this); a page split
+    # in halves of page_split_bytes then stays below PAGE_BYTES_HARD_MAX.
     record_bytes_max: int = 128 * 1024
+    # A page map shard whose encoding passes this is split (about 40 bytes per page, so
+    # ~1,600 pages per shard); the root map lists the shards.
+    map_shard_split_bytes: int = 64 * 1024
     # Per-page commit queue: mutations waiting for their page's next write.
     commit_queue_max: int = 4096
     commit_batch_max: int = 512
@@ -52,8 +63,10 @@ class CatalogConfig:
     # commit_queues_max are dropped.
     page_cache_s: float = 0.5
     commit_queues_max: int = 4096
-    # Decoded pages kept for reads, each under a data watch (each up to ~1 MiB in memory).
-    page_read_cache_pages: int = 32
+    # Decoded pages kept for reads, each under a data watch (pages are ~16-32 KiB).
+    page_read_cache_pages: int = 256
+    # Decoded page map shards kept, each under a data watch (each up to ~64 KiB).
+    map_shard_cache_shards: int = 1024
     list_max_keys_max: int = 100_000
 
     def __post_init__(self) -> None:
@@ -70,8 +83,10 @@ class CatalogConfig:
             raise bad("page_merge_target_bytes", "must be at most 3/4 of page_split_bytes")
         if not 0 < self.page_fill_bytes <= self.page_split_bytes:
             raise bad("page_fill_bytes", "must be in (0, page_split_bytes]")
-        if not 0 < self.record_bytes_max <= self.page_split_bytes // 2:
-            raise bad("record_bytes_max", "must be at most half of page_split_bytes")
+        if not 0 < self.record_bytes_max <= RECORD_BYTES_HARD_MAX:
+            raise bad("record_bytes_max", f"must be in (0, {RECORD_BYTES_HARD_MAX}]")
+        if not 256 <= self.map_shard_split_bytes <= MAP_SHARD_BYTES_MAX // 2:
+            raise bad("map_shard_split_bytes", f"must be in [256, {MAP_SHARD_BYTES_MAX // 2}]")
         if not 0 <= self.page_cache_s <= 60:
             raise bad("page_cache_s", "must be in [0, 60]")
         for name in (
@@ -81,6 +96,7 @@ class CatalogConfig:
             "reroutes_max",
             "commit_queues_max",
             "page_read_cache_pages",
+            "map_shard_cache_shards",
         ):
             if getattr(self, name) < 1:
                 raise bad(name, "must be at least 1")
@@ -112,7 +128,9 @@ class CatalogConfig:
 
 assert PAGE_BYTES_HARD_MAX < ZNODE_BYTES_MAX, "pages fit in a znode"
 assert PAGE_MAP_BYTES_MAX < ZNODE_BYTES_MAX, "the page map fits in a znode"
-assert CatalogConfig().page_split_bytes * 2 <= PAGE_BYTES_HARD_MAX, "a batch may double a page"
+assert (PAGE_BYTES_HARD_MAX // 2) // 2 + 2 * RECORD_BYTES_HARD_MAX <= PAGE_BYTES_HARD_MAX, (
+    "a split piece (half the split size plus one key's versions) fits in a page"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +157,12 @@ class CatalogPaths:
 
     def page_map(self, bucket: str) -> str:
         return f"{self.root}/index/{bucket}/map"
+
+    def map_shards(self, bucket: str) -> str:
+        return f"{self.root}/index/{bucket}/maps"
+
+    def map_shard(self, bucket: str, shard_id: str) -> str:
+        return f"{self.root}/index/{bucket}/maps/{shard_id}"
 
     def pages(self, bucket: str) -> str:
         return f"{self.root}/index/{bucket}/pages"

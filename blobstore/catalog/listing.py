@@ -1,7 +1,7 @@
 """Listings over the object index: ListObjects(V2) and ListObjectVersions semantics.
 
 A `KeyWalker` walks the keys of a bucket in order from a position, one page at a time
-(the next page is fetched while the current one is consumed), and can jump forward: after
+(the next few pages are read while the current one is consumed), and can jump forward: after
 a common prefix "photos/" the walk seeks to the successor "photos0" and reads the page
 holding that key, so it never iterates the keys under a prefix it has rolled up unless
 they share the current page. Each page read is checked against its own range, so
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,15 +27,32 @@ from blobstore.catalog.records import ListResult, ObjectRecord, VersionListResul
 _DECODE_CHUNK_KEYS = 256
 
 
+# Pages read ahead of the one being consumed: a page of ~100 records is consumed in
+# about the time of one ZooKeeper round trip, so a few in flight keep the walk busy.
+_PREFETCH_PAGES = 3
+
+
 class KeyWalker:
-    def __init__(self, index: ObjectIndex, bucket: str, start: str, end: str | None) -> None:
+    def __init__(
+        self,
+        index: ObjectIndex,
+        bucket: str,
+        start: str,
+        end: str | None,
+        view: asyncio.Future[None] | None = None,
+    ) -> None:
         self.index = index
         self.bucket = bucket
         self.end = end
+        self._view = view  # a fresh view started before the walk (see page_containing)
         self._pos: str | None = start
         self._page: IndexPage | None = None
         self._i = 0
-        self._prefetch: tuple[str, asyncio.Task[IndexPage]] | None = None
+        # Pages read ahead, in key order: (lower bound asked for, read).
+        self._ahead: deque[tuple[str, asyncio.Task[IndexPage]]] = deque()
+        # Pages walked in a row without a seek: read-ahead deepens with it, so a listing
+        # that jumps from prefix to prefix does not read pages it will skip.
+        self._run = 0
         self._decoded: tuple[IndexPage, int, list[list[dict[str, Any]]]] | None = None
 
     def versions(self, page: IndexPage, index: int) -> list[dict[str, Any]]:
@@ -59,10 +77,6 @@ class KeyWalker:
                     return None
                 self._page = await self._fetch(pos)
                 self._i = bisect.bisect_left(self._page.keys, pos)
-                hi = self._page.hi
-                if hi is not None and (self.end is None or hi < self.end):
-                    task = asyncio.ensure_future(self.index.page_containing(self.bucket, hi))
-                    self._prefetch = (hi, task)
             page = self._page
             if self._i < len(page.keys):
                 key = page.keys[self._i]
@@ -72,6 +86,7 @@ class KeyWalker:
                 return key, page, self._i - 1
             self._pos = page.hi
             self._page = None
+            self._run += 1
 
     def seek(self, pos: str | None) -> None:
         """Continue at the first key >= pos (forward only)."""
@@ -84,26 +99,61 @@ class KeyWalker:
             return
         self._pos = pos
         self._page = None
+        self._run = 0
+
+    def _read_ahead_after(self, page: IndexPage) -> None:
+        """Start reading the page after `page`, if the walk may need it and there is room."""
+        hi = page.hi
+        if hi is None or (self.end is not None and hi >= self.end):
+            return
+        if len(self._ahead) >= min(_PREFETCH_PAGES, 1 + self._run):
+            return
+        task = asyncio.ensure_future(self.index.page_containing(self.bucket, hi, self._view))
+        task.add_done_callback(self._read_ahead_done)
+        self._ahead.append((hi, task))
+
+    def _read_ahead_done(self, task: asyncio.Task[IndexPage]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return  # (retrieved) the walk reads the page itself when it gets there
+        if self._ahead and self._ahead[-1][1] is task:
+            self._read_ahead_after(task.result())
 
     async def _fetch(self, pos: str) -> IndexPage:
-        prefetch, self._prefetch = self._prefetch, None
-        if prefetch is not None:
-            key, task = prefetch
-            if key == pos:
-                page = await task
-                if page.contains(pos):
-                    return page
-            else:
+        while self._ahead:
+            lo, task = self._ahead.popleft()
+            if lo < pos:  # skipped by a seek
                 task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        return await self.index.page_containing(self.bucket, pos)
+                continue
+            if lo == pos:
+                try:
+                    page = await task
+                except Exception:  # noqa: BLE001 - read again below, errors surface there
+                    break
+                if page.contains(pos):
+                    if self._ahead:
+                        last = self._ahead[-1][1]
+                        if last.done() and not last.cancelled() and last.exception() is None:
+                            self._read_ahead_after(last.result())
+                    else:
+                        self._read_ahead_after(page)
+                    return page
+            self._ahead.appendleft((lo, task))
+            break
+        await self._drop_read_ahead()
+        page = await self.index.page_containing(self.bucket, pos, self._view)
+        self._read_ahead_after(page)
+        return page
+
+    async def _drop_read_ahead(self) -> None:
+        tasks = [task for _, task in self._ahead]
+        self._ahead.clear()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self) -> None:
-        if self._prefetch is not None:
-            _, task = self._prefetch
-            self._prefetch = None
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._drop_read_ahead()
 
 
 def _rolled_up_marker_start(prefix: str, delimiter: str, marker: str) -> str | None:
@@ -134,6 +184,7 @@ async def list_objects(
     delimiter: str,
     start_after: str,
     max_keys: int,
+    view: asyncio.Future[None] | None = None,
 ) -> ListResult:
     if max_keys <= 0:
         return ListResult([], [], False, "")
@@ -145,7 +196,7 @@ async def list_objects(
         jump = _rolled_up_marker_start(prefix, delimiter, start_after)
         if jump is not None:
             start = jump
-    walker = KeyWalker(index, bucket, start, prefix_successor(prefix) if prefix else None)
+    walker = KeyWalker(index, bucket, start, prefix_successor(prefix) if prefix else None, view)
     contents: list[ObjectRecord] = []
     common_prefixes: list[str] = []
     last = ""
@@ -191,6 +242,7 @@ async def list_object_versions(
     key_marker: str,
     version_id_marker: str,
     max_keys: int,
+    view: asyncio.Future[None] | None = None,
 ) -> VersionListResult:
     if max_keys <= 0:
         return VersionListResult([], [], False, "", "")
@@ -200,7 +252,7 @@ async def list_object_versions(
         jump = _rolled_up_marker_start(prefix, delimiter, key_marker)
         if jump is not None:
             start = jump
-    walker = KeyWalker(index, bucket, start, prefix_successor(prefix) if prefix else None)
+    walker = KeyWalker(index, bucket, start, prefix_successor(prefix) if prefix else None, view)
     versions: list[ObjectRecord] = []
     common_prefixes: list[str] = []
     last_key = ""

@@ -17,6 +17,9 @@ BUSY = Counter(
 )
 PAGE_SPLITS = Counter("blobstore_catalog_page_splits_total", "Index pages split")
 PAGE_MERGES = Counter("blobstore_catalog_page_merges_total", "Index pages merged")
+MAP_SHARD_SPLITS = Counter(
+    "blobstore_catalog_map_shard_splits_total", "Page map shards split (the root map grew)"
+)
 PAGE_MAP_LOADS = Counter(
     "blobstore_catalog_page_map_loads_total", "Page maps read from ZooKeeper", ["reason"]
 )

@@ -17,14 +17,14 @@ import logging
 import time
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.protocol.states import KazooState
 
 from blobstore.catalog import metrics
 from blobstore.catalog._private import UNKNOWN_OUTCOME_ERRORS, zookeeper_errors
 from blobstore.catalog.config import CatalogConfig, CatalogPaths
 from blobstore.catalog.errors import CatalogBusyError, NoSuchBucketError
-from blobstore.catalog.page import IndexPage, PageMap
+from blobstore.catalog.page import IndexPage, PageMap, RootMap, new_page_id
 from blobstore.catalog.page_commit_queue import Mutation, PageCommitQueue
 from blobstore.catalog.records import BucketRecord
 from blobstore.catalog.retry import CasRetryPolicy
@@ -48,6 +48,12 @@ class ObjectIndex:
             config.page_read_cache_pages,
             name="index_pages",
         )
+        self._shards: WatchedCache[PageMap] = WatchedCache(
+            zk,
+            lambda path, data, version: PageMap.decode(data, version, path.rsplit("/", 1)[1]),
+            config.map_shard_cache_shards,
+            name="map_shards",
+        )
         self._buckets: WatchedCache[tuple[BucketRecord, int]] = WatchedCache(
             zk,
             lambda _path, data, version: (BucketRecord.decode(data), version),
@@ -61,7 +67,7 @@ class ObjectIndex:
             config.cas_backoff_initial_ms,
             config.cas_backoff_max_ms,
         )
-        self._maps: dict[str, PageMap] = {}
+        self._maps: dict[str, RootMap] = {}
         self._stale_maps: set[str] = set()
         self._queues: dict[tuple[str, str], PageCommitQueue] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -105,41 +111,127 @@ class ObjectIndex:
 
     # ------------------------------------------------------------------ page map
 
-    async def page_map(self, bucket: str, *, fresh: bool = False) -> PageMap:
+    async def root_map(
+        self, bucket: str, *, fresh: bool = False, view: asyncio.Future[None] | None = None
+    ) -> RootMap:
+        """The bucket's root map (cached; a data watch marks the copy stale). With `view`
+        (`ZooKeeperClient.fresh_view_started()`): the newest root map."""
         cached = self._maps.get(bucket)
         if cached is not None and not fresh and bucket not in self._stale_maps:
-            return cached
+            if view is None or view.done():
+                return cached
+            await self.zk.wait_view(view)
+            if bucket not in self._stale_maps and self._maps.get(bucket) is cached:
+                return cached
         metrics.PAGE_MAP_LOADS.labels("fresh" if fresh else "miss").inc()
-        self._stale_maps.discard(bucket)
-        changed = self._map_watchers.get(bucket)
-        if changed is None:
+        for _ in range(3):
+            self._stale_maps.discard(bucket)
+            changed = self._map_watchers.get(bucket)
+            if changed is None:
 
-            def changed(_event: Any) -> None:  # on the loop, in arrival order
-                self._stale_maps.add(bucket)
+                def changed(_event: Any) -> None:  # on the loop, in arrival order
+                    self._stale_maps.add(bucket)
 
-            # One watcher per bucket: kazoo keeps a set of them per path.
-            self._map_watchers[bucket] = changed
+                # One watcher per bucket: kazoo keeps a set of them per path.
+                self._map_watchers[bucket] = changed
+            try:
+                value = await self.zk.get(self.paths.page_map(bucket), watch=changed)
+            except NoNodeError:
+                self._maps.pop(bucket, None)
+                raise NoSuchBucketError(bucket) from None
+            if RootMap.is_single_level(value.value):
+                await self._shard_single_level_map(bucket, value.value, value.version)
+                continue
+            if view is not None:
+                await self.zk.wait_view(view)
+            root = RootMap.decode(value.value, value.version)
+            # Reads of one session are monotonic: what was just read is the newest known.
+            # (Versions are not compared: a bucket deleted and created again starts over;
+            # its cached bucket record went when the watch reported the deletion.)
+            self._maps[bucket] = root
+            return root
+        raise CatalogBusyError(f"bucket {bucket!r}: page map kept changing")
+
+    async def _shard_single_level_map(self, bucket: str, buf: bytes, version: int) -> None:
+        """Move a page map written before maps were sharded into one shard (one multi,
+        version-checked; whoever loses the race finds the new root)."""
+        single = PageMap.decode(buf, version, new_page_id())
+        root = RootMap(("",), (single.shard_id,))
         try:
-            value = await self.zk.get(self.paths.page_map(bucket), watch=changed)
-        except NoNodeError:
-            self._maps.pop(bucket, None)
-            raise NoSuchBucketError(bucket) from None
-        page_map = PageMap.decode(value.value, value.version)
-        # Reads of one session are monotonic: what was just read is the newest known.
-        # (Versions are not compared: a bucket deleted and created again starts over;
-        # its cached bucket record went when the watch reported the deletion.)
-        self._maps[bucket] = page_map
-        return page_map
+            await self.zk.multi(
+                [
+                    ("create", (self.paths.map_shards(bucket), b"")),
+                    ("create", (self.paths.map_shard(bucket, single.shard_id), single.encode())),
+                    ("set", (self.paths.page_map(bucket), root.encode(), version)),
+                ]
+            )
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            return
+        logger.info("page map sharded bucket=%s pages=%d", bucket, len(single.page_ids))
+
+    async def page_map(
+        self,
+        bucket: str,
+        key: str = "",
+        *,
+        fresh: bool = False,
+        view: asyncio.Future[None] | None = None,
+    ) -> PageMap:
+        """The page map shard whose range holds `key` (cached under data watches). A shard
+        names its range, so one routed by a stale root is noticed and the root reread."""
+        for _ in range(self.config.reroutes_max):
+            root = await self.root_map(bucket, fresh=fresh, view=view)
+            path = self.paths.map_shard(bucket, root.shard_for(key))
+            if fresh:
+                self._shards.invalidate(path)
+            try:
+                shard = await self._shards.get(path, view)
+            except NoNodeError:
+                fresh = True
+                continue
+            if shard.contains(key):
+                return shard
+            fresh = True
+        raise CatalogBusyError(f"bucket {bucket!r}: page map kept moving under key {key!r}")
+
+    async def shards(self, bucket: str) -> list[PageMap]:
+        """Every shard of the bucket's page map, in key order, read fresh (for bucket
+        deletion, bulk loads and checks; retried while shards split meanwhile)."""
+        for _ in range(self.config.reroutes_max):
+            root = await self.root_map(bucket, fresh=True)
+            try:
+                values = await asyncio.gather(
+                    *(self.zk.get(self.paths.map_shard(bucket, s)) for s in root.shard_ids)
+                )
+            except NoNodeError:
+                continue
+            shards = [
+                PageMap.decode(v.value, v.version, s)
+                for s, v in zip(root.shard_ids, values, strict=True)
+            ]
+            if all(
+                shard.lo == root.bounds[i]
+                and shard.hi == (root.bounds[i + 1] if i + 1 < len(root.bounds) else None)
+                for i, shard in enumerate(shards)
+            ):
+                return shards
+        raise CatalogBusyError(f"bucket {bucket!r}: page map kept moving")
+
+    async def page_ids(self, bucket: str) -> list[str]:
+        """Every index page of the bucket, in key order (read fresh)."""
+        return [page_id for shard in await self.shards(bucket) for page_id in shard.page_ids]
 
     def mark_map_stale(self, bucket: str) -> None:
         self._stale_maps.add(bucket)
 
-    def map_written(self, bucket: str, page_map: PageMap) -> None:
-        self._maps[bucket] = page_map
+    def forget_shard(self, bucket: str, shard_id: str) -> None:
+        self._shards.invalidate(self.paths.map_shard(bucket, shard_id))
 
     # ------------------------------------------------------------------ pages
 
-    async def read_page(self, bucket: str, page_id: str) -> IndexPage | None:
+    async def read_page(
+        self, bucket: str, page_id: str, view: asyncio.Future[None] | None = None
+    ) -> IndexPage | None:
         """The page (a copy: callers may change it), or None when it is gone (merged
         away). Recently read pages are kept decoded under a data watch, so a listing that
         reads the same page for consecutive requests transfers and decodes it once."""
@@ -148,21 +240,23 @@ class ObjectIndex:
         if kept is not None:
             metrics.PAGE_READS.labels("cached").inc()
         try:
-            page = await self._pages.get(path)
+            page = await self._pages.get(path, view)
         except NoNodeError:
             return None
         if kept is None:
             metrics.PAGE_READS.labels("transferred").inc()
         return page.copy()
 
-    async def page_containing(self, bucket: str, key: str) -> IndexPage:
-        """The page whose range holds `key`, read from ZooKeeper (callers sync first when
-        they need the newest state)."""
+    async def page_containing(
+        self, bucket: str, key: str, view: asyncio.Future[None] | None = None
+    ) -> IndexPage:
+        """The page whose range holds `key`: the newest when `view` is given (a fresh view
+        started before the call), otherwise as current as this session's server."""
         fresh = False
         for _ in range(self.config.reroutes_max):
             with zookeeper_errors("read index page"):
-                page_map = await self.page_map(bucket, fresh=fresh)
-                page = await self.read_page(bucket, page_map.page_for(key))
+                page_map = await self.page_map(bucket, key, fresh=fresh, view=view)
+                page = await self.read_page(bucket, page_map.page_for(key), view)
             if page is not None and page.contains(key):
                 return page
             fresh = True
@@ -183,7 +277,7 @@ class ObjectIndex:
     async def route(self, mutation: Mutation, *, fresh: bool) -> None:
         try:
             with zookeeper_errors("read page map"):
-                page_map = await self.page_map(mutation.bucket, fresh=fresh)
+                page_map = await self.page_map(mutation.bucket, mutation.key, fresh=fresh)
         except Exception as e:  # noqa: BLE001 - delivered to the waiting caller
             mutation.fail(e)
             return
@@ -219,11 +313,12 @@ class ObjectIndex:
 
     # ------------------------------------------------------------------ merge
 
-    async def try_merge(self, bucket: str, page_id: str) -> None:
-        """Merge a small page with a neighbour (one multi: pages + map, version checked).
-        Best effort: any conflict leaves the pages as they are."""
+    async def try_merge(self, bucket: str, page_id: str, key: str) -> None:
+        """Merge a small page (the one holding `key`) with a neighbour in its map shard
+        (one multi: both pages and the shard, version checked). Best effort: any conflict
+        leaves the pages as they are."""
         try:
-            page_map = await self.page_map(bucket, fresh=True)
+            page_map = await self.page_map(bucket, key, fresh=True)
             pos = page_map.position(page_id)
             if pos < 0 or len(page_map.page_ids) < 2:
                 return
@@ -248,7 +343,14 @@ class ObjectIndex:
                 [
                     ("set", (self.paths.page(bucket, left.page_id), encoded, left.version)),
                     ("delete", (self.paths.page(bucket, right.page_id), right.version)),
-                    ("set", (self.paths.page_map(bucket), new_map.encode(), page_map.version)),
+                    (
+                        "set",
+                        (
+                            self.paths.map_shard(bucket, page_map.shard_id),
+                            new_map.encode(),
+                            page_map.version,
+                        ),
+                    ),
                 ]
             )
         except (BadVersionError, NoNodeError, NotEmptyError, NoSuchBucketError):
@@ -258,7 +360,7 @@ class ObjectIndex:
             return
         metrics.PAGE_MERGES.inc()
         metrics.COMMITS.labels("merge").inc()
-        self.map_written(bucket, PageMap(new_map.bounds, new_map.page_ids, page_map.version + 1))
+        self.forget_shard(bucket, page_map.shard_id)
         self.forget_page(bucket, left.page_id)
         self.forget_page(bucket, right.page_id)
         logger.debug(

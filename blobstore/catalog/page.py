@@ -11,8 +11,10 @@ re-encoding a page is a join of the untouched lines. A page names its own range,
 reader or writer that routed a key with a stale page map notices (the key is outside the
 page's range, or the page is gone) and reloads the map.
 
-The page map lists the pages in key order: `bounds[i]` is page i's lower bound (bounds[0]
-is ""), its upper bound is bounds[i + 1]. Bounds are shortest separators, not full keys.
+The page map has two levels: a root (`RootMap`) lists shards by lower bound, and each
+shard (`PageMap`) lists the pages of its key range in key order: `bounds[i]` is page i's
+lower bound, its upper bound is bounds[i + 1] (the shard's `hi` for its last page).
+Page bounds are shortest separators, not full keys; shard bounds are page bounds.
 """
 
 from __future__ import annotations
@@ -195,13 +197,25 @@ class IndexPage:
 
 @dataclass(frozen=True, slots=True)
 class PageMap:
-    bounds: tuple[str, ...]  # lower bound of each page; bounds[0] == ""
+    """One shard of a bucket's page map: the pages of the key range [lo, hi) in key
+    order. `bounds[i]` is page i's lower bound (bounds[0] == lo), its upper bound is
+    bounds[i + 1], or `hi` for the last page. A shard names its own range, so a key
+    routed with a stale root map lands on a shard that does not cover it, and the
+    reader reloads the root."""
+
+    bounds: tuple[str, ...]  # lower bound of each page; bounds[0] == lo
     page_ids: tuple[str, ...]
     version: int = -1
+    lo: str = ""
+    hi: str | None = None
+    shard_id: str = ""
 
     def __post_init__(self) -> None:
         assert len(self.bounds) == len(self.page_ids) >= 1, (len(self.bounds), len(self.page_ids))
-        assert self.bounds[0] == "", self.bounds[0]
+        assert self.bounds[0] == self.lo, (self.bounds[0], self.lo)
+
+    def contains(self, key: str) -> bool:
+        return self.lo <= key and (self.hi is None or key < self.hi)
 
     def index_of(self, key: str) -> int:
         return bisect.bisect_right(self.bounds, key) - 1
@@ -217,7 +231,7 @@ class PageMap:
             return -1
 
     def upper_bound(self, index: int) -> str | None:
-        return self.bounds[index + 1] if index + 1 < len(self.bounds) else None
+        return self.bounds[index + 1] if index + 1 < len(self.bounds) else self.hi
 
     def replace(self, index: int, pages: list[IndexPage], remove: int = 1) -> PageMap:
         """A map where entries index..index+remove-1 are replaced by `pages`."""
@@ -225,20 +239,108 @@ class PageMap:
         ids = list(self.page_ids)
         bounds[index : index + remove] = [p.lo for p in pages]
         ids[index : index + remove] = [p.page_id for p in pages]
-        return PageMap(tuple(bounds), tuple(ids), self.version)
+        return PageMap(tuple(bounds), tuple(ids), self.version, self.lo, self.hi, self.shard_id)
+
+    def split(self, pieces: int) -> list[PageMap]:
+        """Cut into `pieces` shards of about equal page counts, at page bounds; the
+        first keeps this shard's id and version (for the CAS), the others get new ids."""
+        count = len(self.page_ids)
+        pieces = max(1, min(pieces, count))
+        cuts = [count * n // pieces for n in range(pieces + 1)]
+        shards: list[PageMap] = []
+        for n, (start, end) in enumerate(zip(cuts, cuts[1:], strict=False)):
+            shards.append(
+                PageMap(
+                    self.bounds[start:end],
+                    self.page_ids[start:end],
+                    self.version if n == 0 else -1,
+                    self.bounds[start],
+                    self.bounds[end] if end < count else self.hi,
+                    self.shard_id if n == 0 else new_page_id(),
+                )
+            )
+        return shards
 
     def encode(self) -> bytes:
         return _dumps(
             {
                 "format_version": FORMAT_VERSION,
+                "lo": self.lo,
+                "hi": self.hi,
                 "bounds": list(self.bounds),
                 "pages": list(self.page_ids),
             }
         )
 
     @classmethod
+    def decode(cls, buf: bytes, version: int, shard_id: str = "") -> Self:
+        d = orjson.loads(buf)
+        if d.get("format_version") != FORMAT_VERSION or "pages" not in d:
+            raise ValueError(f"page map: unknown format_version {d.get('format_version')!r}")
+        return cls(
+            tuple(d["bounds"]),
+            tuple(d["pages"]),
+            version,
+            d.get("lo", ""),
+            d.get("hi"),
+            shard_id,
+        )
+
+
+ROOT_FORMAT_VERSION = 2
+
+
+@dataclass(frozen=True, slots=True)
+class RootMap:
+    """The top of a bucket's page map: shard lower bounds -> shard ids, in key order
+    (bounds[0] is ""). Each shard (`PageMap`) lists the pages of its range, so a bucket
+    of any size is routed through two small znodes instead of one large one."""
+
+    bounds: tuple[str, ...]
+    shard_ids: tuple[str, ...]
+    version: int = -1
+
+    def __post_init__(self) -> None:
+        assert len(self.bounds) == len(self.shard_ids) >= 1, (
+            len(self.bounds),
+            len(self.shard_ids),
+        )
+        assert self.bounds[0] == "", self.bounds[0]
+
+    def shard_for(self, key: str) -> str:
+        return self.shard_ids[bisect.bisect_right(self.bounds, key) - 1]
+
+    def position(self, shard_id: str) -> int:
+        try:
+            return self.shard_ids.index(shard_id)
+        except ValueError:
+            return -1
+
+    def replace(self, index: int, shards: list[PageMap]) -> RootMap:
+        bounds = list(self.bounds)
+        ids = list(self.shard_ids)
+        bounds[index : index + 1] = [s.lo for s in shards]
+        ids[index : index + 1] = [s.shard_id for s in shards]
+        return RootMap(tuple(bounds), tuple(ids), self.version)
+
+    def encode(self) -> bytes:
+        return _dumps(
+            {
+                "format_version": ROOT_FORMAT_VERSION,
+                "bounds": list(self.bounds),
+                "shards": list(self.shard_ids),
+            }
+        )
+
+    @staticmethod
+    def is_single_level(buf: bytes) -> bool:
+        """A page map written before maps were sharded (one znode listing every page)."""
+        d = orjson.loads(buf)
+        return d.get("format_version") == FORMAT_VERSION and "pages" in d
+
+    @classmethod
     def decode(cls, buf: bytes, version: int) -> Self:
         d = orjson.loads(buf)
-        if d.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"page map: unknown format_version {d.get('format_version')!r}")
-        return cls(tuple(d["bounds"]), tuple(d["pages"]), version)
+        if d.get("format_version") != ROOT_FORMAT_VERSION:
+            raise ValueError(f"root page map: unknown format_version {d.get('format_version')!r}")
+        return cls(tuple(d["bounds"]), tuple(d["shards"]), version)

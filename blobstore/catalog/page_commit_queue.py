@@ -276,8 +276,8 @@ class PageCommitQueue:
             metrics.BATCH_SIZE.observe(len(applied))
             for mutation, result in applied:
                 mutation.succeed(result)
-            if written < index.config.page_merge_bytes:
-                await index.try_merge(self.bucket, self.page_id)
+            if written < index.config.page_merge_bytes and page is not None:
+                await index.try_merge(self.bucket, self.page_id, page.lo)
             return
 
     async def _write(
@@ -296,19 +296,14 @@ class PageCommitQueue:
             operations.extend(mutation.extra_operations)
         pieces = [work]
         page_map: PageMap | None = None
+        map_operations: list[tuple[str, tuple[Any, ...]]] = []
         if len(encoded) > config.page_split_bytes:
             pieces = work.split(config.page_split_bytes // 2)
         if len(pieces) > 1:
             page_map = await self._map_for_split(work)
-            if page_map is not None:
-                new_map = page_map.replace(page_map.position(work.page_id), pieces)
-                encoded_map = new_map.encode()
-                if len(encoded_map) > PAGE_MAP_BYTES_MAX:
-                    logger.warning(
-                        "page map full bucket=%s pages=%d", self.bucket, len(new_map.page_ids)
-                    )
-                    page_map = None
-            if page_map is None:
+            new_map = page_map.replace(page_map.position(work.page_id), pieces)
+            map_operations = await self._map_operations(page_map, new_map)
+            if not map_operations:
                 pieces = [work]
         if len(pieces) == 1:
             if len(encoded) > PAGE_BYTES_HARD_MAX:
@@ -334,19 +329,18 @@ class PageCommitQueue:
         )
         for piece in rest:
             operations.append(("create", (paths.page(self.bucket, piece.page_id), piece.encode())))
-        operations.append(("set", (paths.page_map(self.bucket), encoded_map, page_map.version)))
+        operations.extend(map_operations)
         try:
             await index.zk.multi(operations)
-        except NodeExistsError:  # a new page id collided: retry with fresh ids
+        except NodeExistsError:  # a new page or shard id collided: retry with fresh ids
             raise BadVersionError() from None
         except BadVersionError:
             self.index.mark_map_stale(self.bucket)  # the page or the map moved on
+            self.index.forget_shard(self.bucket, page_map.shard_id)
             raise
         metrics.COMMITS.labels("split").inc()
         metrics.PAGE_SPLITS.inc(len(rest))
-        index.map_written(
-            self.bucket, PageMap(new_map.bounds, new_map.page_ids, page_map.version + 1)
-        )
+        self.index.forget_shard(self.bucket, page_map.shard_id)
         first.version = page.version + 1
         self._remember(first)
         logger.debug(
@@ -354,10 +348,54 @@ class PageCommitQueue:
         )
         return len(first_encoded)
 
-    async def _map_for_split(self, work: IndexPage) -> PageMap | None:
-        """The page map, if it agrees with the page's range (read again when stale)."""
+    async def _map_operations(
+        self, page_map: PageMap, new_map: PageMap
+    ) -> list[tuple[str, tuple[Any, ...]]]:
+        """The writes that replace a map shard with `new_map`: a compare-and-set of the
+        shard, or, when it grew past map_shard_split_bytes, a split of the shard (set,
+        creates, and a compare-and-set of the root map). Empty when the map cannot grow."""
+        index = self.index
+        paths = index.paths
+        encoded = new_map.encode()
+        shard_path = paths.map_shard(self.bucket, page_map.shard_id)
+        if len(encoded) <= index.config.map_shard_split_bytes:
+            return [("set", (shard_path, encoded, page_map.version))]
+        root = await index.root_map(self.bucket)
+        pos = root.position(page_map.shard_id)
+        if pos < 0 or root.bounds[pos] != page_map.lo:
+            raise BadVersionError()  # the root moved on: the CAS would fail
+        shards = new_map.split(2)
+        new_root = root.replace(pos, shards)
+        encoded_root = new_root.encode()
+        if len(encoded_root) > PAGE_MAP_BYTES_MAX:
+            if len(encoded) > PAGE_MAP_BYTES_MAX:
+                logger.warning(
+                    "page map full bucket=%s shards=%d", self.bucket, len(root.shard_ids)
+                )
+                return []
+            return [("set", (shard_path, encoded, page_map.version))]
+        operations: list[tuple[str, tuple[Any, ...]]] = [
+            ("set", (shard_path, shards[0].encode(), page_map.version))
+        ]
+        for shard in shards[1:]:
+            operations.append(
+                ("create", (paths.map_shard(self.bucket, shard.shard_id), shard.encode()))
+            )
+        operations.append(("set", (paths.page_map(self.bucket), encoded_root, root.version)))
+        metrics.MAP_SHARD_SPLITS.inc()
+        logger.info(
+            "page map shard split bucket=%s shard=%s pages=%d",
+            self.bucket,
+            page_map.shard_id,
+            len(new_map.page_ids),
+        )
+        return operations
+
+    async def _map_for_split(self, work: IndexPage) -> PageMap:
+        """The map shard holding the page, if it agrees with the page's range (read again
+        when stale)."""
         for fresh in (False, True):
-            page_map = await self.index.page_map(self.bucket, fresh=fresh)
+            page_map = await self.index.page_map(self.bucket, work.lo, fresh=fresh)
             pos = page_map.position(work.page_id)
             if (
                 pos >= 0

@@ -27,6 +27,7 @@ SMALL_PAGES = CatalogConfig(
     page_merge_target_bytes=12 * 1024,
     page_fill_bytes=8 * 1024,
     record_bytes_max=8 * 1024,
+    map_shard_split_bytes=512,
 )
 
 

@@ -317,3 +317,44 @@ def test_decisions_without_a_write_see_other_sessions_writes(zk_connect: str) ->
 
     asyncio.run(asyncio.wait_for(deletes(), 60))
     asyncio.run(asyncio.wait_for(refusals(), 60))
+
+
+def test_single_level_page_map_is_sharded_on_first_use(zk_connect: str) -> None:
+    """A bucket whose page map is one znode listing every page (the layout before maps
+    were sharded) is moved to a root and one shard the first time it is routed through,
+    and keeps every object."""
+    from blobstore.catalog.page import PageMap, RootMap
+
+    async def body(catalog: Catalog) -> None:
+        await catalog.create_bucket("legacy", "alice")
+        for n in range(20):
+            await catalog.put_object(object_record("legacy", f"k{n:02d}", n))
+        paths = catalog.paths
+        [shard] = await catalog.index.shards("legacy")
+        single = PageMap(shard.bounds, shard.page_ids)
+        root = await catalog.zk.get(paths.page_map("legacy"))
+        await catalog.zk.multi(
+            [
+                ("set", (paths.page_map("legacy"), single.encode(), root.version)),
+                ("delete", (paths.map_shard("legacy", shard.shard_id), shard.version)),
+                ("delete", (paths.map_shards("legacy"), -1)),
+            ]
+        )
+        assert RootMap.is_single_level((await catalog.zk.get(paths.page_map("legacy"))).value)
+
+    run_with_catalog(zk_connect, body)
+
+    async def reopened(catalog: Catalog) -> None:
+        listed = await catalog.list_objects("legacy")
+        assert [r.key for r in listed.contents] == [f"k{n:02d}" for n in range(20)]
+        await catalog.put_object(object_record("legacy", "k99", 99))
+        assert (await catalog.get_object("legacy", "k99")).key == "k99"
+        value = await catalog.zk.get(catalog.paths.page_map("legacy"))
+        assert not RootMap.is_single_level(value.value)
+        assert len(await catalog.index.page_ids("legacy")) >= 1
+        for n in range(20):
+            await catalog.delete_object("legacy", f"k{n:02d}")
+        await catalog.delete_object("legacy", "k99")
+        await catalog.delete_bucket("legacy")
+
+    run_with_catalog(zk_connect, reopened)

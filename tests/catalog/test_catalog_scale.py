@@ -41,7 +41,7 @@ async def _list_all(catalog: Catalog, bucket: str, **kwargs: str) -> tuple[list[
 
 def test_hundred_thousand_keys(zk_connect: str) -> None:
     keys = _keys()
-    config = CatalogConfig()
+    config = CatalogConfig(map_shard_split_bytes=4096)  # ~100 pages per map shard
 
     async def body(catalog: Catalog) -> None:
         await catalog.create_bucket("big-bucket", "owner")
@@ -76,8 +76,10 @@ def test_hundred_thousand_keys(zk_connect: str) -> None:
         assert listed == [] and prefixes == [f"dir042/sub{i}/" for i in range(7)]
         listed, _ = await _list_all(catalog, "big-bucket", prefix="dir042/sub3/")
         assert listed == [k for k in everything if k.startswith("dir042/sub3/")]
-        page_map = await catalog.index.page_map("big-bucket", fresh=True)
-        assert len(page_map.page_ids) > pages, "concurrent writes split pages"
+        assert len(await catalog.index.page_ids("big-bucket")) > pages, "writes split pages"
+        shards = await catalog.index.shards("big-bucket")
+        assert len(shards) > 1, "the page map was sharded"
+        assert [s.lo for s in shards] == list((await catalog.index.root_map("big-bucket")).bounds)
 
     run_with_catalog(zk_connect, body, config, timeout_s=200)
     # No page znode is over the split size.
@@ -99,6 +101,7 @@ SMALL_PAGES = CatalogConfig(
     page_merge_target_bytes=12 * 1024,
     page_fill_bytes=8 * 1024,
     record_bytes_max=8 * 1024,
+    map_shard_split_bytes=512,
 )
 
 
@@ -112,6 +115,7 @@ def test_split_and_merge_under_concurrent_writers(zk_connect: str) -> None:
 
     splits_before = counter("blobstore_catalog_page_splits_total")
     merges_before = counter("blobstore_catalog_page_merges_total")
+    shard_splits_before = counter("blobstore_catalog_map_shard_splits_total")
 
     async def main() -> None:
         async with (
@@ -133,8 +137,9 @@ def test_split_and_merge_under_concurrent_writers(zk_connect: str) -> None:
                 *(put(one if i % 2 else two, k) for i, k in enumerate(keys))
             )
             assert {r.key for r in done} == set(keys)
-            grown = len((await two.index.page_map("churn", fresh=True)).page_ids)
+            grown = len(await two.index.page_ids("churn"))
             assert grown > 10
+            assert len(await one.index.shards("churn")) > 1, "the page map was sharded"
             for catalog in (one, two):
                 listed = await catalog.list_objects("churn", max_keys=1000)
                 assert [r.key for r in listed.contents] == sorted(keys)
@@ -153,9 +158,10 @@ def test_split_and_merge_under_concurrent_writers(zk_connect: str) -> None:
                 assert [r.key for r in listed.contents] == survivors
                 for key in survivors:
                     assert (await catalog.get_object("churn", key)).key == key
-            shrunk = len((await one.index.page_map("churn", fresh=True)).page_ids)
+            shrunk = len(await one.index.page_ids("churn"))
             assert shrunk < grown
 
     asyncio.run(asyncio.wait_for(main(), 120))
     assert counter("blobstore_catalog_page_splits_total") > splits_before
     assert counter("blobstore_catalog_page_merges_total") > merges_before
+    assert counter("blobstore_catalog_map_shard_splits_total") > shard_splits_before

@@ -20,7 +20,7 @@ from blobstore.catalog.naming import (
     validate_bucket_name,
     validate_key,
 )
-from blobstore.catalog.page import IndexPage, PageMap, encode_versions
+from blobstore.catalog.page import IndexPage, PageMap, RootMap, encode_versions
 from blobstore.catalog.records import (
     BucketRecord,
     Extent,
@@ -162,6 +162,20 @@ def test_page_codec_split_and_merge() -> None:
     merged = pieces[0].merged_with(pieces[1])
     assert merged.page_id == "p1" and merged.hi == pieces[1].hi
     assert PageMap.decode(page_map.encode(), 4).page_ids == page_map.page_ids
+    shards = page_map.split(2)
+    assert [s.page_ids for s in shards] == [
+        page_map.page_ids[: len(pieces) // 2],
+        page_map.page_ids[len(pieces) // 2 :],
+    ]
+    assert shards[0].lo == "" and shards[0].hi == shards[1].lo and shards[1].hi is None
+    assert shards[0].version == 3 and shards[1].version == -1
+    root = RootMap(("",), ("s0",)).replace(0, shards)
+    for key in keys:
+        shard = next(s for s in shards if s.contains(key))
+        assert root.shard_for(key) == shard.shard_id
+        assert shard.page_for(key) == page_map.page_for(key)
+    assert RootMap.decode(root.encode(), 1).shard_ids == root.shard_ids
+    assert RootMap.is_single_level(page_map.encode()) and not RootMap.is_single_level(root.encode())
     merged.set_versions(pieces[0].keys[0], [])
     assert pieces[0].keys[0] not in merged.keys
     assert encode_versions([]) == b"[]"
@@ -209,6 +223,7 @@ def test_conditional_put_rules() -> None:
         ("page_split_bytes", 1 << 20),
         ("page_merge_bytes", 200 * 1024),
         ("record_bytes_max", 200 * 1024),
+        ("map_shard_split_bytes", 100),
         ("commit_queue_max", 0),
         ("cas_deadline_s", 0),
         ("commit_group_wait_ms", 500),
