@@ -74,6 +74,7 @@ class BookieServer:
         connection_reads_in_flight_max: int,
         in_flight_bytes_max: int,
         long_poll_waiters_max: int,
+        frame_stall_timeout_s: float,
         info: Callable[[], dict[str, Any]],
         checkpoint_soon: Callable[[], None],
     ) -> None:
@@ -89,6 +90,7 @@ class BookieServer:
         # Connections that stopped reading because all of them together hold too many bytes.
         self.blocked_on_bytes: set[BookieConnection] = set()
         self.long_poll_waiters_max = long_poll_waiters_max
+        self.frame_stall_timeout_s = frame_stall_timeout_s
         self.info = info
         self.checkpoint_soon = checkpoint_soon
         self.read_only = False
@@ -102,6 +104,29 @@ class BookieServer:
 
     def new_connection(self) -> BookieConnection:
         return BookieConnection(self)
+
+    def close_stalled_connections(self) -> int:
+        """Close connections that hold part of a frame and got no byte for
+        frame_stall_timeout_s while reading (a connection paused by back pressure holds
+        whole frames and is not stalled). Returns how many were closed."""
+        now = time.monotonic()
+        stalled = [
+            c
+            for c in self.connections
+            if c.buffer
+            and not c.reading_paused
+            and now - c.last_data_at > self.frame_stall_timeout_s
+        ]
+        for connection in stalled:
+            logger.warning(
+                "connection closed: part of a frame (%d bytes) stalled for %.0fs peer=%s",
+                len(connection.buffer),
+                now - connection.last_data_at,
+                connection.peer,
+            )
+            METRICS.stalled_connections.inc()
+            connection.abort()
+        return len(stalled)
 
     def request_started(self, count: int = 1) -> None:
         self.in_flight += count
@@ -171,6 +196,7 @@ class BookieConnection(asyncio.Protocol):
         self.reading_paused = False
         self.writing_paused = False
         self.peer = "?"
+        self.last_data_at = time.monotonic()
         self._out: list[bytes] = []
 
     # ------------------------------------------------------------------ transport events
@@ -204,6 +230,7 @@ class BookieConnection(asyncio.Protocol):
         self._process()
 
     def data_received(self, data: bytes) -> None:
+        self.last_data_at = time.monotonic()
         self.buffer += data
         self._process()
 
@@ -221,6 +248,12 @@ class BookieConnection(asyncio.Protocol):
         if not self.closed and self.transport is not None and not self.reading_paused:
             self.transport.pause_reading()
             self.reading_paused = True
+
+    def abort(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.closed = True
+            self.buffer.clear()
+            self.transport.abort()
 
     def close(self) -> None:
         if not self.closed and self.transport is not None:

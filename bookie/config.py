@@ -53,6 +53,9 @@ class BookieConfig:
     connection_reads_in_flight_max: int = 64
     in_flight_bytes_max: int = 256 * MIB
     long_poll_waiters_max: int = 10_000
+    # A connection holding part of a frame that gets no more bytes for this long is closed
+    # (a stalled or malicious client must not keep a connection slot and its buffer).
+    frame_stall_timeout_s: float = 30.0
     shutdown_timeout_s: float = 10.0
     zk_session_timeout_s: float = 10.0
 
@@ -126,6 +129,11 @@ class BookieConfig:
         )
         need(self.long_poll_waiters_max >= 1, "long_poll_waiters_max", ">= 1")
         need(self.shutdown_timeout_s > 0, "shutdown_timeout_s", "> 0")
+        need(
+            0.1 <= self.frame_stall_timeout_s <= 3600,
+            "frame_stall_timeout_s",
+            "in [0.1, 3600]",
+        )
         need(self.zk_session_timeout_s >= 2, "zk_session_timeout_s", ">= 2")
         return self
 

@@ -224,6 +224,7 @@ class Bookie:
             connection_reads_in_flight_max=config.connection_reads_in_flight_max,
             in_flight_bytes_max=config.in_flight_bytes_max,
             long_poll_waiters_max=config.long_poll_waiters_max,
+            frame_stall_timeout_s=config.frame_stall_timeout_s,
             info=self.info,
             checkpoint_soon=self.checkpoint_soon,
         )
@@ -245,6 +246,7 @@ class Bookie:
         self.spawn(self.registration.run(), "registration")
         self.spawn(self.checkpoint_loop(), "checkpoint")
         self.spawn(self.disk_loop(), "disk-check")
+        self.spawn(self.stall_loop(), "stalled-connections")
         self.spawn(gc.run(), "gc")
         if config.ready_file:
             write_ready_file(
@@ -317,6 +319,13 @@ class Bookie:
             )
             if self.registration is not None:
                 self.registration.trigger()
+
+    async def stall_loop(self) -> None:
+        interval_s = min(5.0, self.config.frame_stall_timeout_s / 2)
+        while True:
+            await asyncio.sleep(interval_s)
+            assert self.server is not None
+            self.server.close_stalled_connections()
 
     async def disk_loop(self) -> None:
         while True:

@@ -38,6 +38,11 @@ class BookieMetrics:
             "bookie_bad_frames", "malformed frames (connection closed)", registry=r
         )
         self.connections = Gauge("bookie_connections", "open client connections", registry=r)
+        self.stalled_connections = Counter(
+            "bookie_stalled_connections",
+            "connections closed after holding part of a frame for frame_stall_timeout_s",
+            registry=r,
+        )
         self.journal_fsync_seconds = Histogram(
             "bookie_journal_fsync_latency_seconds",
             "journal write + fsync of one batch",

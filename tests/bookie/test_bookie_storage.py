@@ -313,6 +313,31 @@ def test_malformed_input_closes_only_that_connection(bookies: BookieFactory) -> 
     assert os.path.isdir(bookie.journal_dir)
 
 
+def test_stalled_partial_frame_is_closed_idle_connection_is_not(bookies: BookieFactory) -> None:
+    """A client that sends part of a frame and stops is cut off after
+    frame_stall_timeout_s; a pooled connection with nothing buffered stays open."""
+    (bookie,) = bookies(1, extra_args=["--frame-stall-timeout-s", "1"])
+    frame = protocol.encode_frame(
+        Op.ADD_ENTRY, 0, 5, protocol.AddRequest(9, 0, KEY, entry_bytes(9, 0, b"half")).encode()
+    )
+    with (
+        socket.create_connection(("127.0.0.1", bookie.port), timeout=WAIT_S) as stalled,
+        socket.create_connection(("127.0.0.1", bookie.port), timeout=WAIT_S) as idle,
+    ):
+        stalled.sendall(frame[:7])
+        stalled.settimeout(15.0)
+        assert stalled.recv(1) == b"", "the stalled connection was closed"
+        # The idle one still works.
+        idle.sendall(
+            protocol.encode_frame(Op.READ_ENTRY, 0, 6, protocol.ReadRequest(9, 0).encode())
+        )
+        idle.settimeout(10.0)
+        assert len(idle.recv(65536)) >= 16
+    metrics = http_get(bookie.http_port, "/metrics")[1]
+    assert metric_value(metrics, "bookie_stalled_connections_total") == 1
+    assert bookie.alive()
+
+
 def test_lac_long_poll_and_explicit_lac(bookies: BookieFactory, zk_client) -> None:  # type: ignore[no-untyped-def]
     from bookie import zk_layout
 
