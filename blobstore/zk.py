@@ -338,9 +338,7 @@ class ZooKeeperClient:
 
     async def wait_view(self, view: asyncio.Future[None], timeout_s: float | None = None) -> None:
         """Wait for a view from `fresh_view_started()` (bounded by the operation timeout)."""
-        if not view.done():
-            await wait_shielded(view, timeout_s or self.operation_timeout_s)
-        view.result()
+        await wait_shielded(view, timeout_s or self.operation_timeout_s)
 
     async def multi(self, operations: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
         """Run a ZooKeeper `multi`: all operations or none.

@@ -5,7 +5,9 @@ watch event has outdated (including the event arriving while the read is in flig
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+from collections.abc import AsyncIterator
 
 from kazoo.exceptions import NoNodeError
 from prometheus_client import REGISTRY
@@ -14,16 +16,26 @@ from blobstore.zk import WatchedCache, ZooKeeperClient
 from tests.catalog.helpers import seed
 
 
+@contextlib.asynccontextmanager
+async def _two_sessions(zk_connect: str) -> AsyncIterator[tuple[ZooKeeperClient, ZooKeeperClient]]:
+    """A reader and a writer on separate ZooKeeper sessions."""
+    reader, writer = ZooKeeperClient(zk_connect), ZooKeeperClient(zk_connect)
+    await reader.start()
+    await writer.start()
+    try:
+        yield reader, writer
+    finally:
+        await reader.stop()
+        await writer.stop()
+
+
 def _run(coro: object) -> None:
     asyncio.run(asyncio.wait_for(coro, 120))  # type: ignore[arg-type]
 
 
 def test_watched_cache_follows_writes_of_another_session(zk_connect: str) -> None:
     async def main() -> None:
-        reader, writer = ZooKeeperClient(zk_connect), ZooKeeperClient(zk_connect)
-        await reader.start()
-        await writer.start()
-        try:
+        async with _two_sessions(zk_connect) as (reader, writer):
             await writer.ensure_path("/cache")
             paths = [f"/cache/n{i}" for i in range(4)]
             for path in paths:
@@ -69,19 +81,13 @@ def test_watched_cache_follows_writes_of_another_session(zk_connect: str) -> Non
                 pass
             else:
                 raise AssertionError("a deleted znode was served from the cache")
-        finally:
-            await reader.stop()
-            await writer.stop()
 
     _run(main())
 
 
 def test_fresh_view_is_shared_and_orders_after_earlier_writes(zk_connect: str) -> None:
     async def main() -> None:
-        reader, writer = ZooKeeperClient(zk_connect), ZooKeeperClient(zk_connect)
-        await reader.start()
-        await writer.start()
-        try:
+        async with _two_sessions(zk_connect) as (reader, writer):
             await writer.create("/fresh", b"0")
             views = REGISTRY.get_sample_value("blobstore_zk_fresh_views_total") or 0
             syncs = REGISTRY.get_sample_value("blobstore_zk_syncs_total") or 0
@@ -104,9 +110,6 @@ def test_fresh_view_is_shared_and_orders_after_earlier_writes(zk_connect: str) -
                 read = asyncio.ensure_future(reader.get("/fresh"))
                 assert (await read).value == str(i).encode()
                 assert view.done()
-        finally:
-            await reader.stop()
-            await writer.stop()
 
     _run(main())
 

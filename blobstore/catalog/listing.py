@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
@@ -119,30 +120,29 @@ class KeyWalker:
             self._read_ahead_after(task.result())
 
     async def _fetch(self, pos: str) -> IndexPage:
-        while self._ahead:
-            lo, task = self._ahead.popleft()
-            if lo < pos:  # skipped by a seek
-                task.cancel()
-                continue
-            if lo == pos:
-                try:
-                    page = await task
-                except Exception:  # noqa: BLE001 - read again below, errors surface there
-                    break
-                if page.contains(pos):
-                    if self._ahead:
-                        last = self._ahead[-1][1]
-                        if last.done() and not last.cancelled() and last.exception() is None:
-                            self._read_ahead_after(last.result())
-                    else:
-                        self._read_ahead_after(page)
-                    return page
-            self._ahead.appendleft((lo, task))
-            break
+        while self._ahead and self._ahead[0][0] < pos:  # skipped by a seek
+            self._ahead.popleft()[1].cancel()
+        if self._ahead and self._ahead[0][0] == pos:
+            task = self._ahead.popleft()[1]
+            page = None
+            with contextlib.suppress(Exception):  # read again below, errors surface there
+                page = await task
+            if page is not None and page.contains(pos):
+                self._top_up(page)
+                return page
         await self._drop_read_ahead()
         page = await self.index.page_containing(self.bucket, pos, self._view)
         self._read_ahead_after(page)
         return page
+
+    def _top_up(self, page: IndexPage) -> None:
+        """A page was taken from the read-ahead: extend it past the newest page read."""
+        if not self._ahead:
+            self._read_ahead_after(page)
+            return
+        last = self._ahead[-1][1]
+        if last.done() and not last.cancelled() and last.exception() is None:
+            self._read_ahead_after(last.result())
 
     async def _drop_read_ahead(self) -> None:
         tasks = [task for _, task in self._ahead]

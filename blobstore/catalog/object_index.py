@@ -1,8 +1,8 @@
 """The object index of every bucket: page map cache, page reads, routing of mutations to
 per-page commit queues, page merges.
 
-Bucket records, page maps and recently read pages are cached, each under a ZooKeeper data
-watch that drops (or marks stale) the copy when the znode changes. After
+Bucket records, root maps, map shards and recently read pages are cached (`WatchedCache`),
+each under a ZooKeeper data watch that drops the copy when the znode changes. After
 `ZooKeeperClient.fresh_view()` (a shared `sync`) a cached copy is the newest state, so a
 consistent read costs no ZooKeeper round trip of its own when the caches are warm. Without
 a fresh view the copies are as current as this session's server: writes check versions in
@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
-from kazoo.protocol.states import KazooState
 
 from blobstore.catalog import metrics
 from blobstore.catalog._private import UNKNOWN_OUTCOME_ERRORS, zookeeper_errors
@@ -32,21 +32,31 @@ from blobstore.zk import WatchedCache, ZooKeeperClient
 
 logger = logging.getLogger(__name__)
 
-# Bucket records kept (each under a data watch); a gateway rarely serves more buckets.
-BUCKET_CACHE_MAX = 100_000
+# Bucket records and root maps kept (each under a data watch); a gateway rarely serves
+# more buckets.
+BUCKET_CACHE_MAX = ROOT_CACHE_MAX = 100_000
+
+
+def _decode_root(_path: str, data: bytes, version: int) -> RootMap | PageMap:
+    if RootMap.is_single_level(data):
+        return PageMap.decode(data, version)
+    return RootMap.decode(data, version)
 
 
 class ObjectIndex:
     def __init__(self, zk: ZooKeeperClient, config: CatalogConfig, paths: CatalogPaths) -> None:
         self.zk = zk
         self.config = config
-        self._map_watchers: dict[str, Any] = {}
         self.paths = paths
         self._pages: WatchedCache[IndexPage] = WatchedCache(
             zk,
             lambda path, data, version: IndexPage.decode(path.rsplit("/", 1)[1], data, version),
             config.page_read_cache_pages,
             name="index_pages",
+        )
+        # Root maps; a map written before maps were sharded decodes as one PageMap.
+        self._roots: WatchedCache[RootMap | PageMap] = WatchedCache(
+            zk, _decode_root, ROOT_CACHE_MAX, name="root_maps"
         )
         self._shards: WatchedCache[PageMap] = WatchedCache(
             zk,
@@ -60,15 +70,12 @@ class ObjectIndex:
             BUCKET_CACHE_MAX,
             name="buckets",
         )
-        zk.add_state_listener(self._session_state_changed)
         self.retry_policy = CasRetryPolicy(
             config.cas_attempts_max,
             config.cas_deadline_s,
             config.cas_backoff_initial_ms,
             config.cas_backoff_max_ms,
         )
-        self._maps: dict[str, RootMap] = {}
-        self._stale_maps: set[str] = set()
         self._queues: dict[tuple[str, str], PageCommitQueue] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -103,66 +110,42 @@ class ObjectIndex:
 
     def forget_bucket(self, bucket: str) -> None:
         self._buckets.invalidate(self.paths.bucket(bucket))
-        self._maps.pop(bucket, None)
-
-    def _session_state_changed(self, state: KazooState) -> None:
-        if state != KazooState.CONNECTED:  # watch events may be missed meanwhile
-            self._stale_maps.update(self._maps)
+        self._roots.invalidate(self.paths.page_map(bucket))
 
     # ------------------------------------------------------------------ page map
 
     async def root_map(
         self, bucket: str, *, fresh: bool = False, view: asyncio.Future[None] | None = None
     ) -> RootMap:
-        """The bucket's root map (cached; a data watch marks the copy stale). With `view`
-        (`ZooKeeperClient.fresh_view_started()`): the newest root map."""
-        cached = self._maps.get(bucket)
-        if cached is not None and not fresh and bucket not in self._stale_maps:
-            if view is None or view.done():
-                return cached
-            await self.zk.wait_view(view)
-            if bucket not in self._stale_maps and self._maps.get(bucket) is cached:
-                return cached
-        metrics.PAGE_MAP_LOADS.labels("fresh" if fresh else "miss").inc()
+        """The bucket's root map (cached under a data watch; `fresh`: read it again).
+        With `view` (`ZooKeeperClient.fresh_view_started()`): the newest root map."""
+        path = self.paths.page_map(bucket)
         for _ in range(3):
-            self._stale_maps.discard(bucket)
-            changed = self._map_watchers.get(bucket)
-            if changed is None:
-
-                def changed(_event: Any) -> None:  # on the loop, in arrival order
-                    self._stale_maps.add(bucket)
-
-                # One watcher per bucket: kazoo keeps a set of them per path.
-                self._map_watchers[bucket] = changed
+            if fresh:
+                self._roots.invalidate(path)
+            if self._roots.peek(path) is None:
+                metrics.PAGE_MAP_LOADS.labels("fresh" if fresh else "miss").inc()
             try:
-                value = await self.zk.get(self.paths.page_map(bucket), watch=changed)
+                root = await self._roots.get(path, view)
             except NoNodeError:
-                self._maps.pop(bucket, None)
                 raise NoSuchBucketError(bucket) from None
-            if RootMap.is_single_level(value.value):
-                await self._shard_single_level_map(bucket, value.value, value.version)
-                continue
-            if view is not None:
-                await self.zk.wait_view(view)
-            root = RootMap.decode(value.value, value.version)
-            # Reads of one session are monotonic: what was just read is the newest known.
-            # (Versions are not compared: a bucket deleted and created again starts over;
-            # its cached bucket record went when the watch reported the deletion.)
-            self._maps[bucket] = root
-            return root
+            if isinstance(root, RootMap):
+                return root
+            await self._shard_single_level_map(bucket, root)
+            fresh = True
         raise CatalogBusyError(f"bucket {bucket!r}: page map kept changing")
 
-    async def _shard_single_level_map(self, bucket: str, buf: bytes, version: int) -> None:
+    async def _shard_single_level_map(self, bucket: str, single: PageMap) -> None:
         """Move a page map written before maps were sharded into one shard (one multi,
         version-checked; whoever loses the race finds the new root)."""
-        single = PageMap.decode(buf, version, new_page_id())
+        single = replace(single, shard_id=new_page_id())
         root = RootMap(("",), (single.shard_id,))
         try:
             await self.zk.multi(
                 [
                     ("create", (self.paths.map_shards(bucket), b"")),
                     ("create", (self.paths.map_shard(bucket, single.shard_id), single.encode())),
-                    ("set", (self.paths.page_map(bucket), root.encode(), version)),
+                    ("set", (self.paths.page_map(bucket), root.encode(), single.version)),
                 ]
             )
         except (BadVersionError, NodeExistsError, NoNodeError):
@@ -210,8 +193,7 @@ class ObjectIndex:
                 for s, v in zip(root.shard_ids, values, strict=True)
             ]
             if all(
-                shard.lo == root.bounds[i]
-                and shard.hi == (root.bounds[i + 1] if i + 1 < len(root.bounds) else None)
+                (shard.lo, shard.hi) == (root.bounds[i], root.upper_bound(i))
                 for i, shard in enumerate(shards)
             ):
                 return shards
@@ -221,8 +203,8 @@ class ObjectIndex:
         """Every index page of the bucket, in key order (read fresh)."""
         return [page_id for shard in await self.shards(bucket) for page_id in shard.page_ids]
 
-    def mark_map_stale(self, bucket: str) -> None:
-        self._stale_maps.add(bucket)
+    def forget_root(self, bucket: str) -> None:
+        self._roots.invalidate(self.paths.page_map(bucket))
 
     def forget_shard(self, bucket: str, shard_id: str) -> None:
         self._shards.invalidate(self.paths.map_shard(bucket, shard_id))

@@ -310,6 +310,9 @@ class RootMap:
     def shard_for(self, key: str) -> str:
         return self.shard_ids[bisect.bisect_right(self.bounds, key) - 1]
 
+    def upper_bound(self, index: int) -> str | None:
+        return self.bounds[index + 1] if index + 1 < len(self.bounds) else None
+
     def position(self, shard_id: str) -> int:
         try:
             return self.shard_ids.index(shard_id)

@@ -335,12 +335,15 @@ class PageCommitQueue:
         except NodeExistsError:  # a new page or shard id collided: retry with fresh ids
             raise BadVersionError() from None
         except BadVersionError:
-            self.index.mark_map_stale(self.bucket)  # the page or the map moved on
+            self.index.forget_root(self.bucket)  # the page or the maps moved on
             self.index.forget_shard(self.bucket, page_map.shard_id)
             raise
         metrics.COMMITS.labels("split").inc()
         metrics.PAGE_SPLITS.inc(len(rest))
         self.index.forget_shard(self.bucket, page_map.shard_id)
+        if len(map_operations) > 1:  # the shard was split too
+            metrics.MAP_SHARD_SPLITS.inc()
+            logger.info("page map shard split bucket=%s shard=%s", self.bucket, page_map.shard_id)
         first.version = page.version + 1
         self._remember(first)
         logger.debug(
@@ -382,13 +385,6 @@ class PageCommitQueue:
                 ("create", (paths.map_shard(self.bucket, shard.shard_id), shard.encode()))
             )
         operations.append(("set", (paths.page_map(self.bucket), encoded_root, root.version)))
-        metrics.MAP_SHARD_SPLITS.inc()
-        logger.info(
-            "page map shard split bucket=%s shard=%s pages=%d",
-            self.bucket,
-            page_map.shard_id,
-            len(new_map.page_ids),
-        )
         return operations
 
     async def _map_for_split(self, work: IndexPage) -> PageMap:
