@@ -414,13 +414,18 @@ class WatchedCache(Generic[V]):
     def peek(self, path: str) -> V | None:
         return self._entries.get(path)
 
-    async def get(self, path: str, view: asyncio.Future[None] | None = None) -> V:
+    async def get(
+        self, path: str, view: asyncio.Future[None] | None = None, *, fresh: bool = False
+    ) -> V:
         """The decoded value; raises NoNodeError (absence is not cached).
 
         With `view` (from `ZooKeeperClient.fresh_view_started()`) the value is the
         newest: a cached entry is trusted only once the view is complete and the entry
-        still there; a missing one is read at once, behind the view's sync."""
-        value = self._entries.get(path)
+        still there; a missing one is read at once, behind the view's sync. `fresh`:
+        read it from the server whatever is cached, and keep what was read; the cached
+        entry serves other readers meanwhile (dropping it would send every concurrent
+        reader to the server)."""
+        value = None if fresh else self._entries.get(path)
         if value is not None and view is not None and not view.done():
             await self.zk.wait_view(view)
             value = self._entries.get(path)

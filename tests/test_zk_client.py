@@ -172,3 +172,27 @@ def test_loop_dispatch_handler_select_reports_readiness_like_select() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_watched_cache_fresh_read_replaces_the_entry_without_dropping_it(
+    zk_connect: str,
+) -> None:
+    """`fresh=True` reads from the server and keeps the result; until it arrives the
+    cached entry still serves other readers (no stampede of concurrent misses)."""
+
+    async def main() -> None:
+        async with _two_sessions(zk_connect) as (reader, writer):
+            await writer.create("/refresh", b"1")
+            cache: WatchedCache[tuple[bytes, int]] = WatchedCache(
+                reader, lambda _p, data, version: (data, version), 4, name="refresh"
+            )
+            first = await cache.get("/refresh")
+            refreshed = asyncio.ensure_future(cache.get("/refresh", fresh=True))
+            await asyncio.sleep(0)  # the fresh read is in flight
+            assert cache.peek("/refresh") is first
+            assert await cache.get("/refresh") is first  # a hit, not a second read
+            second = await refreshed
+            assert second == (b"1", 0) and second is not first
+            assert cache.peek("/refresh") is second
+
+    _run(main())

@@ -101,10 +101,8 @@ class ObjectIndex:
         """The bucket record and its znode version (cached under a watch; commits check
         the version). `fresh`: read it again whatever the cache holds."""
         path = self.paths.bucket(bucket)
-        if fresh:
-            self._buckets.invalidate(path)
         try:
-            return await self._buckets.get(path)
+            return await self._buckets.get(path, fresh=fresh)
         except NoNodeError:
             raise NoSuchBucketError(bucket) from None
 
@@ -121,12 +119,10 @@ class ObjectIndex:
         With `view` (`ZooKeeperClient.fresh_view_started()`): the newest root map."""
         path = self.paths.page_map(bucket)
         for _ in range(3):
-            if fresh:
-                self._roots.invalidate(path)
-            if self._roots.peek(path) is None:
+            if fresh or self._roots.peek(path) is None:
                 metrics.PAGE_MAP_LOADS.labels("fresh" if fresh else "miss").inc()
             try:
-                root = await self._roots.get(path, view)
+                root = await self._roots.get(path, view, fresh=fresh)
             except NoNodeError:
                 raise NoSuchBucketError(bucket) from None
             if isinstance(root, RootMap):
@@ -165,10 +161,8 @@ class ObjectIndex:
         for _ in range(self.config.reroutes_max):
             root = await self.root_map(bucket, fresh=fresh, view=view)
             path = self.paths.map_shard(bucket, root.shard_for(key))
-            if fresh:
-                self._shards.invalidate(path)
             try:
-                shard = await self._shards.get(path, view)
+                shard = await self._shards.get(path, view, fresh=fresh)
             except NoNodeError:
                 fresh = True
                 continue
@@ -300,7 +294,9 @@ class ObjectIndex:
         (one multi: both pages and the shard, version checked). Best effort: any conflict
         leaves the pages as they are."""
         try:
-            page_map = await self.page_map(bucket, key, fresh=True)
+            # The cached shard will do: a stale one fails the multi's version check
+            # (and its watch drops it), which only abandons this attempt.
+            page_map = await self.page_map(bucket, key)
             pos = page_map.position(page_id)
             if pos < 0 or len(page_map.page_ids) < 2:
                 return
