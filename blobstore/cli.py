@@ -69,16 +69,19 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def configure_logging(level: int) -> None:
+    """Log lines to stderr; also called by worker processes, which start afresh."""
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     parser = build_parser(argv)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(getattr(logging, str(args.log_level).upper(), logging.INFO))
     if not getattr(args, "run", None):
         parser.print_help()
         return 2

@@ -156,8 +156,12 @@ class ZooKeeperClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state_listeners: list[Callable[[KazooState], None]] = []
         self.kazoo.add_listener(self._state_changed)
-        # fresh_view(): the sync waiters not yet covered by a sync in flight.
+        # fresh_view(): the sync sent in this turn of the loop (shared by its callers),
+        # the one in flight, and the next one (waiting for the one in flight).
         self._sync_this_turn: asyncio.Future[None] | None = None
+        self._sync_in_flight: asyncio.Future[None] | None = None
+        self._sync_sent_at = 0.0
+        self._sync_next: asyncio.Future[None] | None = None
         try:
             self._attach(asyncio.get_running_loop())
         except RuntimeError:  # created outside a loop: attached by start()
@@ -293,37 +297,67 @@ class ZooKeeperClient:
     def fresh_view_started(self) -> asyncio.Future[None]:
         """Start a fresh view and return its completion, without waiting.
 
-        A `sync` is queued on the session now (or the one queued earlier in this turn
-        of the event loop is shared: whatever caused this call happened before that
-        turn began, hence before the sync was sent). Reads issued after this call go
-        out behind the sync on the same session, and ZooKeeper serves a session's
-        requests in order, so they see every write acknowledged before the call: a
-        reader that misses its caches sends the sync and its read back to back and
-        waits one round trip, not two. Once the returned future is done, every watch
-        event of such a write has been handled (see `WatchedCache`)."""
+        A view is a `sync` sent on this session after the call. At most one sync is in
+        flight: while one is, callers share the next, sent as soon as the one in flight
+        is answered (under load one sync then serves every request that arrived during
+        a round trip, instead of one sync per request). With none in flight the sync is
+        sent at once, and callers later in the same turn of the event loop share it
+        (whatever caused their call happened before that turn began, hence before the
+        sync was sent).
+
+        ZooKeeper serves a session's requests in order, so reads sent after the sync
+        see every write acknowledged before the call: a reader that misses its caches
+        sends its read right behind a sent sync (`view_sent`) and waits one round trip,
+        not two. Once the returned future is done, every watch event of such a write
+        has been handled (see `WatchedCache`)."""
         FRESH_VIEWS.inc()
-        view = self._sync_this_turn
-        if view is not None:
-            return view
+        if self._sync_this_turn is not None:
+            return self._sync_this_turn
         loop = asyncio.get_running_loop()
-        view = loop.create_future()
+        # A sync unanswered past the operation timeout no longer holds the next back.
+        held = (
+            self._sync_in_flight is not None
+            and loop.time() - self._sync_sent_at < self.operation_timeout_s
+        )
+        view = self._sync_next
+        if held:
+            if view is None:
+                view = self._sync_next = loop.create_future()
+            return view
+        if view is None:
+            view = loop.create_future()
+        self._sync_next = None
+        self._send_sync(view)
         self._sync_this_turn = view
         loop.call_soon(self._end_sync_turn, view)
+        return view
+
+    def view_sent(self, view: asyncio.Future[None]) -> bool:
+        """Whether the sync of `view` is on the session (reads sent now follow it)."""
+        return view is not self._sync_next
+
+    def _send_sync(self, view: asyncio.Future[None]) -> None:
+        loop = asyncio.get_running_loop()
+        self._sync_in_flight = view
+        self._sync_sent_at = loop.time()
         SYNCS.inc()
 
         def done(async_result: Any) -> None:  # on the loop (LoopDispatchHandler)
-            if view.done():
-                return
-            try:
-                async_result.get_nowait()
-            except BaseException as e:  # noqa: BLE001 - handed to every waiter
-                view.set_exception(e)
-                view.exception()  # retrieved: waiters that timed out are gone
-                return
-            view.set_result(None)
+            if not view.done():
+                try:
+                    async_result.get_nowait()
+                except BaseException as e:  # noqa: BLE001 - handed to every waiter
+                    view.set_exception(e)
+                    view.exception()  # retrieved: waiters that timed out are gone
+                else:
+                    view.set_result(None)
+            if self._sync_in_flight is view:
+                self._sync_in_flight = None
+                following, self._sync_next = self._sync_next, None
+                if following is not None:
+                    self._send_sync(following)
 
         self.kazoo.sync_async("/").rawlink(done)
-        return view
 
     def _end_sync_turn(self, view: asyncio.Future[None]) -> None:
         if self._sync_this_turn is view:
@@ -421,7 +455,8 @@ class WatchedCache(Generic[V]):
 
         With `view` (from `ZooKeeperClient.fresh_view_started()`) the value is the
         newest: a cached entry is trusted only once the view is complete and the entry
-        still there; a missing one is read at once, behind the view's sync. `fresh`:
+        still there; a missing one is read behind the view's sync, at once if that is
+        sent (`view_sent`), else once the view is complete. `fresh`:
         read it from the server whatever is cached, and keep what was read; the cached
         entry serves other readers meanwhile (dropping it would send every concurrent
         reader to the server)."""
@@ -434,6 +469,8 @@ class WatchedCache(Generic[V]):
             self._entries.move_to_end(path)
             return value
         self._misses.inc()
+        if view is not None and not self.zk.view_sent(view):
+            await self.zk.wait_view(view)
         epoch = self._epoch
         reading = self._reading.setdefault(path, [0, 0])
         reading[0] += 1

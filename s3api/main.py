@@ -1,9 +1,10 @@
 """`blobstore gateway`: serve the S3 API over HTTP(S) on uvicorn (uvloop + httptools).
 
-The supervisor binds the listening socket itself (port 0 picks a free port), so every
-worker shares it; with `--workers N` uvicorn's process supervisor runs N workers and
-restarts any that dies. The first worker whose object store is up writes the ready file
-(JSON {"port", "scheme", "pid"}, renamed into place).
+With one worker the server runs in this process on a socket bound here (port 0 picks a
+free port). With `--workers N` the supervisor of `s3api.supervisor` reserves the port
+and runs N workers, each listening on its own SO_REUSEPORT socket, and restarts any
+that dies. The first worker whose object store is up writes the ready file (JSON
+{"port", "scheme", "pid"}, renamed into place).
 """
 
 from __future__ import annotations
@@ -60,13 +61,23 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("the gateway refuses to run with assertions disabled (-O)")
     config = config_from_args(args)
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
+
+    from s3api.supervisor import Supervisor, reuseport_socket
 
     private_metrics_dir = None
     if config.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         private_metrics_dir = tempfile.mkdtemp(prefix="blobstore-gateway-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = private_metrics_dir
-    sock = _bind(config.host, config.port, config.backlog)
+    if config.workers > 1:
+        # Only reserves the port: each worker listens on its own socket.
+        try:
+            sock = reuseport_socket(config.host, config.port)
+        except OSError as e:
+            raise UsageError(
+                f"cannot listen on {config.host}:{config.port}: {e.strerror}"
+            ) from None
+    else:
+        sock = _bind(config.host, config.port, config.backlog)
     port = sock.getsockname()[1]
     os.environ[CONFIG_ENV] = config.to_json()
     os.environ["BLOBSTORE_GATEWAY_BOUND_PORT"] = str(port)
@@ -106,7 +117,12 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signum, lambda received, _frame: stop_signals.append(received))
     try:
         if config.workers > 1:
-            Multiprocess(uvicorn_config, sockets=[sock]).run()
+            supervisor = Supervisor(uvicorn_config, config.host, port, config.workers)
+            status = supervisor.run()
+            if supervisor.stop_signal is not None:
+                stop_signals.append(supervisor.stop_signal)
+            if status:
+                return status
         else:
             server = uvicorn.Server(uvicorn_config)
             server.run(sockets=[sock])

@@ -125,11 +125,12 @@ class Catalog:
                 return record
         raise CatalogBusyError(f"bucket {name!r} kept changing")
 
-    async def get_bucket(self, name: str) -> BucketRecord:
+    async def get_bucket(self, name: str, view: asyncio.Future[None] | None = None) -> BucketRecord:
+        """The bucket's record as of `view` (`ZooKeeperClient.fresh_view_started()`;
+        by default a view started now: every write acknowledged before the call)."""
         _existing_bucket_name(name)
         with zookeeper_errors("read bucket"):
-            await self.zk.fresh_view()
-            record, _ = await self.index.bucket_state(name)
+            record, _ = await self.index.bucket_state(name, view or self.zk.fresh_view_started())
         return record
 
     async def list_buckets(self) -> list[BucketRecord]:
@@ -224,13 +225,22 @@ class Catalog:
     # ================================================================== objects
 
     async def get_object(
-        self, bucket: str, key: str, version_id: str | None = None, *, consistent: bool = True
+        self,
+        bucket: str,
+        key: str,
+        version_id: str | None = None,
+        *,
+        consistent: bool = True,
+        view: asyncio.Future[None] | None = None,
     ) -> ObjectRecord:
+        """The record as of `view` (see `get_bucket`); `consistent=False`: as current as
+        this session's server, without a sync."""
         _existing_bucket_name(bucket)
         validate_key(key)
         with zookeeper_errors("read object"):
             # A consistent read sends its sync and any reads its caches miss back to back.
-            view = self.zk.fresh_view_started() if consistent else None
+            if view is None and consistent:
+                view = self.zk.fresh_view_started()
             page = await self.index.page_containing(bucket, key, view)
         versions = page.versions(key)
         if version_id is None:
@@ -334,6 +344,7 @@ class Catalog:
         delimiter: str = "",
         start_after: str = "",
         max_keys: int = 1000,
+        view: asyncio.Future[None] | None = None,
     ) -> ListResult:
         _existing_bucket_name(bucket)
         with zookeeper_errors("list objects"):
@@ -344,7 +355,7 @@ class Catalog:
                 delimiter=delimiter,
                 start_after=start_after,
                 max_keys=min(max_keys, self.config.list_max_keys_max),
-                view=self.zk.fresh_view_started(),
+                view=view or self.zk.fresh_view_started(),
             )
 
     async def list_object_versions(
@@ -356,6 +367,7 @@ class Catalog:
         key_marker: str = "",
         version_id_marker: str = "",
         max_keys: int = 1000,
+        view: asyncio.Future[None] | None = None,
     ) -> VersionListResult:
         _existing_bucket_name(bucket)
         with zookeeper_errors("list object versions"):
@@ -367,7 +379,7 @@ class Catalog:
                 key_marker=key_marker,
                 version_id_marker=version_id_marker,
                 max_keys=min(max_keys, self.config.list_max_keys_max),
-                view=self.zk.fresh_view_started(),
+                view=view or self.zk.fresh_view_started(),
             )
 
     async def iter_objects(

@@ -97,12 +97,15 @@ class ObjectIndex:
 
     # ------------------------------------------------------------------ bucket state
 
-    async def bucket_state(self, bucket: str, *, fresh: bool = False) -> tuple[BucketRecord, int]:
+    async def bucket_state(
+        self, bucket: str, view: asyncio.Future[None] | None = None, *, fresh: bool = False
+    ) -> tuple[BucketRecord, int]:
         """The bucket record and its znode version (cached under a watch; commits check
-        the version). `fresh`: read it again whatever the cache holds."""
+        the version). `fresh`: read it again whatever the cache holds. With `view`
+        (`ZooKeeperClient.fresh_view_started()`): the newest record."""
         path = self.paths.bucket(bucket)
         try:
-            return await self._buckets.get(path, fresh=fresh)
+            return await self._buckets.get(path, view, fresh=fresh)
         except NoNodeError:
             raise NoSuchBucketError(bucket) from None
 

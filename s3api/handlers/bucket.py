@@ -193,7 +193,12 @@ async def list_objects_v2(ctx: S3Context) -> Response:
     truncated, next_after = False, ""
     if max_keys:
         result = await ctx.store.catalog.list_objects(
-            ctx.bucket, prefix=prefix, delimiter=delimiter, start_after=position, max_keys=max_keys
+            ctx.bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            start_after=position,
+            max_keys=max_keys,
+            view=ctx.view(),
         )
         contents, prefixes = result.contents, result.common_prefixes
         truncated, next_after = result.is_truncated, result.next_start_after
@@ -227,7 +232,12 @@ async def list_objects_v1(ctx: S3Context) -> Response:
     truncated, next_after = False, ""
     if max_keys:
         result = await ctx.store.catalog.list_objects(
-            ctx.bucket, prefix=prefix, delimiter=delimiter, start_after=marker, max_keys=max_keys
+            ctx.bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            start_after=marker,
+            max_keys=max_keys,
+            view=ctx.view(),
         )
         contents, prefixes = result.contents, result.common_prefixes
         truncated, next_after = result.is_truncated, result.next_start_after
@@ -273,6 +283,7 @@ async def list_object_versions(ctx: S3Context) -> Response:
             key_marker=key_marker,
             version_id_marker=version_id_marker,
             max_keys=max_keys,
+            view=ctx.view(),
         )
         versions, prefixes = result.versions, result.common_prefixes
         truncated = result.is_truncated

@@ -55,6 +55,15 @@ class S3Context:
     store: ObjectStore
     config: GatewayConfig
     bucket_record: BucketRecord | None = None
+    _view: asyncio.Future[None] | None = None
+
+    def view(self) -> asyncio.Future[None]:
+        """This request's view of the catalog (`ZooKeeperClient.fresh_view_started()`),
+        started on first use and shared by the request's reads: they see every write
+        acknowledged before it, and together cost one ZooKeeper sync, not one each."""
+        if self._view is None:
+            self._view = self.store.catalog.zk.fresh_view_started()
+        return self._view
 
     @property
     def headers(self) -> Headers:
@@ -66,7 +75,7 @@ class S3Context:
 
     async def owned_bucket(self) -> BucketRecord:
         """The bucket this request names; AccessDenied unless the requester owns it."""
-        record = await self.store.catalog.get_bucket(self.bucket)
+        record = await self.store.catalog.get_bucket(self.bucket, self.view())
         if record.owner != self.user.name:
             raise S3Error("AccessDenied")
         self.bucket_record = record

@@ -184,11 +184,13 @@ def parse_copy_source(value: str) -> CopySource:
 
 async def load_copy_source(ctx: S3Context) -> tuple[CopySource, ObjectRecord]:
     source = parse_copy_source(ctx.headers["x-amz-copy-source"])
-    bucket = await ctx.store.catalog.get_bucket(source.bucket)
+    bucket = await ctx.store.catalog.get_bucket(source.bucket, ctx.view())
     if bucket.owner != ctx.user.name:
         raise S3Error("AccessDenied")
     try:
-        record = await ctx.store.catalog.get_object(source.bucket, source.key, source.version_id)
+        record = await ctx.store.catalog.get_object(
+            source.bucket, source.key, source.version_id, view=ctx.view()
+        )
     except DeleteMarkerError:
         if source.version_id is not None:
             raise S3Error(
@@ -210,7 +212,7 @@ async def load_version(ctx: S3Context) -> ObjectRecord:
     """The version a GET/HEAD-like request names (latest unless versionId)."""
     version_id = ctx.query.get("versionId") or None
     try:
-        return await ctx.store.catalog.get_object(ctx.bucket, ctx.key, version_id)
+        return await ctx.store.catalog.get_object(ctx.bucket, ctx.key, version_id, view=ctx.view())
     except DeleteMarkerError as e:
         headers = {"x-amz-delete-marker": "true", "x-amz-version-id": e.record.version_id}
         if version_id is not None:

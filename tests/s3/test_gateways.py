@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import os
 import random
+import signal
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -139,8 +142,50 @@ def test_several_workers_share_the_port_and_metrics(
             if line.startswith('s3_requests_total{operation="PutObject",status="200"}')
         ]
         assert puts == [12.0], "the metrics of both workers are aggregated"
+        # Each worker listens on its own SO_REUSEPORT socket: new connections reach both.
+        assert len(_host_ids(multi, 32)) == 2
+        # A worker killed with -9 is replaced; the gateway answers throughout.
+        workers = _children(multi.managed.pid)  # type: ignore[union-attr]
+        assert len(workers) == 2, workers
+        os.kill(workers[0], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert client.head_object(Bucket="workers-bucket", Key="k0")["ContentLength"]
+            replaced = _children(multi.managed.pid)  # type: ignore[union-attr]
+            if len(replaced) == 2 and workers[0] not in replaced and len(_host_ids(multi, 32)) == 2:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the killed worker was not replaced")
+        assert "event=gateway_worker_died" in multi.log_text()
     finally:
         multi.kill()
+
+
+def _children(pid: int) -> list[int]:
+    """The worker processes of a gateway supervisor (not multiprocessing's helper)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [
+        int(child)
+        for child in children
+        if b"resource_tracker" not in Path(f"/proc/{child}/cmdline").read_bytes()
+    ]
+
+
+def _host_ids(gateway: GatewayProcess, connections: int) -> set[str]:
+    """The x-amz-id-2 values (one per worker process) seen over new connections."""
+    address = urlsplit(gateway.endpoint)
+    ids = set()
+    for _ in range(connections):
+        connection = http.client.HTTPConnection(address.hostname, address.port, timeout=10)
+        try:
+            connection.request("GET", "/health")
+            response = connection.getresponse()
+            response.read()
+            ids.add(response.getheader("x-amz-id-2"))
+        finally:
+            connection.close()
+    return ids
 
 
 def test_sigterm_closes_the_writer_ledgers(
