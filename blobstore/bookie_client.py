@@ -29,6 +29,7 @@ import contextlib
 import itertools
 import json
 import logging
+import math
 import random
 import time
 from collections import deque
@@ -48,6 +49,7 @@ IN_FLIGHT_MAX_DEFAULT = 4096
 RECONNECT_BACKOFF_S_MIN = 0.05
 RECONNECT_BACKOFF_S_MAX = 2.0
 STREAM_LIMIT_BYTES = 1 << 16
+DEADLINE_GRAIN_S = 0.01
 
 assert RECONNECT_BACKOFF_S_MAX >= RECONNECT_BACKOFF_S_MIN > 0
 
@@ -246,6 +248,17 @@ def _frame_parts(op: Op, flags: int, request_id: int, body: tuple[bytes, ...]) -
     return [head, *body]
 
 
+Answer = Callable[[protocol.Frame | None, BaseException | None], None]
+
+
+def _call_answer(answer: Answer, frame: protocol.Frame | None, error: BaseException | None) -> None:
+    """Run an answer callback; a bug in one must not stop the connection's reader."""
+    try:
+        answer(frame, error)
+    except Exception:
+        logger.exception("bookie answer callback failed")
+
+
 class _BookieConnection:
     """One TCP connection to one bookie, with the requests awaiting an answer on it."""
 
@@ -264,7 +277,17 @@ class _BookieConnection:
         self._writer: asyncio.StreamWriter | None = None
         self._read_task: asyncio.Task[None] | None = None
         self._connect_lock = asyncio.Lock()
-        self._pending: dict[int, asyncio.Future[protocol.Frame]] = {}
+        # request id -> its answer callback, called exactly once: (frame, None) or
+        # (None, error). Called from the reader task, or by the deadline timer.
+        self._pending: dict[int, Answer] = {}
+        # Deadlines without a timer per request: one FIFO per timeout value (deadlines
+        # of one timeout come in the order requests were sent) and one timer, armed at
+        # the earliest head. Entries of answered requests are dropped from the heads
+        # when a queue outgrows twice the requests in flight (answers come mostly in
+        # order), and when the timer fires.
+        self._deadlines: dict[int, deque[tuple[float, int, str]]] = {}
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._deadline_armed_at = 0.0
         self._request_ids = itertools.count(1)
         # Frames queued in this loop iteration, written with one call (one syscall) when
         # the loop next runs: pipelined small requests share a send.
@@ -342,9 +365,9 @@ class _BookieConnection:
                 if frame is None:
                     error = ConnectionResetError("connection closed by bookie")
                     break
-                future = self._pending.pop(frame.request_id, None)
-                if future is not None and not future.done():
-                    future.set_result(frame)
+                answer = self._pending.pop(frame.request_id, None)
+                if answer is not None:
+                    _call_answer(answer, frame, None)
         except asyncio.CancelledError:
             error = ConnectionResetError("connection closed by client")
             raise
@@ -366,28 +389,40 @@ class _BookieConnection:
                 error,
             )
         pending, self._pending = self._pending, {}
-        for future in pending.values():
-            if not future.done():
-                future.set_exception(
-                    BookieUnavailableError(
-                        f"bookie={self.bookie_id} connection lost: {error!r}",
-                        bookie_id=self.bookie_id,
-                    )
-                )
+        self._deadlines.clear()
+        self._disarm_deadlines()
+        for answer in pending.values():
+            _call_answer(
+                answer,
+                None,
+                BookieUnavailableError(
+                    f"bookie={self.bookie_id} connection lost: {error!r}",
+                    bookie_id=self.bookie_id,
+                ),
+            )
 
     async def request(
         self, op: Op, flags: int, body: tuple[bytes, ...], timeout_s: float
     ) -> protocol.Frame:
         """Send one request and wait for its answer frame (any status)."""
         writer = await self._ensure_connected()
-        request_id = next(self._request_ids)
         future: asyncio.Future[protocol.Frame] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
+
+        def answered(frame: protocol.Frame | None, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(frame)  # type: ignore[arg-type]
+
+        request_id = self._send(writer, op, flags, body, timeout_s, answered)
         try:
-            self._queue_frame(writer, _frame_parts(op, flags, request_id, body))
-            async with asyncio.timeout(timeout_s):
-                await writer.drain()
-                return await future
+            if writer.transport.get_write_buffer_size() > 0:
+                # Backpressure for large bodies (the answer's deadline bounds the rest).
+                async with asyncio.timeout(timeout_s):
+                    await writer.drain()
+            return await future
         except TimeoutError as e:
             raise BookieTimeoutError(
                 f"bookie={self.bookie_id} op={op.name} no answer within {timeout_s:.3f}s",
@@ -407,7 +442,7 @@ class _BookieConnection:
         flags: int,
         body: tuple[bytes, ...],
         timeout_s: float,
-        answered: Callable[[protocol.Frame | None, BaseException | None], None],
+        answered: Answer,
     ) -> None:
         """Send one request on the open connection (the caller checked `connected`);
         `answered(frame, None)` or `answered(None, error)` runs exactly once, on the loop.
@@ -415,30 +450,78 @@ class _BookieConnection:
         on requests in flight stands in for `drain` (nothing here waits)."""
         writer = self._writer
         assert writer is not None and not writer.is_closing()
-        loop = asyncio.get_running_loop()
+        self._send(writer, op, flags, body, timeout_s, answered)
+
+    def _send(
+        self,
+        writer: asyncio.StreamWriter,
+        op: Op,
+        flags: int,
+        body: tuple[bytes, ...],
+        timeout_s: float,
+        answered: Answer,
+    ) -> int:
         request_id = next(self._request_ids)
-        future: asyncio.Future[protocol.Frame] = loop.create_future()
-        self._pending[request_id] = future
-        bookie_id = self.bookie_id
-
-        def expire() -> None:
-            if self._pending.pop(request_id, None) is not None and not future.done():
-                future.set_exception(
-                    BookieTimeoutError(
-                        f"bookie={bookie_id} op={op.name} no answer within {timeout_s:.3f}s",
-                        bookie_id=bookie_id,
-                    )
-                )
-
-        timer = loop.call_later(timeout_s, expire)
-
-        def settled(_: asyncio.Future[protocol.Frame]) -> None:
-            timer.cancel()
-            error = future.exception()
-            answered(None if error is not None else future.result(), error)
-
-        future.add_done_callback(settled)
+        self._pending[request_id] = answered
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        # Timeouts that differ by less than DEADLINE_GRAIN_S share a queue (a request's
+        # time left after waiting for a slot varies): one may then expire up to that
+        # much late, behind a neighbour with a later deadline.
+        key = math.ceil(timeout_s / DEADLINE_GRAIN_S)
+        queue = self._deadlines.get(key)
+        if queue is None:
+            queue = self._deadlines[key] = deque()
+        queue.append((deadline, request_id, op.name))
+        if len(queue) > 2 * len(self._pending) + 64:
+            self._trim_deadlines()  # answered requests at the head: bounded, amortized O(1)
+        if self._deadline_timer is None or deadline < self._deadline_armed_at:
+            self._arm_deadlines(deadline)
         self._queue_frame(writer, _frame_parts(op, flags, request_id, body))
+        return request_id
+
+    def _arm_deadlines(self, at: float) -> None:
+        self._disarm_deadlines()
+        self._deadline_armed_at = at
+        self._deadline_timer = asyncio.get_running_loop().call_at(at, self._expire_deadlines)
+
+    def _disarm_deadlines(self) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+
+    def _trim_deadlines(self) -> None:
+        pending = self._pending
+        for queue in self._deadlines.values():
+            while queue and queue[0][1] not in pending:
+                queue.popleft()
+
+    def _expire_deadlines(self) -> None:
+        """Fail every request past its deadline (its outcome on the bookie is unknown;
+        the connection stays, a late answer is dropped) and re-arm at the next one."""
+        self._deadline_timer = None
+        now = asyncio.get_running_loop().time()
+        pending = self._pending
+        earliest: float | None = None
+        for key, queue in list(self._deadlines.items()):
+            while queue and (queue[0][0] <= now or queue[0][1] not in pending):
+                _, request_id, op_name = queue.popleft()
+                answer = pending.pop(request_id, None)
+                if answer is not None:
+                    _call_answer(
+                        answer,
+                        None,
+                        BookieTimeoutError(
+                            f"bookie={self.bookie_id} op={op_name} no answer within "
+                            f"{key * DEADLINE_GRAIN_S:.2f}s",
+                            bookie_id=self.bookie_id,
+                        ),
+                    )
+            if not queue:
+                del self._deadlines[key]
+            elif earliest is None or queue[0][0] < earliest:
+                earliest = queue[0][0]
+        if earliest is not None:
+            self._arm_deadlines(earliest)
 
     def _queue_frame(self, writer: asyncio.StreamWriter, parts: list[bytes]) -> None:
         if self._outgoing_writer is not writer:

@@ -187,6 +187,43 @@ def test_silent_bookie_times_out_and_connection_survives() -> None:
     run(scenario())
 
 
+def test_each_request_keeps_its_own_deadline() -> None:
+    """Deadlines are tracked per connection without a timer per request: a short timeout
+    sent after long ones still expires on time, answered requests never time out, and
+    an answer arriving after its deadline is dropped."""
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def handler(frame: protocol.Frame) -> tuple[int, bytes] | None:
+            request = protocol.ReadLacRequest.decode(frame.body)
+            if request.ledger_id >= 100:
+                await release.wait()  # answers late, after every deadline below
+            return Status.OK, protocol.ReadLacResponse(request.ledger_id, 7).encode()
+
+        server = FrameServer(handler)
+        bookie_id = await server.start()
+        loop = asyncio.get_running_loop()
+        async with BookieClientPool(request_timeout_s=5.0) as pool:
+            slow = [asyncio.ensure_future(pool.read_lac(bookie_id, 100 + i)) for i in range(50)]
+            answered = [asyncio.ensure_future(pool.read_lac(bookie_id, i)) for i in range(50)]
+            await asyncio.sleep(0.05)
+            started = loop.time()
+            with pytest.raises(BookieTimeoutError, match="op=READ_LAC"):
+                await pool.read_lac(bookie_id, 200, timeout_s=0.3)
+            assert 0.25 <= loop.time() - started < 2.0
+            assert await asyncio.gather(*answered) == [7] * 50
+            assert not any(s.done() for s in slow)
+            with pytest.raises(BookieTimeoutError):
+                await asyncio.gather(*slow)
+            release.set()  # the late answers find nobody waiting
+            assert await pool.read_lac(bookie_id, 3) == 7
+        assert server.connections == 1
+        await server.stop()
+
+    run(scenario())
+
+
 def test_lost_connection_fails_in_flight_then_reconnects() -> None:
     async def scenario() -> None:
         answer = asyncio.Event()
