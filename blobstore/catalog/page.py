@@ -146,16 +146,47 @@ class IndexPage:
     def split(self, target_bytes: int) -> list[IndexPage]:
         """Cut into consecutive pages of about target_bytes each; the first keeps this
         page's id (and version, for the CAS), the others get new ids."""
-        pieces: list[IndexPage] = []
-        start = 0
+        cuts = []
         acc = 0
         for i, line in enumerate(self.lines):
             acc += len(line) + len(self.keys[i]) + 4
-            last = i == len(self.lines) - 1
-            if acc >= target_bytes and not last:
-                pieces.append(self._slice(start, i + 1))
-                start = i + 1
+            if acc >= target_bytes and i < len(self.lines) - 1:
+                cuts.append(i + 1)
                 acc = 0
+        return self._cut(cuts)
+
+    def append_split(self, before: IndexPage, fill_bytes: int) -> list[IndexPage] | None:
+        """The split for keys appended at a bucket's end (sequential names: times,
+        counters), or None when this page is not that case.
+
+        This page is the last of its bucket and `before` (the same page as read) has
+        had keys added only after its last key. A split in halves would leave every
+        left half half full forever, since no key lands there again, and keep the page
+        that takes every commit at half a page or more. Instead the left page is filled
+        to `fill_bytes` (room left for new versions of its keys) and the rest goes
+        right: the pages behind stay nearly full, and the one written on every commit
+        starts small (as B-tree indexes split their rightmost page)."""
+        n = len(before.keys)
+        if self.hi is not None or n == 0 or len(self.keys) <= n or self.keys[:n] != before.keys:
+            return None
+        sizes = [len(line) + len(key) + 4 for key, line in zip(self.keys, self.lines, strict=True)]
+        acc = 0
+        for i, size in enumerate(sizes):
+            acc += size
+            if acc > fill_bytes:
+                # Not when the tail alone would need splitting again (a huge batch).
+                if i == 0 or sum(sizes[i:]) > fill_bytes:
+                    return None
+                return self._cut([i])
+        return None
+
+    def _cut(self, cuts: list[int]) -> list[IndexPage]:
+        """Pages holding keys [0, cuts[0]), [cuts[0], cuts[1]), ... of this one."""
+        pieces: list[IndexPage] = []
+        start = 0
+        for cut in cuts:
+            pieces.append(self._slice(start, cut))
+            start = cut
         pieces.append(self._slice(start, len(self.keys)))
         # Bounds between pieces: shortest separators; the outer bounds stay.
         for left, right in zip(pieces, pieces[1:], strict=False):

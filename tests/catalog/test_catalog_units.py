@@ -181,6 +181,41 @@ def test_page_codec_split_and_merge() -> None:
     assert encode_versions([]) == b"[]"
 
 
+def test_append_split_fills_the_left_page_for_keys_added_at_the_end() -> None:
+    def page_with(keys: list[str], hi: str | None = None) -> IndexPage:
+        page = IndexPage("p1", "", hi, [], [], version=3)
+        for n, key in enumerate(keys):
+            page.set_versions(key, [object_record("b", key, n).to_dict()])
+        return page
+
+    keys = [f"log-{i:06d}" for i in range(300)]
+    before = page_with(keys[:280])
+    after = before.copy()
+    for n, key in enumerate(keys[280:]):
+        after.set_versions(key, [object_record("b", key, n).to_dict()])
+    # A new version of an old key may come in the same batch.
+    after.set_versions(keys[0], [object_record("b", keys[0], 9).to_dict()])
+    fill = after.encoded_size() * 3 // 4
+    pieces = after.append_split(before, fill)
+    assert pieces is not None and len(pieces) == 2
+    left, right = pieces
+    assert left.page_id == "p1" and left.version == 3 and right.page_id != "p1"
+    assert left.keys + right.keys == keys
+    assert fill * 0.9 <= left.encoded_size() <= fill * 1.01  # about fill_bytes
+    assert left.hi == right.lo and right.hi is None
+    left.check()
+    right.check()
+    # Not the bucket's last page, nothing appended, a key inserted before the end, or a
+    # tail too big for one page: halves as usual.
+    assert page_with(keys, hi="z").append_split(page_with(keys[:280], hi="z"), fill) is None
+    assert after.append_split(after, fill) is None
+    inserted = before.copy()
+    inserted.set_versions("log-000000a", [object_record("b", "log-000000a").to_dict()])
+    inserted.set_versions(keys[290], [object_record("b", keys[290]).to_dict()])
+    assert inserted.append_split(before, fill) is None
+    assert after.append_split(page_with(keys[:10]), fill // 3) is None
+
+
 def test_version_ids_unique_and_newest_first() -> None:
     ids = [new_version_id() for _ in range(2000)]
     assert len(set(ids)) == len(ids)
