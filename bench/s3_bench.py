@@ -368,24 +368,35 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
 
 # --------------------------------------------------------------------------- report
 
-ANALYSIS = """## Where the time goes (py-spy on the gateway under this generator)
+ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this generator)
 
-- **Small objects are bound by the gateway's CPU.** With one worker at 4 KiB x16 the
-  worker runs at ~95% of a core while ZooKeeper (~20%), the three bookies (~7% each) and
-  the generator use the rest; a second worker takes most of what is left of the two
-  cores. A warm GET costs its share of one ZooKeeper `sync` (shared by
-  the concurrent requests of the worker: `fresh_view()`) and one bookie read: bucket
-  records, page maps and index pages are cached under ZooKeeper data watches, and kazoo's
-  replies and watch events reach the event loop in wire order (`LoopDispatchHandler`), so
-  after the sync every cached copy still present is current. Before that change a GET
-  made three ZooKeeper round trips (~360-430 us of kazoo CPU each) and ran at ~270/s.
-  A PUT costs the shared sync, one compare-and-set of the index page (grouped with
-  concurrent commits to the same page) and WQ bookie adds (sent without a task per
-  replica).
-- What remains is spread thin: uvicorn/Starlette request handling (~15%), SigV4
-  verification (~7%), the access log line (~6-8%), the loop's own I/O (~15%), the bookie
-  read or adds, the catalog commit. No single part holds a large share any more.
-- **Latency** (p50 ~20-35 ms at concurrency 16) is queueing behind that CPU, not disk:
+- **Small objects are bound by CPU, the gateway's first.** The two cores are shared by
+  the two gateway workers, ZooKeeper, three bookies and the generator, and at 4 KiB x16
+  they are full. Per 4 KiB GET the workers spend about 1.3-1.5 ms of CPU, ZooKeeper
+  about 0.2 ms, the three bookies 0.2 ms together, the generator 0.12 ms; per 4 KiB PUT
+  about 2 ms in the workers, 0.8 ms in ZooKeeper (each commit rewrites an index page of
+  8-32 KiB) and 0.6 ms in the bookies (journal group commit, WQ=2 copies).
+- **Connections reach every worker.** Each worker listens on its own SO_REUSEPORT
+  socket. With one shared socket (uvicorn's supervisor) the generator's 16 connections
+  landed 13 on one worker and 3 on the other: one core saturated while the other
+  idled. Together with the sync changes below this took small GETs from ~700-750/s
+  to ~1,300-1,500/s (A/B of the two versions, alternated on this machine).
+- **A GET costs one bookie read and its share of one ZooKeeper `sync`.** Bucket records,
+  page maps and index pages are cached under ZooKeeper data watches, and kazoo's replies
+  and watch events reach the event loop in wire order, so after a sync every cached
+  copy still present is current. One sync serves a whole request (its bucket and object
+  reads), and while one is in flight the requests arriving meanwhile share the next:
+  0.42 syncs per GET at x16 where each GET used to send 0.76.
+- **PUT latency and throughput follow the index page.** Sequential names send every
+  commit to a bucket's last page. Commits to one page are grouped per worker (about 3.6
+  per write here), but two workers race for the same page: about 40% of page writes
+  fail their compare-and-set and are redone on a fresh read. The last page now splits
+  by filling its left half (as B-tree indexes do), which halved splits and re-routes
+  and keeps the hot page small; conflicts between workers remain the main waste.
+- What remains is spread thin: uvicorn request handling, SigV4, the loop's own I/O
+  (sends that wake a bookie or the client), prometheus_client's multiprocess files
+  (~6% of a worker: every update writes an mmap'd file), the access log line (~4%).
+- **Latency** (p50 ~10-30 ms at concurrency 16) is queueing behind that CPU, not disk:
   the journal fsync (group commit) is a few ms.
 - **Large PUT and multipart are bound by CPU, mostly the bookies'.** Under 16 MiB PUT x4
   the three bookies use ~40% of a core each and the gateway ~45% (MD5 for the ETag,
@@ -394,11 +405,11 @@ ANALYSIS = """## Where the time goes (py-spy on the gateway under this generator
 - **Large and ranged GET** decode and CRC-check 1 MiB entries and copy them through
   asyncio streams in the gateway. The generator is far from its own limit (its 16 MiB
   GET ceiling is in the table above).
-- **Next steps, by expected gain:** bookie reads into preallocated buffers; a cheaper
-  access-log path; a native asyncio ZooKeeper session would remove kazoo's thread hop
-  (~13% of a core at 4 KiB GETs); more workers where there are more cores (each worker
-  is a whole event loop; here ZooKeeper, three bookies and the generator share the two
-  cores with them).
+- **Next steps, by expected gain:** route a page's commits to one writer (or give
+  pages with heavy traffic a short write lease) so workers and gateways stop redoing
+  each other's compare-and-sets; a native asyncio ZooKeeper session (no kazoo thread,
+  no wake-up pipe per request); in-flight gauges sampled instead of updated per request;
+  more workers where there are more cores.
 """
 
 

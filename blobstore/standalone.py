@@ -33,7 +33,6 @@ them: their entries are part of the cluster until they are decommissioned.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import fcntl
 import json
 import logging
@@ -49,6 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from blobstore.errors import UsageError
+from blobstore.pdeathsig import die_with_parent
 from blobstore.zookeeper_server import ZooKeeperServer, free_port, port_is_free, start_zookeeper
 
 READY_TIMEOUT_S = 90.0
@@ -58,7 +58,6 @@ STOP_TIMEOUT_S = 30.0
 PORT_RELEASE_WAIT_S = 5.0
 CLUSTER_FORMAT_VERSION = 1
 ZK_PORT_PREFERRED = 2181
-PR_SET_PDEATHSIG = 1
 
 
 BOOKIES_MAX = 32
@@ -77,11 +76,7 @@ def _die_with_parent() -> None:
     SIGINT and SIGHUP (terminal gone) to the supervisor (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
+    die_with_parent(signal.SIGKILL)
 
 
 def _reap_leftovers(data_dir: Path) -> int:

@@ -14,7 +14,8 @@ on the port for its whole life: the port stays reserved while workers restart.
 
 A worker that dies is started again (at most once a second per slot); one that fails
 its startup stops the gateway, since its replacement would fail the same way.
-SIGTERM or SIGINT stops every worker gracefully and then the supervisor.
+SIGTERM or SIGINT stops every worker gracefully and then the supervisor; a supervisor
+killed with -9 takes its workers along (they get SIGTERM from the kernel).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import threading
 import time
 from multiprocessing.context import SpawnProcess
 from typing import TYPE_CHECKING
+
+from blobstore.pdeathsig import die_with_parent
 
 if TYPE_CHECKING:
     import uvicorn
@@ -70,11 +73,20 @@ def _cheap_multiprocess_metrics() -> None:
     values.ValueClass = values.MultiProcessValue(process_identifier=lambda: pid[0])
 
 
-def _worker(config: uvicorn.Config, host: str, port: int, log_level: int) -> None:
+def _stop_with_supervisor(supervisor_pid: int) -> None:
+    """SIGTERM (a graceful stop: requests finish, ledgers close) when the supervisor
+    dies, even by kill -9, so no worker keeps the port alone."""
+    die_with_parent(signal.SIGTERM, supervisor_pid)
+
+
+def _worker(
+    config: uvicorn.Config, host: str, port: int, log_level: int, supervisor_pid: int
+) -> None:
     import uvicorn
 
     from blobstore.cli import configure_logging
 
+    _stop_with_supervisor(supervisor_pid)
     configure_logging(log_level)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         _cheap_multiprocess_metrics()
@@ -96,7 +108,7 @@ class Supervisor:
     def _start(self) -> SpawnProcess:
         process = self._context.Process(
             target=_worker,
-            args=(self.config, self.host, self.port, logging.getLogger().level),
+            args=(self.config, self.host, self.port, logging.getLogger().level, os.getpid()),
             daemon=False,
         )
         process.start()

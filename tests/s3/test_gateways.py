@@ -158,6 +158,15 @@ def test_several_workers_share_the_port_and_metrics(
         else:
             raise AssertionError("the killed worker was not replaced")
         assert "event=gateway_worker_died" in multi.log_text()
+        # A supervisor killed with -9 takes its workers along (SIGTERM from the kernel:
+        # they stop gracefully), so none keeps serving the port alone.
+        workers = _children(multi.managed.pid)  # type: ignore[union-attr]
+        os.kill(multi.managed.pid, signal.SIGKILL)  # type: ignore[union-attr]
+        deadline = time.monotonic() + 60
+        while any(_running(pid) for pid in workers):
+            assert time.monotonic() < deadline, "workers outlived their supervisor"
+            time.sleep(0.2)
+        assert "event=gateway_worker_stopped" in multi.log_text()
     finally:
         multi.kill()
 
@@ -170,6 +179,15 @@ def _children(pid: int) -> list[int]:
         for child in children
         if b"resource_tracker" not in Path(f"/proc/{child}/cmdline").read_bytes()
     ]
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's exit status waits for whoever adopts it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _host_ids(gateway: GatewayProcess, connections: int) -> set[str]:
