@@ -188,6 +188,12 @@ class ZooKeeperClient:
     def connected(self) -> bool:
         return bool(self.kazoo.connected)
 
+    @property
+    def session_id(self) -> int | None:
+        """The current session's id (the ephemeralOwner of its ephemeral znodes)."""
+        client_id = self.kazoo.client_id
+        return int(client_id[0]) if client_id else None
+
     def add_state_listener(self, listener: Callable[[KazooState], None]) -> None:
         """`listener(state)` runs on the event loop for every session state change."""
         self._state_listeners.append(listener)

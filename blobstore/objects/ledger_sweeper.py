@@ -15,6 +15,13 @@ Scenario the sweeper handles:
   4. the object A was writing never became visible: its old version is still served.
 A gateway whose own session expired re-registers; its ledgers may have been fenced
 meanwhile, which fails its appends in flight (those PUTs fail, nothing is committed).
+
+A pass lists every ledger, so the cluster runs one every half to whole interval, not
+one per gateway process: a process whose turn comes skips it when `/sweeper` says a
+pass finished less than half an interval ago, or when another holds `/sweeper/lock` (an
+ephemeral znode: a pass cut short by a crash releases it with its session). With many
+gateways of many workers, ZooKeeper sees a full listing once or twice a minute instead
+of once a minute per worker; any process still sweeps when the others are gone.
 """
 
 from __future__ import annotations
@@ -33,13 +40,15 @@ from kazoo.protocol.states import KazooState
 
 from blobstore.ledger import LedgerClient
 from blobstore.ledger.errors import NoSuchLedgerError
-from blobstore.objects.metrics import SWEPT_LEDGERS
+from blobstore.objects.metrics import SWEEP_ROUNDS, SWEPT_LEDGERS
 from blobstore.objects.writer_pool import LEDGER_PASSWORD, PURPOSE
 from blobstore.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)
 
 GATEWAYS_PATH = "/gateways"
+SWEEPER_PATH = "/sweeper"
+SWEEPER_LOCK_PATH = "/sweeper/lock"
 RECOVER_TIMEOUT_S = 60.0
 
 
@@ -136,11 +145,50 @@ class LedgerSweeper:
             # Jitter: gateways started together do not sweep in lockstep.
             await asyncio.sleep(self._interval_s * random.uniform(0.5, 1.0))
             try:
-                await self.sweep_once()
+                if await self._claim_pass():
+                    try:
+                        await self.sweep_once()
+                    finally:
+                        await self._finish_pass()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - the next round tries again
                 logger.warning("event=ledger_sweep_failed error=%r", e)
+
+    async def _claim_pass(self) -> bool:
+        """This process's turn to sweep: no pass finished within half an interval, and
+        the lock taken. Clocks of other hosts only move a pass earlier or later."""
+        await self._zk.ensure_path(SWEEPER_PATH)
+        value, _ = await self._zk.get_with_stat(SWEEPER_PATH)
+        try:
+            finished = float(json.loads(value or b"{}").get("finished", 0.0))
+        except (ValueError, TypeError, AttributeError):
+            finished = 0.0
+        if 0.0 <= time.time() - finished < self._interval_s / 2:
+            SWEEP_ROUNDS.labels("recent").inc()
+            return False
+        try:
+            await self._zk.create(SWEEPER_LOCK_PATH, self._gateway_id.encode(), ephemeral=True)
+        except NodeExistsError:
+            SWEEP_ROUNDS.labels("busy").inc()
+            return False
+        SWEEP_ROUNDS.labels("swept").inc()
+        return True
+
+    async def _finish_pass(self) -> None:
+        """Record the pass and release the lock (if still this session's: a session
+        lost meanwhile took it along, and another process may hold it now). The lock
+        only saves work: two passes at once are safe, recovery is idempotent."""
+        record = {"finished": time.time(), "by": self._gateway_id}
+        try:
+            await self._zk.set(SWEEPER_PATH, json.dumps(record).encode())
+        finally:
+            try:
+                _, stat = await self._zk.get_with_stat(SWEEPER_LOCK_PATH)
+                if stat.ephemeralOwner == self._zk.session_id:
+                    await self._zk.delete(SWEEPER_LOCK_PATH, stat.version)
+            except NoNodeError:
+                pass
 
     async def sweep_once(self) -> list[int]:
         """One pass; returns the ledgers this pass recovered."""

@@ -30,6 +30,12 @@ READ_RETRIES = Counter(
     "Reads restarted from a re-read record or a reopened ledger, by reason",
     ["reason"],
 )
+SWEEP_ROUNDS = Counter(
+    "blobstore_sweep_rounds_total",
+    "This process's sweeper turns: swept, or skipped (a pass finished recently, or another "
+    "process is sweeping)",
+    ["outcome"],
+)
 SWEPT_LEDGERS = Counter(
     "blobstore_swept_ledgers_total",
     "OPEN ledgers of a gone writer that this process recovered and closed",

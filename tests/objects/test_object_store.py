@@ -150,3 +150,47 @@ def test_read_follows_a_record_moved_to_another_ledger(
     with caplog.at_level("INFO", logger="blobstore.objects.store"):
         run(scenario())
     assert "event=read_record_reloaded" in caplog.text
+
+
+def test_one_sweep_pass_per_interval_across_processes(
+    zk_connect: str, bookies: BookieFactory
+) -> None:
+    """Four stores (as four gateway workers) sweeping every ~0.25-0.5 s share about one
+    pass per interval, and an OPEN ledger of a writer that is gone is still recovered."""
+    bookies(3)
+    interval_s = 0.5
+
+    async def scenario() -> None:
+        from prometheus_client import REGISTRY
+
+        from blobstore.objects.writer_pool import LEDGER_PASSWORD, PURPOSE
+
+        def swept() -> float:
+            value = REGISTRY.get_sample_value("blobstore_sweep_rounds_total", {"outcome": "swept"})
+            return value or 0.0
+
+        stores = [ObjectStore(zk_connect, config(sweep_interval_s=interval_s)) for _ in range(4)]
+        for store in stores:
+            await store.start()
+        try:
+            before = swept()
+            window_s = 6.0
+            await asyncio.sleep(window_s)
+            passes = swept() - before
+            # One process alone would sweep 12-24 times in the window; four, 48-96.
+            assert 1 <= passes <= 2 * window_s / interval_s + 2, passes
+            # A ledger left OPEN by a writer that never registered is recovered.
+            ledgers = stores[0].ledgers
+            orphan = await ledgers.create_ledger(
+                3, 2, 2, LEDGER_PASSWORD, {"writer": "gone-gateway", "purpose": PURPOSE}
+            )
+            await orphan.append(b"left behind")
+            deadline = asyncio.get_running_loop().time() + 30
+            while (await ledgers.get_metadata(orphan.ledger_id)).state != "CLOSED":
+                assert asyncio.get_running_loop().time() < deadline, "orphan not recovered"
+                await asyncio.sleep(0.2)
+        finally:
+            for store in stores:
+                await store.close()
+
+    run(scenario())
