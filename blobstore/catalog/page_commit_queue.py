@@ -11,7 +11,8 @@ write carries many mutations.
 Within an attempt, a mutation whose precondition fails (If-Match, If-None-Match) fails
 alone; one whose key left this page (split or merge by another process) is routed again.
 On a version conflict the page is read again and the batch re-applied, with jittered
-backoff, an attempt cap and a deadline. A page grown past page_split_bytes is split in
+backoff, an attempt cap and a deadline; mutations that arrived meanwhile join the retry
+(two processes writing one page then write fewer, larger batches). A page grown past page_split_bytes is split in
 the same write: one multi sets this page, creates the new pages and sets the page map,
 with version checks on the page and the map.
 """
@@ -137,6 +138,20 @@ class PageCommitQueue:
                 self._waiting.clear()
             self.index.queue_idle(self)
 
+    def _top_up(self, batch: list[Mutation], pending: list[Mutation]) -> list[Mutation]:
+        """Before a retry: mutations that arrived since the batch was taken join it (in
+        arrival order, after the batch), so the write that follows the conflict carries
+        them too instead of leaving them for one more write. Added to `batch` as well,
+        whose mutations `_drain` fails if the commit breaks."""
+        if any(m.extra_operations for m in pending):
+            return []
+        room = self.index.config.commit_batch_max - len(pending)
+        taken: list[Mutation] = []
+        while self._waiting and len(taken) < room and not self._waiting[0].extra_operations:
+            taken.append(self._waiting.popleft())
+        batch.extend(taken)
+        return taken
+
     def _take_batch(self, batch_max: int) -> list[Mutation]:
         """Waiting mutations in arrival order; one carrying extra operations goes alone
         (a failed check among them must not fail its neighbours)."""
@@ -162,6 +177,8 @@ class PageCommitQueue:
         validate = False  # read only after a sync
         while pending:
             try:
+                if retry.attempt > 1:
+                    pending += self._top_up(batch, pending)
                 bucket, bucket_version = await index.bucket_state(
                     self.bucket, fresh=retry.attempt > 1
                 )

@@ -297,3 +297,34 @@ def test_retry_policy_caps_attempts_and_deadline() -> None:
     assert all(0 <= s <= 0.01 for s in slept)
     now[0] = 0.0
     assert asyncio.run(attempts(CasRetryPolicy(10_000, 0.05, 10.0, 10.0))) < 10_000
+
+
+def test_a_retried_batch_takes_in_what_arrived_meanwhile() -> None:
+    from types import SimpleNamespace
+
+    from blobstore.catalog.page_commit_queue import Mutation, PageCommitQueue
+
+    async def scenario() -> None:
+        index = SimpleNamespace(config=CatalogConfig(commit_batch_max=4))
+        queue = PageCommitQueue(index, "b", "p")  # type: ignore[arg-type]
+
+        def mutation(key: str, extra: bool = False) -> Mutation:
+            operations = (("check", ("/x", 1)),) if extra else ()
+            return Mutation("b", key, lambda v, _b: (v, None), operations)
+
+        batch = [mutation("a"), mutation("b")]
+        pending = list(batch)
+        queue._waiting.extend([mutation("c"), mutation("d"), mutation("e")])
+        taken = queue._top_up(batch, pending)
+        # Arrival order, up to commit_batch_max; the batch knows them (to fail them).
+        assert [m.key for m in taken] == ["c", "d"]
+        assert [m.key for m in batch] == ["a", "b", "c", "d"]
+        assert [m.key for m in queue._waiting] == ["e"]
+        # A mutation with extra operations goes alone: not added, nor added to.
+        queue._waiting.appendleft(mutation("x", extra=True))
+        assert queue._top_up([mutation("f")], [mutation("f")]) == []
+        solo = [mutation("y", extra=True)]
+        assert queue._top_up(list(solo), solo) == []
+        assert [m.key for m in queue._waiting] == ["x", "e"]
+
+    asyncio.run(scenario())
