@@ -74,6 +74,7 @@ class BookieServer:
         connection_reads_in_flight_max: int,
         in_flight_bytes_max: int,
         long_poll_waiters_max: int,
+        reads_in_flight_max: int = 1024,
         frame_stall_timeout_s: float,
         info: Callable[[], dict[str, Any]],
         checkpoint_soon: Callable[[], None],
@@ -85,6 +86,12 @@ class BookieServer:
         self.connection_in_flight_max = connection_in_flight_max
         # Reads hold whole entries until the socket takes them: fewer of them at once.
         self.connection_reads_in_flight_max = connection_reads_in_flight_max
+        # ... and over all connections together (a bound on the bookie's read memory,
+        # whatever the number of connections): reads, LAC requests, info; not long polls.
+        self.reads_in_flight_max = reads_in_flight_max
+        self.reads_in_flight = 0
+        # Connections that stopped reading because all of them together read too much.
+        self.blocked_on_reads: set[BookieConnection] = set()
         self.in_flight_bytes_max = in_flight_bytes_max
         self.in_flight_bytes = 0
         # Connections that stopped reading because all of them together hold too many bytes.
@@ -146,6 +153,14 @@ class BookieServer:
             for connection in blocked:
                 connection.unblock()
 
+    def read_finished(self) -> None:
+        self.reads_in_flight -= 1
+        assert self.reads_in_flight >= 0, self.reads_in_flight
+        if self.blocked_on_reads and self.reads_in_flight < self.reads_in_flight_max:
+            blocked, self.blocked_on_reads = self.blocked_on_reads, set()
+            for connection in blocked:
+                connection.unblock()
+
     async def drain(self, timeout_s: float) -> None:
         """Stop reading requests, wait (bounded) for in-flight ones, then close connections."""
         self.draining = True
@@ -192,6 +207,8 @@ class BookieConnection(asyncio.Protocol):
         self.buffer = bytearray()
         self.in_flight = 0
         self.tasks_in_flight = 0
+        # A read request waits in the buffer for room (this connection's or the bookie's).
+        self.read_waiting = False
         self.closed = False
         self.reading_paused = False
         self.writing_paused = False
@@ -218,6 +235,7 @@ class BookieConnection(asyncio.Protocol):
         self.closed = True
         self.server.connections.discard(self)
         self.server.blocked_on_bytes.discard(self)
+        self.server.blocked_on_reads.discard(self)
         METRICS.connections.set(len(self.server.connections))
 
     def pause_writing(self) -> None:
@@ -270,10 +288,14 @@ class BookieConnection(asyncio.Protocol):
         over_bytes = server.in_flight_bytes >= server.in_flight_bytes_max
         if over_bytes:
             server.blocked_on_bytes.add(self)
+        over_reads = self.read_waiting and server.reads_in_flight >= server.reads_in_flight_max
+        if over_reads:
+            server.blocked_on_reads.add(self)
         should_pause = (
             server.draining
             or self.writing_paused
             or over_bytes
+            or over_reads
             or self.in_flight >= server.connection_in_flight_max
             or self.tasks_in_flight >= server.connection_reads_in_flight_max
         )
@@ -319,12 +341,18 @@ class BookieConnection(asyncio.Protocol):
                     return
                 if op == Op.ADD_ENTRY:
                     ok = self._add(flags, request_id, buf, body_start, end, adds)
-                elif (
+                elif not _is_long_poll(op, flags) and (
                     self.tasks_in_flight >= self.server.connection_reads_in_flight_max
-                    and not _is_long_poll(op, flags)
+                    or self.server.reads_in_flight >= self.server.reads_in_flight_max
                 ):
-                    break  # stays buffered; reading resumes when a task finishes
+                    # Stays buffered; reading resumes when a read (of this connection,
+                    # or of any for the bookie-wide bound) finishes.
+                    if self.tasks_in_flight < self.server.connection_reads_in_flight_max:
+                        METRICS.read_waits.inc()
+                    self.read_waiting = True
+                    break
                 else:
+                    self.read_waiting = False
                     ok = self._spawn(op, flags, request_id, bytes(buf[body_start:end]))
                 if not ok:
                     return
@@ -508,6 +536,7 @@ class BookieConnection(asyncio.Protocol):
         if counted:
             self._started()
             self.tasks_in_flight += 1
+            self.server.reads_in_flight += 1
         task = asyncio.get_running_loop().create_task(
             self._guard(Op(op), request_id, coro, counted)
         )
@@ -528,6 +557,7 @@ class BookieConnection(asyncio.Protocol):
             METRICS.requests.labels(op.name, STATUS_NAMES[int(status)]).inc()
             if counted:
                 self.tasks_in_flight -= 1
+                self.server.read_finished()
                 self._finished()
 
     async def _read_entry(

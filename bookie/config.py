@@ -52,6 +52,8 @@ class BookieConfig:
     connection_in_flight_max: int = 512
     connection_reads_in_flight_max: int = 64
     in_flight_bytes_max: int = 256 * MIB
+    # Reads (and other non-add requests) in flight over all connections.
+    reads_in_flight_max: int = 1024
     long_poll_waiters_max: int = 10_000
     # A connection holding part of a frame that gets no more bytes for this long is closed
     # (a stalled or malicious client must not keep a connection slot and its buffer).
@@ -128,6 +130,11 @@ class BookieConfig:
             ">= two maximal frames (10 MiB)",
         )
         need(self.long_poll_waiters_max >= 1, "long_poll_waiters_max", ">= 1")
+        need(
+            self.connection_reads_in_flight_max <= self.reads_in_flight_max <= 1_000_000,
+            "reads_in_flight_max",
+            "in [connection_reads_in_flight_max, 1000000]",
+        )
         need(self.shutdown_timeout_s > 0, "shutdown_timeout_s", "> 0")
         need(
             0.1 <= self.frame_stall_timeout_s <= 3600,

@@ -223,6 +223,7 @@ class Bookie:
             connection_in_flight_max=config.connection_in_flight_max,
             connection_reads_in_flight_max=config.connection_reads_in_flight_max,
             in_flight_bytes_max=config.in_flight_bytes_max,
+            reads_in_flight_max=config.reads_in_flight_max,
             long_poll_waiters_max=config.long_poll_waiters_max,
             frame_stall_timeout_s=config.frame_stall_timeout_s,
             info=self.info,

@@ -43,6 +43,12 @@ class BookieMetrics:
             "connections closed after holding part of a frame for frame_stall_timeout_s",
             registry=r,
         )
+        self.read_waits = Counter(
+            "bookie_read_waits",
+            "times a connection's next read waited because all connections together had "
+            "reads_in_flight_max reads in flight",
+            registry=r,
+        )
         self.journal_fsync_seconds = Histogram(
             "bookie_journal_fsync_latency_seconds",
             "journal write + fsync of one batch",

@@ -338,6 +338,48 @@ def test_stalled_partial_frame_is_closed_idle_connection_is_not(bookies: BookieF
     assert bookie.alive()
 
 
+def test_reads_over_all_connections_are_bounded(bookies: BookieFactory) -> None:
+    """With reads_in_flight_max=2 (one per connection), six connections pipelining 40
+    reads each wait their turn: every read is answered with the right bytes, and the
+    waits show in bookie_read_waits_total. Adds on those connections still go through."""
+    (bookie,) = bookies(
+        1,
+        extra_args=["--connection-reads-in-flight-max", "1", "--reads-in-flight-max", "2"],
+    )
+    rng = random.Random(seed())
+    payloads = {entry: rng.randbytes(rng.choice([10, 4000, 60_000])) for entry in range(40)}
+
+    async def scenario() -> None:
+        writer = await RawBookie.connect(bookie.port)
+        try:
+            for entry, payload in payloads.items():
+                assert await writer.add(77, entry, payload) == Status.OK
+        finally:
+            await writer.close()
+        clients = [await RawBookie.connect(bookie.port) for _ in range(6)]
+        try:
+            reads = [
+                asyncio.ensure_future(client.read_payload(77, entry))
+                for client in clients
+                for entry in payloads
+            ]
+            adds = [
+                asyncio.ensure_future(client.add(78 + n, 0, b"behind reads"))
+                for n, client in enumerate(clients)
+            ]
+            results = await asyncio.wait_for(asyncio.gather(*reads), WAIT_S)
+            assert results == [payloads[e] for _ in clients for e in payloads]
+            assert await asyncio.wait_for(asyncio.gather(*adds), WAIT_S) == [Status.OK] * 6
+        finally:
+            for client in clients:
+                await client.close()
+
+    asyncio.run(scenario())
+    metrics = http_get(bookie.http_port, "/metrics")[1]
+    assert metric_value(metrics, "bookie_read_waits_total") > 0
+    assert bookie.alive()
+
+
 def test_lac_long_poll_and_explicit_lac(bookies: BookieFactory, zk_client) -> None:  # type: ignore[no-untyped-def]
     from bookie import zk_layout
 
