@@ -85,7 +85,7 @@ class _LoopQueue:
             pass
 
 
-class LoopDispatchHandler(SequentialThreadingHandler):
+class LoopDispatchHandler(SequentialThreadingHandler):  # type: ignore[misc]
     """kazoo's threading handler with completions and watch callbacks run on the asyncio
     loop, in arrival order (kazoo's own handler runs them on two separate threads, so a
     watch event may be handled after the reply that follows it on the wire)."""
@@ -93,7 +93,7 @@ class LoopDispatchHandler(SequentialThreadingHandler):
     def __init__(self) -> None:
         super().__init__()
         self._loop_queue = _LoopQueue()
-        self.callback_queue = self.completion_queue = self._loop_queue  # type: ignore[assignment]
+        self.callback_queue = self.completion_queue = self._loop_queue
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop_queue.loop = loop
@@ -239,7 +239,8 @@ class ZooKeeperClient:
         return value, stat
 
     async def exists(self, path: str) -> ZnodeStat | None:
-        return await self._call(lambda: self.kazoo.exists_async(path))  # type: ignore[no-any-return]
+        stat: ZnodeStat | None = await self._call(lambda: self.kazoo.exists_async(path))
+        return stat
 
     async def get_children(
         self, path: str, watch: Callable[[Any], None] | None = None

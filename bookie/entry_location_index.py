@@ -112,6 +112,7 @@ class EntryLocationIndex:
     def load_states(self) -> dict[int, LedgerStateRecord]:
         states = {}
         for key, value in self._db.items(from_key=b"l"):
+            assert isinstance(key, bytes) and isinstance(value, bytes)
             if key[:1] != b"l":
                 break
             states[LEDGER_KEY.unpack(key)[1]] = LedgerStateRecord.decode(value)
@@ -120,6 +121,7 @@ class EntryLocationIndex:
     def load_log_ledger_bytes(self) -> dict[int, dict[int, int]]:
         result: dict[int, dict[int, int]] = {}
         for key, value in self._db.items(from_key=b"g"):
+            assert isinstance(key, bytes) and isinstance(value, bytes)
             if key[:1] != b"g":
                 break
             _, log_id, ledger_id = LOG_LEDGER_KEY.unpack(key)

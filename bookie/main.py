@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     import prometheus_client
     import uvloop
 
-    prometheus_client.disable_created_metrics()  # `*_created` series: noise for a server
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # `*_created` series: noise for a server
 
     try:
         return uvloop.run(Bookie(config).main())

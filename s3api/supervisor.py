@@ -70,7 +70,9 @@ def _cheap_multiprocess_metrics() -> None:
         pid[0] = os.getpid()
 
     os.register_at_fork(after_in_child=refresh)
-    values.ValueClass = values.MultiProcessValue(process_identifier=lambda: pid[0])
+    values.ValueClass = values.MultiProcessValue(  # type: ignore[no-untyped-call]
+        process_identifier=lambda: pid[0]
+    )
 
 
 def _stop_with_supervisor(supervisor_pid: int) -> None:

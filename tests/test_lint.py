@@ -1,4 +1,5 @@
-"""ruff (lint and format) gates every commit: the suite fails on a lint error."""
+"""ruff (lint and format) and mypy --strict gate every commit: the suite fails on a lint
+or type error."""
 
 from __future__ import annotations
 
@@ -27,4 +28,16 @@ def test_ruff_check_is_clean() -> None:
 
 def test_ruff_format_is_clean() -> None:
     result = ruff("format", "--check", "--no-cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_strict_is_clean() -> None:
+    """The product packages type-check under `strict` (settings in pyproject.toml)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "bookie", "blobstore", "s3api"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -150,9 +150,9 @@ class LedgerRecoveryOp:
             found = await self._read_for_recovery(metadata, entry_id)
             if found is None:
                 break
-            entry, raw = found
+            recovered_entry, raw = found
             await handle.wait_for_capacity()
-            handle.append_entry_bytes(entry, raw)
+            handle.append_entry_bytes(recovered_entry, raw)
             recovered += 1
             entry_id += 1
         closed = await handle.close()

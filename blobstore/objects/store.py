@@ -19,7 +19,7 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -242,7 +242,7 @@ class ObjectStore:
 
     # ------------------------------------------------------------------ reads
 
-    async def read(self, record: ObjectRecord, start: int, end: int) -> AsyncIterator[bytes]:
+    async def read(self, record: ObjectRecord, start: int, end: int) -> AsyncGenerator[bytes, None]:
         """Bytes start..end (inclusive) of the object. When a ledger vanished under the
         reader (compaction moved the object), re-read the record and go on from there."""
         assert self._read_handles is not None, "ObjectStore not started"

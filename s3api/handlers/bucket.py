@@ -11,6 +11,7 @@ from dataclasses import replace
 from starlette.responses import Response
 
 from blobstore.catalog.errors import NoSuchKeyError, NoSuchVersionError
+from blobstore.catalog.records import ObjectRecord
 from s3api import xml as s3xml
 from s3api.errors import S3Error, to_s3_error
 from s3api.handlers._private import xml_response
@@ -188,7 +189,7 @@ async def list_objects_v2(ctx: S3Context) -> Response:
     position = start_after
     if token is not None:
         position = max(_untoken(token), start_after)
-    contents: list = []
+    contents: list[ObjectRecord] = []
     prefixes: list[str] = []
     truncated, next_after = False, ""
     if max_keys:
@@ -227,7 +228,7 @@ async def list_objects_v1(ctx: S3Context) -> Response:
     delimiter = ctx.query.get("delimiter", "")
     marker = ctx.query.get("marker", "")
     max_keys = parse_max_count(ctx.query.get("max-keys"))
-    contents: list = []
+    contents: list[ObjectRecord] = []
     prefixes: list[str] = []
     truncated, next_after = False, ""
     if max_keys:
@@ -272,7 +273,7 @@ async def list_object_versions(ctx: S3Context) -> Response:
             ArgumentValue=version_id_marker,
         )
     max_keys = parse_max_count(ctx.query.get("max-keys"))
-    versions: list = []
+    versions: list[ObjectRecord] = []
     prefixes: list[str] = []
     truncated, next_key, next_version = False, "", ""
     if max_keys:

@@ -184,8 +184,9 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
             raise S3Error("InvalidPart", f"A part was uploaded without its {algorithm} checksum")
         if upload.checksum_type == FULL_OBJECT:
             value = combine_full_object(
-                algorithm, [(v, p.size) for v, p in zip(values, parts, strict=True)]
-            )  # type: ignore[misc]
+                algorithm,
+                [(v, p.size) for v, p in zip(values, parts, strict=True) if v is not None],
+            )
             declared = ctx.headers.get(header_name(algorithm))
             if declared is not None and decode_checksum_value(
                 algorithm, declared
