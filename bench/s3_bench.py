@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -256,6 +257,8 @@ class Cluster:
                 child.kill()
         if self.zookeeper is not None:
             self.zookeeper.stop()
+        # Gigabytes of journals and entry logs per run: gone with the cluster.
+        shutil.rmtree(self.work, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- phases
@@ -595,6 +598,10 @@ def main() -> int:
     if args.serve:
 
         def stop(_signum: int, _frame: object) -> None:
+            # Once: a second signal must not cut the cleanup short (it would leave
+            # ZooKeeper running and the data behind).
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             raise KeyboardInterrupt
 
         # also when started in the background, where SIGINT is ignored
