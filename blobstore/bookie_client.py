@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import itertools
 import json
 import logging
-import math
 import random
 import time
 from collections import deque
@@ -49,7 +49,6 @@ IN_FLIGHT_MAX_DEFAULT = 4096
 RECONNECT_BACKOFF_S_MIN = 0.05
 RECONNECT_BACKOFF_S_MAX = 2.0
 STREAM_LIMIT_BYTES = 1 << 16
-DEADLINE_GRAIN_S = 0.01
 
 assert RECONNECT_BACKOFF_S_MAX >= RECONNECT_BACKOFF_S_MIN > 0
 
@@ -280,12 +279,10 @@ class _BookieConnection:
         # request id -> its answer callback, called exactly once: (frame, None) or
         # (None, error). Called from the reader task, or by the deadline timer.
         self._pending: dict[int, Answer] = {}
-        # Deadlines without a timer per request: one FIFO per timeout value (deadlines
-        # of one timeout come in the order requests were sent) and one timer, armed at
-        # the earliest head. Entries of answered requests are dropped from the heads
-        # when a queue outgrows twice the requests in flight (answers come mostly in
-        # order), and when the timer fires.
-        self._deadlines: dict[int, deque[tuple[float, int, str]]] = {}
+        # Deadlines without a timer per request: a heap of (deadline, request id, op,
+        # timeout) and one timer, armed at the earliest. Entries of answered requests stay until
+        # they reach the top or the heap outgrows twice the requests in flight.
+        self._deadlines: list[tuple[float, int, str, float]] = []
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._deadline_armed_at = 0.0
         self._request_ids = itertools.count(1)
@@ -464,16 +461,13 @@ class _BookieConnection:
         request_id = next(self._request_ids)
         self._pending[request_id] = answered
         deadline = asyncio.get_running_loop().time() + timeout_s
-        # Timeouts that differ by less than DEADLINE_GRAIN_S share a queue (a request's
-        # time left after waiting for a slot varies): one may then expire up to that
-        # much late, behind a neighbour with a later deadline.
-        key = math.ceil(timeout_s / DEADLINE_GRAIN_S)
-        queue = self._deadlines.get(key)
-        if queue is None:
-            queue = self._deadlines[key] = deque()
-        queue.append((deadline, request_id, op.name))
-        if len(queue) > 2 * len(self._pending) + 64:
-            self._trim_deadlines()  # answered requests at the head: bounded, amortized O(1)
+        heapq.heappush(self._deadlines, (deadline, request_id, op.name, timeout_s))
+        if len(self._deadlines) > 2 * len(self._pending) + 64:
+            # Drop answered requests: bounded, amortized O(1) per request. In place: an
+            # answer callback run by `_expire_deadlines` may send (and land here).
+            pending = self._pending
+            self._deadlines[:] = [d for d in self._deadlines if d[1] in pending]
+            heapq.heapify(self._deadlines)
         if self._deadline_timer is None or deadline < self._deadline_armed_at:
             self._arm_deadlines(deadline)
         self._queue_frame(writer, _frame_parts(op, flags, request_id, body))
@@ -489,39 +483,27 @@ class _BookieConnection:
             self._deadline_timer.cancel()
             self._deadline_timer = None
 
-    def _trim_deadlines(self) -> None:
-        pending = self._pending
-        for queue in self._deadlines.values():
-            while queue and queue[0][1] not in pending:
-                queue.popleft()
-
     def _expire_deadlines(self) -> None:
         """Fail every request past its deadline (its outcome on the bookie is unknown;
         the connection stays, a late answer is dropped) and re-arm at the next one."""
         self._deadline_timer = None
         now = asyncio.get_running_loop().time()
+        deadlines = self._deadlines
         pending = self._pending
-        earliest: float | None = None
-        for key, queue in list(self._deadlines.items()):
-            while queue and (queue[0][0] <= now or queue[0][1] not in pending):
-                _, request_id, op_name = queue.popleft()
-                answer = pending.pop(request_id, None)
-                if answer is not None:
-                    _call_answer(
-                        answer,
-                        None,
-                        BookieTimeoutError(
-                            f"bookie={self.bookie_id} op={op_name} no answer within "
-                            f"{key * DEADLINE_GRAIN_S:.2f}s",
-                            bookie_id=self.bookie_id,
-                        ),
-                    )
-            if not queue:
-                del self._deadlines[key]
-            elif earliest is None or queue[0][0] < earliest:
-                earliest = queue[0][0]
-        if earliest is not None:
-            self._arm_deadlines(earliest)
+        while deadlines and (deadlines[0][0] <= now or deadlines[0][1] not in pending):
+            _, request_id, op_name, timeout_s = heapq.heappop(deadlines)
+            answer = pending.pop(request_id, None)
+            if answer is not None:
+                _call_answer(
+                    answer,
+                    None,
+                    BookieTimeoutError(
+                        f"bookie={self.bookie_id} op={op_name} no answer within {timeout_s:.3f}s",
+                        bookie_id=self.bookie_id,
+                    ),
+                )
+        if deadlines:
+            self._arm_deadlines(deadlines[0][0])
 
     def _queue_frame(self, writer: asyncio.StreamWriter, parts: list[bytes]) -> None:
         if self._outgoing_writer is not writer:
