@@ -184,8 +184,7 @@ class Catalog:
             while True:
                 await self.zk.fresh_view()
                 _, bucket_version = await self.index.bucket_state(name, fresh=True)
-                root = await self.index.root_map(name, fresh=True)
-                shards = await self.index.shards(name)
+                root, shards = await self.index.map_snapshot(name)
                 page_ids = [page_id for shard in shards for page_id in shard.page_ids]
                 pages = []
                 for page_id in page_ids:  # stops at the first page holding keys
@@ -398,8 +397,7 @@ class Catalog:
         For restores, imports and benchmarks; returns the number of pages written."""
         _existing_bucket_name(bucket)
         with zookeeper_errors("bulk load"):
-            root = await self.index.root_map(bucket, fresh=True)
-            shards = await self.index.shards(bucket)
+            root, shards = await self.index.map_snapshot(bucket)
             if len(shards) != 1 or len(shards[0].page_ids) != 1:
                 raise BucketNotEmptyError(bucket, "objects")
             old_shard = shards[0]

@@ -175,8 +175,13 @@ class ObjectIndex:
         raise CatalogBusyError(f"bucket {bucket!r}: page map kept moving under key {key!r}")
 
     async def shards(self, bucket: str) -> list[PageMap]:
-        """Every shard of the bucket's page map, in key order, read fresh (for bucket
-        deletion, bulk loads and checks; retried while shards split meanwhile)."""
+        """Every shard of the bucket's page map, in key order, read fresh."""
+        return (await self.map_snapshot(bucket))[1]
+
+    async def map_snapshot(self, bucket: str) -> tuple[RootMap, list[PageMap]]:
+        """The root map and every shard it names, in key order, read fresh and agreeing
+        with each other (for bucket deletion, bulk loads and checks, whose multi checks
+        the versions; retried while shards split meanwhile)."""
         for _ in range(self.config.reroutes_max):
             root = await self.root_map(bucket, fresh=True)
             try:
@@ -193,7 +198,7 @@ class ObjectIndex:
                 (shard.lo, shard.hi) == (root.bounds[i], root.upper_bound(i))
                 for i, shard in enumerate(shards)
             ):
-                return shards
+                return root, shards
         raise CatalogBusyError(f"bucket {bucket!r}: page map kept moving")
 
     async def page_ids(self, bucket: str) -> list[str]:
