@@ -11,7 +11,7 @@ from dataclasses import replace
 from starlette.responses import Response
 
 from blobstore.catalog.errors import NoSuchKeyError, NoSuchVersionError
-from blobstore.catalog.records import ObjectRecord
+from blobstore.catalog.records import ListResult
 from s3api import xml as s3xml
 from s3api.errors import S3Error, to_s3_error
 from s3api.handlers._private import xml_response
@@ -177,6 +177,21 @@ def _untoken(token: str) -> str:
         ) from None
 
 
+async def _list_objects(
+    ctx: S3Context, prefix: str, delimiter: str, start_after: str, max_keys: int
+) -> ListResult:
+    """One page of keys for ListObjects v1 and v2, in the request's view (max-keys 0:
+    an empty, untruncated page; nothing is read)."""
+    return await ctx.store.catalog.list_objects(
+        ctx.bucket,
+        prefix=prefix,
+        delimiter=delimiter,
+        start_after=start_after,
+        max_keys=max_keys,
+        view=ctx.view(),
+    )
+
+
 async def list_objects_v2(ctx: S3Context) -> Response:
     await ctx.owned_bucket()
     encoding_type = _encoding_type(ctx)
@@ -189,31 +204,20 @@ async def list_objects_v2(ctx: S3Context) -> Response:
     position = start_after
     if token is not None:
         position = max(_untoken(token), start_after)
-    contents: list[ObjectRecord] = []
-    prefixes: list[str] = []
-    truncated, next_after = False, ""
-    if max_keys:
-        result = await ctx.store.catalog.list_objects(
-            ctx.bucket,
-            prefix=prefix,
-            delimiter=delimiter,
-            start_after=position,
-            max_keys=max_keys,
-            view=ctx.view(),
-        )
-        contents, prefixes = result.contents, result.common_prefixes
-        truncated, next_after = result.is_truncated, result.next_start_after
+    result = await _list_objects(ctx, prefix, delimiter, position, max_keys)
     return xml_response(
         s3xml.list_bucket_result_v2(
             ctx.bucket,
             prefix=prefix,
             delimiter=delimiter,
             max_keys=max_keys,
-            is_truncated=truncated,
-            contents=contents,
-            common_prefixes=prefixes,
+            is_truncated=result.is_truncated,
+            contents=result.contents,
+            common_prefixes=result.common_prefixes,
             continuation_token=token,
-            next_continuation_token=_token(next_after) if truncated else None,
+            next_continuation_token=(
+                _token(result.next_start_after) if result.is_truncated else None
+            ),
             start_after=start_after or None,
             fetch_owner=fetch_owner,
             encoding_type=encoding_type,
@@ -228,20 +232,7 @@ async def list_objects_v1(ctx: S3Context) -> Response:
     delimiter = ctx.query.get("delimiter", "")
     marker = ctx.query.get("marker", "")
     max_keys = parse_max_count(ctx.query.get("max-keys"))
-    contents: list[ObjectRecord] = []
-    prefixes: list[str] = []
-    truncated, next_after = False, ""
-    if max_keys:
-        result = await ctx.store.catalog.list_objects(
-            ctx.bucket,
-            prefix=prefix,
-            delimiter=delimiter,
-            start_after=marker,
-            max_keys=max_keys,
-            view=ctx.view(),
-        )
-        contents, prefixes = result.contents, result.common_prefixes
-        truncated, next_after = result.is_truncated, result.next_start_after
+    result = await _list_objects(ctx, prefix, delimiter, marker, max_keys)
     return xml_response(
         s3xml.list_bucket_result_v1(
             ctx.bucket,
@@ -249,10 +240,10 @@ async def list_objects_v1(ctx: S3Context) -> Response:
             delimiter=delimiter,
             marker=marker,
             max_keys=max_keys,
-            is_truncated=truncated,
-            next_marker=next_after or None,
-            contents=contents,
-            common_prefixes=prefixes,
+            is_truncated=result.is_truncated,
+            next_marker=result.next_start_after or None,
+            contents=result.contents,
+            common_prefixes=result.common_prefixes,
             encoding_type=encoding_type,
         )
     )
@@ -273,22 +264,15 @@ async def list_object_versions(ctx: S3Context) -> Response:
             ArgumentValue=version_id_marker,
         )
     max_keys = parse_max_count(ctx.query.get("max-keys"))
-    versions: list[ObjectRecord] = []
-    prefixes: list[str] = []
-    truncated, next_key, next_version = False, "", ""
-    if max_keys:
-        result = await ctx.store.catalog.list_object_versions(
-            ctx.bucket,
-            prefix=prefix,
-            delimiter=delimiter,
-            key_marker=key_marker,
-            version_id_marker=version_id_marker,
-            max_keys=max_keys,
-            view=ctx.view(),
-        )
-        versions, prefixes = result.versions, result.common_prefixes
-        truncated = result.is_truncated
-        next_key, next_version = result.next_key_marker, result.next_version_id_marker
+    result = await ctx.store.catalog.list_object_versions(
+        ctx.bucket,
+        prefix=prefix,
+        delimiter=delimiter,
+        key_marker=key_marker,
+        version_id_marker=version_id_marker,
+        max_keys=max_keys,
+        view=ctx.view(),
+    )
     return xml_response(
         s3xml.list_versions_result(
             ctx.bucket,
@@ -297,11 +281,11 @@ async def list_object_versions(ctx: S3Context) -> Response:
             key_marker=key_marker,
             version_id_marker=version_id_marker,
             max_keys=max_keys,
-            is_truncated=truncated,
-            next_key_marker=next_key or None,
-            next_version_id_marker=next_version or None,
-            versions=versions,
-            common_prefixes=prefixes,
+            is_truncated=result.is_truncated,
+            next_key_marker=result.next_key_marker or None,
+            next_version_id_marker=result.next_version_id_marker or None,
+            versions=result.versions,
+            common_prefixes=result.common_prefixes,
             encoding_type=encoding_type,
         )
     )
