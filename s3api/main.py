@@ -14,7 +14,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import tempfile
 
 from blobstore.errors import UsageError
@@ -62,22 +61,19 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     import uvicorn
 
-    from s3api.supervisor import Supervisor, reuseport_socket
+    from s3api.supervisor import Supervisor, bound_socket
 
     private_metrics_dir = None
     if config.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         private_metrics_dir = tempfile.mkdtemp(prefix="blobstore-gateway-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = private_metrics_dir
-    if config.workers > 1:
-        # Only reserves the port: each worker listens on its own socket.
-        try:
-            sock = reuseport_socket(config.host, config.port)
-        except OSError as e:
-            raise UsageError(
-                f"cannot listen on {config.host}:{config.port}: {e.strerror}"
-            ) from None
-    else:
-        sock = _bind(config.host, config.port, config.backlog)
+    try:
+        # With workers, this socket only reserves the port: each listens on its own.
+        sock = bound_socket(config.host, config.port, reuse_port=config.workers > 1)
+    except OSError as e:
+        raise UsageError(f"cannot listen on {config.host}:{config.port}: {e.strerror}") from None
+    if config.workers == 1:
+        sock.listen(config.backlog)
     port = sock.getsockname()[1]
     os.environ[CONFIG_ENV] = config.to_json()
     os.environ["BLOBSTORE_GATEWAY_BOUND_PORT"] = str(port)
@@ -135,17 +131,3 @@ def run(args: argparse.Namespace) -> int:
     if stop_signals:
         logger.info("event=gateway_stopped signal=%d", stop_signals[0])
     return 0
-
-
-def _bind(host: str, port: int, backlog: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}") from None
-    sock.listen(backlog)
-    sock.set_inheritable(True)
-    return sock

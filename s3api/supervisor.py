@@ -43,13 +43,15 @@ RESTART_INTERVAL_S = 1.0
 CHECK_INTERVAL_S = 0.5
 
 
-def reuseport_socket(host: str, port: int) -> socket.socket:
-    """A socket bound to (host, port) with SO_REUSEPORT, not yet listening."""
+def bound_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A TCP socket bound to (host, port), not yet listening; with `reuse_port`, one of
+    the group of SO_REUSEPORT sockets on that port."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
     except OSError:
         sock.close()
@@ -75,12 +77,6 @@ def _cheap_multiprocess_metrics() -> None:
     )
 
 
-def _stop_with_supervisor(supervisor_pid: int) -> None:
-    """SIGTERM (a graceful stop: requests finish, ledgers close) when the supervisor
-    dies, even by kill -9, so no worker keeps the port alone."""
-    die_with_parent(signal.SIGTERM, supervisor_pid)
-
-
 def _worker(
     config: uvicorn.Config, host: str, port: int, log_level: int, supervisor_pid: int
 ) -> None:
@@ -88,11 +84,13 @@ def _worker(
 
     from blobstore.cli import configure_logging
 
-    _stop_with_supervisor(supervisor_pid)
+    # SIGTERM (a graceful stop: requests finish, ledgers close) when the supervisor dies,
+    # even by kill -9, so no worker keeps the port alone.
+    die_with_parent(signal.SIGTERM, supervisor_pid)
     configure_logging(log_level)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         _cheap_multiprocess_metrics()
-    sock = reuseport_socket(host, port)
+    sock = bound_socket(host, port, reuse_port=True)
     uvicorn.Server(config).run(sockets=[sock])
 
 
