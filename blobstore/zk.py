@@ -297,10 +297,6 @@ class ZooKeeperClient:
         except NoNodeError:
             pass
 
-    async def sync(self, path: str = "/") -> None:
-        """Make this session's server catch up with the leader before the next read."""
-        await self._call(lambda: self.kazoo.sync_async(path))
-
     def fresh_view_started(self) -> asyncio.Future[None]:
         """Start a fresh view and return its completion, without waiting.
 

@@ -60,6 +60,15 @@ def _is_long_poll(op: int, flags: int) -> bool:
     return op == Op.READ_ENTRY and bool(flags & protocol.ReadFlag.LONG_POLL)
 
 
+def _unblock(blocked: set[BookieConnection]) -> None:
+    """A bookie-wide bound has room again: the connections it stopped read and handle
+    their buffered frames (one that hits a bound again rejoins a set)."""
+    connections = list(blocked)
+    blocked.clear()
+    for connection in connections:
+        connection.unblock()
+
+
 class BookieServer:
     """Request handling shared by all connections."""
 
@@ -74,7 +83,7 @@ class BookieServer:
         connection_reads_in_flight_max: int,
         in_flight_bytes_max: int,
         long_poll_waiters_max: int,
-        reads_in_flight_max: int = 1024,
+        reads_in_flight_max: int,
         frame_stall_timeout_s: float,
         info: Callable[[], dict[str, Any]],
         checkpoint_soon: Callable[[], None],
@@ -149,17 +158,13 @@ class BookieServer:
         self.in_flight_bytes -= count
         assert self.in_flight_bytes >= 0, self.in_flight_bytes
         if self.blocked_on_bytes and self.in_flight_bytes < self.in_flight_bytes_max:
-            blocked, self.blocked_on_bytes = self.blocked_on_bytes, set()
-            for connection in blocked:
-                connection.unblock()
+            _unblock(self.blocked_on_bytes)
 
     def read_finished(self) -> None:
         self.reads_in_flight -= 1
         assert self.reads_in_flight >= 0, self.reads_in_flight
         if self.blocked_on_reads and self.reads_in_flight < self.reads_in_flight_max:
-            blocked, self.blocked_on_reads = self.blocked_on_reads, set()
-            for connection in blocked:
-                connection.unblock()
+            _unblock(self.blocked_on_reads)
 
     async def drain(self, timeout_s: float) -> None:
         """Stop reading requests, wait (bounded) for in-flight ones, then close connections."""
@@ -256,7 +261,7 @@ class BookieConnection(asyncio.Protocol):
         return False  # close our side too once the client is done
 
     def unblock(self) -> None:
-        """The bookie-wide byte bound has room again: read and handle buffered frames."""
+        """A bookie-wide bound has room again: read and handle buffered frames."""
         if not self.closed:
             self._update_reading()
             if not self.reading_paused:
