@@ -148,9 +148,10 @@ class IndexPage:
         page's id (and version, for the CAS), the others get new ids."""
         cuts = []
         acc = 0
-        for i, line in enumerate(self.lines):
-            acc += len(line) + len(self.keys[i]) + 4
-            if acc >= target_bytes and i < len(self.lines) - 1:
+        sizes = self._entry_sizes()
+        for i, size in enumerate(sizes):
+            acc += size
+            if acc >= target_bytes and i < len(sizes) - 1:
                 cuts.append(i + 1)
                 acc = 0
         return self._cut(cuts)
@@ -169,7 +170,7 @@ class IndexPage:
         n = len(before.keys)
         if self.hi is not None or n == 0 or len(self.keys) <= n or self.keys[:n] != before.keys:
             return None
-        sizes = [len(line) + len(key) + 4 for key, line in zip(self.keys, self.lines, strict=True)]
+        sizes = self._entry_sizes()
         acc = 0
         for i, size in enumerate(sizes):
             acc += size
@@ -179,6 +180,10 @@ class IndexPage:
                     return None
                 return self._cut([i])
         return None
+
+    def _entry_sizes(self) -> list[int]:
+        """About what each key adds to the encoded page (its line, its key in the header)."""
+        return [len(line) + len(key) + 4 for key, line in zip(self.keys, self.lines, strict=True)]
 
     def _cut(self, cuts: list[int]) -> list[IndexPage]:
         """Pages holding keys [0, cuts[0]), [cuts[0], cuts[1]), ... of this one."""

@@ -12,9 +12,9 @@ Within an attempt, a mutation whose precondition fails (If-Match, If-None-Match)
 alone; one whose key left this page (split or merge by another process) is routed again.
 On a version conflict the page is read again and the batch re-applied, with jittered
 backoff, an attempt cap and a deadline; mutations that arrived meanwhile join the retry
-(two processes writing one page then write fewer, larger batches). A page grown past page_split_bytes is split in
-the same write: one multi sets this page, creates the new pages and sets the page map,
-with version checks on the page and the map.
+(two processes writing one page then write fewer, larger batches). A page grown past
+page_split_bytes is split in the same write: one multi sets this page, creates the new
+pages and sets the page map, with version checks on the page and the map.
 """
 
 from __future__ import annotations
