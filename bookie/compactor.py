@@ -21,7 +21,6 @@ bookie gets space back.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 
@@ -110,11 +109,8 @@ class Compactor:
     async def compact(self, threshold: float, kind: str) -> int:
         """Compact every log under the threshold; returns the bytes freed."""
         storage = self.storage
-        loop = asyncio.get_running_loop()
-        ratios = await loop.run_in_executor(storage.storage_executor, live_ratios, storage)
+        ratios = await storage.in_storage_thread(live_ratios, storage)
         freed = 0
         for log_id in candidates(ratios, threshold, storage.entry_logger.current_log_id):
-            freed += await loop.run_in_executor(
-                storage.storage_executor, compact_log, storage, log_id, kind
-            )
+            freed += await storage.in_storage_thread(compact_log, storage, log_id, kind)
         return freed

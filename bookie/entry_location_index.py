@@ -97,6 +97,7 @@ class EntryLocationIndex:
         self._db = rocksdict.Rdict(path, options)
         self._sync = rocksdict.WriteOptions()
         self._sync.sync = True
+        self._unsynced = rocksdict.WriteOptions()
 
     def close(self) -> None:
         self._db.close()
@@ -134,8 +135,12 @@ class EntryLocationIndex:
         states: dict[int, LedgerStateRecord],
         log_ledger_bytes: dict[tuple[int, int], int],
         mark: tuple[int, int] | None,
+        *,
+        sync: bool = True,
     ) -> None:
-        """One atomic, synced batch (a checkpoint or a compaction)."""
+        """One atomic batch (a checkpoint's slice or its end, a compaction); synced
+        unless `sync` is False. A synced write makes every earlier one durable too: they
+        share RocksDB's write-ahead log."""
         batch = rocksdict.WriteBatch(raw_mode=True)
         for ledger_id, entry_id, loc in locations:
             batch.put(entry_key(ledger_id, entry_id), U64.pack(loc))
@@ -149,7 +154,7 @@ class EntryLocationIndex:
                 batch.delete(key)
         if mark is not None:
             batch.put(MARK_KEY, MARK.pack(*mark))
-        self._db.write(batch, self._sync)
+        self._db.write(batch, self._sync if sync else self._unsynced)
 
     def delete_ledger(self, ledger_id: int, log_ids: list[int]) -> None:
         batch = rocksdict.WriteBatch(raw_mode=True)

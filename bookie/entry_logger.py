@@ -25,6 +25,8 @@ Faults tolerated
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import os
 import struct
@@ -122,17 +124,44 @@ class EntryLogger:
 
     def append(self, entry: bytes) -> int:
         """Buffer one entry; its location is valid for reads after `sync()`."""
-        size = RECORD_LENGTH.size + len(entry)
-        if self._position + size > self.entry_log_bytes_max and self._position > LOG_HEADER_BYTES:
-            self.sync()
-            self._start_new_log()
-        loc = location(self.current_log_id, self._position)
-        self._buffer += RECORD_LENGTH.pack(len(entry))
-        self._buffer += entry
-        self._position += size
-        if len(self._buffer) >= WRITE_BUFFER_BYTES:
-            self._flush_buffer()
-        return loc
+        return self.append_many([entry])[0]
+
+    def append_many(self, entries: list[bytes]) -> list[int]:
+        """Buffer entries in order and return their locations (valid after `sync()`).
+
+        Rolls to a new log when the next entry would pass `entry_log_bytes_max`; an
+        entry larger than a whole log goes alone into a fresh one. The work is done a
+        list at a time (a checkpoint's slice), not an entry at a time: the storage thread
+        holds the interpreter lock against the event loop while it runs.
+        """
+        locations: list[int] = []
+        start = 0
+        while start < len(entries):
+            ends = list(
+                itertools.accumulate(
+                    [RECORD_LENGTH.size + len(entry) for entry in entries[start:]],
+                    initial=self._position,
+                )
+            )
+            fit = bisect.bisect_right(ends, self.entry_log_bytes_max, lo=1) - 1
+            if fit == 0:
+                if self._position > LOG_HEADER_BYTES:
+                    self.sync()
+                    self._start_new_log()
+                    continue
+                fit = 1
+            assert ends[fit - 1] < 1 << 32, ends[fit - 1]
+            chunk = entries[start : start + fit]
+            log_bits = self.current_log_id << 32
+            locations += [log_bits | offset for offset in ends[:fit]]
+            self._buffer += b"".join(
+                [piece for entry in chunk for piece in (RECORD_LENGTH.pack(len(entry)), entry)]
+            )
+            self._position = ends[fit]
+            if len(self._buffer) >= WRITE_BUFFER_BYTES:
+                self._flush_buffer()
+            start += fit
+        return locations
 
     def _flush_buffer(self) -> None:
         view = memoryview(self._buffer)

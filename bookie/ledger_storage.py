@@ -5,23 +5,35 @@ On-disk format
 Entry logs (`entry_logger.py`) and the RocksDB location index with per-ledger state and
 LastLogMark (`entry_location_index.py`) under the ledger directory; see those modules.
 
-A checkpoint:
+The write cache holds entries by ledger, then by entry id. A checkpoint:
   1. swaps the write cache (adds keep landing in a fresh one) and notes the journal's
      synced position and the ledger states changed since the last checkpoint;
-  2. writes the swapped entries sorted by (ledger, entry) to the current entry log;
+  2. writes the swapped entries, ledger by ledger in entry order, to the current entry
+     log and their locations to the index, in slices of `FLUSH_SLICE_ENTRIES` (unsynced
+     RocksDB batches);
   3. fsyncs the log;
-  4. writes the index, the states, the per-log byte counts and the LastLogMark in one
-     synced RocksDB batch;
+  4. writes the states, the per-log byte counts and the LastLogMark in one synced RocksDB
+     batch (which makes the slices' batches durable too);
   5. deletes journal files wholly before the mark.
+
+Each slice is its own call on the storage thread. That thread holds the interpreter
+lock while it runs Python, and the event loop, which gives the lock up on every socket
+call, waited up to the switch interval (5 ms) to get it back, again and again until a
+whole checkpoint (tens of thousands of entries, one RocksDB batch) was done: for a
+second every ten, adds took 50-120 ms. Between slices the loop runs freely, so a
+checkpoint delays a request by at most one slice.
 
 Faults tolerated
 ----------------
 - kill -9 between any two steps: the mark moves only in step 4, after everything it covers
   is durable, so restart replays the journal from the previous mark and rebuilds the rest.
+  Locations indexed by the slices of an unfinished checkpoint may name bytes the log
+  never got: every such entry comes after the previous mark, so the replay puts it back
+  in the write cache (which reads consult first) and the next checkpoint re-indexes it.
 - A reader never misses an entry during a checkpoint: an entry is in the write cache, the
   swapped cache or the index at every instant (all swaps happen on the event loop).
-- Entry log writes, compaction and ledger deletion run on one storage thread, so they
-  never interleave.
+- Entry log writes, compaction and ledger deletion run on one storage thread, and a
+  checkpoint holds the storage lock across its slices, so they never interleave.
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ import collections
 import concurrent.futures
 import logging
 import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from bookie import protocol
 from bookie.entry_location_index import EntryLocationIndex, LedgerStateRecord
@@ -41,6 +55,39 @@ from bookie.metrics import METRICS
 logger = logging.getLogger(__name__)
 
 EntryKey = tuple[int, int]
+# ledger id -> entry id -> entry bytes
+WriteCache = dict[int, dict[int, bytes]]
+# One slice of a checkpoint: (ledger id, entry ids, entries) runs, in order.
+FlushSlice = list[tuple[int, list[int], list[bytes]]]
+
+# Entries per storage-thread call of a checkpoint (about a millisecond of Python).
+FLUSH_SLICE_ENTRIES = 512
+
+T = TypeVar("T")
+
+
+def flush_slices(
+    cache: WriteCache, slice_entries: int = FLUSH_SLICE_ENTRIES
+) -> Iterator[FlushSlice]:
+    """A swapped write cache as slices of at most `slice_entries` entries, ledgers in id
+    order and each ledger's entries in id order (so a ledger's entries sit together in
+    the entry log, and a sequential read of it is sequential on disk)."""
+    current: FlushSlice = []
+    room = slice_entries
+    for ledger_id in sorted(cache):
+        entries = cache[ledger_id]
+        entry_ids = sorted(entries)  # one pass when they arrived in order, as they do
+        position = 0
+        while position < len(entry_ids):
+            taken = entry_ids[position : position + room]
+            position += len(taken)
+            current.append((ledger_id, taken, [entries[e] for e in taken]))
+            room -= len(taken)
+            if room == 0:
+                yield current
+                current, room = [], slice_entries
+    if current:
+        yield current
 
 
 class LedgerState:
@@ -129,9 +176,9 @@ class LedgerStorage:
         # log id -> ledger id -> bytes of that ledger's records in the log (storage thread).
         self.log_ledger_bytes: dict[int, dict[int, int]] = self.index.load_log_ledger_bytes()
         self.mark = self.index.load_mark()
-        self.active: dict[EntryKey, bytes] = {}
+        self.active: WriteCache = {}
         self.active_bytes = 0
-        self.flushing: dict[EntryKey, bytes] = {}
+        self.flushing: WriteCache = {}
         self.flushing_bytes = 0
         self.dirty: set[int] = set()
         self.read_cache = ReadCache(read_cache_bytes_max)
@@ -139,7 +186,8 @@ class LedgerStorage:
             1, thread_name_prefix="storage"
         )
         self.read_executor = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="read")
-        self._checkpoint_lock = asyncio.Lock()
+        # Held by a checkpoint across its slices, by each compaction step and deletion.
+        self._storage_lock = asyncio.Lock()
         self._checkpoint_done = asyncio.Event()
         self.journal: Journal | None = None
 
@@ -160,8 +208,11 @@ class LedgerStorage:
         return count
 
     def _checkpoint_sync(self, mark: tuple[int, int]) -> None:
-        entries, states = self._swap()
-        self._flush(entries, states, mark)
+        states = self._swap()
+        touched: dict[tuple[int, int], int] = {}
+        for piece in flush_slices(self.flushing):
+            self._flush_slice(piece, touched)
+        self._flush_end(states, touched, mark)
         self.flushing = {}
         self.flushing_bytes = 0
         self.mark = mark
@@ -193,11 +244,13 @@ class LedgerStorage:
     ) -> None:
         """A journaled add becomes readable (called right after its fsync)."""
         state = self.state_for(ledger_id, master_key)
-        key = (ledger_id, entry_id)
-        old = self.active.get(key)
+        cached = self.active.get(ledger_id)
+        if cached is None:
+            cached = self.active[ledger_id] = {}
+        old = cached.get(entry_id)
         if old is not None:
             self.active_bytes -= len(old)
-        self.active[key] = entry
+        cached[entry_id] = entry
         self.active_bytes += len(entry)
         if entry_id > state.last_entry_id:
             state.last_entry_id = entry_id
@@ -228,9 +281,11 @@ class LedgerStorage:
 
     async def read(self, ledger_id: int, entry_id: int) -> bytes | None:
         key = (ledger_id, entry_id)
-        data = self.active.get(key)
+        cached = self.active.get(ledger_id)
+        data = None if cached is None else cached.get(entry_id)
         if data is None:
-            data = self.flushing.get(key)
+            cached = self.flushing.get(ledger_id)
+            data = None if cached is None else cached.get(entry_id)
         if data is not None:
             METRICS.write_cache.labels("hit").inc()
             return data
@@ -261,9 +316,14 @@ class LedgerStorage:
 
     # ------------------------------------------------------------------ checkpoint
 
-    def _swap(self) -> tuple[list[tuple[EntryKey, bytes]], dict[int, LedgerStateRecord]]:
+    def _swap(self) -> dict[int, LedgerStateRecord]:
+        """Start a fresh write cache; the old one (only ledgers still known) is flushed.
+        Returns the records of the ledger states changed since the last checkpoint."""
         assert not self.flushing, "one checkpoint at a time"
-        self.flushing, self.active = self.active, {}
+        swapped, self.active = self.active, {}
+        self.flushing = {
+            ledger_id: entries for ledger_id, entries in swapped.items() if ledger_id in self.states
+        }
         self.flushing_bytes, self.active_bytes = self.active_bytes, 0
         states = {
             ledger_id: self.states[ledger_id].to_record()
@@ -271,28 +331,45 @@ class LedgerStorage:
             if ledger_id in self.states
         }
         self.dirty = set()
-        entries = [(key, data) for key, data in self.flushing.items() if key[0] in self.states]
-        return entries, states
+        return states
+
+    async def in_storage_thread(self, fn: Callable[..., T], *args: object) -> T:
+        """Run `fn(*args)` on the storage thread, never inside a checkpoint."""
+        async with self._storage_lock:
+            return await asyncio.get_running_loop().run_in_executor(
+                self.storage_executor, fn, *args
+            )
 
     async def checkpoint(self) -> None:
         assert self.journal is not None
-        async with self._checkpoint_lock:
+        async with self._storage_lock:
             if not self.active and not self.dirty:
                 return
             started = time.monotonic()
             mark = self.journal.synced_position
-            entries, states = self._swap()
+            states = self._swap()
             METRICS.write_cache_bytes.set(self.active_bytes + self.flushing_bytes)
             loop = asyncio.get_running_loop()
+            touched: dict[tuple[int, int], int] = {}
+            entries = 0
             try:
+                for piece in flush_slices(self.flushing):
+                    await loop.run_in_executor(
+                        self.storage_executor, self._flush_slice, piece, touched
+                    )
+                    entries += sum(len(ids) for _, ids, _ in piece)
                 await loop.run_in_executor(
-                    self.storage_executor, self._flush, entries, states, mark
+                    self.storage_executor, self._flush_end, states, touched, mark
                 )
             except BaseException:
                 # Keep the entries readable and retry them with the next checkpoint.
-                for key, data in self.flushing.items():
-                    self.active.setdefault(key, data)
-                self.active_bytes = sum(len(d) for d in self.active.values())
+                for ledger_id, flushed in self.flushing.items():
+                    cached = self.active.setdefault(ledger_id, {})
+                    for entry_id, data in flushed.items():
+                        cached.setdefault(entry_id, data)
+                self.active_bytes = sum(
+                    len(data) for cached in self.active.values() for data in cached.values()
+                )
                 self.dirty.update(states)
                 self.flushing = {}
                 self.flushing_bytes = 0
@@ -308,30 +385,39 @@ class LedgerStorage:
             METRICS.checkpoints.inc()
             METRICS.checkpoint_seconds.observe(time.monotonic() - started)
             METRICS.write_cache_bytes.set(self.active_bytes)
-            logger.debug(
-                "checkpoint done entries=%d states=%d mark=%s", len(entries), len(states), mark
-            )
+            logger.debug("checkpoint done entries=%d states=%d mark=%s", entries, len(states), mark)
 
-    def _flush(
+    def _flush_slice(self, piece: FlushSlice, touched: dict[tuple[int, int], int]) -> None:
+        """Storage thread: one slice -> entry log (buffered) and index (unsynced)."""
+        locations: list[tuple[int, int, int]] = []
+        for ledger_id, entry_ids, entries in piece:
+            locs = self.entry_logger.append_many(entries)
+            locations += zip([ledger_id] * len(entry_ids), entry_ids, locs, strict=True)
+            first_log, last_log = split_location(locs[0])[0], split_location(locs[-1])[0]
+            sizes = [RECORD_LENGTH.size + len(entry) for entry in entries]
+            if first_log == last_log:
+                per_log_sizes = {first_log: sum(sizes)}
+            else:  # the log rolled inside this run
+                per_log_sizes = {}
+                for loc, size in zip(locs, sizes, strict=True):
+                    log_id = split_location(loc)[0]
+                    per_log_sizes[log_id] = per_log_sizes.get(log_id, 0) + size
+            for log_id, size in per_log_sizes.items():
+                per_log = self.log_ledger_bytes.setdefault(log_id, {})
+                per_log[ledger_id] = per_log.get(ledger_id, 0) + size
+                touched[(log_id, ledger_id)] = per_log[ledger_id]
+        self.index.write(locations, {}, {}, None, sync=False)
+
+    def _flush_end(
         self,
-        entries: list[tuple[EntryKey, bytes]],
         states: dict[int, LedgerStateRecord],
+        touched: dict[tuple[int, int], int],
         mark: tuple[int, int],
     ) -> None:
-        """Storage thread: entries -> entry log -> fsync -> one synced index batch."""
-        entries.sort(key=lambda item: item[0])
-        locations = []
-        touched: dict[tuple[int, int], int] = {}
-        for (ledger_id, entry_id), data in entries:
-            loc = self.entry_logger.append(data)
-            locations.append((ledger_id, entry_id, loc))
-            log_id = split_location(loc)[0]
-            per_log = self.log_ledger_bytes.setdefault(log_id, {})
-            per_log[ledger_id] = per_log.get(ledger_id, 0) + RECORD_LENGTH.size + len(data)
-            touched[(log_id, ledger_id)] = per_log[ledger_id]
-        if entries:
+        """Storage thread: fsync the log, then one synced batch moves the mark."""
+        if touched:
             self.entry_logger.sync()
-        self.index.write(locations, states, touched, mark)
+        self.index.write([], states, touched, mark)
 
     # ------------------------------------------------------------------ deletion / compaction
 
@@ -342,12 +428,12 @@ class LedgerStorage:
             for waiter in state.lac_waiters:
                 if not waiter.done():
                     waiter.set_result(None)
-        for key in [k for k in self.active if k[0] == ledger_id]:
-            self.active_bytes -= len(self.active.pop(key))
+        cached = self.active.pop(ledger_id, None)
+        if cached:
+            self.active_bytes -= sum(len(data) for data in cached.values())
         self.read_cache.drop_ledger(ledger_id)
         self.dirty.discard(ledger_id)
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self.storage_executor, self._delete_ledger, ledger_id)
+        await self.in_storage_thread(self._delete_ledger, ledger_id)
 
     def _delete_ledger(self, ledger_id: int) -> None:
         log_ids = [log_id for log_id, per in self.log_ledger_bytes.items() if ledger_id in per]
