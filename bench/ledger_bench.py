@@ -282,6 +282,37 @@ async def _single_bookie(
 # --------------------------------------------------------------------------- report
 
 
+def aims_table(results: list[Result], disk_mb_per_s: float) -> list[str]:
+    """The issue's aims beside this run (ratio = measured / aim; >= 1 meets it)."""
+    rows: list[tuple[str, float, float, str]] = []
+    for r in results:
+        if r.ensemble != "E3/WQ2/AQ2":
+            continue
+        if r.entry_bytes == KIB and not r.label.startswith("paced"):
+            rows.append(("1 KiB adds/s >= 10,000", r.adds_per_s, 10_000.0, "/s"))
+        elif r.label.startswith("paced"):
+            rows.append(
+                (f"1 KiB p99 <= 10 ms at {r.label} (ratio = aim / measured)",
+                 10.0 / max(r.percentile_ms(0.99), 1e-9), 1.0, "")
+            )  # fmt: skip
+        elif r.entry_bytes == MIB:
+            aim = 0.7 * disk_mb_per_s / (2 * 2)
+            rows.append(
+                (f"1 MiB MB/s >= 70% of disk / (2 x WQ) = {aim:,.0f} MB/s", r.mb_per_s, aim, "MB/s")
+            )
+    lines = [
+        "",
+        "## Against the aims (ratio >= 1 meets it)",
+        "",
+        "| aim | measured | ratio |",
+        "|---|---|---|",
+    ]
+    for name, measured, aim, unit in rows:
+        shown = f"{measured:.2f}" if not unit else f"{measured:,.0f} {unit}"
+        lines.append(f"| {name} | {shown} | {measured / aim:.2f} |")
+    return lines
+
+
 def write_report(
     output: Path, results: list[Result], fsync_rate: float, disk_mb_per_s: float, seconds: float
 ) -> None:
@@ -326,6 +357,7 @@ def write_report(
             f"| {r.client_cpu_s / r.adds * 1e6:,.0f} "
             f"| {f'{r.read_mb_per_s:,.1f}' if r.read_mb_per_s else '-'} |"
         )
+    lines += aims_table(results, disk_mb_per_s)
     lines += [
         "",
         "Reading: *vs single bookie* divides by the E1/WQ1/AQ1 row of the same entry size (same",

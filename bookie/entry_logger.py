@@ -34,7 +34,7 @@ import threading
 from collections.abc import Iterator
 
 from bookie import protocol
-from bookie.journal import fsync_directory
+from bookie.journal import _writev_all, fsync_directory
 
 logger = logging.getLogger(__name__)
 
@@ -154,12 +154,13 @@ class EntryLogger:
             chunk = entries[start : start + fit]
             log_bits = self.current_log_id << 32
             locations += [log_bits | offset for offset in ends[:fit]]
-            self._buffer += b"".join(
-                [piece for entry in chunk for piece in (RECORD_LENGTH.pack(len(entry)), entry)]
-            )
-            self._position = ends[fit]
-            if len(self._buffer) >= WRITE_BUFFER_BYTES:
+            pieces = [piece for entry in chunk for piece in (RECORD_LENGTH.pack(len(entry)), entry)]
+            if len(self._buffer) + ends[fit] - ends[0] < WRITE_BUFFER_BYTES:
+                self._buffer += b"".join(pieces)
+            else:  # big: written from the entries themselves, never copied into the buffer
                 self._flush_buffer()
+                _writev_all(self._write_fd, pieces)
+            self._position = ends[fit]
             start += fit
         return locations
 

@@ -60,32 +60,43 @@ WriteCache = dict[int, dict[int, bytes]]
 # One slice of a checkpoint: (ledger id, entry ids, entries) runs, in order.
 FlushSlice = list[tuple[int, list[int], list[bytes]]]
 
-# Entries per storage-thread call of a checkpoint (about a millisecond of Python).
+# Entries per storage-thread call of a checkpoint (about a millisecond of Python), and
+# bytes: a slice of big entries stays a few writes long.
 FLUSH_SLICE_ENTRIES = 512
+FLUSH_SLICE_BYTES = 4 << 20
 
 T = TypeVar("T")
 
 
 def flush_slices(
-    cache: WriteCache, slice_entries: int = FLUSH_SLICE_ENTRIES
+    cache: WriteCache,
+    slice_entries: int = FLUSH_SLICE_ENTRIES,
+    slice_bytes: int = FLUSH_SLICE_BYTES,
 ) -> Iterator[FlushSlice]:
-    """A swapped write cache as slices of at most `slice_entries` entries, ledgers in id
-    order and each ledger's entries in id order (so a ledger's entries sit together in
-    the entry log, and a sequential read of it is sequential on disk)."""
+    """A swapped write cache as slices of at most `slice_entries` entries and
+    `slice_bytes` (or one bigger entry), ledgers in id order and each ledger's entries
+    in id order (so a ledger's entries sit together in the entry log, and a sequential
+    read of it is sequential on disk)."""
     current: FlushSlice = []
-    room = slice_entries
+    count = size = 0
     for ledger_id in sorted(cache):
         entries = cache[ledger_id]
-        entry_ids = sorted(entries)  # one pass when they arrived in order, as they do
-        position = 0
-        while position < len(entry_ids):
-            taken = entry_ids[position : position + room]
-            position += len(taken)
-            current.append((ledger_id, taken, [entries[e] for e in taken]))
-            room -= len(taken)
-            if room == 0:
+        ids: list[int] = []
+        datas: list[bytes] = []
+        for entry_id in sorted(entries):  # one pass when they arrived in order, as they do
+            data = entries[entry_id]
+            if count and (count >= slice_entries or size + len(data) > slice_bytes):
+                if ids:
+                    current.append((ledger_id, ids, datas))
+                    ids, datas = [], []
                 yield current
-                current, room = [], slice_entries
+                current, count, size = [], 0, 0
+            ids.append(entry_id)
+            datas.append(data)
+            count += 1
+            size += len(data)
+        if ids:
+            current.append((ledger_id, ids, datas))
     if current:
         yield current
 

@@ -45,6 +45,18 @@ def test_slices_keep_ledger_and_entry_order_and_their_bound() -> None:
     assert list(flush_slices({})) == []
 
 
+def test_slices_are_bounded_in_bytes_too() -> None:
+    cache = {
+        3: {e: b"x" * 300_000 for e in range(10)},
+        4: {0: b"y" * 5_000_000, 1: b"z" * 10},  # one entry bigger than a slice
+    }
+    slices = list(flush_slices(cache, slice_entries=512, slice_bytes=1_000_000))
+    sizes = [sum(len(d) for _, _, datas in piece for d in datas) for piece in slices]
+    assert sizes == [900_000, 900_000, 900_000, 300_000, 5_000_000, 10]
+    order = [(lid, e) for piece in slices for lid, ids, _ in piece for e in ids]
+    assert order == [(3, e) for e in range(10)] + [(4, 0), (4, 1)]
+
+
 def test_append_many_rolls_exactly_like_append(tmp_path: Path) -> None:
     """Same entries, one at a time or as lists: same logs, same locations, same bytes."""
     rng = random.Random(3)
