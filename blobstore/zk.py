@@ -230,7 +230,7 @@ class ZooKeeperClient:
     # ------------------------------------------------------------------ operations
 
     async def get(self, path: str, watch: Callable[[Any], None] | None = None) -> Versioned:
-        """The value and version; raises NoNodeError. `watch` runs on the kazoo thread."""
+        """The value and version; raises NoNodeError. `watch` runs on the loop."""
         value, stat = await self._call(lambda: self.kazoo.get_async(path, watch=watch))
         return Versioned(value, stat.version)
 
@@ -383,7 +383,8 @@ class ZooKeeperClient:
         `operations` is a list of (kind, args) with kind one of "create" (path, value),
         "set" (path, value, version), "delete" (path, version), "check" (path, version).
         Returns kazoo's per-operation results; raises the first failure's exception
-        (e.g. BadVersionError) when the transaction was rolled back.
+        (e.g. BadVersionError) when the transaction was rolled back, with the index of
+        the operation that failed as its `operation_index` attribute.
         """
         transaction = self.kazoo.transaction()
         for kind, args in operations:
@@ -398,8 +399,9 @@ class ZooKeeperClient:
             else:
                 raise ValueError(f"unknown multi operation {kind!r}")
         results = await self._call(transaction.commit_async)
-        for result in results:
+        for index, result in enumerate(results):
             if isinstance(result, Exception) and not _is_rolled_back(result):
+                result.operation_index = index  # type: ignore[attr-defined]
                 raise result
         return list(results)
 

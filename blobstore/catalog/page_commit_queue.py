@@ -175,13 +175,12 @@ class PageCommitQueue:
         pending = [m for m in batch if not m.future.done()]
         unknown_outcome = False
         validate = False  # read only after a sync
+        fresh_bucket = False  # the bucket record's check failed: read it again
         while pending:
             try:
                 if retry.attempt > 1:
                     pending += self._top_up(batch, pending)
-                bucket, bucket_version = await index.bucket_state(
-                    self.bucket, fresh=retry.attempt > 1
-                )
+                bucket, bucket_version = await index.bucket_state(self.bucket, fresh=fresh_bucket)
                 page = self._cached_page()
                 if page is not None and not all(page.contains(m.key) for m in pending):
                     # Another process split or merged this page after we cached it: only
@@ -240,11 +239,14 @@ class PageCommitQueue:
                         mutation.succeed(result)
                     return
                 written = await self._write(page, work, bucket_version, [m for m, _ in applied])
-            except BadVersionError:
+            except BadVersionError as e:
                 metrics.CAS_CONFLICTS.inc()
                 if await self._extra_operations_failed(pending, page):
                     return
                 self.page = None
+                # The multi's first operation checks the bucket record's version; when
+                # another operation failed, the cached record is still good.
+                fresh_bucket = getattr(e, "operation_index", 0) == 0
                 if not await retry.backoff("conflict"):
                     self._fail_all(
                         pending,
