@@ -38,6 +38,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from blobstore.sampled_gauge import SampledGauge
 from bookie import protocol
 from bookie.protocol import Op, Status
 
@@ -66,7 +67,9 @@ REQUEST_SECONDS = Histogram(
 CONNECTS = Counter(
     "blobstore_bookie_client_connects_total", "Connection attempts to bookies", ["outcome"]
 )
-IN_FLIGHT = Gauge("blobstore_bookie_client_in_flight", "Bookie requests awaiting an answer")
+IN_FLIGHT = SampledGauge(
+    Gauge("blobstore_bookie_client_in_flight", "Bookie requests awaiting an answer")
+)
 
 _LABELLED: dict[tuple[str, ...], Any] = {}
 
@@ -642,7 +645,7 @@ class BookieClientPool:
                 f"bookie={bookie_id} op={op.name} no in-flight slot within {timeout_s:.3f}s",
                 bookie_id=bookie_id,
             ) from e
-        IN_FLIGHT.inc()
+        IN_FLIGHT.add(1)
         try:
             remaining_s = max(0.001, timeout_s - (self._clock() - started))
             frame = await connection.request(op, flags, body, remaining_s)
@@ -650,7 +653,7 @@ class BookieClientPool:
             _count_failure(op, e)
             raise
         finally:
-            IN_FLIGHT.dec()
+            IN_FLIGHT.add(-1)
             self._slots.release()
         error = self._answer_checked(op, frame, bookie_id, started)
         if error is not None:
@@ -707,10 +710,10 @@ class BookieClientPool:
             return False
         flags, body = _add_request(ledger_id, entry_id, master_key, entry, recovery)
         started = self._clock()
-        IN_FLIGHT.inc()
+        IN_FLIGHT.add(1)
 
         def answered(frame: protocol.Frame | None, error: BaseException | None) -> None:
-            IN_FLIGHT.dec()
+            IN_FLIGHT.add(-1)
             self._slots.release()
             if error is not None:
                 _count_failure(Op.ADD_ENTRY, error)

@@ -159,12 +159,12 @@ class Gateway:
                 bytes_out += len(message.get("body", b""))
             await send(message)
 
-        metrics.IN_FLIGHT.inc()
+        metrics.IN_FLIGHT.add(1)
         current_request_id.set(request_id)
         try:
             await self._handle(scope, counting_receive, stamped_send, request_id, host_id, state)
         finally:
-            metrics.IN_FLIGHT.dec()
+            metrics.IN_FLIGHT.add(-1)
             operation = state["operation"]
             status = str(state["status"] or 499)
             metrics.REQUESTS.labels(operation=operation, status=status).inc()

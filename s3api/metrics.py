@@ -21,6 +21,8 @@ from prometheus_client import (
     multiprocess,
 )
 
+from blobstore.sampled_gauge import SampledGauge
+
 REQUESTS = Counter(
     "s3_requests_total", "S3 requests by operation and HTTP status", ["operation", "status"]
 )
@@ -32,7 +34,9 @@ REQUEST_SECONDS = Histogram(
 )
 BYTES_IN = Counter("s3_bytes_in_total", "Request body bytes received, by operation", ["operation"])
 BYTES_OUT = Counter("s3_bytes_out_total", "Response body bytes sent, by operation", ["operation"])
-IN_FLIGHT = Gauge("s3_requests_in_flight", "Requests being served", multiprocess_mode="livesum")
+IN_FLIGHT = SampledGauge(
+    Gauge("s3_requests_in_flight", "Requests being served", multiprocess_mode="livesum")
+)
 
 
 def exposition() -> tuple[bytes, str]:

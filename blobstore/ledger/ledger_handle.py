@@ -214,7 +214,7 @@ class LedgerHandle:
         self._pushed_length = ledger_length
         self._pending.append(op)
         self._pending_bytes += payload_bytes
-        metrics.PENDING_ADDS.inc()
+        metrics.PENDING_ADDS.add(1)
         ensemble = metadata.last_ensemble
         for slot in slots:
             if slot not in self._failed_slots:
@@ -334,7 +334,7 @@ class LedgerHandle:
             self.last_add_confirmed = op.entry_id
             self.length = op.ledger_length
             self._pending_bytes -= op.payload_bytes
-            metrics.PENDING_ADDS.dec()
+            metrics.PENDING_ADDS.add(-1)
             metrics.ADDS_OK.inc()
             metrics.ADD_BYTES.inc(op.payload_bytes)
             metrics.ADD_SECONDS.observe(time.monotonic() - op.started)
@@ -358,7 +358,7 @@ class LedgerHandle:
         pending, self._pending = self._pending, deque()
         self._pending_bytes = 0
         for op in pending:
-            metrics.PENDING_ADDS.dec()
+            metrics.PENDING_ADDS.add(-1)
             metrics.ADDS_UNKNOWN.inc()
             if not op.future.done():
                 op.future.set_exception(self._error)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from blobstore.sampled_gauge import SampledGauge
+
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 ADDS = Counter("blobstore_ledger_adds_total", "Adds by outcome", ["outcome"])
@@ -13,7 +15,9 @@ ADD_SECONDS = Histogram(
     "From append to ack-quorum completion",
     buckets=LATENCY_BUCKETS_S,
 )
-PENDING_ADDS = Gauge("blobstore_ledger_pending_adds", "Adds in flight over all handles")
+PENDING_ADDS = SampledGauge(
+    Gauge("blobstore_ledger_pending_adds", "Adds in flight over all handles")
+)
 ENSEMBLE_CHANGES = Counter(
     "blobstore_ledger_ensemble_changes_total", "Bookies replaced in a ledger's ensemble"
 )
