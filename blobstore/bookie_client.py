@@ -34,7 +34,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -49,7 +49,6 @@ REQUEST_TIMEOUT_S_DEFAULT = 10.0
 IN_FLIGHT_MAX_DEFAULT = 4096
 RECONNECT_BACKOFF_S_MIN = 0.05
 RECONNECT_BACKOFF_S_MAX = 2.0
-STREAM_LIMIT_BYTES = 1 << 16
 
 assert RECONNECT_BACKOFF_S_MAX >= RECONNECT_BACKOFF_S_MIN > 0
 
@@ -261,6 +260,99 @@ def _call_answer(answer: Answer, frame: protocol.Frame | None, error: BaseExcept
         logger.exception("bookie answer callback failed")
 
 
+class _AnswerProtocol(asyncio.Protocol):
+    """The transport of one bookie connection: answer frames are cut from the bytes as
+    they arrive (`data_received`) and handed to their requests' callbacks, with no
+    reader task and no coroutine per frame; `drain` waits while the transport's write
+    buffer is over its high-water mark."""
+
+    def __init__(self, connection: _BookieConnection) -> None:
+        self.connection = connection
+        self.transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._error: BaseException | None = None  # why this side ended the connection
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses: no isinstance check.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        size = len(buffer)
+        position = 0
+        prefix = protocol.FRAME_LENGTH.size
+        header = prefix + protocol.FRAME_HEADER_BYTES
+        answer_frame = self.connection._answer_frame
+        while size - position >= prefix:
+            (length,) = protocol.FRAME_LENGTH.unpack_from(buffer, position)
+            if length < protocol.FRAME_HEADER_BYTES or length > protocol.FRAME_BYTES_MAX:
+                self._error = protocol.ProtocolError(
+                    f"frame length {length} outside "
+                    f"[{protocol.FRAME_HEADER_BYTES}, {protocol.FRAME_BYTES_MAX}]"
+                )
+                buffer.clear()
+                assert self.transport is not None
+                self.transport.abort()
+                return
+            end = position + prefix + length
+            if size < end:
+                break
+            version, op, status, request_id = protocol.FRAME_HEADER.unpack_from(
+                buffer, position + prefix
+            )
+            body = bytes(buffer[position + header : end])
+            position = end
+            answer_frame(protocol.Frame(version, op, status, request_id, body))
+        if position:
+            del buffer[:position]
+
+    def eof_received(self) -> bool:
+        return False  # close; connection_lost fails what is still in flight
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        error: BaseException = (
+            self._error or exc or ConnectionResetError("connection closed by bookie")
+        )
+        self._buffer.clear()
+        self._wake_drainers(error)
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.connection._connection_lost(self, error)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drainers(None)
+
+    def _wake_drainers(self, error: BaseException | None) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                if error is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(ConnectionResetError(f"connection lost: {error!r}"))
+
+    async def drain(self) -> None:
+        if self.closed.done():
+            raise ConnectionResetError("connection lost")
+        if not self._write_paused:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+    @property
+    def open(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
+
 class _BookieConnection:
     """One TCP connection to one bookie, with the requests awaiting an answer on it."""
 
@@ -275,12 +367,10 @@ class _BookieConnection:
         self.host, self.port = parse_bookie_id(bookie_id)
         self._connect_timeout_s = connect_timeout_s
         self._clock = clock
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._read_task: asyncio.Task[None] | None = None
+        self._protocol: _AnswerProtocol | None = None
         self._connect_lock = asyncio.Lock()
         # request id -> its answer callback, called exactly once: (frame, None) or
-        # (None, error). Called from the reader task, or by the deadline timer.
+        # (None, error). Called as answers arrive, or by the deadline timer.
         self._pending: dict[int, Answer] = {}
         # Deadlines without a timer per request: a heap of (deadline, request id, op,
         # timeout) and one timer, armed at the earliest. Entries of answered requests stay until
@@ -292,7 +382,7 @@ class _BookieConnection:
         # Frames queued in this loop iteration, written with one call (one syscall) when
         # the loop next runs: pipelined small requests share a send.
         self._outgoing: list[bytes] = []
-        self._outgoing_writer: asyncio.StreamWriter | None = None
+        self._outgoing_protocol: _AnswerProtocol | None = None
         self._flush_scheduled = False
         self._backoff_s = 0.0
         self._retry_at = 0.0  # monotonic time before which connects fail fast
@@ -300,7 +390,7 @@ class _BookieConnection:
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and not self._writer.is_closing()
+        return self._protocol is not None and self._protocol.open
 
     def in_backoff(self) -> bool:
         return not self.connected and self._clock() < self._retry_at
@@ -308,14 +398,14 @@ class _BookieConnection:
     def allow_connect(self) -> None:
         self._retry_at = 0.0
 
-    async def _ensure_connected(self) -> asyncio.StreamWriter:
+    async def _ensure_connected(self) -> _AnswerProtocol:
         if self.connected:
-            assert self._writer is not None
-            return self._writer
+            assert self._protocol is not None
+            return self._protocol
         async with self._connect_lock:
             if self.connected:
-                assert self._writer is not None
-                return self._writer
+                assert self._protocol is not None
+                return self._protocol
             if self._closed:
                 raise PoolClosedError("bookie client pool closed", bookie_id=self.bookie_id)
             now = self._clock()
@@ -325,9 +415,10 @@ class _BookieConnection:
                     f"{self._retry_at - now:.3f}s",
                     bookie_id=self.bookie_id,
                 )
+            loop = asyncio.get_running_loop()
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port, limit=STREAM_LIMIT_BYTES),
+                _, answers = await asyncio.wait_for(
+                    loop.create_connection(lambda: _AnswerProtocol(self), self.host, self.port),
                     self._connect_timeout_s,
                 )
             except (TimeoutError, OSError) as e:
@@ -348,39 +439,18 @@ class _BookieConnection:
             CONNECTS.labels("ok").inc()
             self._backoff_s = 0.0
             self._retry_at = 0.0
-            self._reader, self._writer = reader, writer
-            self._read_task = asyncio.create_task(
-                self._read_responses(reader, writer), name=f"bookie-reader-{self.bookie_id}"
-            )
+            self._protocol = answers
             logger.debug("bookie connected bookie=%s", self.bookie_id)
-            return writer
+            return answers
 
-    async def _read_responses(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        error: BaseException | None = None
-        try:
-            while True:
-                frame = await protocol.read_frame(reader)
-                if frame is None:
-                    error = ConnectionResetError("connection closed by bookie")
-                    break
-                answer = self._pending.pop(frame.request_id, None)
-                if answer is not None:
-                    _call_answer(answer, frame, None)
-        except asyncio.CancelledError:
-            error = ConnectionResetError("connection closed by client")
-            raise
-        except (OSError, asyncio.IncompleteReadError, protocol.ProtocolError) as e:
-            error = e
-        finally:
-            self._connection_lost(writer, error)
+    def _answer_frame(self, frame: protocol.Frame) -> None:
+        answer = self._pending.pop(frame.request_id, None)
+        if answer is not None:  # else answered already (timed out): dropped
+            _call_answer(answer, frame, None)
 
-    def _connection_lost(self, writer: asyncio.StreamWriter, error: BaseException | None) -> None:
-        if self._writer is writer:
-            self._reader = self._writer = None
-            self._read_task = None
-        writer.close()
+    def _connection_lost(self, answers: _AnswerProtocol, error: BaseException) -> None:
+        if self._protocol is answers:
+            self._protocol = None
         if self._pending:
             logger.warning(
                 "bookie connection lost bookie=%s in_flight=%d error=%r",
@@ -405,7 +475,7 @@ class _BookieConnection:
         self, op: Op, flags: int, body: tuple[bytes, ...], timeout_s: float
     ) -> protocol.Frame:
         """Send one request and wait for its answer frame (any status)."""
-        writer = await self._ensure_connected()
+        answers = await self._ensure_connected()
         future: asyncio.Future[protocol.Frame] = asyncio.get_running_loop().create_future()
 
         def answered(frame: protocol.Frame | None, error: BaseException | None) -> None:
@@ -416,12 +486,13 @@ class _BookieConnection:
             else:
                 future.set_result(frame)  # type: ignore[arg-type]
 
-        request_id = self._send(writer, op, flags, body, timeout_s, answered)
+        request_id = self._send(answers, op, flags, body, timeout_s, answered)
         try:
-            if writer.transport.get_write_buffer_size() > 0:
+            assert answers.transport is not None
+            if answers.transport.get_write_buffer_size() > 0:
                 # Backpressure for large bodies (the answer's deadline bounds the rest).
                 async with asyncio.timeout(timeout_s):
-                    await writer.drain()
+                    await answers.drain()
             return await future
         except TimeoutError as e:
             raise BookieTimeoutError(
@@ -448,13 +519,13 @@ class _BookieConnection:
         `answered(frame, None)` or `answered(None, error)` runs exactly once, on the loop.
         The frame joins the loop iteration's batch like `request`'s; the sender's bound
         on requests in flight stands in for `drain` (nothing here waits)."""
-        writer = self._writer
-        assert writer is not None and not writer.is_closing()
-        self._send(writer, op, flags, body, timeout_s, answered)
+        answers = self._protocol
+        assert answers is not None and answers.open
+        self._send(answers, op, flags, body, timeout_s, answered)
 
     def _send(
         self,
-        writer: asyncio.StreamWriter,
+        answers: _AnswerProtocol,
         op: Op,
         flags: int,
         body: tuple[bytes, ...],
@@ -473,7 +544,7 @@ class _BookieConnection:
             heapq.heapify(self._deadlines)
         if self._deadline_timer is None or deadline < self._deadline_armed_at:
             self._arm_deadlines(deadline)
-        self._queue_frame(writer, _frame_parts(op, flags, request_id, body))
+        self._queue_frame(answers, _frame_parts(op, flags, request_id, body))
         return request_id
 
     def _arm_deadlines(self, at: float) -> None:
@@ -508,10 +579,10 @@ class _BookieConnection:
         if deadlines:
             self._arm_deadlines(deadlines[0][0])
 
-    def _queue_frame(self, writer: asyncio.StreamWriter, parts: list[bytes]) -> None:
-        if self._outgoing_writer is not writer:
+    def _queue_frame(self, answers: _AnswerProtocol, parts: list[bytes]) -> None:
+        if self._outgoing_protocol is not answers:
             self._outgoing = []  # meant for a connection that is gone: its requests failed
-            self._outgoing_writer = writer
+            self._outgoing_protocol = answers
         self._outgoing.extend(parts)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -520,22 +591,20 @@ class _BookieConnection:
     def _flush(self) -> None:
         self._flush_scheduled = False
         frames, self._outgoing = self._outgoing, []
-        writer = self._outgoing_writer
-        if not frames or writer is None or writer is not self._writer or writer.is_closing():
+        answers = self._outgoing_protocol
+        if not frames or answers is None or answers is not self._protocol or not answers.open:
             return  # the requests fail with the lost connection
-        writer.writelines(frames)
+        assert answers.transport is not None
+        answers.transport.writelines(frames)
 
     async def close(self) -> None:
         self._closed = True
-        task, writer = self._read_task, self._writer
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        if writer is not None:
-            writer.close()
+        answers = self._protocol
+        if answers is not None and answers.transport is not None:
+            answers._error = ConnectionResetError("connection closed by client")
+            answers.transport.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1.0)
+                await asyncio.wait_for(asyncio.shield(answers.closed), 1.0)
 
 
 # --------------------------------------------------------------------------- pool
