@@ -329,3 +329,97 @@ def test_frame_parts_equal_the_protocol_encoding() -> None:
     parts = bookie_client._frame_parts(Op.ADD_ENTRY, 1, 7, (prefix, entry))
     assert b"".join(parts) == expected
     assert parts[-1] is entry
+
+
+class RawAnswerServer:
+    """Reads request frames and answers them with whatever bytes `answer(frames)` builds,
+    written one byte per send when `trickle` (frames cut at every possible point)."""
+
+    def __init__(self, batch: int, build: Callable[[list[protocol.Frame]], bytes]) -> None:
+        self.batch = batch
+        self.build = build
+        self.trickle = False
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                frames = []
+                for _ in range(self.batch):
+                    frame = await protocol.read_frame(reader)
+                    if frame is None:
+                        return
+                    frames.append(frame)
+                data = self.build(frames)
+                if self.trickle:
+                    for i in range(len(data)):
+                        writer.write(data[i : i + 1])
+                        await writer.drain()
+                else:
+                    writer.write(data)
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+
+def lac_answers(frames: list[protocol.Frame]) -> bytes:
+    return b"".join(
+        protocol.encode_frame(
+            Op.READ_LAC,
+            Status.OK,
+            f.request_id,
+            protocol.ReadLacResponse(
+                protocol.ReadLacRequest.decode(f.body).ledger_id, 100 + f.request_id
+            ).encode(),
+        )
+        for f in frames
+    )
+
+
+def test_answers_split_anywhere_or_coalesced_reach_their_requests() -> None:
+    async def scenario() -> None:
+        server = RawAnswerServer(8, lac_answers)
+        bookie_id = await server.start()
+        async with BookieClientPool(request_timeout_s=10) as pool:
+            for trickle in (False, True):
+                server.trickle = trickle
+                lacs = await asyncio.gather(*(pool.read_lac(bookie_id, n) for n in range(8)))
+                assert len(set(lacs)) == 8 and all(lac > 100 for lac in lacs)
+        assert server.connections == 1
+        await server.stop()
+
+    run(scenario())
+
+
+def test_absurd_answer_length_fails_in_flight_then_reconnects() -> None:
+    async def scenario() -> None:
+        broken = [True]
+
+        def build(frames: list[protocol.Frame]) -> bytes:
+            if broken[0]:
+                broken[0] = False
+                return protocol.FRAME_LENGTH.pack(protocol.FRAME_BYTES_MAX + 1) + b"\0" * 16
+            return lac_answers(frames)
+
+        server = RawAnswerServer(1, build)
+        bookie_id = await server.start()
+        async with BookieClientPool(request_timeout_s=10) as pool:
+            with pytest.raises(BookieUnavailableError, match="frame length"):
+                await pool.read_lac(bookie_id, 1)
+            assert await pool.read_lac(bookie_id, 2) > 100  # a fresh connection
+        assert server.connections == 2
+        await server.stop()
+
+    run(scenario())
