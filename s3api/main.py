@@ -55,6 +55,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ready-file", help="write JSON {port} here once serving")
 
 
+METRICS_DIR_PREFIX = "blobstore-gateway-metrics-"
+
+
+def remove_stale_metrics_dirs(directory: str) -> int:
+    """Remove the private metrics directories of gateways that are gone (named after
+    the supervisor's pid; one killed with -9 could not remove its own). Returns how many."""
+    removed = 0
+    for entry in os.scandir(directory):
+        if not entry.name.startswith(METRICS_DIR_PREFIX) or not entry.is_dir():
+            continue
+        pid_text = entry.name[len(METRICS_DIR_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit() or _process_alive(int(pid_text)):
+            continue  # an older unnamed one, or its gateway still runs
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed += 1
+    if removed:
+        logger.info("event=gateway_stale_metrics_dirs_removed count=%d", removed)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     if not __debug__:
         raise UsageError("the gateway refuses to run with assertions disabled (-O)")
@@ -65,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
 
     private_metrics_dir = None
     if config.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        private_metrics_dir = tempfile.mkdtemp(prefix="blobstore-gateway-metrics-")
+        remove_stale_metrics_dirs(tempfile.gettempdir())
+        private_metrics_dir = tempfile.mkdtemp(prefix=f"{METRICS_DIR_PREFIX}{os.getpid()}-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = private_metrics_dir
     try:
         # With workers, this socket only reserves the port: each listens on its own.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +48,21 @@ def test_bad_settings_are_one_line_errors(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert message in lines[0]
+
+
+def test_stale_private_metrics_dirs_are_removed(tmp_path: Path) -> None:
+    """A gateway killed with -9 leaves its metrics directory; the next one removes it,
+    and never one whose supervisor still runs."""
+    from s3api.main import METRICS_DIR_PREFIX, remove_stale_metrics_dirs
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = tmp_path / f"{METRICS_DIR_PREFIX}{gone.pid}-abc"
+    stale.mkdir()
+    (stale / "counter_1.db").write_bytes(b"x")
+    alive = tmp_path / f"{METRICS_DIR_PREFIX}{os.getpid()}-def"
+    alive.mkdir()
+    unrelated = tmp_path / "something-else"
+    unrelated.mkdir()
+    assert remove_stale_metrics_dirs(str(tmp_path)) == 1
+    assert not stale.exists() and alive.exists() and unrelated.exists()
