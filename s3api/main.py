@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         host=config.host,
         port=port,
         loop="uvloop",
-        http="httptools",
+        http="s3api.http_protocol:GatheringHttpToolsProtocol",
         ws="none",
         lifespan="on",
         workers=config.workers,
