@@ -30,6 +30,7 @@ import uvloop
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from blobstore.gc_pauses import freeze_after_startup  # noqa: E402
 from blobstore.ledger import LedgerClient, LedgerConfig  # noqa: E402
 from blobstore.zk import ZooKeeperClient  # noqa: E402
 from blobstore.zookeeper_server import free_port, start_zookeeper  # noqa: E402
@@ -207,7 +208,9 @@ async def run_paced(
     # time.monotonic(), not loop.time(): uvloop's clock moves in whole milliseconds.
     clock = time.monotonic
     latencies: list[float] = []
-    futures: list[asyncio.Future[int]] = []
+    # Only the newest future is kept (adds complete in entry order): holding every one
+    # would grow the heap the garbage collector scans, and its pauses, over the row.
+    last: asyncio.Future[int] | None = None
     cpu_started = time.process_time()
     started = clock()
     sent = 0
@@ -219,15 +222,15 @@ async def run_paced(
         while sent < due_count:
             due = started + sent / rate
             await handle.wait_for_capacity()  # a stall: the wait counts in the latency
-            future = handle.append(payload)
-            future.add_done_callback(lambda _f, due=due: latencies.append(clock() - due))
-            futures.append(future)
+            last = handle.append(payload)
+            last.add_done_callback(lambda _f, due=due: latencies.append(clock() - due))
             sent += 1
         # At least a millisecond (uvloop's timer resolution): a shorter sleep returns at
         # once and the loop would spin, taking CPU from the bookies it measures. Adds
         # that fall due meanwhile go out together, their wait counted in their latency.
         await asyncio.sleep(max(0.001, started + sent / rate - clock()))
-    await asyncio.gather(*futures)
+    if last is not None:
+        await last
     elapsed = clock() - started
     client_cpu_s = time.process_time() - cpu_started
     await handle.close()
@@ -250,6 +253,7 @@ async def run_all(zk_connect: str, seconds: float) -> list[Result]:
     await zk.start()
     client = LedgerClient(zk, config=LedgerConfig(pending_adds_max=1024))
     await client.start()
+    freeze_after_startup()  # as a gateway worker does once its object store is up
     results = []
     try:
         for entry_bytes, window in ((KIB, 256), (MIB, 16)):

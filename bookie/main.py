@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from blobstore.errors import UsageError
+from blobstore.gc_pauses import freeze_after_startup
 from blobstore.zk import ZooKeeperClient
 from bookie import config as bookie_config
 from bookie import cookie, ledger_dirs_monitor
@@ -249,6 +250,7 @@ class Bookie:
         self.spawn(self.disk_loop(), "disk-check")
         self.spawn(self.stall_loop(), "stalled-connections")
         self.spawn(gc.run(), "gc")
+        freeze_after_startup(METRICS.registry)
         if config.ready_file:
             write_ready_file(
                 config.ready_file,

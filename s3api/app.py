@@ -36,6 +36,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from blobstore.gc_pauses import freeze_after_startup
 from blobstore.objects import ObjectStore
 from s3api import metrics
 from s3api.config import CONFIG_ENV, GatewayConfig
@@ -98,6 +99,7 @@ class Gateway:
             if not any(isinstance(f, RequestIdLogFilter) for f in handler.filters):
                 handler.addFilter(RequestIdLogFilter())
         await self.store.start()
+        freeze_after_startup()
         self.started = True
         self._write_ready_file()
         logger.info(

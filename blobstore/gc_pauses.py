@@ -1,0 +1,67 @@
+"""Python's cyclic garbage collector in the long-running processes: frozen after startup,
+and its pauses measured.
+
+A full (generation 2) collection stops the event loop for as long as it takes to walk
+every tracked object. Measured in a ledger client appending 3,000 entries/s, those
+pauses were 18-41 ms: each one a latency spike for everything in flight. Most of what
+it walked was never garbage: modules, classes, configuration, the objects built at
+startup. `freeze_after_startup()` moves all of them to the permanent generation (as
+`gc.freeze` is documented for), so later collections walk only what was made since.
+
+Every pause is observed in `python_gc_pause_seconds{generation}`, and a pause over
+`SLOW_PAUSE_S` is logged.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram
+
+logger = logging.getLogger(__name__)
+
+SLOW_PAUSE_S = 0.05
+
+_pauses: list[Any] = []  # per generation, once registered
+_started = [0.0]
+
+
+def _measure(phase: str, info: dict[str, Any]) -> None:
+    if phase == "start":
+        _started[0] = time.perf_counter()
+        return
+    if not _pauses:
+        return
+    pause = time.perf_counter() - _started[0]
+    generation = int(info.get("generation", 2))
+    _pauses[min(generation, 2)].observe(pause)
+    if pause >= SLOW_PAUSE_S:
+        logger.info(
+            "event=gc_pause generation=%d pause_ms=%.1f collected=%d",
+            generation,
+            pause * 1000,
+            info.get("collected", 0),
+        )
+
+
+def freeze_after_startup(registry: CollectorRegistry = REGISTRY) -> None:
+    """Call once the process has built its long-lived state (before serving); the
+    pause histogram goes to the first call's `registry` (the process's own, or the
+    default one)."""
+    if not _pauses:
+        histogram = Histogram(
+            "python_gc_pause_seconds",
+            "Pauses of the cyclic garbage collector, by generation",
+            ["generation"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=registry,
+        )
+        _pauses.extend(histogram.labels(str(generation)) for generation in range(3))
+    gc.collect()
+    gc.freeze()
+    if _measure not in gc.callbacks:
+        gc.callbacks.append(_measure)
+    logger.debug("gc frozen objects=%d", gc.get_freeze_count())
