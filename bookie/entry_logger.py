@@ -34,7 +34,7 @@ import threading
 from collections.abc import Iterator
 
 from bookie import protocol
-from bookie.journal import _writev_all, fsync_directory
+from bookie.journal import fsync_directory, writev_all
 
 logger = logging.getLogger(__name__)
 
@@ -124,10 +124,11 @@ class EntryLogger:
 
     def append(self, entry: bytes) -> int:
         """Buffer one entry; its location is valid for reads after `sync()`."""
-        return self.append_many([entry])[0]
+        return self.append_many([entry])[0][0]
 
-    def append_many(self, entries: list[bytes]) -> list[int]:
-        """Buffer entries in order and return their locations (valid after `sync()`).
+    def append_many(self, entries: list[bytes]) -> tuple[list[int], dict[int, int]]:
+        """Buffer entries in order. Returns their locations (valid after `sync()`) and
+        the record bytes written to each log (log id -> bytes).
 
         Rolls to a new log when the next entry would pass `entry_log_bytes_max`; an
         entry larger than a whole log goes alone into a fresh one. The work is done a
@@ -135,6 +136,7 @@ class EntryLogger:
         holds the interpreter lock against the event loop while it runs.
         """
         locations: list[int] = []
+        written: dict[int, int] = {}
         start = 0
         while start < len(entries):
             ends = list(
@@ -159,10 +161,11 @@ class EntryLogger:
                 self._buffer += b"".join(pieces)
             else:  # big: written from the entries themselves, never copied into the buffer
                 self._flush_buffer()
-                _writev_all(self._write_fd, pieces)
+                writev_all(self._write_fd, pieces)
             self._position = ends[fit]
+            written[self.current_log_id] = written.get(self.current_log_id, 0) + ends[fit] - ends[0]
             start += fit
-        return locations
+        return locations, written
 
     def _flush_buffer(self) -> None:
         view = memoryview(self._buffer)

@@ -459,7 +459,7 @@ class Journal:
                     logger.exception("journal completion callback failed")
 
     def _write_and_sync(self, pieces: list[bytes], batch_bytes: int) -> tuple[int, int]:
-        _writev_all(self._fd, pieces)
+        writev_all(self._fd, pieces)
         os.fdatasync(self._fd)
         self._offset += batch_bytes
         if self._offset >= self.file_bytes_max:
@@ -467,7 +467,7 @@ class Journal:
         return (self.journal_id, self._offset)
 
 
-def _writev_all(fd: int, pieces: list[bytes]) -> None:
+def writev_all(fd: int, pieces: list[bytes]) -> None:
     """Write the pieces in order without joining them (gathered writes, IOV_MAX-sized)."""
     for start in range(0, len(pieces), IOVECS_MAX):
         chunk = pieces[start : start + IOVECS_MAX]

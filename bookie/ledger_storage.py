@@ -48,7 +48,7 @@ from typing import TypeVar
 
 from bookie import protocol
 from bookie.entry_location_index import EntryLocationIndex, LedgerStateRecord
-from bookie.entry_logger import RECORD_LENGTH, EntryLogger, EntryLogMissingError, split_location
+from bookie.entry_logger import EntryLogger, EntryLogMissingError
 from bookie.journal import Journal, JournalRecord, RecordKind, replay
 from bookie.metrics import METRICS
 
@@ -402,17 +402,8 @@ class LedgerStorage:
         """Storage thread: one slice -> entry log (buffered) and index (unsynced)."""
         locations: list[tuple[int, int, int]] = []
         for ledger_id, entry_ids, entries in piece:
-            locs = self.entry_logger.append_many(entries)
+            locs, per_log_sizes = self.entry_logger.append_many(entries)
             locations += zip([ledger_id] * len(entry_ids), entry_ids, locs, strict=True)
-            first_log, last_log = split_location(locs[0])[0], split_location(locs[-1])[0]
-            sizes = [RECORD_LENGTH.size + len(entry) for entry in entries]
-            if first_log == last_log:
-                per_log_sizes = {first_log: sum(sizes)}
-            else:  # the log rolled inside this run
-                per_log_sizes = {}
-                for loc, size in zip(locs, sizes, strict=True):
-                    log_id = split_location(loc)[0]
-                    per_log_sizes[log_id] = per_log_sizes.get(log_id, 0) + size
             for log_id, size in per_log_sizes.items():
                 per_log = self.log_ledger_bytes.setdefault(log_id, {})
                 per_log[ledger_id] = per_log.get(ledger_id, 0) + size

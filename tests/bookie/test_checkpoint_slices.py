@@ -69,7 +69,11 @@ def test_append_many_rolls_exactly_like_append(tmp_path: Path) -> None:
     start = 0
     while start < len(entries):
         n = rng.randrange(1, 60)
-        listed += many.append_many(entries[start : start + n])
+        locations, per_log = many.append_many(entries[start : start + n])
+        listed += locations
+        assert sum(per_log.values()) == sum(
+            RECORD_LENGTH.size + len(e) for e in entries[start : start + n]
+        )
         start += n
     assert singly == listed
     one.sync()
@@ -83,9 +87,9 @@ def test_append_many_rolls_exactly_like_append(tmp_path: Path) -> None:
         assert offset == LOG_HEADER_BYTES or offset < log_max
     # An entry larger than a whole log goes alone into a fresh log.
     big = rng.randbytes(log_max * 2)
-    (loc,) = many.append_many([big])
+    (loc,), _ = many.append_many([big])
     assert split_location(loc)[1] == LOG_HEADER_BYTES
-    (after,) = many.append_many([b"x" * 10])
+    (after,), _ = many.append_many([b"x" * 10])
     assert split_location(after) == (split_location(loc)[0] + 1, LOG_HEADER_BYTES)
     one.close()
     many.close()
