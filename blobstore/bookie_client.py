@@ -289,11 +289,9 @@ class _AnswerProtocol(asyncio.Protocol):
         answer_frame = self.connection._answer_frame
         while size - position >= prefix:
             (length,) = protocol.FRAME_LENGTH.unpack_from(buffer, position)
-            if length < protocol.FRAME_HEADER_BYTES or length > protocol.FRAME_BYTES_MAX:
-                self._error = protocol.ProtocolError(
-                    f"frame length {length} outside "
-                    f"[{protocol.FRAME_HEADER_BYTES}, {protocol.FRAME_BYTES_MAX}]"
-                )
+            error = protocol.frame_length_error(length)
+            if error is not None:
+                self._error = error
                 buffer.clear()
                 assert self.transport is not None
                 self.transport.abort()

@@ -327,11 +327,12 @@ class BookieConnection(asyncio.Protocol):
                 if len(buf) - pos < protocol.FRAME_LENGTH.size:
                     break
                 (length,) = protocol.FRAME_LENGTH.unpack_from(buf, pos)
-                if length < protocol.FRAME_HEADER_BYTES or length > protocol.FRAME_BYTES_MAX:
+                length_error = protocol.frame_length_error(length)
+                if length_error is not None:
                     request_id = None
                     if len(buf) - pos >= HEADER_BYTES:
                         request_id = protocol.FRAME_HEADER.unpack_from(buf, pos + 4)[3]
-                    self._reject(Status.BAD_REQUEST, 0, request_id, f"frame length {length}")
+                    self._reject(Status.BAD_REQUEST, 0, request_id, str(length_error))
                     return
                 end = pos + protocol.FRAME_LENGTH.size + length
                 if len(buf) < end:

@@ -338,6 +338,14 @@ class Frame:
     body: bytes
 
 
+def frame_length_error(length: int, frame_bytes_max: int = FRAME_BYTES_MAX) -> ProtocolError | None:
+    """Why a frame's length prefix is absurd, or None when it is in bounds (every reader
+    of frames, on either side, checks with this)."""
+    if FRAME_HEADER_BYTES <= length <= frame_bytes_max:
+        return None
+    return ProtocolError(f"frame length {length} outside [{FRAME_HEADER_BYTES}, {frame_bytes_max}]")
+
+
 async def read_frame(
     reader: asyncio.StreamReader, frame_bytes_max: int = FRAME_BYTES_MAX
 ) -> Frame | None:
@@ -353,10 +361,9 @@ async def read_frame(
             return None
         raise
     (length,) = FRAME_LENGTH.unpack(prefix)
-    if length < FRAME_HEADER_BYTES or length > frame_bytes_max:
-        raise ProtocolError(
-            f"frame length {length} outside [{FRAME_HEADER_BYTES}, {frame_bytes_max}]"
-        )
+    error = frame_length_error(length, frame_bytes_max)
+    if error is not None:
+        raise error
     data = await reader.readexactly(length)
     version, op, flags_or_status, request_id = FRAME_HEADER.unpack_from(data, 0)
     return Frame(version, op, flags_or_status, request_id, data[FRAME_HEADER_BYTES:])
