@@ -382,22 +382,24 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   splits and re-routes and keeps the hot page small; conflicts between workers remain
   the main waste.
 - What remains is spread thin: uvicorn request handling, SigV4, the loop's own I/O
-  (sends that wake a bookie or the client), prometheus_client's multiprocess files
-  (~6% of a worker: every update writes an mmap'd file), the access log line (~4%).
+  (sends that wake a bookie or the client; a response's head and body now leave in one
+  send), prometheus_client's multiprocess files (every update writes an mmap'd file;
+  the in-flight gauge is now sampled, not updated twice per request), the access log
+  line (~4%), Python's garbage collector (frozen after startup; its pauses are in
+  `python_gc_pause_seconds`).
 - **Latency** (p50 ~10-30 ms at concurrency 16) is queueing behind that CPU, not disk:
   the journal fsync (group commit) is a few ms.
 - **Large PUT and multipart are bound by CPU, mostly the bookies'.** Under 16 MiB PUT x4
   the three bookies use ~40% of a core each and the gateway ~45% (MD5 for the ETag,
   entry encoding, two copies of each byte to the bookies): the two cores are full while
   the disk runs below its replication-bound limit.
-- **Large and ranged GET** decode and CRC-check 1 MiB entries and copy them through
-  asyncio streams in the gateway. The generator is far from its own limit (its 16 MiB
+- **Large and ranged GET** decode and CRC-check 1 MiB entries, cut from the bookie
+  connections' buffers, and copy them into the responses. The generator is far from its own limit (its 16 MiB
   GET ceiling is in the table above).
 - **Next steps, by expected gain:** route a page's commits to one writer (or give
   pages with heavy traffic a short write lease) so workers and gateways stop redoing
   each other's compare-and-sets; a native asyncio ZooKeeper session (no kazoo thread,
-  no wake-up pipe per request); in-flight gauges sampled instead of updated per request;
-  more workers where there are more cores.
+  no wake-up pipe per request); more workers where there are more cores.
 """
 
 
