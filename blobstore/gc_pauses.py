@@ -8,12 +8,15 @@ it walked was never garbage: modules, classes, configuration, the objects built 
 startup. `freeze_after_startup()` moves all of them to the permanent generation (as
 `gc.freeze` is documented for), so later collections walk only what was made since.
 
-Every pause is observed in `python_gc_pause_seconds{generation}`, and a pause over
+Every pause is observed in `python_gc_pause_seconds{generation}` (published from the
+event loop once a second, never from inside the collector's callback), and a pause over
 `SLOW_PAUSE_S` is logged.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import gc
 import logging
 import time
@@ -24,33 +27,46 @@ from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 logger = logging.getLogger(__name__)
 
 SLOW_PAUSE_S = 0.05
+PUBLISH_INTERVAL_S = 1.0
 
 _pauses: list[Any] = []  # per generation, once registered
 _started = [0.0]
+# (generation, pause s, objects collected) of collections not yet published. The
+# collector's callback only appends here: it runs wherever a collection starts, possibly
+# inside a metric update that holds prometheus_client's lock (in a multi-worker gateway
+# one lock for all values), so observing a histogram there could deadlock the thread.
+_recent: collections.deque[tuple[int, float, int]] = collections.deque(maxlen=4096)
 
 
 def _measure(phase: str, info: dict[str, Any]) -> None:
     if phase == "start":
         _started[0] = time.perf_counter()
         return
-    if not _pauses:
-        return
     pause = time.perf_counter() - _started[0]
-    generation = int(info.get("generation", 2))
-    _pauses[min(generation, 2)].observe(pause)
-    if pause >= SLOW_PAUSE_S:
-        logger.info(
-            "event=gc_pause generation=%d pause_ms=%.1f collected=%d",
-            generation,
-            pause * 1000,
-            info.get("collected", 0),
-        )
+    _recent.append((int(info.get("generation", 2)), pause, int(info.get("collected", 0))))
+
+
+def publish() -> None:
+    """Move the pauses measured since the last call into the histogram; log slow ones."""
+    while _recent:
+        generation, pause, collected = _recent.popleft()
+        if _pauses:
+            _pauses[min(generation, 2)].observe(pause)
+        if pause >= SLOW_PAUSE_S:
+            logger.info(
+                "event=gc_pause generation=%d pause_ms=%.1f collected=%d",
+                generation,
+                pause * 1000,
+                collected,
+            )
 
 
 def freeze_after_startup(registry: CollectorRegistry = REGISTRY) -> None:
-    """Call once the process has built its long-lived state (before serving); the
-    pause histogram goes to the first call's `registry` (the process's own, or the
+    """Call once the process has built its long-lived state (before serving), on its
+    event loop: measured pauses are published from there every `PUBLISH_INTERVAL_S`.
+    The pause histogram goes to the first call's `registry` (the process's own, or the
     default one)."""
+    loop = asyncio.get_running_loop()
     if not _pauses:
         histogram = Histogram(
             "python_gc_pause_seconds",
@@ -60,6 +76,12 @@ def freeze_after_startup(registry: CollectorRegistry = REGISTRY) -> None:
             registry=registry,
         )
         _pauses.extend(histogram.labels(str(generation)) for generation in range(3))
+
+        def tick() -> None:
+            publish()
+            loop.call_later(PUBLISH_INTERVAL_S, tick)
+
+        loop.call_later(PUBLISH_INTERVAL_S, tick)
     gc.collect()
     gc.freeze()
     if _measure not in gc.callbacks:
