@@ -26,7 +26,7 @@ import select
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -412,6 +412,9 @@ def _is_rolled_back(error: Exception) -> bool:
     return isinstance(error, RolledBackError)
 
 
+_READ_CANCELLED = object()  # a shared read's result when its reader was cancelled
+
+
 class WatchedCache(Generic[V]):
     """Values decoded from znodes, each kept while its ZooKeeper data watch says the znode
     is unchanged (at most `capacity`, least recently used out first).
@@ -445,6 +448,9 @@ class WatchedCache(Generic[V]):
         # the two finds nothing to drop; the change count tells the read not to keep
         # what it got.
         self._reading: dict[str, list[int]] = {}
+        # Plain reads (no view, not fresh) in flight, shared by concurrent misses.
+        self._unviewed: dict[str, asyncio.Future[object]] = {}
+        self._shared = CACHE_LOOKUPS.labels(name, "shared")
         zk.add_state_listener(self._state_changed)
 
     def __len__(self) -> int:
@@ -473,9 +479,42 @@ class WatchedCache(Generic[V]):
             self._hits.inc()
             self._entries.move_to_end(path)
             return value
+        if view is None and not fresh:
+            # Any read of the path already in flight is as current as this session's
+            # server: share it rather than send one more (after a change, every
+            # concurrent router of a bucket misses the same page map at once).
+            shared = self._unviewed.get(path)
+            if shared is not None:
+                self._shared.inc()
+                outcome = await asyncio.shield(shared)
+                if outcome is not _READ_CANCELLED:
+                    return cast(V, outcome)
+            self._misses.inc()
+            if path in self._unviewed:  # another caller took the lead meanwhile
+                return await self.get(path)
+            shared = asyncio.get_running_loop().create_future()
+            self._unviewed[path] = shared
+            try:
+                value = await self._read(path, None)
+            except asyncio.CancelledError:
+                shared.set_result(_READ_CANCELLED)  # the others read for themselves
+                raise
+            except BaseException as e:
+                shared.set_exception(e)
+                shared.exception()  # marked retrieved: there may be no other reader
+                raise
+            else:
+                shared.set_result(value)
+            finally:
+                if self._unviewed.get(path) is shared:
+                    del self._unviewed[path]
+            return value
         self._misses.inc()
         if view is not None and not self.zk.view_sent(view):
             await self.zk.wait_view(view)
+        return await self._read(path, view)
+
+    async def _read(self, path: str, view: asyncio.Future[None] | None) -> V:
         epoch = self._epoch
         reading = self._reading.setdefault(path, [0, 0])
         reading[0] += 1
@@ -502,6 +541,7 @@ class WatchedCache(Generic[V]):
     def clear(self) -> None:
         self._epoch += 1
         self._entries.clear()
+        self._unviewed.clear()
 
     def _changed(self, event: WatchedEvent) -> None:  # on the loop, in arrival order
         if self._entries.pop(event.path, None) is not None:
@@ -509,6 +549,9 @@ class WatchedCache(Generic[V]):
         reading = self._reading.get(event.path)
         if reading is not None:
             reading[1] += 1
+        # A read sent before this change may return the old value: later callers must
+        # not join it, or they would see older state than this session has seen.
+        self._unviewed.pop(event.path, None)
 
     def _state_changed(self, state: KazooState) -> None:
         if state != KazooState.CONNECTED:

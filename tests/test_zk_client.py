@@ -10,6 +10,7 @@ import random
 from collections.abc import AsyncIterator
 
 from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import EventType, KeeperState, WatchedEvent
 from prometheus_client import REGISTRY
 
 from blobstore.zk import WatchedCache, ZooKeeperClient
@@ -231,5 +232,49 @@ def test_watched_cache_fresh_read_replaces_the_entry_without_dropping_it(
             second = await refreshed
             assert second == (b"1", 0) and second is not first
             assert cache.peek("/refresh") is second
+
+    _run(main())
+
+
+def test_watched_cache_concurrent_misses_share_one_read(zk_connect: str) -> None:
+    """Concurrent plain misses of one path send one read; a caller arriving after a
+    change of the path does not join a read sent before it; a cancelled reader leaves
+    the others to read for themselves."""
+
+    async def main() -> None:
+        async with _two_sessions(zk_connect) as (reader, writer):
+            await writer.create("/shared", b"old")
+            decoded: list[bytes] = []
+
+            def decode(_path: str, data: bytes, _version: int) -> bytes:
+                decoded.append(data)
+                return data
+
+            cache: WatchedCache[bytes] = WatchedCache(reader, decode, 4, name="shared-test")
+            values = await asyncio.gather(*(cache.get("/shared") for _ in range(20)))
+            assert values == [b"old"] * 20
+            assert decoded == [b"old"]  # one transfer for twenty callers
+
+            # A change's event reaches the reader while a read sent before it is in
+            # flight: a caller after the event sends its own read.
+            cache.invalidate("/shared")
+            decoded.clear()
+            await writer.set("/shared", b"new")
+            before = asyncio.ensure_future(cache.get("/shared"))
+            await asyncio.sleep(0)  # sent
+            cache._changed(WatchedEvent(EventType.CHANGED, KeeperState.CONNECTED, "/shared"))
+            after = asyncio.ensure_future(cache.get("/shared"))
+            assert await asyncio.gather(before, after) == [b"new", b"new"]
+            assert len(decoded) == 2
+
+            # The first reader is cancelled: the one sharing its read is not.
+            cache.invalidate("/shared")
+            first = asyncio.ensure_future(cache.get("/shared"))
+            await asyncio.sleep(0)
+            second = asyncio.ensure_future(cache.get("/shared"))
+            await asyncio.sleep(0)
+            first.cancel()
+            assert await second == b"new"
+            assert first.cancelled()
 
     _run(main())

@@ -6,9 +6,13 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from blobstore.catalog import metrics
+
+# Jitter needs no per-loop seed; one generator (seeded once from the OS) serves every
+# loop of the process, instead of seeding a new one per commit.
+_JITTER = random.Random()
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +39,6 @@ class CasRetry:
     sleep: Callable[[float], Awaitable[None]]
     deadline: float
     attempt: int = 1
-    _rng: random.Random = field(default_factory=random.Random)
 
     async def backoff(self, reason: str) -> bool:
         if self.attempt >= self.policy.attempts_max:
@@ -44,7 +47,7 @@ class CasRetry:
             self.policy.backoff_max_ms,
             self.policy.backoff_initial_ms * (2 ** min(self.attempt - 1, 16)),
         )
-        delay_s = self._rng.uniform(0, ceiling_ms) / 1000.0  # full jitter
+        delay_s = _JITTER.uniform(0, ceiling_ms) / 1000.0  # full jitter
         if self.clock() + delay_s >= self.deadline:
             return False
         self.attempt += 1
