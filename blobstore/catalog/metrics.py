@@ -41,3 +41,8 @@ PAGE_READS = Counter(
     "Index page reads: transferred, or cached (kept copy, its data watch silent)",
     ["kind"],
 )
+
+# Children of the hot paths, resolved once (a labels() lookup costs as much as the inc).
+PAGE_COMMITS = COMMITS.labels("page")
+PAGE_READS_CACHED = PAGE_READS.labels("cached")
+PAGE_READS_TRANSFERRED = PAGE_READS.labels("transferred")

@@ -222,13 +222,13 @@ class ObjectIndex:
         path = self.paths.page(bucket, page_id)
         kept = self._pages.peek(path)
         if kept is not None:
-            metrics.PAGE_READS.labels("cached").inc()
+            metrics.PAGE_READS_CACHED.inc()
         try:
             page = await self._pages.get(path, view)
         except NoNodeError:
             return None
         if kept is None:
-            metrics.PAGE_READS.labels("transferred").inc()
+            metrics.PAGE_READS_TRANSFERRED.inc()
         return page.copy()
 
     async def page_containing(

@@ -20,6 +20,8 @@ Page bounds are shortest separators, not full keys; shard bounds are page bounds
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 import uuid
 from dataclasses import dataclass
 from typing import Any, Self
@@ -224,8 +226,9 @@ class IndexPage:
 
     def check(self) -> None:
         """Invariants, checked before a page is written."""
-        for a, b in zip(self.keys, self.keys[1:], strict=False):
-            assert a < b, ("keys out of order", self.page_id, a, b)
+        keys = self.keys
+        if not all(map(operator.lt, keys, itertools.islice(keys, 1, None))):
+            raise AssertionError(("keys out of order", self.page_id))
         if self.keys:
             assert self.contains(self.keys[0]), (self.page_id, self.lo, self.keys[0])
             assert self.contains(self.keys[-1]), (self.page_id, self.hi, self.keys[-1])

@@ -336,7 +336,7 @@ class PageCommitQueue:
                 ("set", (paths.page(self.bucket, work.page_id), encoded, page.version))
             )
             await index.zk.multi(operations)
-            metrics.COMMITS.labels("page").inc()
+            metrics.PAGE_COMMITS.inc()
             work.version = page.version + 1
             self._remember(work)
             return len(encoded)
