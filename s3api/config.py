@@ -45,6 +45,7 @@ class GatewayConfig:
     region: str = "us-east-1"
     users: tuple[User, ...] = ()
     ready_file: str | None = None
+    access_log: bool = True  # one line per request (s3api/access_log.py)
     # uvicorn: connections + tasks past which new requests get 503.
     limit_concurrency: int = 1024
     timeout_graceful_shutdown_s: int = 30
@@ -151,6 +152,7 @@ def config_from_args(args: Any, environ: Mapping[str, str] | None = None) -> Gat
         region=args.region,
         users=load_users(args.users_file, environ),
         ready_file=args.ready_file,
+        access_log=args.access_log,
         limit_concurrency=_env_int(environ, "BLOBSTORE_GATEWAY_LIMIT_CONCURRENCY", 1024),
         timeout_graceful_shutdown_s=_env_int(environ, "BLOBSTORE_GATEWAY_GRACEFUL_SHUTDOWN_S", 30),
         timeout_keep_alive_s=_env_int(environ, "BLOBSTORE_GATEWAY_KEEP_ALIVE_S", 5),

@@ -240,6 +240,7 @@ DOMAIN_ERROR_CODES: dict[str, str] = {
     "NoSuchVersionError": "NoSuchVersion",
     "DeleteMarkerError": "NoSuchKey",
     "PreconditionFailedError": "PreconditionFailed",
+    "BucketOwnerChangedError": "AccessDenied",
     "NoSuchUploadError": "NoSuchUpload",
     "CatalogBusyError": "SlowDown",
     "CatalogUnavailableError": "ServiceUnavailable",

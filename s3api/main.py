@@ -53,6 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='JSON list of {"access_key", "secret_key", "user"}',
     )
     parser.add_argument("--ready-file", help="write JSON {port} here once serving")
+    parser.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("BLOBSTORE_ACCESS_LOG", "1").lower() not in ("0", "false", "no"),
+        help="log one line per request at INFO: request id, operation, path, status, "
+        "bytes, duration (default on; env BLOBSTORE_ACCESS_LOG=0 turns it off)",
+    )
 
 
 METRICS_DIR_PREFIX = "blobstore-gateway-metrics-"

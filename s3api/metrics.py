@@ -9,7 +9,9 @@ counters and histograms are summed, gauges use their `multiprocess_mode`.
 
 from __future__ import annotations
 
+import bisect
 import os
+import time
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -21,7 +23,7 @@ from prometheus_client import (
     multiprocess,
 )
 
-from blobstore.sampled_gauge import SampledGauge
+from blobstore.sampled_gauge import PUBLISH_INTERVAL_S, SampledGauge
 
 REQUESTS = Counter(
     "s3_requests_total", "S3 requests by operation and HTTP status", ["operation", "status"]
@@ -37,6 +39,93 @@ BYTES_OUT = Counter("s3_bytes_out_total", "Response body bytes sent, by operatio
 IN_FLIGHT = SampledGauge(
     Gauge("s3_requests_in_flight", "Requests being served", multiprocess_mode="livesum")
 )
+
+
+class RequestTally:
+    """Per-request samples (request count, latency, bytes) added up in plain numbers and
+    published at most once a second, and whenever no request is in flight.
+
+    In a multi-worker gateway every prometheus_client update takes a lock and writes an
+    mmap'd file: five per request (count, histogram sum and bucket, bytes in and out),
+    a tenth of a small GET's CPU. Here a request adds to dicts; `publish()` moves the
+    sums into the Prometheus children, so scrapes see the same totals, at most a
+    second late under load and exact when the worker is idle.
+    """
+
+    __slots__ = (
+        "requests",
+        "seconds",
+        "bytes_in",
+        "bytes_out",
+        "in_flight",
+        "_bounds",
+        "_counts",
+        "_latency",
+        "_bytes",
+        "_next_publish",
+    )
+
+    def __init__(
+        self,
+        requests: Counter,
+        seconds: Histogram,
+        bytes_in: Counter,
+        bytes_out: Counter,
+        in_flight: SampledGauge,
+    ) -> None:
+        self.requests = requests
+        self.seconds = seconds
+        self.bytes_in = bytes_in
+        self.bytes_out = bytes_out
+        self.in_flight = in_flight
+        self._bounds = tuple(seconds._upper_bounds)  # ends with +Inf
+        self._counts: dict[tuple[str, str], int] = {}
+        # operation -> [sum of seconds, count in bucket 0, 1, ...]
+        self._latency: dict[str, list[float]] = {}
+        self._bytes: dict[str, list[int]] = {}  # operation -> [in, out]
+        self._next_publish = 0.0
+
+    def add(
+        self, operation: str, status: str, seconds: float, bytes_in: int, bytes_out: int
+    ) -> None:
+        key = (operation, status)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        latency = self._latency.get(operation)
+        if latency is None:
+            latency = self._latency[operation] = [0.0] * (len(self._bounds) + 1)
+        latency[0] += seconds
+        latency[1 + bisect.bisect_left(self._bounds, seconds)] += 1
+        if bytes_in or bytes_out:
+            sizes = self._bytes.get(operation)
+            if sizes is None:
+                sizes = self._bytes[operation] = [0, 0]
+            sizes[0] += bytes_in
+            sizes[1] += bytes_out
+        if self.in_flight.value == 0 or time.monotonic() >= self._next_publish:
+            self.publish()
+
+    def publish(self) -> None:
+        counts, self._counts = self._counts, {}
+        latencies, self._latency = self._latency, {}
+        sizes, self._bytes = self._bytes, {}
+        for (operation, status), n in counts.items():
+            self.requests.labels(operation=operation, status=status).inc(n)
+        for operation, latency in latencies.items():
+            # Histogram.observe() adds to the sum and to the first bucket whose bound
+            # holds the value (buckets are cumulated on exposition); this adds the
+            # same, many observations at a time.
+            child = self.seconds.labels(operation=operation)
+            child._sum.inc(latency[0])
+            for i, observed in enumerate(latency[1:]):
+                if observed:
+                    child._buckets[i].inc(observed)
+        for operation, (bytes_in, bytes_out) in sizes.items():
+            self.bytes_in.labels(operation=operation).inc(bytes_in)
+            self.bytes_out.labels(operation=operation).inc(bytes_out)
+        self._next_publish = time.monotonic() + PUBLISH_INTERVAL_S
+
+
+TALLY = RequestTally(REQUESTS, REQUEST_SECONDS, BYTES_IN, BYTES_OUT, IN_FLIGHT)
 
 
 def exposition() -> tuple[bytes, str]:

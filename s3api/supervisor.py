@@ -88,6 +88,12 @@ def _worker(
     # even by kill -9, so no worker keeps the port alone.
     die_with_parent(signal.SIGTERM, supervisor_pid)
     configure_logging(log_level)
+    # uvicorn silences its own access log when its Config is built, in the supervisor;
+    # a spawned worker starts with fresh logging, where uvicorn.access would reach the
+    # root handler: a second, poorer line per request beside the gateway's access log.
+    uvicorn_access = logging.getLogger("uvicorn.access")
+    uvicorn_access.handlers = []
+    uvicorn_access.propagate = False
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         _cheap_multiprocess_metrics()
     sock = bound_socket(host, port, reuse_port=True)

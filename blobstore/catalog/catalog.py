@@ -27,6 +27,7 @@ from blobstore.catalog.config import CatalogConfig, CatalogPaths
 from blobstore.catalog.errors import (
     BucketAlreadyExistsError,
     BucketNotEmptyError,
+    BucketOwnerChangedError,
     CatalogBusyError,
     CatalogError,
     DeleteMarkerError,
@@ -125,12 +126,21 @@ class Catalog:
                 return record
         raise CatalogBusyError(f"bucket {name!r} kept changing")
 
-    async def get_bucket(self, name: str, view: asyncio.Future[None] | None = None) -> BucketRecord:
+    async def get_bucket(
+        self, name: str, view: asyncio.Future[None] | None = None, *, cached: bool = False
+    ) -> BucketRecord:
         """The bucket's record as of `view` (`ZooKeeperClient.fresh_view_started()`;
-        by default a view started now: every write acknowledged before the call)."""
+        by default a view started now: every write acknowledged before the call).
+        `cached`: this process's copy under its data watch (or a plain read), as current
+        as this session's server, for callers whose commit checks it again."""
         _existing_bucket_name(name)
         with zookeeper_errors("read bucket"):
-            record, _ = await self.index.bucket_state(name, view or self.zk.fresh_view_started())
+            if cached:
+                record, _ = await self.index.bucket_state(name)
+            else:
+                record, _ = await self.index.bucket_state(
+                    name, view or self.zk.fresh_view_started()
+                )
         return record
 
     async def list_buckets(self) -> list[BucketRecord]:
@@ -263,7 +273,12 @@ class Catalog:
         *,
         if_match: str | None = None,
         if_none_match: bool = False,
+        owner: str | None = None,
     ) -> CommitResult:
+        """Commit `record` as the key's newest version. With `owner`, only while the
+        bucket belongs to that owner (BucketOwnerChangedError otherwise), checked against
+        the bucket record whose version the commit's multi holds: a caller may then
+        authorize on a cached bucket record, without a sync."""
         _existing_bucket_name(record.bucket)
         validate_key(record.key)
         if not record.last_modified:
@@ -272,6 +287,8 @@ class Catalog:
         candidate_dict = candidate.to_dict()
 
         def apply(versions: versioning.VersionList, bucket: BucketRecord) -> tuple[Any, Any]:
+            if owner is not None and bucket.owner != owner:
+                raise BucketOwnerChangedError(f"bucket {bucket.name!r} has another owner")
             outcome = versioning.apply_put(
                 versions,
                 candidate,
@@ -283,7 +300,7 @@ class Catalog:
             assert outcome.record is not None
             return (
                 outcome.versions if outcome.changed else None,
-                CommitResult(outcome.record, outcome.garbage),
+                CommitResult(outcome.record, outcome.garbage, bucket.versioning),
             )
 
         result: CommitResult = await self.index.submit(Mutation(record.bucket, record.key, apply))

@@ -97,6 +97,12 @@ class PreconditionFailedError(CatalogError):
     """If-Match / If-None-Match did not hold at commit time (S3: PreconditionFailed, 412)."""
 
 
+class BucketOwnerChangedError(CatalogError):
+    """The bucket was deleted and created again by another owner before the commit
+    (S3: AccessDenied): an owner named at commit time is checked against the record
+    the commit's version check holds."""
+
+
 class NoSuchUploadError(CatalogError):
     def __init__(self, bucket: str, upload_id: str) -> None:
         super().__init__(f"no such upload {upload_id!r} in bucket {bucket!r}")

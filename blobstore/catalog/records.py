@@ -357,6 +357,7 @@ class PartRecord:
 class CommitResult:
     record: ObjectRecord  # as committed (version id assigned)
     garbage: list[ObjectRecord]  # records whose bytes are no longer referenced
+    versioning: str = ""  # the bucket's versioning state the commit was decided on
 
 
 @dataclass(frozen=True, slots=True)

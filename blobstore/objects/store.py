@@ -190,9 +190,11 @@ class ObjectStore:
         compute_md5: bool = True,
         if_match: str | None = None,
         if_none_match: bool = False,
+        owner: str | None = None,
     ) -> CommitResult:
         """Store a body under template's bucket and key, with template's metadata.
-        `finish` runs after every entry is acknowledged and before the commit."""
+        `finish` runs after every entry is acknowledged and before the commit; `owner`:
+        commit only while the bucket belongs to it (`Catalog.put_object`)."""
         data, verdict = await self._verified(body, size_max, finish, compute_md5)
         record = replace(
             template,
@@ -205,7 +207,7 @@ class ObjectStore:
             is_delete_marker=False,
         )
         result = await self.catalog.put_object(
-            record, if_match=if_match, if_none_match=if_none_match
+            record, if_match=if_match, if_none_match=if_none_match, owner=owner
         )
         COMMITS.labels(kind="put").inc()
         self._log_garbage(result)

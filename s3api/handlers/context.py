@@ -11,6 +11,7 @@ from urllib.parse import unquote
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 
+from blobstore.catalog.errors import NoSuchBucketError
 from blobstore.catalog.records import BucketRecord
 from blobstore.objects import ObjectStore
 from s3api.aws_chunked import PayloadReader
@@ -73,8 +74,22 @@ class S3Context:
     def method(self) -> str:
         return self.request.method
 
-    async def owned_bucket(self) -> BucketRecord:
-        """The bucket this request names; AccessDenied unless the requester owns it."""
+    async def owned_bucket(self, *, cached: bool = False) -> BucketRecord:
+        """The bucket this request names; AccessDenied unless the requester owns it.
+
+        `cached`: a record from this process's watched cache will do when it grants
+        access, without a ZooKeeper sync; only for a write whose commit checks the owner
+        again against the record its version check holds (`Catalog.put_object`'s
+        `owner`). A refusal is always decided on the newest record."""
+        if cached:
+            try:
+                record = await self.store.catalog.get_bucket(self.bucket, cached=True)
+            except NoSuchBucketError:
+                pass
+            else:
+                if record.owner == self.user.name:
+                    self.bucket_record = record
+                    return record
         record = await self.store.catalog.get_bucket(self.bucket, self.view())
         if record.owner != self.user.name:
             raise S3Error("AccessDenied")

@@ -236,7 +236,8 @@ async def put_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     check_encryption(ctx)
     require_length(ctx)
-    bucket = await ctx.owned_bucket()
+    # No sync: the commit checks the owner and the bucket's version again.
+    await ctx.owned_bucket(cached=True)
     template = ObjectRecord(
         bucket=ctx.bucket,
         key=ctx.key,
@@ -261,11 +262,12 @@ async def put_object(ctx: S3Context) -> Response:
         compute_md5=False,
         if_match=if_match,
         if_none_match=if_none_match,
+        owner=ctx.user.name,
     )
     record = result.record
     headers = {"ETag": quote_etag(record.etag)}
     headers.update(checksum_headers(record.checksums))
-    headers.update(version_headers(record.version_id, bucket.versioning))
+    headers.update(version_headers(record.version_id, result.versioning))
     return Response(b"", headers=headers)
 
 

@@ -358,3 +358,28 @@ def test_single_level_page_map_is_sharded_on_first_use(zk_connect: str) -> None:
         await catalog.delete_bucket("legacy")
 
     run_with_catalog(zk_connect, reopened)
+
+
+def test_commit_checks_the_owner_it_names(zk_connect: str) -> None:
+    """A put naming an owner commits only while the bucket belongs to it, decided on the
+    bucket record its multi checks: a gateway that authorized on a cached record of a
+    bucket since deleted and created again by someone else gets AccessDenied, and
+    nothing is written."""
+    from blobstore.catalog.errors import BucketOwnerChangedError
+    from tests.catalog.helpers import open_catalog
+
+    async def main() -> None:
+        async with open_catalog(zk_connect) as gateway, open_catalog(zk_connect) as other:
+            await gateway.create_bucket("owned", "alice")
+            cached = await gateway.get_bucket("owned", cached=True)
+            assert cached.owner == "alice"
+            await other.delete_bucket("owned")
+            await other.create_bucket("owned", "bob")
+            await other.update_bucket("owned", lambda r: replace(r, versioning="Enabled"))
+            with pytest.raises(BucketOwnerChangedError):
+                await gateway.put_object(object_record("owned", "k", 1), owner="alice")
+            assert (await other.list_objects("owned")).contents == []
+            result = await gateway.put_object(object_record("owned", "k", 2), owner="bob")
+            assert result.versioning == "Enabled" and result.record.version_id != "null"
+
+    asyncio.run(asyncio.wait_for(main(), 120))

@@ -142,6 +142,21 @@ def test_several_workers_share_the_port_and_metrics(
             if line.startswith('s3_requests_total{operation="PutObject",status="200"}')
         ]
         assert puts == [12.0], "the metrics of both workers are aggregated"
+        # One access line per request, from the gateway's access log (not uvicorn's too),
+        # written once the workers are idle.
+        deadline = time.monotonic() + 10
+        while True:
+            put_lines = [
+                line
+                for line in multi.log_text().splitlines()
+                if "operation=PutObject" in line and "status=200" in line
+            ]
+            if len(put_lines) >= 12 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert len(put_lines) == 12, put_lines
+        assert all(" INFO s3api.access: request_id=" in line for line in put_lines)
+        assert "uvicorn.access" not in multi.log_text()
         # Each worker listens on its own SO_REUSEPORT socket: new connections reach both.
         assert len(_host_ids(multi, 32)) == 2
         # A worker killed with -9 is replaced; the gateway answers throughout.
