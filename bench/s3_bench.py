@@ -358,10 +358,11 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
 
 - **Small objects are bound by CPU, the gateway's first.** The two cores are shared by
   the two gateway workers, ZooKeeper, three bookies and the generator, and at 4 KiB x16
-  they are full. Per 4 KiB GET the workers spend about 1.3-1.5 ms of CPU, ZooKeeper
-  about 0.2 ms, the three bookies 0.2 ms together, the generator 0.12 ms; per 4 KiB PUT
-  about 2 ms in the workers, 0.8 ms in ZooKeeper (each commit rewrites an index page of
-  8-32 KiB) and 0.6 ms in the bookies (journal group commit, WQ=2 copies).
+  they are full. Per 4 KiB GET the workers spend about 0.85-1.1 ms of CPU, ZooKeeper
+  about 0.15-0.3 ms, the three bookies 0.2 ms together, the generator 0.1 ms; per 4 KiB
+  PUT about 1.2-1.5 ms in the workers, 0.3-0.8 ms in ZooKeeper (each commit rewrites an
+  index page of 8-32 KiB; a ZooKeeper request costs it ~0.4 ms of CPU with its fsync,
+  whatever its size) and 0.5 ms in the bookies (journal group commit, WQ=2 copies).
 - **Connections reach every worker.** Each worker listens on its own SO_REUSEPORT
   socket. With one shared socket (uvicorn's supervisor) the generator's 16 connections
   landed 13 on one worker and 3 on the other: one core saturated while the other
@@ -381,12 +382,20 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   the last page splits by filling its left page (as B-tree indexes do), which halved
   splits and re-routes and keeps the hot page small; conflicts between workers remain
   the main waste.
-- What remains is spread thin: uvicorn request handling, SigV4, the loop's own I/O
-  (sends that wake a bookie or the client; a response's head and body now leave in one
-  send), prometheus_client's multiprocess files (every update writes an mmap'd file;
-  the in-flight gauge is now sampled, not updated twice per request), the access log
-  line (~4%), Python's garbage collector (frozen after startup; its pauses are in
-  `python_gc_pause_seconds`).
+- **Per-request bookkeeping was a quarter of a small GET.** Three things took the
+  workers' CPU per 4 KiB GET from ~1.1-1.5 ms to ~0.85-1.1 ms and per PUT from ~1.6-1.9
+  to ~1.2-1.5 ms (A/B, alternated): uvicorn's access log, which the spawned workers
+  wrote beside the gateway's own line (two `logging` records per request; the gateway
+  now formats its one line and writes lines in batches); prometheus_client's
+  multiprocess files (about twenty locked mmap writes per request; requests now add
+  up their samples in plain numbers and every value reaches its file at most a second
+  later, exactly once a worker is idle); and a Starlette application around the
+  gateway (two middlewares and a router for one catch-all route). PutObject no longer
+  waits for a ZooKeeper sync: it authorizes on the cached bucket record and its commit
+  checks the owner against the record the commit's version check holds.
+- What remains is spread thin: uvicorn's request handling, SigV4, the catalog's cached
+  reads, the ledger read, and the kernel's loopback TCP (a send wakes a bookie or the
+  client; ~20% of a worker's CPU at small GETs is these sends).
 - **Latency** (p50 ~10-30 ms at concurrency 16) is queueing behind that CPU, not disk:
   the journal fsync (group commit) is a few ms.
 - **Large PUT and multipart are bound by CPU, mostly the bookies'.** Under 16 MiB PUT x4

@@ -16,6 +16,7 @@ Unsigned GET /health and GET /metrics answer health and Prometheus metrics.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import contextvars
@@ -36,6 +37,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from blobstore.gc_pauses import freeze_after_startup
 from blobstore.objects import ObjectStore
+from blobstore.sampled_gauge import PUBLISH_INTERVAL_S
 from s3api import metrics
 from s3api.access_log import AccessLog
 from s3api.config import CONFIG_ENV, GatewayConfig
@@ -108,14 +110,24 @@ class Gateway:
         logger.info(
             "event=gateway_worker_ready pid=%d gateway_id=%s", os.getpid(), self.store.gateway_id
         )
+        publisher = asyncio.ensure_future(self._publish_metrics())
         try:
             yield
         finally:
             self.started = False
+            publisher.cancel()
             metrics.TALLY.publish()
             ACCESS_LOG.flush()
             await self.store.close()
             logger.info("event=gateway_worker_stopped pid=%d", os.getpid())
+
+    @staticmethod
+    async def _publish_metrics() -> None:
+        """Once a second: what requests and background work counted (requests publish
+        on their own when the worker is idle; this covers work between requests)."""
+        while True:
+            await asyncio.sleep(PUBLISH_INTERVAL_S)
+            metrics.TALLY.publish()
 
     def _write_ready_file(self) -> None:
         if not self.config.ready_file:

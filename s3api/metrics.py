@@ -23,6 +23,7 @@ from prometheus_client import (
     multiprocess,
 )
 
+from blobstore import deferred_metrics
 from blobstore.sampled_gauge import PUBLISH_INTERVAL_S, SampledGauge
 
 REQUESTS = Counter(
@@ -123,6 +124,7 @@ class RequestTally:
             self.bytes_in.labels(operation=operation).inc(bytes_in)
             self.bytes_out.labels(operation=operation).inc(bytes_out)
         self._next_publish = time.monotonic() + PUBLISH_INTERVAL_S
+        deferred_metrics.flush()  # and what the libraries below counted meanwhile
 
 
 TALLY = RequestTally(REQUESTS, REQUEST_SECONDS, BYTES_IN, BYTES_OUT, IN_FLIGHT)
@@ -130,6 +132,7 @@ TALLY = RequestTally(REQUESTS, REQUEST_SECONDS, BYTES_IN, BYTES_OUT, IN_FLIGHT)
 
 def exposition() -> tuple[bytes, str]:
     """The metrics text and its content type (all workers' when in multiprocess mode)."""
+    TALLY.publish()  # this worker's updates, up to now
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]

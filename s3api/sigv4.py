@@ -27,7 +27,7 @@ import hashlib
 import hmac
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from urllib.parse import quote, unquote, unquote_to_bytes
@@ -574,15 +574,19 @@ def _verify(
         + payload_value.encode("latin-1")
     )
     head = method.upper().encode("ascii") + b"\n"
-    candidates = [
-        head + path + b"\n" + _raw_query_string(pairs) + b"\n" + tail,
-        head + _normalized_path(path) + b"\n" + canonical_query_string(pairs) + b"\n" + tail,
-    ]
+    first = head + path + b"\n" + _raw_query_string(pairs) + b"\n" + tail
+
+    def candidates() -> Iterator[bytes]:
+        # The request as sent, then (only if that fails) decoded and re-encoded the way
+        # AWS canonicalizes: most clients sign what they send, so the second is rare.
+        yield first
+        yield head + _normalized_path(path) + b"\n" + canonical_query_string(pairs) + b"\n" + tail
+
     provided = signature.lower().encode("ascii", "replace")
     sts_head = f"{ALGORITHM}\n{timestamp}\n{scope}\n".encode("ascii")
     first_string_to_sign = b""
-    for index, canonical in enumerate(candidates):
-        if index > 0 and canonical == candidates[0]:
+    for index, canonical in enumerate(candidates()):
+        if index > 0 and canonical == first:
             break
         string_to_sign = sts_head + hashlib.sha256(canonical).hexdigest().encode("ascii")
         if index == 0:
@@ -608,7 +612,7 @@ def _verify(
         AWSAccessKeyId=credential.access_key,
         StringToSign=first_string_to_sign.decode("latin-1"),
         SignatureProvided=signature,
-        CanonicalRequest=candidates[0].decode("latin-1"),
+        CanonicalRequest=first.decode("latin-1"),
     )
 
 

@@ -59,24 +59,6 @@ def bound_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.so
     return sock
 
 
-def _cheap_multiprocess_metrics() -> None:
-    """prometheus_client's multiprocess values call os.getpid() on every update, to
-    notice a fork (a tenth of a worker's time at small PUTs went to metric updates,
-    half of it there). Give them a pid cached at start and refreshed in a forked child.
-    Runs before any metric exists in this process (the worker imports the app later)."""
-    from prometheus_client import values
-
-    pid = [os.getpid()]
-
-    def refresh() -> None:
-        pid[0] = os.getpid()
-
-    os.register_at_fork(after_in_child=refresh)
-    values.ValueClass = values.MultiProcessValue(  # type: ignore[no-untyped-call]
-        process_identifier=lambda: pid[0]
-    )
-
-
 def _worker(
     config: uvicorn.Config, host: str, port: int, log_level: int, supervisor_pid: int
 ) -> None:
@@ -95,7 +77,9 @@ def _worker(
     uvicorn_access.handlers = []
     uvicorn_access.propagate = False
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        _cheap_multiprocess_metrics()
+        from blobstore import deferred_metrics
+
+        deferred_metrics.install()  # before the app creates any metric
     sock = bound_socket(host, port, reuse_port=True)
     uvicorn.Server(config).run(sockets=[sock])
 
