@@ -302,7 +302,8 @@ class _AnswerProtocol(asyncio.Protocol):
             version, op, status, request_id = protocol.FRAME_HEADER.unpack_from(
                 buffer, position + prefix
             )
-            body = bytes(buffer[position + header : end])
+            with memoryview(buffer) as view:  # one copy (a bytearray slice is another)
+                body = bytes(view[position + header : end])
             position = end
             answer_frame(protocol.Frame(version, op, status, request_id, body))
         if position:

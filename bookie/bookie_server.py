@@ -1,6 +1,7 @@
 """The bookie's TCP server: frames in, requests handled concurrently, responses by id.
 
-Each connection is an asyncio Protocol that parses frames out of its receive buffer.
+Each connection is an asyncio BufferedProtocol: the transport reads into its receive
+buffer in place (`bookie/receive_buffer.py`) and frames are parsed there.
 Adds are checked and queued to the journal without a task per request (their response is
 written from the journal's completion callback); reads, fences, LAC and info requests run
 as tasks. At most `connection_in_flight_max` requests of one connection are in flight:
@@ -27,6 +28,7 @@ from bookie.journal import Journal, RecordKind, encode_parts
 from bookie.ledger_storage import LedgerStorage
 from bookie.metrics import METRICS
 from bookie.protocol import Op, Status
+from bookie.receive_buffer import ReceiveBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -205,11 +207,11 @@ class BookieServer:
         return future, done
 
 
-class BookieConnection(asyncio.Protocol):
+class BookieConnection(asyncio.BufferedProtocol):
     def __init__(self, server: BookieServer) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
+        self.buffer = ReceiveBuffer()
         self.in_flight = 0
         self.tasks_in_flight = 0
         # A read request waits in the buffer for room (this connection's or the bookie's).
@@ -252,9 +254,12 @@ class BookieConnection(asyncio.Protocol):
         self._update_reading()
         self._process()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.buffer.writable()
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.last_data_at = time.monotonic()
-        self.buffer += data
+        self.buffer.written(nbytes)
         self._process()
 
     def eof_received(self) -> bool | None:
@@ -312,8 +317,10 @@ class BookieConnection(asyncio.Protocol):
             self.reading_paused = False
 
     def _process(self) -> None:
-        buf = self.buffer
-        pos = 0
+        received = self.buffer
+        buf = received.data
+        pos = received.start
+        size = received.end  # frames are parsed in place, at offsets into buf
         limit = self.server.connection_in_flight_max
         adds = AddBatch()
         try:
@@ -324,18 +331,18 @@ class BookieConnection(asyncio.Protocol):
                 and not self.server.draining
                 and self.server.in_flight_bytes < self.server.in_flight_bytes_max
             ):
-                if len(buf) - pos < protocol.FRAME_LENGTH.size:
+                if size - pos < protocol.FRAME_LENGTH.size:
                     break
                 (length,) = protocol.FRAME_LENGTH.unpack_from(buf, pos)
                 length_error = protocol.frame_length_error(length)
                 if length_error is not None:
                     request_id = None
-                    if len(buf) - pos >= HEADER_BYTES:
+                    if size - pos >= HEADER_BYTES:
                         request_id = protocol.FRAME_HEADER.unpack_from(buf, pos + 4)[3]
                     self._reject(Status.BAD_REQUEST, 0, request_id, str(length_error))
                     return
                 end = pos + protocol.FRAME_LENGTH.size + length
-                if len(buf) < end:
+                if size < end:
                     break
                 version, op, flags, request_id = protocol.FRAME_HEADER.unpack_from(buf, pos + 4)
                 body_start = pos + HEADER_BYTES
@@ -359,15 +366,17 @@ class BookieConnection(asyncio.Protocol):
                     break
                 else:
                     self.read_waiting = False
-                    ok = self._spawn(op, flags, request_id, bytes(buf[body_start:end]))
+                    with memoryview(buf) as view:
+                        body = bytes(view[body_start:end])
+                    ok = self._spawn(op, flags, request_id, body)
                 if not ok:
                     return
                 pos = end
         finally:
             if adds.records:
                 self._submit_adds(adds)
-            if pos:
-                del buf[:pos]
+            if not self.closed:
+                received.consume_to(pos)
             self._update_reading()
 
     def _reject(self, status: Status, op: int, request_id: int | None, why: str) -> None:
@@ -449,7 +458,8 @@ class BookieConnection(asyncio.Protocol):
             return False
         received = time.monotonic()
         ledger_id, entry_id, master_key = ADD_BODY.unpack_from(buf, start)
-        entry = bytes(buf[start + ADD_BODY.size : end])
+        with memoryview(buf) as view:  # one copy (a bytearray slice is another)
+            entry = bytes(view[start + ADD_BODY.size : end])
         stored_ledger, stored_entry, lac, _ = protocol.ENTRY_HEADER.unpack_from(entry, 0)
         if stored_ledger != ledger_id or stored_entry != entry_id:
             status = Status.BAD_REQUEST
