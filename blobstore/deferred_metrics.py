@@ -40,7 +40,12 @@ def install() -> None:
 
     def refresh() -> None:
         pid[0] = os.getpid()
-        _dirty.clear()  # the parent's pending updates are the parent's to write
+        # The parent's pending updates are the parent's to write; the child's own
+        # updates of the same values must queue them again.
+        for value in _dirty:
+            value._pending = 0.0
+            value._queued = False
+        _dirty.clear()
 
     os.register_at_fork(after_in_child=refresh)
     base = values.MultiProcessValue(  # type: ignore[no-untyped-call]

@@ -45,6 +45,18 @@ assert counter.labels("a")._value.get() == 1005.0  # get() writes what is pendin
 deferred_metrics._next_flush = time.monotonic() - 1  # the interval has passed
 counter.labels("b").inc()  # flushes by itself
 assert sample("t_events_total", {"kind": "b"}) == 1.0
+# A forked child writes its own updates (under its own pid), not the parent's pending.
+import os
+counter.labels("c").inc(7)  # pending in the parent
+child = os.fork()
+if child == 0:
+    counter.labels("c").inc(2)
+    deferred_metrics.flush()
+    os._exit(0)
+os.waitpid(child, 0)
+assert sample("t_events_total", {"kind": "c"}) == 2.0  # the child's, written
+deferred_metrics.flush()
+assert sample("t_events_total", {"kind": "c"}) == 9.0  # and the parent's
 print("ok")
 """
 
