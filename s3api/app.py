@@ -1,4 +1,4 @@
-"""The gateway application: one Starlette app per worker process.
+"""The gateway application: one ASGI application (`GatewayApp`) per worker process.
 
 Every request goes through `Gateway.__call__`, a pure ASGI callable:
 
@@ -9,7 +9,8 @@ Every request goes through `Gateway.__call__`, a pure ASGI callable:
    so a rejected upload never gets `100 Continue`;
 4. the handler runs; S3 errors render as S3 XML (no body for HEAD); anything else is
    logged with its traceback and answered InternalError;
-5. request metrics are recorded (operation, status, latency, bytes in and out).
+5. request metrics are recorded (operation, status, latency, bytes in and out) and the
+   access log line written (both added up and written in batches).
 
 Unsigned GET /health and GET /metrics answer health and Prometheus metrics.
 """
