@@ -41,6 +41,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from blobstore.sampled_gauge import SampledGauge
 from bookie import protocol
 from bookie.protocol import Op, Status
+from bookie.receive_buffer import ReceiveBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -260,16 +261,17 @@ def _call_answer(answer: Answer, frame: protocol.Frame | None, error: BaseExcept
         logger.exception("bookie answer callback failed")
 
 
-class _AnswerProtocol(asyncio.Protocol):
+class _AnswerProtocol(asyncio.BufferedProtocol):
     """The transport of one bookie connection: answer frames are cut from the bytes as
-    they arrive (`data_received`) and handed to their requests' callbacks, with no
-    reader task and no coroutine per frame; `drain` waits while the transport's write
-    buffer is over its high-water mark."""
+    they arrive, in the receive buffer the transport fills in place (the bookie's
+    `ReceiveBuffer`), and handed to their requests' callbacks, with no reader task and
+    no coroutine per frame; `drain` waits while the transport's write buffer is over
+    its high-water mark."""
 
     def __init__(self, connection: _BookieConnection) -> None:
         self.connection = connection
         self.transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
+        self._received = ReceiveBuffer()
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._error: BaseException | None = None  # why this side ended the connection
@@ -279,11 +281,15 @@ class _AnswerProtocol(asyncio.Protocol):
         # uvloop's transports are not asyncio.Transport subclasses: no isinstance check.
         self.transport = cast(asyncio.Transport, transport)
 
-    def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        size = len(buffer)
-        position = 0
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._received.writable()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        received = self._received
+        received.written(nbytes)
+        buffer = received.data
+        size = received.end
+        position = received.start
         prefix = protocol.FRAME_LENGTH.size
         header = prefix + protocol.FRAME_HEADER_BYTES
         answer_frame = self.connection._answer_frame
@@ -292,7 +298,7 @@ class _AnswerProtocol(asyncio.Protocol):
             error = protocol.frame_length_error(length)
             if error is not None:
                 self._error = error
-                buffer.clear()
+                received.clear()
                 assert self.transport is not None
                 self.transport.abort()
                 return
@@ -306,8 +312,7 @@ class _AnswerProtocol(asyncio.Protocol):
                 body = bytes(view[position + header : end])
             position = end
             answer_frame(protocol.Frame(version, op, status, request_id, body))
-        if position:
-            del buffer[:position]
+        received.consume_to(position)
 
     def eof_received(self) -> bool:
         return False  # close; connection_lost fails what is still in flight
@@ -316,7 +321,7 @@ class _AnswerProtocol(asyncio.Protocol):
         error: BaseException = (
             self._error or exc or ConnectionResetError("connection closed by bookie")
         )
-        self._buffer.clear()
+        self._received.clear()
         self._wake_drainers(error)
         if not self.closed.done():
             self.closed.set_result(None)
