@@ -483,15 +483,13 @@ class WatchedCache(Generic[V]):
             # Any read of the path already in flight is as current as this session's
             # server: share it rather than send one more (after a change, every
             # concurrent router of a bucket misses the same page map at once).
-            shared = self._unviewed.get(path)
-            if shared is not None:
+            while (shared := self._unviewed.get(path)) is not None:
                 self._shared.inc()
                 outcome = await asyncio.shield(shared)
                 if outcome is not _READ_CANCELLED:
                     return cast(V, outcome)
+                # Its reader was cancelled: join the next one, or read.
             self._misses.inc()
-            if path in self._unviewed:  # another caller took the lead meanwhile
-                return await self.get(path)
             shared = asyncio.get_running_loop().create_future()
             self._unviewed[path] = shared
             try:
