@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from blobstore.catalog import Catalog, CatalogConfig  # noqa: E402
-from blobstore.catalog.records import Extent, ObjectRecord  # noqa: E402
+from blobstore.catalog.records import Extent, ObjectRecord, ObjectSummary  # noqa: E402
 from blobstore.zk import ZooKeeperClient  # noqa: E402
 from blobstore.zookeeper_server import free_port, start_zookeeper  # noqa: E402
 
@@ -115,7 +115,7 @@ def decode_ceiling(seconds: float = 2.0) -> float:
     while time.monotonic() - start < seconds:
         fresh = IndexPage.decode("p", encoded, 0)
         for key, versions in zip(fresh.keys, fresh.decode_lines(0, len(fresh.keys)), strict=True):
-            ObjectRecord.from_dict("b", key, versions[0], is_latest=True, summary=True)
+            ObjectSummary.from_dict(key, versions[0])
         decoded += len(fresh.keys)
     return decoded / (time.monotonic() - start)
 

@@ -23,7 +23,7 @@ from typing import Any
 from blobstore.catalog.naming import prefix_successor
 from blobstore.catalog.object_index import ObjectIndex
 from blobstore.catalog.page import IndexPage
-from blobstore.catalog.records import ListResult, ObjectRecord, VersionListResult
+from blobstore.catalog.records import ListResult, ObjectRecord, ObjectSummary, VersionListResult
 
 _DECODE_CHUNK_KEYS = 256
 
@@ -31,6 +31,10 @@ _DECODE_CHUNK_KEYS = 256
 # Pages read ahead of the one being consumed: a page of ~100 records is consumed in
 # about the time of one ZooKeeper round trip, so a few in flight keep the walk busy.
 _PREFETCH_PAGES = 3
+
+# Read-aheads left to finish by a walk that ended (at most _PREFETCH_PAGES per walk),
+# held here until done so that they are not collected mid-flight.
+_DETACHED_READS: set[asyncio.Task[IndexPage]] = set()
 
 
 class KeyWalker:
@@ -152,8 +156,18 @@ class KeyWalker:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def close(self) -> None:
-        await self._drop_read_ahead()
+    async def close(self, *, keep_read_ahead: bool = False) -> None:
+        """Stop the walk. `keep_read_ahead`: let the pages being read ahead arrive into
+        the page cache rather than cancel them. A truncated listing is usually followed
+        by its continuation, which starts on those pages; cancelled, they would have
+        cost ZooKeeper the read and this process its transfer for nothing."""
+        if not keep_read_ahead:
+            await self._drop_read_ahead()
+            return
+        for _, task in self._ahead:
+            _DETACHED_READS.add(task)
+            task.add_done_callback(_DETACHED_READS.discard)
+        self._ahead.clear()
 
 
 def _rolled_up_marker_start(prefix: str, delimiter: str, marker: str) -> str | None:
@@ -197,7 +211,7 @@ async def list_objects(
         if jump is not None:
             start = jump
     walker = KeyWalker(index, bucket, start, prefix_successor(prefix) if prefix else None, view)
-    contents: list[ObjectRecord] = []
+    contents: list[ObjectSummary] = []
     common_prefixes: list[str] = []
     last = ""
     truncated = False
@@ -224,12 +238,10 @@ async def list_objects(
             if len(contents) + len(common_prefixes) >= max_keys:
                 truncated = True
                 break
-            contents.append(
-                ObjectRecord.from_dict(bucket, key, latest, is_latest=True, summary=True)
-            )
+            contents.append(ObjectSummary.from_dict(key, latest))
             last = key
     finally:
-        await walker.close()
+        await walker.close(keep_read_ahead=truncated)
     return ListResult(contents, common_prefixes, truncated, last if truncated else "")
 
 
@@ -288,7 +300,7 @@ async def list_object_versions(
                 versions.append(record)
                 last_key, last_version = key, record.version_id
     finally:
-        await walker.close()
+        await walker.close(keep_read_ahead=truncated)
     if not truncated:
         last_key = last_version = ""
     return VersionListResult(versions, common_prefixes, truncated, last_key, last_version)

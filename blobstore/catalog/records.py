@@ -9,8 +9,10 @@ default value are left out; the page header carries the format version).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Self
+from types import MappingProxyType
+from typing import Any, NamedTuple, Self
 
 import orjson
 
@@ -207,17 +209,14 @@ class ObjectRecord:
         key: str,
         d: dict[str, Any],
         is_latest: bool = False,
-        *,
-        summary: bool = False,
     ) -> Self:
-        """Decode the compact form. Listings decode millions of these, so the fields are
-        set directly instead of through __init__ (a third of the cost); the invariants of
-        __post_init__ are still checked. `summary`: leave out extents and parts (where
-        the bytes are: half the cost, and nothing a listing shows)."""
+        """Decode the compact form. The fields are set directly instead of through
+        __init__ (a third of the cost); the invariants of __post_init__ are still
+        checked. (Listings decode `ObjectSummary`s instead, six times cheaper.)"""
         record = _new_object(cls)
         get = d.get
-        extents = None if summary else get("ext")
-        parts = None if summary else get("parts")
+        extents = get("ext")
+        parts = get("parts")
         _set_field(record, "bucket", bucket)
         _set_field(record, "key", key)
         _set_field(record, "version_id", d["v"])
@@ -367,11 +366,70 @@ class DeleteResult:
     garbage: list[ObjectRecord]
 
 
+_NO_CHECKSUMS: MappingProxyType[str, str] = MappingProxyType({})
+
+
+class ObjectSummary(NamedTuple):
+    """What ListObjects shows of an object's latest version. A listing decodes up to
+    1,000 of these per request, out of index pages that hold whole records: building an
+    `ObjectRecord` (nineteen fields, four fresh dicts, extents) cost ~4.9 us a key,
+    this ~0.8 us, and it was most of a listing's CPU. `get_object` gives the record."""
+
+    key: str
+    version_id: str
+    size: int
+    etag: str
+    last_modified: float
+    storage_class: str
+    owner: str
+    checksums: Mapping[str, str]  # {"CRC32": b64, "type": ...}; read-only
+
+    @property
+    def is_latest(self) -> bool:
+        return True  # listings show latest versions only
+
+    @property
+    def is_delete_marker(self) -> bool:
+        return False  # deleted keys are not listed
+
+    @classmethod
+    def from_dict(cls, key: str, d: dict[str, Any]) -> ObjectSummary:
+        """From the compact form of ObjectRecord.to_dict (a page line's version)."""
+        get = d.get
+        return _new_tuple(
+            cls,
+            (
+                key,
+                d["v"],
+                get("size", 0),
+                get("etag", ""),
+                get("mtime", 0.0),
+                get("sc", STORAGE_CLASS_DEFAULT),
+                get("owner", ""),
+                get("ck") or _NO_CHECKSUMS,
+            ),
+        )
+
+    @classmethod
+    def of(cls, record: ObjectRecord) -> ObjectSummary:
+        return cls(
+            record.key,
+            record.version_id,
+            record.size,
+            record.etag,
+            record.last_modified,
+            record.storage_class,
+            record.owner,
+            record.checksums or _NO_CHECKSUMS,
+        )
+
+
+_new_tuple = tuple.__new__
+
+
 @dataclass(frozen=True, slots=True)
 class ListResult:
-    # Summaries (ObjectRecord.from_dict(summary=True)): what a listing shows, without
-    # extents or parts. get_object gives the whole record.
-    contents: list[ObjectRecord]
+    contents: list[ObjectSummary]
     common_prefixes: list[str]
     is_truncated: bool
     next_start_after: str  # "" when not truncated

@@ -27,7 +27,7 @@ from blobstore.catalog.records import (
     PartRecord,
     UploadRecord,
 )
-from tests.catalog.helpers import object_record, run_with_catalog
+from tests.catalog.helpers import object_record, open_catalog, run_with_catalog
 
 
 def test_bucket_lifecycle(zk_connect: str) -> None:
@@ -383,3 +383,29 @@ def test_commit_checks_the_owner_it_names(zk_connect: str) -> None:
             assert result.versioning == "Enabled" and result.record.version_id != "null"
 
     asyncio.run(asyncio.wait_for(main(), 120))
+
+
+def test_truncated_listing_leaves_its_read_ahead_in_the_page_cache(zk_connect: str) -> None:
+    """A listing cut at max-keys does not cancel the pages it is reading ahead: they land
+    in the page cache, where its continuation starts."""
+    from blobstore.catalog import listing
+
+    async def body(writer: Catalog) -> None:
+        await writer.create_bucket("paged", "alice")
+        records = [object_record("paged", f"key-{n:05d}", n) for n in range(5000)]
+        await writer.bulk_load("paged", records)
+        async with open_catalog(zk_connect) as reader:
+            ids = await reader.index.page_ids("paged")
+            assert len(ids) >= 6, len(ids)
+            first = await reader.list_objects("paged", max_keys=1000)
+            assert first.is_truncated
+            await asyncio.gather(*list(listing._DETACHED_READS))
+            page = await reader.index.page_containing("paged", first.next_start_after)
+            after = ids[ids.index(page.page_id) + 1]
+            assert reader.index._pages.peek(reader.paths.page("paged", after)) is not None
+            rest = await reader.list_objects(
+                "paged", start_after=first.next_start_after, max_keys=5000
+            )
+            assert [r.key for r in first.contents + rest.contents] == [r.key for r in records]
+
+    run_with_catalog(zk_connect, body)
