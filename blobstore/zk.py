@@ -1,19 +1,18 @@
-"""The one bridge between kazoo and our asyncio loop.
+"""The asyncio face of ZooKeeper for everything in this project.
 
-kazoo runs its own connection thread. Its two worker threads (one for completions of
-`*_async()` calls, one for watch callbacks) are replaced by `LoopDispatchHandler`: the
-connection thread hands every completion and every watch event straight to the event
-loop with `call_soon_threadsafe`, in the order they arrived on the socket. That saves a
-thread hop per operation and, more importantly, keeps ZooKeeper's ordering guarantee
-intact on the loop: a watch event is processed before the reply to any request sent
-after the change it reports. `WatchedCache` and `fresh_view()` build on that.
+`ZooKeeperClient` runs one session (`zk_session.ZooKeeperSession`) on the event loop
+itself: requests are written and replies decoded on the loop, and watch events reach
+their callbacks as they come off the socket, before any later reply is handled. That
+keeps ZooKeeper's ordering guarantee intact on the loop: a watch event is processed
+before the reply to any request sent after the change it reports. `WatchedCache` and
+`fresh_view()` build on that.
 
 Every coroutine here is bounded by a timeout: nothing blocks the event loop, and no wait
 is unbounded. kazoo's exceptions (`NoNodeError`, `NodeExistsError`, `BadVersionError`,
-`NotEmptyError`, `ConnectionLoss`, `SessionExpiredError`) pass through unchanged so callers
+`NotEmptyError`, `ConnectionLoss`, `SessionExpiredError`) are raised, so callers
 can implement compare-and-set loops on znode versions.
 
-Session state changes are handed to the loop as well (`add_state_listener`): on
+Session state changes are handed to listeners on the loop (`add_state_listener`): on
 SUSPENDED, callers pause anything that relies on an ephemeral node or a lease; on LOST,
 they treat them as gone and re-register.
 """
@@ -22,19 +21,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import select
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
-from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
+from kazoo.protocol.serialization import (
+    CheckVersion,
+    Create,
+    Delete,
+    Exists,
+    GetChildren,
+    GetData,
+    SetData,
+    Sync,
+    Transaction,
+)
 from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
+from kazoo.security import OPEN_ACL_UNSAFE
 from prometheus_client import Counter
 
 from blobstore.aio import wait_shielded
+from blobstore.zk_session import ZooKeeperSession
 
 logger = logging.getLogger(__name__)
 
@@ -69,71 +78,6 @@ class Versioned:
 V = TypeVar("V")
 
 
-class _LoopQueue:
-    """Stands in for kazoo's worker queues: `put(func)` runs func on the event loop."""
-
-    def __init__(self) -> None:
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    def put(self, func: Callable[[], Any]) -> None:
-        loop = self.loop
-        if loop is None or loop.is_closed():
-            return  # the loop is gone: nobody is waiting any more
-        try:
-            loop.call_soon_threadsafe(func)
-        except RuntimeError:  # closed between the check and the call
-            pass
-
-
-class LoopDispatchHandler(SequentialThreadingHandler):  # type: ignore[misc]
-    """kazoo's threading handler with completions and watch callbacks run on the asyncio
-    loop, in arrival order (kazoo's own handler runs them on two separate threads, so a
-    watch event may be handled after the reply that follows it on the wire)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._loop_queue = _LoopQueue()
-        self.callback_queue = self.completion_queue = self._loop_queue
-
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop_queue.loop = loop
-
-    def start(self) -> None:
-        with self._state_change:
-            self._running = True
-
-    def stop(self) -> None:
-        with self._state_change:
-            self._running = False
-
-    def select(
-        self, rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: float | None = None
-    ) -> tuple[list[Any], list[Any], list[Any]]:
-        """kazoo's select, on `poll`: one system call per wait. (kazoo builds, registers
-        and closes a fresh epoll instance for every wait, four system calls or more, and
-        its connection thread waits before every request it sends and every write.)"""
-        poller = select.poll()
-        masks: dict[int, int] = {}
-        objects: dict[int, tuple[list[Any], list[Any]]] = {}
-        for wanted, objs, slot in ((select.POLLIN, rlist, 0), (select.POLLOUT, wlist, 1)):
-            for obj in objs:
-                fd = obj if isinstance(obj, int) else obj.fileno()
-                masks[fd] = masks.get(fd, 0) | wanted
-                objects.setdefault(fd, ([], []))[slot].append(obj)
-        for fd, mask in masks.items():
-            poller.register(fd, mask)
-        events = poller.poll(None if timeout is None else max(timeout, 0.0) * 1000.0)
-        readable: list[Any] = []
-        writable: list[Any] = []
-        for fd, event in events:
-            # As selectors does: errors and hang-ups wake readers and writers alike.
-            if event & ~select.POLLOUT:
-                readable.extend(objects[fd][0])
-            if event & ~select.POLLIN:
-                writable.extend(objects[fd][1])
-        return readable, writable, []
-
-
 class ZooKeeperClient:
     """An asyncio face on one kazoo session. Create it inside the running loop."""
 
@@ -145,107 +89,84 @@ class ZooKeeperClient:
     ) -> None:
         self.hosts = hosts
         self.operation_timeout_s = operation_timeout_s
-        self._handler = LoopDispatchHandler()
-        self.kazoo = KazooClient(
-            hosts=hosts,
-            handler=self._handler,
-            timeout=session_timeout_s,
-            connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 2.0},
-            command_retry={"max_tries": 3, "delay": 0.1, "max_delay": 1.0},
-        )
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session = ZooKeeperSession(hosts, session_timeout_s)
         self._state_listeners: list[Callable[[KazooState], None]] = []
-        self.kazoo.add_listener(self._state_changed)
+        self._session.add_listener(self._state_changed)
         # fresh_view(): the sync sent in this turn of the loop (shared by its callers),
         # the one in flight, and the next one (waiting for the one in flight).
         self._sync_this_turn: asyncio.Future[None] | None = None
         self._sync_in_flight: asyncio.Future[None] | None = None
         self._sync_sent_at = 0.0
         self._sync_next: asyncio.Future[None] | None = None
-        try:
-            self._attach(asyncio.get_running_loop())
-        except RuntimeError:  # created outside a loop: attached by start()
-            pass
-
-    def _attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._handler.attach(loop)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, timeout_s: float = CONNECT_TIMEOUT_S_DEFAULT) -> None:
-        self._attach(asyncio.get_running_loop())
-        await asyncio.to_thread(self.kazoo.start, timeout_s)
+        """Open the session; raises kazoo's KazooTimeoutError if no server answers."""
+        await self._session.start(timeout_s)
 
     async def stop(self) -> None:
-        def stop_and_close() -> None:
-            self.kazoo.stop()
-            self.kazoo.close()
-
-        await asyncio.to_thread(stop_and_close)
+        await self._session.close()
 
     @property
     def connected(self) -> bool:
-        return bool(self.kazoo.connected)
+        return self._session.connected
 
     @property
     def session_id(self) -> int | None:
         """The current session's id (the ephemeralOwner of its ephemeral znodes)."""
-        client_id = self.kazoo.client_id
-        return int(client_id[0]) if client_id else None
+        return self._session.session_id or None
 
     def add_state_listener(self, listener: Callable[[KazooState], None]) -> None:
         """`listener(state)` runs on the event loop for every session state change."""
         self._state_listeners.append(listener)
 
-    def _state_changed(self, state: KazooState) -> None:  # kazoo thread
+    def _state_changed(self, state: KazooState) -> None:  # on the loop
         logger.info("zookeeper session state=%s hosts=%s", state, self.hosts)
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
+        loop = asyncio.get_running_loop()
         for listener in self._state_listeners:
-            loop.call_soon_threadsafe(listener, state)
+            loop.call_soon(listener, state)
 
     # ------------------------------------------------------------------ plumbing
 
-    async def _call(self, start_async: Callable[[], Any], timeout_s: float | None = None) -> Any:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-
-        def done(async_result: Any) -> None:  # on the loop (LoopDispatchHandler)
-            if future.done():
-                return
-            try:
-                future.set_result(async_result.get_nowait())
-            except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
-                future.set_exception(e)
-
-        async_result = start_async()
-        async_result.rawlink(done)
+    async def _call(
+        self, request: Any, watch: Callable[[Any], None] | None = None, timeout_s: float = 0.0
+    ) -> Any:
+        future = self._session.submit(request, watch)
         try:
             return await wait_shielded(future, timeout_s or self.operation_timeout_s)
         finally:
-            future.cancel()  # no-op once settled; a late reply then finds it done
+            if not future.done():
+                future.cancel()  # a late reply then finds it done
+            elif not future.cancelled():
+                future.exception()  # retrieved, whoever gave up on it
+
+    def _path(self, path: str) -> str:
+        return self._session.chrooted(path)
 
     # ------------------------------------------------------------------ operations
 
     async def get(self, path: str, watch: Callable[[Any], None] | None = None) -> Versioned:
         """The value and version; raises NoNodeError. `watch` runs on the loop."""
-        value, stat = await self._call(lambda: self.kazoo.get_async(path, watch=watch))
+        value, stat = await self._call(GetData(self._path(path), watch is not None), watch)
         return Versioned(value, stat.version)
 
     async def get_with_stat(self, path: str) -> tuple[bytes, ZnodeStat]:
-        value, stat = await self._call(lambda: self.kazoo.get_async(path))
+        value, stat = await self._call(GetData(self._path(path), False))
         return value, stat
 
-    async def exists(self, path: str) -> ZnodeStat | None:
-        stat: ZnodeStat | None = await self._call(lambda: self.kazoo.exists_async(path))
+    async def exists(
+        self, path: str, watch: Callable[[Any], None] | None = None
+    ) -> ZnodeStat | None:
+        stat: ZnodeStat | None = await self._call(
+            Exists(self._path(path), watch is not None), watch
+        )
         return stat
 
     async def get_children(
         self, path: str, watch: Callable[[Any], None] | None = None
     ) -> list[str]:
-        return list(await self._call(lambda: self.kazoo.get_children_async(path, watch=watch)))
+        return list(await self._call(GetChildren(self._path(path), watch is not None), watch))
 
     async def create(
         self,
@@ -257,19 +178,24 @@ class ZooKeeperClient:
         makepath: bool = False,
     ) -> str:
         """Create a znode and return its path (with the sequence suffix, if any)."""
-        return await self._call(  # type: ignore[no-any-return]
-            lambda: self.kazoo.create_async(
-                path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath
-            )
-        )
+        flags = (1 if ephemeral else 0) | (2 if sequence else 0)
+        request = Create(self._path(path), value, OPEN_ACL_UNSAFE, flags)
+        try:
+            return await self._call(request)  # type: ignore[no-any-return]
+        except NoNodeError:
+            parent = path.rsplit("/", 1)[0]
+            if not makepath or not parent:
+                raise
+        await self.ensure_path(parent)
+        return await self._call(request)  # type: ignore[no-any-return]
 
     async def set(self, path: str, value: bytes, version: int = -1) -> int:
         """Compare-and-set (version -1: unconditional); returns the new version."""
-        stat = await self._call(lambda: self.kazoo.set_async(path, value, version))
+        stat = await self._call(SetData(self._path(path), value, version))
         return int(stat.version)
 
     async def delete(self, path: str, version: int = -1) -> None:
-        await self._call(lambda: self.kazoo.delete_async(path, version))
+        await self._call(Delete(self._path(path), version))
 
     async def ensure_path(self, path: str) -> None:
         """Create `path` and its parents when missing (idempotent, race-safe)."""
@@ -345,12 +271,12 @@ class ZooKeeperClient:
         self._sync_sent_at = loop.time()
         SYNCS.inc()
 
-        def done(async_result: Any) -> None:  # on the loop (LoopDispatchHandler)
+        def done(reply: asyncio.Future[Any]) -> None:
             if not view.done():
-                try:
-                    async_result.get_nowait()
-                except BaseException as e:  # noqa: BLE001 - handed to every waiter
-                    view.set_exception(e)
+                if reply.cancelled():
+                    view.cancel()
+                elif (error := reply.exception()) is not None:
+                    view.set_exception(error)
                     view.exception()  # retrieved: waiters that timed out are gone
                 else:
                     view.set_result(None)
@@ -360,7 +286,7 @@ class ZooKeeperClient:
                 if following is not None:
                     self._send_sync(following)
 
-        self.kazoo.sync_async("/").rawlink(done)
+        self._session.submit(Sync(self._path("/"))).add_done_callback(done)
 
     def _end_sync_turn(self, view: asyncio.Future[None]) -> None:
         if self._sync_this_turn is view:
@@ -386,30 +312,26 @@ class ZooKeeperClient:
         (e.g. BadVersionError) when the transaction was rolled back, with the index of
         the operation that failed as its `operation_index` attribute.
         """
-        transaction = self.kazoo.transaction()
+        requests: list[Any] = []
         for kind, args in operations:
+            path, rest = self._path(args[0]), args[1:]
             if kind == "create":
-                transaction.create(*args)
+                value = rest[0] if rest else b""
+                requests.append(Create(path, value, OPEN_ACL_UNSAFE, 0))
             elif kind == "set":
-                transaction.set_data(*args)
+                requests.append(SetData(path, rest[0], rest[1] if len(rest) > 1 else -1))
             elif kind == "delete":
-                transaction.delete(*args)
+                requests.append(Delete(path, rest[0] if rest else -1))
             elif kind == "check":
-                transaction.check(*args)
+                requests.append(CheckVersion(path, rest[0]))
             else:
                 raise ValueError(f"unknown multi operation {kind!r}")
-        results = await self._call(transaction.commit_async)
+        results = await self._call(Transaction(requests))
         for index, result in enumerate(results):
-            if isinstance(result, Exception) and not _is_rolled_back(result):
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
                 result.operation_index = index  # type: ignore[attr-defined]
                 raise result
         return list(results)
-
-
-def _is_rolled_back(error: Exception) -> bool:
-    from kazoo.exceptions import RolledBackError
-
-    return isinstance(error, RolledBackError)
 
 
 _READ_CANCELLED = object()  # a shared read's result when its reader was cancelled

@@ -60,7 +60,7 @@ class Registration:
             await self.zk.create(self.path, data, ephemeral=True, makepath=True)
         except NodeExistsError:
             _, stat = await self.zk.get_with_stat(self.path)
-            session_id = self.zk.kazoo.client_id[0] if self.zk.kazoo.client_id else None
+            session_id = self.zk.session_id
             if stat.ephemeralOwner == session_id:
                 await self.zk.set(self.path, data)
                 return

@@ -186,32 +186,6 @@ def test_watched_cache_forgets_everything_when_the_session_is_interrupted(
     _run(main())
 
 
-def test_loop_dispatch_handler_select_reports_readiness_like_select() -> None:
-    """kazoo's connection thread waits through the handler's select: readable, writable,
-    both, hang-up, and a timeout with nothing ready."""
-    import socket
-
-    from blobstore.zk import LoopDispatchHandler
-
-    handler = LoopDispatchHandler()
-    a, b = socket.socketpair()
-    try:
-        assert handler.select([a], [], [], 0.05) == ([], [], [])
-        readable, writable, _ = handler.select([a], [a], [], 1.0)
-        assert (readable, writable) == ([], [a])
-        b.sendall(b"x")
-        readable, writable, _ = handler.select([a, b], [a.fileno()], [], 1.0)
-        assert readable == [a] and writable == [a.fileno()]
-        b.close()
-        a.recv(1)
-        readable, _, _ = handler.select([a], [], [], 1.0)
-        assert readable == [a]  # hang-up wakes the reader, which then reads b""
-        assert a.recv(1) == b""
-    finally:
-        a.close()
-        b.close()
-
-
 def test_watched_cache_fresh_read_replaces_the_entry_without_dropping_it(
     zk_connect: str,
 ) -> None:

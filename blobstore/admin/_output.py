@@ -92,16 +92,16 @@ def _as_usage_error(error: BaseException) -> UsageError:
 async def admin_session(zk_hosts: str) -> AsyncIterator[ZooKeeperClient]:
     """A started ZooKeeper session, stopped on exit; unreachable -> UsageError.
 
-    kazoo's connection chatter is kept off the operator's terminal unless --log-level
-    is DEBUG.
+    The session's connection chatter is kept off the operator's terminal unless
+    --log-level is DEBUG.
     """
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
-        logging.getLogger("kazoo").setLevel(logging.ERROR)
+        logging.getLogger("blobstore.zk_session").setLevel(logging.ERROR)
         logging.getLogger("blobstore.zk").setLevel(logging.WARNING)
     zk = ZooKeeperClient(zk_hosts)
     try:
         await zk.start(timeout_s=ZK_CONNECT_TIMEOUT_S)
-    except Exception as e:  # noqa: BLE001 - kazoo raises its own timeout types
+    except Exception as e:  # noqa: BLE001 - a timeout, or the server refusing us
         with contextlib.suppress(Exception):
             await zk.stop()
         raise UsageError(

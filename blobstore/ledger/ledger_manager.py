@@ -152,7 +152,7 @@ class LedgerManager:
 
     # ------------------------------------------------------------------ bookies
 
-    def _bookies_changed(self, _event: Any) -> None:  # kazoo thread
+    def _bookies_changed(self, _event: Any) -> None:  # a watch callback, on the loop
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._invalidate_bookies)

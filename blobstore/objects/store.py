@@ -35,7 +35,6 @@ from blobstore.catalog.records import (
 )
 from blobstore.ledger import LedgerClient
 from blobstore.ledger.errors import NoSuchLedgerError
-from blobstore.objects import kazoo_poll
 from blobstore.objects.append_object_op import AppendObjectOp, WrittenData
 from blobstore.objects.config import PART_BYTES_MAX, ObjectStoreConfig
 from blobstore.objects.errors import ObjectChangedError, ObjectUnavailableError
@@ -92,7 +91,6 @@ class ObjectStore:
         self.zk = ZooKeeperClient(
             self._zk_hosts, session_timeout_s=self.config.zk_session_timeout_s
         )
-        kazoo_poll.install(self.zk.kazoo)
         await self.zk.start()
         self._catalog = Catalog(self.zk)
         await self._catalog.start()

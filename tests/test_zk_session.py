@@ -1,0 +1,157 @@
+"""The asyncio ZooKeeper session against a real ZooKeeper server of its own: a server
+killed with -9 and restarted (same session, watches re-armed, requests made meanwhile
+sent after), an expired session (LOST, watches fired and dropped, a new session), and a
+stream that breaks the framing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.exceptions import NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType, KazooState, KeeperState, WatchedEvent
+
+from blobstore.zk import ZooKeeperClient
+from blobstore.zk_session import ZooKeeperSession, parse_hosts
+from blobstore.zookeeper_server import ZooKeeperServer, free_port, start_zookeeper
+
+TIMEOUT_S = 120.0
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    server = start_zookeeper(tmp_path / "zk", free_port(), heap_mb=256)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _run(coro: object) -> None:
+    asyncio.run(asyncio.wait_for(coro, TIMEOUT_S))  # type: ignore[arg-type]
+
+
+async def _until(predicate: object, what: str, timeout_s: float = 60.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not predicate():  # type: ignore[operator]
+            await asyncio.sleep(0.05)
+
+
+def test_parse_hosts() -> None:
+    assert parse_hosts("a:1,b:2/root/x/") == ([("a", 1), ("b", 2)], "/root/x")
+    assert parse_hosts("127.0.0.1:2181") == ([("127.0.0.1", 2181)], "")
+    assert parse_hosts("[::1]:7,h") == ([("::1", 7), ("h", 2181)], "")
+    with pytest.raises(ValueError):
+        parse_hosts("/chroot-only")
+
+
+def test_server_killed_and_restarted_keeps_the_session_and_its_watches(
+    own_server: ZooKeeperServer,
+) -> None:
+    server = own_server
+
+    async def main() -> None:
+        nonlocal server
+        zk = ZooKeeperClient(server.connect_string, session_timeout_s=30.0)
+        await zk.start()
+        states: list[KazooState] = []
+        zk.add_state_listener(states.append)
+        events: list[WatchedEvent] = []
+        session = zk.session_id
+        try:
+            await zk.create("/watched", b"0")
+            await zk.get("/watched", watch=events.append)
+            await zk.create("/mine", b"", ephemeral=True)
+
+            server.kill()
+            await _until(lambda: KazooState.SUSPENDED in states, "suspended")
+            during = asyncio.ensure_future(zk.create("/made-while-away", b"x"))
+            await asyncio.sleep(0.5)
+            assert not during.done()
+            server = start_zookeeper(server.data_dir, server.port, heap_mb=256)
+
+            assert await during == "/made-while-away"
+            assert states[-1] == KazooState.CONNECTED
+            assert zk.session_id == session  # the same session: its ephemeral is there
+            assert await zk.exists("/mine") is not None
+
+            other = ZooKeeperClient(server.connect_string)
+            await other.start()
+            try:
+                await other.set("/watched", b"1")
+            finally:
+                await other.stop()
+            await _until(lambda: events, "the watch armed before the restart fired")
+            assert events == [WatchedEvent(EventType.CHANGED, KeeperState.CONNECTED, "/watched")]
+        finally:
+            await zk.stop()
+            server.stop()
+
+    _run(main())
+
+
+def test_expired_session_fires_watches_and_opens_a_new_session(
+    own_server: ZooKeeperServer,
+) -> None:
+    async def main() -> None:
+        zk = ZooKeeperClient(own_server.connect_string, session_timeout_s=4.0)
+        await zk.start()
+        states: list[KazooState] = []
+        zk.add_state_listener(states.append)
+        events: list[WatchedEvent] = []
+        try:
+            await zk.create("/node", b"")
+            await zk.get("/node", watch=events.append)
+            await zk.create("/ephemeral", b"", ephemeral=True)
+            old = zk.session_id
+            # A process frozen past its session timeout (no pings): the server expires
+            # the session, and tells the client when it reconnects.
+            time.sleep(zk._session.negotiated_timeout_s + 3.0)
+
+            await _until(lambda: KazooState.LOST in states, "lost")
+            await _until(lambda: zk.connected, "connected again")
+            assert zk.session_id not in (None, old)
+            assert events == [WatchedEvent(EventType.NONE, KeeperState.EXPIRED_SESSION, None)]
+            assert await zk.exists("/ephemeral") is None
+            with pytest.raises(NoNodeError):
+                await zk.get("/missing")
+        finally:
+            await zk.stop()
+
+    _run(main())
+
+
+def test_broken_framing_drops_the_connection_and_start_times_out() -> None:
+    """A peer whose first frame claims 2 GiB: the connection is dropped (nothing that
+    size is allocated), retried, and start() fails in bounded time."""
+    connections = 0
+
+    async def main() -> None:
+        async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal connections
+            connections += 1
+            with contextlib.suppress(Exception):
+                await reader.read(1024)
+                writer.write(struct.pack("!i", 2**31 - 1) + b"\0" * 64)
+                await writer.drain()
+                await reader.read(1024)
+            writer.close()
+
+        server = await asyncio.start_server(peer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        session = ZooKeeperSession(f"127.0.0.1:{port}", 10.0)
+        try:
+            with pytest.raises(KazooTimeoutError):
+                await session.start(1.5)
+        finally:
+            server.close()
+        assert connections >= 2  # dropped, then tried again
+        assert not session.connected
+
+    _run(main())
