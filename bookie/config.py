@@ -34,6 +34,8 @@ class BookieConfig:
     journal_max_group_wait_ms: float = 2.0
     journal_buffered_writes_threshold_bytes: int = 512 * KIB
     journal_file_bytes_max: int = 256 * MIB
+    # Drop synced journal pages from the page cache (BookKeeper's journalRemoveFromPageCache).
+    journal_remove_from_page_cache: bool = True
     entry_log_bytes_max: int = 1 * GIB
     write_cache_bytes_max: int = 64 * MIB
     read_cache_bytes_max: int = 32 * MIB
@@ -198,6 +200,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _convert(name: str, kind: object, raw: object) -> object:
     try:
+        if kind in (bool, "bool"):
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
         if kind in (int, "int"):
             return int(str(raw).replace("_", ""))
         if kind in (float, "float"):

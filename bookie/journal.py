@@ -58,6 +58,8 @@ RECORD_BODY = struct.Struct(f">BQq{protocol.MASTER_KEY_BYTES}s")
 RECORD_PREFIX = struct.Struct(f">IIBQq{protocol.MASTER_KEY_BYTES}s")
 RECORD_BODY_BYTES_MAX = RECORD_BODY.size + protocol.FRAME_BYTES_MAX
 IOVECS_MAX = 512  # below every platform's IOV_MAX (1024 on Linux)
+PAGE_BYTES = 4096
+
 # One write + fsync never carries more than this many bytes, whatever is queued.
 GROUP_COMMIT_BYTES_MAX = 16 << 20
 FILE_SUFFIX = ".txn"
@@ -276,6 +278,7 @@ class Journal:
         queue_entries_max: int,
         disk_executor: concurrent.futures.Executor,
         clock: Callable[[], float] = time.monotonic,
+        remove_from_page_cache: bool = True,
     ) -> None:
         self.directory = directory
         self.max_group_wait_s = max_group_wait_ms / 1000.0
@@ -290,6 +293,13 @@ class Journal:
         self._fd = -1
         self.journal_id = 0
         self._offset = 0
+        # Synced journal bytes are never read again but by a replay after a crash, which
+        # reads the disk: their pages are dropped from the page cache after each fsync
+        # (BookKeeper's journalRemoveFromPageCache). Kept, they grow the page cache by the
+        # journal's write rate; on this 2-core VM that cost 4-5 ms of kernel CPU per MiB
+        # written (the cache keeps taking fresh memory) against ~0.5 ms when dropped.
+        self.remove_from_page_cache = remove_from_page_cache
+        self._cached_from = 0  # offset of the file's first page not yet dropped
         self.synced_position: tuple[int, int] = (0, 0)
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -313,6 +323,7 @@ class Journal:
         self._fd = fd
         self.journal_id = journal_id
         self._offset = FILE_HEADER_BYTES
+        self._cached_from = 0
         logger.info("journal file opened journal_id=%d", journal_id)
 
     def delete_files_before(self, journal_id: int) -> int:
@@ -462,6 +473,17 @@ class Journal:
         writev_all(self._fd, pieces)
         os.fdatasync(self._fd)
         self._offset += batch_bytes
+        if self.remove_from_page_cache:
+            # Whole pages only: the last, partial one is written again by the next batch.
+            synced_pages_end = self._offset - self._offset % PAGE_BYTES
+            if synced_pages_end > self._cached_from:
+                os.posix_fadvise(
+                    self._fd,
+                    self._cached_from,
+                    synced_pages_end - self._cached_from,
+                    os.POSIX_FADV_DONTNEED,
+                )
+                self._cached_from = synced_pages_end
         if self._offset >= self.file_bytes_max:
             self.open_new_file()
         return (self.journal_id, self._offset)

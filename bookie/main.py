@@ -207,6 +207,7 @@ class Bookie:
             file_bytes_max=config.journal_file_bytes_max,
             queue_entries_max=config.journal_queue_entries_max,
             disk_executor=journal_executor,
+            remove_from_page_cache=config.journal_remove_from_page_cache,
         )
         await asyncio.to_thread(journal.open_new_file)
         await asyncio.to_thread(journal.delete_files_before, storage.mark[0])

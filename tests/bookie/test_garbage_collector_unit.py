@@ -117,3 +117,13 @@ def test_config_from_flags_and_environment() -> None:
 def test_config_errors_name_the_key(argv: list[str], environ: dict[str, str], key: str) -> None:
     with pytest.raises(UsageError, match=key):
         parse([*BASE, *argv], environ)
+
+
+def test_boolean_settings_from_flags_and_environment() -> None:
+    assert parse(BASE, {}).journal_remove_from_page_cache is True
+    env = {"BLOBSTORE_BOOKIE_JOURNAL_REMOVE_FROM_PAGE_CACHE": "false"}
+    assert parse(BASE, env).journal_remove_from_page_cache is False
+    flag = [*BASE, "--journal-remove-from-page-cache", "no"]
+    assert parse(flag, {}).journal_remove_from_page_cache is False
+    with pytest.raises(UsageError, match="journal_remove_from_page_cache='maybe'"):
+        parse([*BASE, "--journal-remove-from-page-cache", "maybe"], {})

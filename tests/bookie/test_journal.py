@@ -77,7 +77,10 @@ def test_group_commit_decision(
 
 
 def run_journal(
-    directory: Path, records: list[JournalRecord], file_bytes_max: int = 1 << 20
+    directory: Path,
+    records: list[JournalRecord],
+    file_bytes_max: int = 1 << 20,
+    remove_from_page_cache: bool = True,
 ) -> tuple[int, int]:
     async def main() -> tuple[int, int]:
         executor = concurrent.futures.ThreadPoolExecutor(1)
@@ -88,6 +91,7 @@ def run_journal(
             file_bytes_max=file_bytes_max,
             queue_entries_max=100_000,
             disk_executor=executor,
+            remove_from_page_cache=remove_from_page_cache,
         )
         journal.open_new_file()
         journal.start()
@@ -180,3 +184,37 @@ def test_damage_in_a_completed_file_stops_replay(tmp_path: Path) -> None:
     with pytest.raises(JournalCorruptError, match="corrupt at offset"):
         list(replay(str(tmp_path), (0, 0)))
     assert first.read_bytes() == bytes(damaged), "nothing is cut from a completed file"
+
+
+@pytest.mark.parametrize("remove", [True, False])
+def test_synced_pages_leave_the_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, remove: bool
+) -> None:
+    """After each fsync the journal drops the whole pages it has synced from the page
+    cache, each page once, file by file; with the setting off it drops nothing."""
+    dropped: dict[int, list[tuple[int, int]]] = {}
+    real = os.posix_fadvise
+
+    def spy(fd: int, offset: int, length: int, advice: int) -> None:
+        assert advice == os.POSIX_FADV_DONTNEED
+        dropped.setdefault(os.fstat(fd).st_ino, []).append((offset, length))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", spy)
+    records = [
+        JournalRecord(RecordKind.ADD, 7, i, KEY, entry(7, i, os.urandom(5000))) for i in range(60)
+    ]
+    run_journal(tmp_path, records, file_bytes_max=96 * 1024, remove_from_page_cache=remove)
+    assert [r for r, _ in replay(str(tmp_path), (0, 0))] == records
+    if not remove:
+        assert dropped == {}
+        return
+    assert len(dropped) >= 2, "files rolled, each dropped on its own"
+    sizes = {os.stat(path).st_ino: os.stat(path).st_size for path in tmp_path.iterdir()}
+    for inode, ranges in dropped.items():
+        assert ranges[0][0] == 0
+        for (offset, length), (next_offset, _) in zip(ranges, ranges[1:], strict=False):
+            assert offset + length == next_offset, "contiguous, no page twice"
+        end = ranges[-1][0] + ranges[-1][1]
+        assert all(o % 4096 == 0 and n % 4096 == 0 for o, n in ranges)
+        assert end == sizes[inode] - sizes[inode] % 4096, "every whole synced page"
