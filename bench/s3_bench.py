@@ -410,8 +410,13 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   cores are full while the disk runs below its replication-bound limit. A bookie's CPU
   is ~87% kernel time, and `perf` puts 54% of it in copying written bytes into the page
   cache (`copy_folio_from_iter_atomic`), half for the journal and half for the entry
-  log; its Python is ~4%. Writing both with O_DIRECT from aligned buffers (as
-  BookKeeper's direct-I/O journal and entry logger do) is the lever.
+  log; its Python is ~4%. Much of that copy is the page cache growing into memory
+  the VM guest had not touched: a write+fsync loop costs 4-5 ms of kernel CPU per MiB
+  when its pages stay cached and ~0.5 ms when they are dropped after the fsync. The
+  journal now drops its synced pages (as BookKeeper's journalRemoveFromPageCache),
+  which took a bookie's CPU per MiB down 10-15% (A/B); entry logs still write through
+  the cache, which reads of recent objects use. O_DIRECT writes from aligned buffers
+  (BookKeeper's direct-I/O journal and entry logger) are the next step.
 - **Large and ranged GET** decode and CRC-check 1 MiB entries, cut from the bookie
   connections' buffers, and copy them into the responses. The generator is far from its own limit (its 16 MiB
   GET ceiling is in the table above).
