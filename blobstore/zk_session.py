@@ -58,6 +58,7 @@ from kazoo.protocol.serialization import (
     Create,
     Exists,
     GetChildren,
+    GetChildren2,
     Ping,
     Transaction,
     Watch,
@@ -106,8 +107,9 @@ def parse_hosts(hosts: str) -> tuple[list[tuple[str, int]], str]:
         part = part.strip()
         if not part:
             continue
-        if part.startswith("["):  # [ipv6]:port
-            host, _, port = part[1:].partition("]:")
+        if part.startswith("["):  # [ipv6]:port or [ipv6]
+            host, _, rest = part[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else ""
         else:
             host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
         servers.append((host, int(port) if port else 2181))
@@ -133,8 +135,33 @@ class _SetWatches:
         return bytes(out)
 
 
+# SetWatches frames stay below this (as ZooKeeper's Java client does): one frame past the
+# server's jute.maxbuffer would make it stop answering the connection.
+SET_WATCHES_BYTES_MAX = 128 * 1024
+
+
+def set_watches_batches(
+    zxid: int, data: list[str], exist: list[str], child: list[str]
+) -> list[_SetWatches]:
+    """The watches to re-arm, in frames of at most ~SET_WATCHES_BYTES_MAX."""
+    batches: list[_SetWatches] = []
+    lists: tuple[list[str], list[str], list[str]] = ([], [], [])
+    size = 0
+    for kind, paths in enumerate((data, exist, child)):
+        for path in paths:
+            n = len(path.encode()) + 4
+            if size and size + n > SET_WATCHES_BYTES_MAX:
+                batches.append(_SetWatches(zxid, *lists))
+                lists, size = ([], [], []), 0
+            lists[kind].append(path)
+            size += n
+    if size:
+        batches.append(_SetWatches(zxid, *lists))
+    return batches
+
+
 class _Pending:
-    __slots__ = ("request", "future", "watch", "xid")
+    __slots__ = ("request", "future", "watch", "xid", "body")
 
     def __init__(
         self, request: Any, future: asyncio.Future[Any] | None, watch: WatchCallback | None
@@ -143,6 +170,9 @@ class _Pending:
         self.future = future
         self.watch = watch
         self.xid = 0
+        # Encoded when made, so that a request that cannot be encoded fails its caller
+        # and never reaches the connection.
+        self.body = request.serialize()
 
 
 class _Connection(asyncio.Protocol):
@@ -158,6 +188,7 @@ class _Connection(asyncio.Protocol):
         self.xid = 0
         self.last_received = 0.0
         self.last_sent = 0.0
+        self.established = False  # the handshake is over: frames are replies
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -195,6 +226,11 @@ class _Connection(asyncio.Protocol):
             self.closed.set_result(None)
 
     # -- requests
+    def usable(self) -> bool:
+        """Open for writes (a closed uvloop transport raises on write)."""
+        transport = self.transport
+        return transport is not None and not transport.is_closing() and not self.closed.done()
+
     def send(self, pending: _Pending) -> None:
         transport = self.transport
         assert transport is not None
@@ -209,7 +245,7 @@ class _Connection(asyncio.Protocol):
             self.xid = self.xid % 2147483647 + 1
             xid = self.xid
         pending.xid = xid
-        body = request.serialize()
+        body = pending.body
         transport.write(_REQUEST_HEADER.pack(len(body) + 8, xid, request.type) + body)
         self.last_sent = asyncio.get_running_loop().time()
         if xid > 0:
@@ -221,13 +257,15 @@ class _Connection(asyncio.Protocol):
 
     # -- replies
     def _frame(self, frame: bytes) -> None:
-        if not self.handshake.done():
+        if not self.established:
+            if self.handshake.done():
+                raise ConnectionLoss("frame after an abandoned handshake")
             connect, _ = Connect.deserialize(frame, 0)
             self.handshake.set_result(connect)
             return
         xid, zxid, err = _REPLY_HEADER.unpack_from(frame, 0)
         session = self.session
-        if zxid > 0:
+        if xid > 0 and zxid > session.last_zxid:  # as the Java client: replies only
             session.last_zxid = zxid
         if xid == WATCH_XID:
             watch, _ = Watch.deserialize(frame, _REPLY_HEADER.size)
@@ -239,10 +277,18 @@ class _Connection(asyncio.Protocol):
             return
         if not self.pending:
             raise ConnectionLoss(f"reply xid {xid} with no request outstanding")
-        pending = self.pending.popleft()
-        if pending.xid != xid:
+        pending = self.pending[0]
+        if pending.xid != xid:  # left in place: failed with the connection
             raise ConnectionLoss(f"reply xid {xid}, expected {pending.xid}")
-        session._reply(pending, frame, err)
+        self.pending.popleft()
+        try:
+            session._reply(pending, frame, err)
+        except Exception as e:
+            future = pending.future  # a reply that does not decode fails its request
+            if future is not None and not future.done():
+                future.set_exception(e)
+                future.exception()
+            raise
 
 
 class ZooKeeperSession:
@@ -265,6 +311,7 @@ class ZooKeeperSession:
         self._child_watches: dict[str, set[WatchCallback]] = {}
         self._runner: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
+        self._stopped = asyncio.Event()
         self._closing = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -281,33 +328,50 @@ class ZooKeeperSession:
         """Open the session; raises KazooTimeoutError when no server answers in time."""
         if self._runner is None:
             self._closing = False
+            self._stopped.clear()
             self._runner = asyncio.create_task(self._run(), name=f"zookeeper {self.hosts}")
+        connected = asyncio.ensure_future(self._connected.wait())
+        stopped = asyncio.ensure_future(self._stopped.wait())
         try:
-            await asyncio.wait_for(self._connected.wait(), timeout_s)
-        except TimeoutError:
+            await asyncio.wait(
+                {connected, stopped}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            connected.cancel()
+            stopped.cancel()
+        if self._closing:
+            raise ConnectionClosedError("the session was closed while it was being opened")
+        if not self._connected.is_set():
             await self.close()
             raise KazooTimeoutError(
                 f"no ZooKeeper server of {self.hosts} answered in {timeout_s:g} s"
-            ) from None
+            )
 
     async def close(self) -> None:
         """Close the session (its ephemeral znodes go at once) and stop."""
         self._closing = True
+        self._stopped.set()
         connection = self._connection
-        if connection is not None and self.state == KazooState.CONNECTED:
+        if connection is not None and self.state == KazooState.CONNECTED and connection.usable():
             future = asyncio.get_running_loop().create_future()
             connection.send(_Pending(Close(), future, None))
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(future), CLOSE_TIMEOUT_S)
         if self._runner is not None:
             self._runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._runner
             self._runner = None
         if connection is not None:
             connection.abort()
         self._connection = None
         self._fail_all(ConnectionClosedError("Connection has been closed"))
+        # A closed session is gone: a later start() opens a new one.
+        self.session_id = 0
+        self._password = b"\x00" * 16
+        self.last_zxid = 0
+        for watches in (self._data_watches, self._exist_watches, self._child_watches):
+            watches.clear()
         self._set_state(KazooState.LOST)
 
     # ------------------------------------------------------------------ requests
@@ -319,12 +383,15 @@ class ZooKeeperSession:
         if self._closing:
             future.set_exception(ConnectionClosedError("Connection has been closed"))
             return future
-        pending = _Pending(request, future, watch)
+        pending = _Pending(request, future, watch)  # raises if it cannot be encoded
         connection = self._connection
-        if connection is not None and self.state == KazooState.CONNECTED:
+        if connection is not None and self.state == KazooState.CONNECTED and connection.usable():
             connection.send(pending)
         else:
-            self._waiting.append(pending)
+            waiting = self._waiting
+            waiting.append(pending)
+            if len(waiting) % 1024 == 0:  # callers that gave up leave their requests
+                self._waiting = deque(p for p in waiting if p.future is None or not p.future.done())
         return future
 
     def chrooted(self, path: str) -> str:
@@ -360,7 +427,7 @@ class ZooKeeperSession:
             deserialize = getattr(request, "deserialize", None)
             result = deserialize(frame, offset) if deserialize is not None else None
             if pending.watch is not None:
-                if isinstance(request, GetChildren):
+                if isinstance(request, (GetChildren, GetChildren2)):
                     self._arm(self._child_watches, request.path, pending.watch)
                 else:
                     self._arm(self._data_watches, request.path, pending.watch)
@@ -459,11 +526,20 @@ class ZooKeeperSession:
                 except Exception:  # a bug must not end the session's reconnecting
                     logger.exception("zookeeper connection to %s:%s failed", host, port)
                     continue
-                delay = RECONNECT_DELAY_S
-                await self._serve(connection)
+                served_from = asyncio.get_running_loop().time()
+                try:
+                    await self._serve(connection)
+                except Exception:  # a bug must not end the session's reconnecting
+                    logger.exception("zookeeper connection to %s:%s failed", host, port)
                 if self._closing:
                     return
                 logger.warning("zookeeper connection to %s:%s lost", host, port)
+                # A server that accepts and then drops at once is retried with backoff.
+                if asyncio.get_running_loop().time() - served_from >= 1.0:
+                    delay = RECONNECT_DELAY_S
+                    continue
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, RECONNECT_DELAY_S_MAX)
             else:
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, RECONNECT_DELAY_S_MAX)
@@ -489,13 +565,10 @@ class ZooKeeperSession:
             except BaseException:
                 connection.abort()
                 raise
-        if reply.time_out <= 0:
-            connection.abort()
+        if reply.time_out <= 0 or (self.session_id and reply.session_id != self.session_id):
+            connection.abort()  # expired (or, against the protocol, another session)
             raise SessionExpiredError()
-        if self.session_id and reply.session_id != self.session_id:
-            logger.warning(
-                "zookeeper session %#x replaced by %#x", self.session_id, reply.session_id
-            )
+        connection.established = True
         self.session_id = reply.session_id
         self._password = reply.passwd
         self.negotiated_timeout_s = reply.time_out / 1000.0
@@ -506,9 +579,8 @@ class ZooKeeperSession:
         self._connection = connection
         watches = (self._data_watches, self._exist_watches, self._child_watches)
         if any(watches):
-            connection.send(
-                _Pending(_SetWatches(self.last_zxid, *[sorted(w) for w in watches]), None, None)
-            )
+            for batch in set_watches_batches(self.last_zxid, *[sorted(w) for w in watches]):
+                connection.send(_Pending(batch, None, None))
         waiting, self._waiting = self._waiting, deque()
         for pending in waiting:
             if pending.future is None or not pending.future.done():
@@ -517,24 +589,32 @@ class ZooKeeperSession:
         loop = asyncio.get_running_loop()
         read_timeout_s = self.negotiated_timeout_s * 2 / 3
         ping_every_s = self.negotiated_timeout_s / 3
+        silent_from = loop.time()  # silence counts from here at the earliest
         try:
-            while not connection.closed.done():
+            while connection.usable():
                 now = loop.time()
-                if now - connection.last_received > read_timeout_s:
-                    logger.warning("zookeeper silent for %.1f s: reconnecting", read_timeout_s)
+                silent_s = now - max(connection.last_received, silent_from)
+                if silent_s > read_timeout_s:
+                    logger.warning("zookeeper silent for %.1f s: reconnecting", silent_s)
                     connection.abort()
                     break
                 if now - connection.last_sent >= ping_every_s:
                     connection.send(_Pending(Ping(), None, None))
-                wait_s = (
-                    min(
-                        connection.last_sent + ping_every_s,
-                        connection.last_received + read_timeout_s,
-                    )
-                    - loop.time()
+                wake_at = min(
+                    connection.last_sent + ping_every_s,
+                    max(connection.last_received, silent_from) + read_timeout_s,
                 )
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(connection.closed), max(wait_s, 0.01))
+                    await asyncio.wait_for(
+                        asyncio.shield(connection.closed), max(wake_at - loop.time(), 0.01)
+                    )
+                late_s = loop.time() - wake_at
+                if late_s > ping_every_s / 2 and connection.usable():
+                    # The loop itself was stalled (a long callback, a frozen process):
+                    # the server's silence is not measured over that; ask it again.
+                    logger.warning("event loop stalled %.1f s: pinging zookeeper", late_s)
+                    silent_from = loop.time()
+                    connection.send(_Pending(Ping(), None, None))
         finally:
             connection.abort()
             self._connection = None

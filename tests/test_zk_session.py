@@ -13,12 +13,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import ConnectionClosedError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState, KeeperState, WatchedEvent
 
 from blobstore.zk import ZooKeeperClient
-from blobstore.zk_session import ZooKeeperSession, parse_hosts
+from blobstore.zk_session import (
+    SET_WATCHES_BYTES_MAX,
+    ZooKeeperSession,
+    parse_hosts,
+    set_watches_batches,
+)
 from blobstore.zookeeper_server import ZooKeeperServer, free_port, start_zookeeper
 
 TIMEOUT_S = 120.0
@@ -47,6 +52,7 @@ def test_parse_hosts() -> None:
     assert parse_hosts("a:1,b:2/root/x/") == ([("a", 1), ("b", 2)], "/root/x")
     assert parse_hosts("127.0.0.1:2181") == ([("127.0.0.1", 2181)], "")
     assert parse_hosts("[::1]:7,h") == ([("::1", 7), ("h", 2181)], "")
+    assert parse_hosts("[::1]") == ([("::1", 2181)], "")
     with pytest.raises(ValueError):
         parse_hosts("/chroot-only")
 
@@ -153,5 +159,99 @@ def test_broken_framing_drops_the_connection_and_start_times_out() -> None:
             server.close()
         assert connections >= 2  # dropped, then tried again
         assert not session.connected
+
+    _run(main())
+
+
+def test_set_watches_are_cut_into_bounded_frames() -> None:
+    data = [f"/d/{n:06d}" + "x" * 80 for n in range(3000)]
+    exist = [f"/e/{n:06d}" for n in range(500)]
+    child = ["/c"]
+    batches = set_watches_batches(42, data, exist, child)
+    assert len(batches) > 1
+    assert all(len(b.serialize()) <= SET_WATCHES_BYTES_MAX + 200 for b in batches)
+    assert [p for b in batches for p in b.data] == data
+    assert [p for b in batches for p in b.exist] == exist
+    assert [p for b in batches for p in b.child] == child
+    assert {b.zxid for b in batches} == {42}
+    assert set_watches_batches(1, [], [], []) == []
+
+
+def test_a_request_that_cannot_be_encoded_fails_its_caller_at_once() -> None:
+    """Even while no connection is up: it never joins the requests waiting for one
+    (where encoding it later would break the reconnection)."""
+    from kazoo.protocol.serialization import Exists, SetData
+
+    async def main() -> None:
+        session = ZooKeeperSession("127.0.0.1:1", 10.0)  # not started: nothing connected
+        with pytest.raises(Exception):  # noqa: B017,PT011 - kazoo's encoder decides which
+            session.submit(SetData("/x", "not bytes", -1))
+        waiting = session.submit(Exists("/x", False))
+        assert not waiting.done()
+        assert len(session._waiting) == 1
+        await session.close()
+        with pytest.raises(ConnectionClosedError):
+            await waiting
+
+    _run(main())
+
+
+def test_more_watches_than_one_frame_holds_are_armed_again_after_a_restart(
+    own_server: ZooKeeperServer,
+) -> None:
+    """Watches re-armed after a reconnection travel in several SetWatches frames: as one
+    frame, these (over 4 MiB of paths, past the server's jute.maxbuffer) would make the
+    server stop answering the connection."""
+    server = own_server
+
+    async def main() -> None:
+        nonlocal server
+        zk = ZooKeeperClient(server.connect_string, session_timeout_s=30.0)
+        await zk.start()
+        fired: list[WatchedEvent] = []
+        paths = [f"/absent-{n:06d}-" + "p" * 80 for n in range(48_000)]
+        try:
+            for start in range(0, len(paths), 2000):
+                await asyncio.gather(
+                    *(zk.exists(p, watch=fired.append) for p in paths[start : start + 2000])
+                )
+            assert sum(len(p) + 4 for p in paths) > 4 * 1024 * 1024
+            states: list[KazooState] = []
+            zk.add_state_listener(states.append)
+            server.kill()
+            await _until(lambda: KazooState.SUSPENDED in states, "suspended")
+            server = start_zookeeper(server.data_dir, server.port, heap_mb=256)
+            await _until(lambda: states[-1] == KazooState.CONNECTED, "reconnected")
+            await zk.create(paths[-1], b"")
+            await _until(lambda: fired, "the watch armed before the restart fired")
+            assert fired == [WatchedEvent(EventType.CREATED, KeeperState.CONNECTED, paths[-1])]
+            assert await zk.exists("/") is not None
+        finally:
+            await zk.stop()
+            server.stop()
+
+    _run(main())
+
+
+def test_a_stalled_event_loop_does_not_drop_a_healthy_connection(
+    own_server: ZooKeeperServer,
+) -> None:
+    """A loop blocked past two thirds of the session timeout (but within it) has heard
+    nothing because it read nothing: the session asks the server again rather than
+    calling the connection dead."""
+
+    async def main() -> None:
+        zk = ZooKeeperClient(own_server.connect_string, session_timeout_s=6.0)
+        await zk.start()
+        states: list[KazooState] = []
+        zk.add_state_listener(states.append)
+        try:
+            timeout_s = zk._session.negotiated_timeout_s
+            time.sleep(timeout_s * 0.75)  # past the read timeout (2/3), within the session's
+            await asyncio.sleep(timeout_s * 0.5)
+            assert states == []
+            assert await zk.exists("/") is not None
+        finally:
+            await zk.stop()
 
     _run(main())
