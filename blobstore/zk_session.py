@@ -66,8 +66,20 @@ from kazoo.protocol.serialization import (
     write_string,
 )
 from kazoo.protocol.states import EventType, KazooState, KeeperState, WatchedEvent
+from prometheus_client import Counter
 
 logger = logging.getLogger(__name__)
+
+CONNECTIONS = Counter(
+    "blobstore_zk_connections_total",
+    "ZooKeeper connections established: the first of a session, and each reconnection",
+)
+CONNECTION_LOSSES = Counter(
+    "blobstore_zk_connection_losses_total", "ZooKeeper connections lost (state SUSPENDED)"
+)
+SESSION_EXPIRATIONS = Counter(
+    "blobstore_zk_session_expirations_total", "ZooKeeper sessions found expired (state LOST)"
+)
 
 # Replies are bounded by the server's jute.maxbuffer (1 MiB by default) for data; a
 # child list can be larger. Anything past this is a broken stream, not a reply.
@@ -491,6 +503,7 @@ class ZooKeeperSession:
 
     def _expired(self) -> None:
         logger.warning("zookeeper session %#x expired", self.session_id)
+        SESSION_EXPIRATIONS.inc()
         self.session_id = 0
         self._password = b"\x00" * 16
         self.last_zxid = 0
@@ -585,6 +598,7 @@ class ZooKeeperSession:
         for pending in waiting:
             if pending.future is None or not pending.future.done():
                 connection.send(pending)
+        CONNECTIONS.inc()
         self._set_state(KazooState.CONNECTED)
         loop = asyncio.get_running_loop()
         read_timeout_s = self.negotiated_timeout_s * 2 / 3
@@ -625,6 +639,7 @@ class ZooKeeperSession:
                     pending.future.exception()
             connection.pending.clear()
             if not self._closing:
+                CONNECTION_LOSSES.inc()
                 self._set_state(KazooState.SUSPENDED)
 
 

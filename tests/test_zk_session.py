@@ -16,6 +16,7 @@ import pytest
 from kazoo.exceptions import ConnectionClosedError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState, KeeperState, WatchedEvent
+from prometheus_client import REGISTRY
 
 from blobstore.zk import ZooKeeperClient
 from blobstore.zk_session import (
@@ -27,6 +28,10 @@ from blobstore.zk_session import (
 from blobstore.zookeeper_server import ZooKeeperServer, free_port, start_zookeeper
 
 TIMEOUT_S = 120.0
+
+
+def _count(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
 
 
 @pytest.fixture
@@ -70,6 +75,8 @@ def test_server_killed_and_restarted_keeps_the_session_and_its_watches(
         zk.add_state_listener(states.append)
         events: list[WatchedEvent] = []
         session = zk.session_id
+        connections = _count("blobstore_zk_connections_total")
+        losses = _count("blobstore_zk_connection_losses_total")
         try:
             await zk.create("/watched", b"0")
             await zk.get("/watched", watch=events.append)
@@ -85,6 +92,8 @@ def test_server_killed_and_restarted_keeps_the_session_and_its_watches(
             assert await during == "/made-while-away"
             assert states[-1] == KazooState.CONNECTED
             assert zk.session_id == session  # the same session: its ephemeral is there
+            assert _count("blobstore_zk_connections_total") == connections + 1
+            assert _count("blobstore_zk_connection_losses_total") == losses + 1
             assert await zk.exists("/mine") is not None
 
             other = ZooKeeperClient(server.connect_string)
@@ -116,6 +125,7 @@ def test_expired_session_fires_watches_and_opens_a_new_session(
             await zk.get("/node", watch=events.append)
             await zk.create("/ephemeral", b"", ephemeral=True)
             old = zk.session_id
+            expirations = _count("blobstore_zk_session_expirations_total")
             # A process frozen past its session timeout (no pings): the server expires
             # the session, and tells the client when it reconnects.
             time.sleep(zk._session.negotiated_timeout_s + 3.0)
@@ -123,6 +133,7 @@ def test_expired_session_fires_watches_and_opens_a_new_session(
             await _until(lambda: KazooState.LOST in states, "lost")
             await _until(lambda: zk.connected, "connected again")
             assert zk.session_id not in (None, old)
+            assert _count("blobstore_zk_session_expirations_total") == expirations + 1
             assert events == [WatchedEvent(EventType.NONE, KeeperState.EXPIRED_SESSION, None)]
             assert await zk.exists("/ephemeral") is None
             with pytest.raises(NoNodeError):
