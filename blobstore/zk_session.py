@@ -201,6 +201,7 @@ class _Connection(asyncio.Protocol):
         self.last_received = 0.0
         self.last_sent = 0.0
         self.established = False  # the handshake is over: frames are replies
+        self.paused = False  # the transport's write buffer is above its high-water mark
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -229,6 +230,15 @@ class _Connection(asyncio.Protocol):
         finally:
             if start:
                 del buffer[:start]
+
+    def pause_writing(self) -> None:
+        # The server is not reading: later requests wait in the session's queue (bounded
+        # by their callers' timeouts) instead of growing the transport's buffer.
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self.session._resume(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.handshake.done():
@@ -397,7 +407,13 @@ class ZooKeeperSession:
             return future
         pending = _Pending(request, future, watch)  # raises if it cannot be encoded
         connection = self._connection
-        if connection is not None and self.state == KazooState.CONNECTED and connection.usable():
+        if (
+            connection is not None
+            and self.state == KazooState.CONNECTED
+            and not connection.paused
+            and not self._waiting
+            and connection.usable()
+        ):
             connection.send(pending)
         else:
             waiting = self._waiting
@@ -405,6 +421,16 @@ class ZooKeeperSession:
             if len(waiting) % 1024 == 0:  # callers that gave up leave their requests
                 self._waiting = deque(p for p in waiting if p.future is None or not p.future.done())
         return future
+
+    def _resume(self, connection: _Connection) -> None:
+        """Send what waited while `connection` was paused, until it pauses again."""
+        if connection is not self._connection or self.state != KazooState.CONNECTED:
+            return
+        waiting = self._waiting
+        while waiting and not connection.paused and connection.usable():
+            pending = waiting.popleft()
+            if pending.future is None or not pending.future.done():
+                connection.send(pending)
 
     def chrooted(self, path: str) -> str:
         if not self.chroot:
@@ -594,12 +620,9 @@ class ZooKeeperSession:
         if any(watches):
             for batch in set_watches_batches(self.last_zxid, *[sorted(w) for w in watches]):
                 connection.send(_Pending(batch, None, None))
-        waiting, self._waiting = self._waiting, deque()
-        for pending in waiting:
-            if pending.future is None or not pending.future.done():
-                connection.send(pending)
         CONNECTIONS.inc()
         self._set_state(KazooState.CONNECTED)
+        self._resume(connection)  # what waited for a connection, in order, before anything new
         loop = asyncio.get_running_loop()
         read_timeout_s = self.negotiated_timeout_s * 2 / 3
         ping_every_s = self.negotiated_timeout_s / 3

@@ -266,3 +266,48 @@ def test_a_stalled_event_loop_does_not_drop_a_healthy_connection(
             await zk.stop()
 
     _run(main())
+
+
+def test_a_server_that_stops_reading_does_not_grow_the_write_buffer() -> None:
+    """Requests beyond the transport's high-water mark wait in the session's queue (their
+    callers' timeouts bound them) and are sent, in order, once the server reads again."""
+    from kazoo.protocol.serialization import SetData
+
+    async def main() -> None:
+        reading = asyncio.Event()
+        received = 0
+
+        async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal received
+            (length,) = struct.unpack("!i", await reader.readexactly(4))
+            await reader.readexactly(length)  # the ConnectRequest
+            body = struct.pack("!iiq", 0, 30_000, 0x5E55) + struct.pack("!i", 16) + b"\0" * 17
+            writer.write(struct.pack("!i", len(body)) + body)
+            await writer.drain()
+            await reading.wait()  # not reading: the client's writes back up
+            while chunk := await reader.read(1 << 20):
+                received += len(chunk)
+            writer.close()
+
+        server = await asyncio.start_server(peer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        session = ZooKeeperSession(f"127.0.0.1:{port}", 30.0)
+        try:
+            await session.start(10.0)
+            connection = session._connection
+            assert connection is not None and connection.transport is not None
+            value = b"v" * (1 << 20)
+            futures = [session.submit(SetData(f"/n{i}", value, -1)) for i in range(200)]
+            await _until(lambda: connection.paused, "paused")
+            buffered = connection.transport.get_write_buffer_size()
+            assert buffered < 64 << 20, buffered  # not the 200 MiB submitted
+            assert len(session._waiting) > 100
+            reading.set()
+            await _until(lambda: not session._waiting, "sent once the server reads")
+            await _until(lambda: received >= 200 << 20, "every request reached the server")
+            assert not any(f.done() for f in futures)  # unanswered, not lost
+        finally:
+            await session.close()
+            server.close()
+
+    _run(main())
