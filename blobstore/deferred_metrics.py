@@ -28,7 +28,7 @@ from prometheus_client import values
 
 FLUSH_INTERVAL_S = 1.0
 
-_lock = threading.Lock()  # kazoo's thread updates metrics too
+_lock = threading.Lock()  # executor threads (hashing, disk) may update metrics too
 _dirty: list[Any] = []
 _base: Any = None
 _next_flush = 0.0

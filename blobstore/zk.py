@@ -79,7 +79,7 @@ V = TypeVar("V")
 
 
 class ZooKeeperClient:
-    """An asyncio face on one kazoo session. Create it inside the running loop."""
+    """An asyncio face on one ZooKeeper session. Create it inside the running loop."""
 
     def __init__(
         self,
@@ -343,7 +343,7 @@ class WatchedCache(Generic[V]):
 
     After `ZooKeeperClient.fresh_view()`, an entry still present is the znode's newest
     state: ZooKeeper delivers the watch event of a change before the reply to any later
-    request, and `LoopDispatchHandler` keeps that order on the loop. Without a fresh view
+    request, and the session handles both on the loop in that order. Without a fresh view
     an entry is as current as this session's server, like any read. Everything is
     dropped when the session is interrupted (events may have been missed); a read that
     was in flight then is not kept either.

@@ -99,6 +99,10 @@ _REQUEST_HEADER = struct.Struct("!iii")  # length, xid, type
 
 WatchCallback = Callable[[WatchedEvent], None]
 
+# Server order and retry jitter: a generator of its own, never the global `random` state
+# an application (or a test's seeded strategy) may rely on.
+_RANDOM = random.Random()
+
 # kazoo's Watch.type numbers -> EventType
 _EVENT_TYPES = {
     1: EventType.CREATED,
@@ -549,7 +553,7 @@ class ZooKeeperSession:
         delay = RECONNECT_DELAY_S
         while not self._closing:
             servers = list(self.servers)
-            random.shuffle(servers)
+            _RANDOM.shuffle(servers)
             for host, port in servers:
                 if self._closing:
                     return
@@ -577,10 +581,10 @@ class ZooKeeperSession:
                 if asyncio.get_running_loop().time() - served_from >= 1.0:
                     delay = RECONNECT_DELAY_S
                     continue
-                await asyncio.sleep(delay * (0.5 + random.random()))
+                await asyncio.sleep(delay * (0.5 + _RANDOM.random()))
                 delay = min(delay * 2, RECONNECT_DELAY_S_MAX)
             else:
-                await asyncio.sleep(delay * (0.5 + random.random()))
+                await asyncio.sleep(delay * (0.5 + _RANDOM.random()))
                 delay = min(delay * 2, RECONNECT_DELAY_S_MAX)
 
     async def _connect(self, host: str, port: int) -> _Connection:

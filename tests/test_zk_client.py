@@ -170,7 +170,7 @@ def test_watched_cache_forgets_everything_when_the_session_is_interrupted(
             await zk.create("/in-flight", b"x")
             in_flight = asyncio.ensure_future(cache.get("/in-flight"))
             await asyncio.sleep(0)  # the read is sent
-            zk._state_changed(KazooState.SUSPENDED)  # as kazoo's connection thread would
+            zk._state_changed(KazooState.SUSPENDED)  # as the session does on a lost connection
             assert await in_flight == b"x"  # the caller gets its value...
             await asyncio.sleep(0.05)
             assert len(cache) == 0  # ...but nothing from before the interruption is kept

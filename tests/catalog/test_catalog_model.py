@@ -13,7 +13,6 @@ from dataclasses import replace
 from typing import Any
 
 import hypothesis.strategies as st
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.stateful import (
@@ -414,8 +413,6 @@ async def _all_versions(catalog: Catalog, bucket: str) -> list[ObjectRecord]:
     return [r async for r in catalog.iter_objects(bucket)]
 
 
-# kazoo's connection thread uses the global `random` module while strategies draw.
-@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
 def test_catalog_matches_model(zk_connect: str) -> None:
     print(f"BLOBSTORE_TEST_SEED={seed()}")
     loop = asyncio.new_event_loop()
