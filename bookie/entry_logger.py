@@ -26,12 +26,14 @@ Faults tolerated
 from __future__ import annotations
 
 import bisect
+import errno
 import itertools
 import logging
 import os
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import cast
 
 from bookie import protocol
 from bookie.journal import fsync_directory, writev_all
@@ -56,6 +58,23 @@ def location(log_id: int, offset: int) -> int:
 
 def split_location(loc: int) -> tuple[int, int]:
     return loc >> 32, loc & 0xFFFFFFFF
+
+
+def pread_if_cached(fd: int, length: int, offset: int) -> bytes | None:
+    """`length` bytes at `offset` if the page cache holds them all, else None (a short
+    read: part of the range is not cached, or the file ends first; the blocking read
+    tells which)."""
+    buf = bytearray(length)
+    try:
+        got = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
+    except BlockingIOError:
+        return None
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a kernel or filesystem without it
+            return None
+        raise
+    # A bytearray serves wherever an entry goes (socket writes, caches): no second copy.
+    return cast(bytes, buf) if got == length else None
 
 
 class EntryLogMissingError(Exception):
@@ -227,11 +246,29 @@ class EntryLogger:
             return 0
 
     def read(self, loc: int, ledger_id: int, entry_id: int) -> bytes:
+        data = self._read(loc, ledger_id, entry_id, os.pread)
+        assert data is not None
+        return data
+
+    def read_if_cached(self, loc: int, ledger_id: int, entry_id: int) -> bytes | None:
+        """The entry if the page cache holds all of it, else None, never waiting for the
+        disk (`RWF_NOWAIT`): cheap enough to run on the event loop."""
+        return self._read(loc, ledger_id, entry_id, pread_if_cached)
+
+    def _read(
+        self,
+        loc: int,
+        ledger_id: int,
+        entry_id: int,
+        pread: Callable[[int, int, int], bytes | None],
+    ) -> bytes | None:
         log_id, offset = split_location(loc)
         fd = self._read_fds.get(log_id)
         if fd is None:
             raise EntryLogMissingError(log_id)
-        head = os.pread(fd, RECORD_LENGTH.size + protocol.ENTRY_HEADER.size, offset)
+        head = pread(fd, RECORD_LENGTH.size + protocol.ENTRY_HEADER.size, offset)
+        if head is None:
+            return None
         if len(head) < RECORD_LENGTH.size + protocol.ENTRY_HEADER.size:
             raise OSError(f"entry log {log_id} cut short at offset {offset}")
         (length,) = RECORD_LENGTH.unpack_from(head, 0)
@@ -247,7 +284,9 @@ class EntryLogger:
                 f"entry log {log_id} offset {offset} holds ledger_id={stored_ledger} "
                 f"entry_id={stored_entry}, expected ledger_id={ledger_id} entry_id={entry_id}"
             )
-        data = os.pread(fd, length, offset + RECORD_LENGTH.size)
+        data = pread(fd, length, offset + RECORD_LENGTH.size)
+        if data is None:
+            return None
         if len(data) != length:
             raise OSError(f"entry log {log_id} cut short at offset {offset}")
         return data

@@ -17,6 +17,7 @@ import concurrent.futures
 import json
 import logging
 import os
+import random
 import resource
 import signal
 import socket
@@ -290,10 +291,13 @@ class Bookie:
             logger.exception("checkpoint failed")
 
     async def checkpoint_loop(self) -> None:
+        # The first wait is drawn at random, so bookies started together (a cluster after
+        # a restart, the standalone) do not checkpoint together every interval after.
+        await asyncio.sleep(self.config.checkpoint_interval_s * random.uniform(0.5, 1.0))
         while True:
-            await asyncio.sleep(self.config.checkpoint_interval_s)
             await self._checkpoint_logged()
             METRICS.ledgers.set(len(self.storage.states) if self.storage else 0)
+            await asyncio.sleep(self.config.checkpoint_interval_s)
 
     async def check_disk(self) -> None:
         config = self.config

@@ -89,6 +89,13 @@ class BookieMetrics:
         self.read_cache = Counter(
             "bookie_read_cache_lookups", "read cache lookups", ["result"], registry=r
         )
+        self.log_reads = Counter(
+            "bookie_entry_log_reads",
+            "entry log reads by where they ran: inline (on the event loop, the bytes in the "
+            "page cache) or pool (a read thread, waiting for the disk)",
+            ["path"],
+            registry=r,
+        )
         self.write_cache_bytes = Gauge(
             "bookie_write_cache_bytes", "bytes in the write cache", registry=r
         )
