@@ -75,8 +75,8 @@ INLINE_INDEX_SLOW_S = 0.001
 INLINE_INDEX_BACKOFF_S = 1.0
 
 
-class _NotInMemory(Exception):
-    """An inline read would wait for the disk."""
+class ReadWouldWait(Exception):
+    """Only the disk has the entry: reading it on the event loop would stall the loop."""
 
 
 T = TypeVar("T")
@@ -306,36 +306,46 @@ class LedgerStorage:
     # ------------------------------------------------------------------ reads
 
     async def read(self, ledger_id: int, entry_id: int) -> bytes | None:
-        key = (ledger_id, entry_id)
+        try:
+            return self.read_now(ledger_id, entry_id)
+        except ReadWouldWait:
+            pass
+        METRICS.log_reads_pool.inc()
+        data = await asyncio.get_running_loop().run_in_executor(
+            self.read_executor, self._read_from_log, ledger_id, entry_id
+        )
+        if data is not None and ledger_id in self.states:
+            self.read_cache.put((ledger_id, entry_id), data)
+        return data
+
+    def read_now(self, ledger_id: int, entry_id: int) -> bytes | None:
+        """The entry (None: not stored) from the write cache, the read cache or, when the
+        page cache holds its bytes, the entry log; raises ReadWouldWait when only the
+        disk has it (`read` then takes it to the read pool)."""
         cached = self.active.get(ledger_id)
         data = None if cached is None else cached.get(entry_id)
         if data is None:
             cached = self.flushing.get(ledger_id)
             data = None if cached is None else cached.get(entry_id)
         if data is not None:
-            METRICS.write_cache.labels("hit").inc()
+            METRICS.write_cache_hit.inc()
             return data
-        METRICS.write_cache.labels("miss").inc()
+        METRICS.write_cache_miss.inc()
+        key = (ledger_id, entry_id)
         data = self.read_cache.get(key)
         if data is not None:
-            METRICS.read_cache.labels("hit").inc()
+            METRICS.read_cache_hit.inc()
             return data
-        METRICS.read_cache.labels("miss").inc()
-        try:
-            data = self._read_inline(ledger_id, entry_id)
-            METRICS.log_reads.labels("inline").inc()
-        except _NotInMemory:
-            METRICS.log_reads.labels("pool").inc()
-            data = await asyncio.get_running_loop().run_in_executor(
-                self.read_executor, self._read_from_log, ledger_id, entry_id
-            )
+        METRICS.read_cache_miss.inc()
+        data = self._read_inline(ledger_id, entry_id)
+        METRICS.log_reads_inline.inc()
         if data is not None and ledger_id in self.states:
             self.read_cache.put(key, data)
         return data
 
     def _read_inline(self, ledger_id: int, entry_id: int) -> bytes | None:
         """The entry (or None: not stored) when memory holds everything needed to find
-        and read it, else _NotInMemory. Runs on the event loop: a hand-off to the read pool
+        and read it, else ReadWouldWait. Runs on the event loop: a hand-off to the read pool
         and back costs more CPU than the read itself when the page cache has the bytes.
 
         The entry's bytes are read with RWF_NOWAIT, which never waits for the disk. The
@@ -343,7 +353,7 @@ class LedgerStorage:
         time sends index lookups to the read pool for a while."""
         now = time.monotonic()
         if now < self._inline_index_after:
-            raise _NotInMemory
+            raise ReadWouldWait
         loc = self.index.get_location(ledger_id, entry_id)
         took = time.monotonic() - now
         if took > INLINE_INDEX_SLOW_S:
@@ -354,9 +364,9 @@ class LedgerStorage:
         try:
             data = self.entry_logger.read_if_cached(loc, ledger_id, entry_id)
         except EntryLogMissingError:
-            raise _NotInMemory from None  # compaction moved it: the pool looks it up again
+            raise ReadWouldWait from None  # compaction moved it: the pool looks it up again
         if data is None:
-            raise _NotInMemory
+            raise ReadWouldWait
         return data
 
     def _read_from_log(self, ledger_id: int, entry_id: int) -> bytes | None:

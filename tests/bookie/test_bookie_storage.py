@@ -340,8 +340,10 @@ def test_stalled_partial_frame_is_closed_idle_connection_is_not(bookies: BookieF
 
 def test_reads_over_all_connections_are_bounded(bookies: BookieFactory) -> None:
     """With reads_in_flight_max=2 (one per connection), six connections pipelining 40
-    reads each wait their turn: every read is answered with the right bytes, and the
-    waits show in bookie_read_waits_total. Adds on those connections still go through."""
+    fencing reads each wait their turn: every read is answered with the right bytes, and
+    the waits show in bookie_read_waits_total. Adds on those connections still go through.
+    (Plain reads that memory answers are never in flight: they are answered as they are
+    parsed, between the fencing reads here.)"""
     (bookie,) = bookies(
         1,
         extra_args=["--connection-reads-in-flight-max", "1", "--reads-in-flight-max", "2"],
@@ -358,17 +360,27 @@ def test_reads_over_all_connections_are_bounded(bookies: BookieFactory) -> None:
             await writer.close()
         clients = [await RawBookie.connect(bookie.port) for _ in range(6)]
         try:
+
+            async def fenced_read(client: RawBookie, entry: int) -> bytes:
+                status, response = await client.read(77, entry, fence=True)
+                assert status == Status.OK
+                return protocol.Entry.decode(response.entry).payload
+
+            async def plain_read(client: RawBookie, entry: int) -> bytes | None:
+                return await client.read_payload(77, entry)
+
             reads = [
-                asyncio.ensure_future(client.read_payload(77, entry))
+                asyncio.ensure_future(read(client, entry))
                 for client in clients
                 for entry in payloads
+                for read in (fenced_read, plain_read)
             ]
             adds = [
                 asyncio.ensure_future(client.add(78 + n, 0, b"behind reads"))
                 for n, client in enumerate(clients)
             ]
             results = await asyncio.wait_for(asyncio.gather(*reads), WAIT_S)
-            assert results == [payloads[e] for _ in clients for e in payloads]
+            assert results == [payloads[e] for _ in clients for e in payloads for _ in "ab"]
             assert await asyncio.wait_for(asyncio.gather(*adds), WAIT_S) == [Status.OK] * 6
         finally:
             for client in clients:
