@@ -58,6 +58,8 @@ from blobstore.zookeeper_server import free_port, start_zookeeper  # noqa: E402
 ACCESS_KEY = "bench-access-key"
 SECRET_KEY = "bench-secret-key"
 BUCKET = "bench"
+PACED_PUT_RATE = 1000.0
+PACED_PUT = "put 4KiB paced"
 KIB = 1 << 10
 MIB = 1 << 20
 READY_TIMEOUT_S = 90.0
@@ -267,6 +269,17 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
 
     small = phase("put 4KiB", put_op(BUCKET, 4 * KIB, "small-"), 16, endpoint, duration_s=duration)
     out.append((small, "concurrency 16"))
+    # The aim's rate offered open loop (latency from when each PUT was due): the p99 of
+    # 1,000 PUTs/s, not of a closed loop that saturates the machine and queues.
+    paced = phase(
+        PACED_PUT,
+        put_op(BUCKET, 4 * KIB, "paced-"),
+        64,
+        endpoint,
+        duration_s=duration,
+        rate=PACED_PUT_RATE,
+    )
+    out.append((paced, f"open loop at {PACED_PUT_RATE:,.0f}/s, at most 64 in flight"))
     small_count = max(1, small.ops)
     out.append(
         (
@@ -513,7 +526,14 @@ def verdicts(
         ),
         ("4 KiB PUT >= 1,000/s", by_name["put 4KiB"].ops_per_s, 1000.0, "/s", None),
         (
-            "4 KiB PUT p99 <= 15 ms (ratio = aim / measured)",
+            "4 KiB PUT p99 <= 15 ms at 1,000/s offered (ratio = aim / measured)",
+            by_name[PACED_PUT].p99_ms,
+            15.0,
+            "ms",
+            15.0 / max(0.001, by_name[PACED_PUT].p99_ms),
+        ),
+        (
+            "4 KiB PUT p99 <= 15 ms at concurrency 16, saturated (ratio = aim / measured)",
             by_name["put 4KiB"].p99_ms,
             15.0,
             "ms",

@@ -944,12 +944,23 @@ async def run_phase_async(
     region: str = "us-east-1",
     request_timeout_s: float = REQUEST_TIMEOUT_S,
     errors_max: int = ERRORS_MAX_DEFAULT,
+    rate: float | None = None,
 ) -> PhaseResult:
     """Run `concurrency` workers, each on its own connection, until `duration_s` passed or
     `count` operations were started (exactly one of them). Stops early after errors_max
-    errors. Latencies are of successful operations only."""
+    errors. Latencies are of successful operations only.
+
+    Closed loop by default: each worker sends its next request when the previous one is
+    answered. With `rate`, open loop: operation i is due at start + i/rate, a worker takes
+    the next operation and waits until it is due, and its latency runs from when it was
+    due, not from when it was sent, so a server (or a generator) falling behind shows in
+    the latencies instead of slowing the offered load (`concurrency` then only caps the
+    requests in flight; an operation that finds every worker busy starts late, and that
+    lateness counts)."""
     if (duration_s is None) == (count is None):
         raise ValueError("give exactly one of duration_s and count")
+    if rate is not None and not rate > 0:
+        raise ValueError(f"rate {rate}: must be > 0")
     if not 1 <= concurrency <= CONCURRENCY_MAX:
         raise ValueError(f"concurrency {concurrency}: must be 1..{CONCURRENCY_MAX}")
     async with S3Client(
@@ -975,6 +986,13 @@ async def run_phase_async(
             while now < deadline and next_sequence < limit and errors < errors_max:
                 sequence = next_sequence
                 next_sequence += 1
+                if rate is not None:
+                    due = started + sequence / rate
+                    if due >= deadline:
+                        break
+                    if due > now:
+                        await asyncio.sleep(due - now)
+                    now = due
                 try:
                     moved = await op(connection, sequence)
                 except Exception as error:  # counted and sampled: a load run keeps going
@@ -1249,6 +1267,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per phase")
     parser.add_argument("--count", type=int, help="operations instead of a duration")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        help="offer this many operations per second (open loop; latency from when each was "
+        "due) instead of sending as fast as --concurrency connections allow",
+    )
     parser.add_argument("--size", type=parse_size, default=4096, help="object size")
     parser.add_argument("--objects", type=int, default=1000, help="objects prepared first")
     parser.add_argument("--prefix", default="obj-")
@@ -1281,8 +1305,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             create_bucket(*credentials, args.bucket, args.region)
 
         def phase(name: str, factory: OpFactory, **how: object) -> PhaseResult:
+            if "count" not in how:
+                how = {**span, **how}
             result = run_phase(
-                name, *credentials, factory, args.concurrency, region=args.region, **(how or span)
+                name, *credentials, factory, args.concurrency, region=args.region, **how
             )
             results.append(result)
             return result
@@ -1294,7 +1320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             phase(f"prepare: put {args.size} B", put_op(args.bucket, args.size, args.prefix),
                   count=prepare_count)  # fmt: skip
         if args.op == "put":
-            phase(f"put {args.size} B", put_op(args.bucket, args.size, args.prefix))
+            paced = {"rate": args.rate} if args.rate else {}
+            phase(f"put {args.size} B", put_op(args.bucket, args.size, args.prefix), **paced)
         elif args.op == "get":
             phase(f"get {args.size} B", get_op(args.bucket, args.objects, args.prefix))
         elif args.op == "range":

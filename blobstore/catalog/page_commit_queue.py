@@ -295,7 +295,15 @@ class PageCommitQueue:
             metrics.BATCH_SIZE.observe(len(applied))
             for mutation, result in applied:
                 mutation.succeed(result)
-            if written < index.config.page_merge_bytes and page is not None:
+            if (
+                written < index.config.page_merge_bytes
+                and page is not None
+                and work.encoded_size() < page.encoded_size()
+            ):
+                # Only a page that shrank (keys or versions removed) may merge. One small
+                # because it is new, the bucket's last page after an append split, has
+                # nothing to merge with: trying read two pages per commit under
+                # sequential PUTs, and a merge there was split again moments later.
                 await index.try_merge(self.bucket, self.page_id, page.lo)
             return
 

@@ -122,6 +122,22 @@ def test_content_length_and_chunked_bodies_are_read_whole() -> None:
         assert (result.ops, result.errors, result.bytes) == (200, 0, 200 * 10_000), result
 
 
+def test_an_offered_rate_spreads_operations_over_their_schedule() -> None:
+    """Open loop: operation i is due at i/rate, so 100 operations at 400/s cannot finish
+    before the last is due (0.2475 s, less the millisecond by which uvloop's timers may
+    fire early), however fast the server; every one still runs."""
+    with s3_load.trivial_server(100) as endpoint:
+        result = s3_load.run_phase(
+            "get", endpoint, "a", "b", s3_load.get_op("bucket", 3), 8, count=100, rate=400.0
+        )
+        assert (result.ops, result.errors) == (100, 0), result
+        assert result.seconds >= 99 / 400 - 0.002
+        with pytest.raises(ValueError, match="rate"):
+            s3_load.run_phase(
+                "get", endpoint, "a", "b", s3_load.get_op("b", 1), 1, count=1, rate=0.0
+            )
+
+
 def test_connections_closed_by_the_server_are_reopened() -> None:
     with s3_load.trivial_server(1000, close_every=3) as endpoint:
         result = s3_load.run_phase(

@@ -165,3 +165,41 @@ def test_split_and_merge_under_concurrent_writers(zk_connect: str) -> None:
     assert counter("blobstore_catalog_page_splits_total") > splits_before
     assert counter("blobstore_catalog_page_merges_total") > merges_before
     assert counter("blobstore_catalog_map_shard_splits_total") > shard_splits_before
+
+
+def test_sequential_appends_split_and_never_merge(zk_connect: str) -> None:
+    """Two catalogs append sequential names (timestamps, counters): the last page splits
+    again and again and starts small each time, which is no reason to merge it (only a
+    page that shrank may merge). Before, it was merged back and split again."""
+    from prometheus_client import REGISTRY
+
+    def counter(name: str) -> float:
+        return REGISTRY.get_sample_value(name) or 0.0
+
+    splits_before = counter("blobstore_catalog_page_splits_total")
+    merges_before = counter("blobstore_catalog_page_merges_total")
+
+    async def main() -> None:
+        async with (
+            open_catalog(zk_connect, SMALL_PAGES) as one,
+            open_catalog(zk_connect, SMALL_PAGES) as two,
+        ):
+            await one.create_bucket("appends", "owner")
+            semaphore = asyncio.Semaphore(16)
+
+            async def put(catalog: Catalog, key: str) -> None:
+                async with semaphore:
+                    record = replace(object_record("appends", key, 1), metadata={"pad": "m" * 300})
+                    await catalog.put_object(record)
+
+            keys = [f"2026-11-24T15:{n // 60:02d}:{n % 60:02d}.{n:06d}" for n in range(400)]
+            for start in range(0, len(keys), 40):  # in waves, as a clock moves on
+                wave = keys[start : start + 40]
+                await asyncio.gather(*(put(one if i % 2 else two, k) for i, k in enumerate(wave)))
+            listed = await two.list_objects("appends", max_keys=1000)
+            assert [r.key for r in listed.contents] == keys
+            assert len(await one.index.page_ids("appends")) > 5
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+    assert counter("blobstore_catalog_page_splits_total") > splits_before
+    assert counter("blobstore_catalog_page_merges_total") == merges_before
