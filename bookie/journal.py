@@ -60,6 +60,8 @@ RECORD_BODY_BYTES_MAX = RECORD_BODY.size + protocol.FRAME_BYTES_MAX
 IOVECS_MAX = 512  # below every platform's IOV_MAX (1024 on Linux)
 PAGE_BYTES = 4096
 
+# A group commit whose write + fsync takes longer is logged (a disk that stalls).
+SLOW_SYNC_S = 0.1
 # One write + fsync never carries more than this many bytes, whatever is queued.
 GROUP_COMMIT_BYTES_MAX = 16 << 20
 FILE_SUFFIX = ".txn"
@@ -448,7 +450,15 @@ class Journal:
                 if not isinstance(e, Exception):
                     raise
                 return
-            METRICS.journal_fsync_seconds.observe(time.monotonic() - started)
+            took = time.monotonic() - started
+            METRICS.journal_fsync_seconds.observe(took)
+            if took > SLOW_SYNC_S:
+                logger.warning(
+                    "journal write+fsync slow took_ms=%.0f bytes=%d records=%d",
+                    took * 1e3,
+                    batch_bytes,
+                    len(pieces) // 2,
+                )
             METRICS.journal_batch_entries.observe(len(pieces) // 2)
             METRICS.journal_batch_bytes.observe(batch_bytes)
             # Apply and acknowledge in one loop turn: a checkpoint that reads

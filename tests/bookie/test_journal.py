@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -218,3 +220,25 @@ def test_synced_pages_leave_the_page_cache(
         end = ranges[-1][0] + ranges[-1][1]
         assert all(o % 4096 == 0 and n % 4096 == 0 for o, n in ranges)
         assert end == sizes[inode] - sizes[inode] % 4096, "every whole synced page"
+
+
+def test_a_slow_group_commit_is_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A write + fsync over SLOW_SYNC_S (a stalling disk) says so, with its size."""
+    from bookie import journal as journal_module
+
+    real = os.fdatasync
+
+    def slow(fd: int) -> None:
+        time.sleep(0.05)
+        real(fd)
+
+    monkeypatch.setattr(journal_module, "SLOW_SYNC_S", 0.01)
+    monkeypatch.setattr(os, "fdatasync", slow)
+    records = [JournalRecord(RecordKind.ADD, 3, i, KEY, entry(3, i, b"x" * 100)) for i in range(5)]
+    with caplog.at_level(logging.WARNING, logger="bookie.journal"):
+        run_journal(tmp_path, records)
+    slow_lines = [r.getMessage() for r in caplog.records if "write+fsync slow" in r.getMessage()]
+    assert slow_lines and all("took_ms=" in line and "bytes=" in line for line in slow_lines)
+    assert [r for r, _ in replay(str(tmp_path), (0, 0))] == records
