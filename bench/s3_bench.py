@@ -371,11 +371,24 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
 
 - **Small objects are bound by CPU, the gateway's first.** The two cores are shared by
   the two gateway workers, ZooKeeper, three bookies and the generator, and at 4 KiB x16
-  they are full. Per 4 KiB GET the workers spend about 0.85-1.1 ms of CPU, ZooKeeper
-  about 0.15-0.3 ms, the three bookies 0.2 ms together, the generator 0.1 ms; per 4 KiB
-  PUT about 1.2-1.5 ms in the workers, 0.3-0.8 ms in ZooKeeper (each commit rewrites an
-  index page of 8-32 KiB; a ZooKeeper request costs it ~0.4 ms of CPU with its fsync,
-  whatever its size) and 0.5 ms in the bookies (journal group commit, WQ=2 copies).
+  they are full. The machine measured on 2026-11-24 ran about twice as fast as on the
+  days before (fsync rate, sequential write and every phase alike). Per 4 KiB GET over
+  ~10,000 objects the workers then spent about 0.46 ms of CPU, the three bookies 0.19
+  ms together, ZooKeeper 0.1 ms, the generator 0.06 ms. Over one object, read again and
+  again, the workers spend 0.36 ms and the bookies 0.05 ms (one bookie answers, many
+  reads per socket read): 3,100-3,900 GETs/s against 2,400-2,900 over 10,000 objects.
+  A bookie's cost per read is mostly the wake-ups and system calls of one request per
+  socket read, not Python: bookie CPU per read answered from memory, pipelined on one
+  connection, is 15-18 us since the bookie answers such reads as it parses them
+  (23-25 us before, with a task per read and a read thread per entry log read).
+- **PUTs below saturation.** The `put 4KiB paced` row offers 1,000 PUTs/s open loop and
+  times each from when it was due. Its p99 (and that of 500/s, 30-65 ms in runs on this
+  machine, with p50 4-12 ms) is well above the ledger's (4 KiB adds at 1,000/s: p99
+  3.7-4.3 ms, p99.9 11-14 ms): the tail is in the gateway and the catalog commit, not
+  the bookies. One gateway worker instead of two gives the same PUT rate at x16 and no
+  compare-and-set conflicts, and still a p99 of ~33 ms at 500/s. Where it comes from is
+  not settled: neither worker's event loop nor the bookies' stalled over 15-20 ms in
+  those runs, and turning the bookies' checkpoints off did not remove it.
 - **Connections reach every worker.** Each worker listens on its own SO_REUSEPORT
   socket. With one shared socket (uvicorn's supervisor) the generator's 16 connections
   landed 13 on one worker and 3 on the other: one core saturated while the other
@@ -394,7 +407,10 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   arrived meanwhile (5.3 per write instead of 3.6, 27% fewer writes per commit), and
   the last page splits by filling its left page (as B-tree indexes do), which halved
   splits and re-routes and keeps the hot page small; conflicts between workers remain
-  the main waste.
+  the main waste (about half the page writes at x16). The new last page, small after
+  each split, was also read twice per commit for a merge attempt and sometimes merged
+  and split again; only a page a commit made smaller tries to merge now (x16 for 8 s:
+  merges 32 -> 0, re-routes 1,028 -> 658, map reloads 1,035 -> 661).
 - **Per-request bookkeeping was a quarter of a small GET.** Three things took the
   workers' CPU per 4 KiB GET from ~1.1-1.5 ms to ~0.85-1.1 ms and per PUT from ~1.6-1.9
   to ~1.2-1.5 ms (A/B, alternated): uvicorn's access log, which the spawned workers
