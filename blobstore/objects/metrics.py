@@ -40,10 +40,15 @@ SWEPT_LEDGERS = Counter(
     "blobstore_swept_ledgers_total",
     "OPEN ledgers of a gone writer that this process recovered and closed",
 )
+# Fine below 50 ms (one small object's append) and on up to a large part's.
+WRITE_BUCKETS_S = (
+    0.001, 0.002, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5,
+    1, 2.5, 5, 10, 30, 60,
+)  # fmt: skip
 ENTRY_APPEND_SECONDS = Histogram(
     "blobstore_object_write_seconds",
     "Time to append all entries of one object or part",
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+    buckets=WRITE_BUCKETS_S,
 )
 PART_COPIES = Counter(
     "blobstore_part_copies_total",
