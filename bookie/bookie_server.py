@@ -16,6 +16,7 @@ it reaches storage.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import struct
@@ -64,11 +65,18 @@ _READ_ENTRY = int(Op.READ_ENTRY)
 # Bytes of responses queued on one connection past which reads stop being answered
 # inline and go through tasks (with their in-flight bounds) instead.
 INLINE_OUT_BYTES_MAX = 4 << 20
-# (bookie_reads_total, bookie_requests_total) children of the statuses inline reads answer.
-_READ_COUNTERS = {
-    status: (METRICS.reads.labels(status.name), METRICS.requests.labels("READ_ENTRY", status.name))
-    for status in (Status.OK, Status.NO_SUCH_ENTRY)
-}
+
+
+@functools.cache
+def _request_counter(op: Op, status: int) -> Any:
+    """The bookie_requests_total child of (op, status), resolved once (labels() per
+    request is a visible share of a bookie's CPU under small reads)."""
+    return METRICS.requests.labels(op.name, STATUS_NAMES[int(status)])
+
+
+@functools.cache
+def _read_counter(status: int) -> Any:
+    return METRICS.reads.labels(STATUS_NAMES[int(status)])
 
 
 def _is_long_poll(op: int, flags: int) -> bool:
@@ -382,12 +390,10 @@ class BookieConnection(asyncio.BufferedProtocol):
                     self.read_waiting = False
                     with memoryview(buf) as view:
                         body = bytes(view[body_start:end])
-                    ok = (
-                        op == _READ_ENTRY
-                        and flags == 0
-                        and self._out_bytes < INLINE_OUT_BYTES_MAX
-                        and self._read_now(request_id, body)
-                    ) or self._spawn(op, flags, request_id, body)
+                    if op == _READ_ENTRY:
+                        ok = self._read(flags, request_id, body)
+                    else:
+                        ok = self._spawn(op, flags, request_id, body)
                 if not ok:
                     return
                 pos = end
@@ -553,43 +559,71 @@ class BookieConnection(asyncio.BufferedProtocol):
 
     # ------------------------------------------------------------------ other ops (tasks)
 
-    def _read_now(self, request_id: int, body: bytes) -> bool:
-        """Answer a plain read (no fence, no long poll) at once when memory has the entry
-        (write cache, read cache, or entry log bytes in the page cache): no task, no
-        in-flight accounting. False when only the disk has it, or the request does not
-        decode: the task path takes it from there."""
+    def _read(self, flags: int, request_id: int, body: bytes) -> bool:
+        """A READ_ENTRY. A plain one (no fence, no long poll) that memory can answer (write
+        cache, read cache, entry log bytes in the page cache) is answered at once: no
+        task, no in-flight accounting. Everything else runs as a task; one that memory
+        could not answer goes straight to the disk there."""
         try:
             request = protocol.ReadRequest.decode(body)
-        except protocol.ProtocolError:
+        except protocol.ProtocolError as e:
+            self._reject(Status.BAD_REQUEST, _READ_ENTRY, request_id, str(e))
             return False
-        storage = self.server.storage
-        ledger_id = request.ledger_id
+        memory_tried = False
+        if flags == 0 and self._out_bytes < INLINE_OUT_BYTES_MAX:
+            received = time.monotonic()
+            try:
+                status = self._read_from_memory(request_id, request)
+            except ReadWouldWait:
+                memory_tried = True
+            else:
+                if status is not None:
+                    _read_counter(status).inc()
+                    _request_counter(Op.READ_ENTRY, status).inc()
+                    METRICS.read_seconds.observe(time.monotonic() - received)
+                    return True
+        return self._start_task(
+            _READ_ENTRY,
+            flags,
+            request_id,
+            self._read_entry(flags, request_id, request, memory_tried),
+        )
+
+    def _read_from_memory(self, request_id: int, request: protocol.ReadRequest) -> Status | None:
+        """Answer a plain read from memory; None (nothing sent) for the answers the task
+        path gives (unknown ledger, bad entry id, no last entry); ReadWouldWait when
+        only the disk has the entry."""
+        state = self.server.storage.states.get(request.ledger_id)
         entry_id = request.entry_id
-        state = storage.states.get(ledger_id)
         if state is None or entry_id < protocol.LAST_ENTRY:
-            return False  # rare answers, given by the task path
+            return None
         if entry_id == protocol.LAST_ENTRY:
             entry_id = state.last_entry_id
             if entry_id == protocol.NO_ENTRY:
-                return False
-        try:
-            entry = storage.read_now(ledger_id, entry_id)
-        except ReadWouldWait:
-            return False
+                return None
+        entry = self.server.storage.read_now(request.ledger_id, entry_id)
         status = Status.NO_SUCH_ENTRY if entry is None else Status.OK
-        body = protocol.ReadResponse(ledger_id, entry_id, state.last_add_confirmed).encode()
+        return self._respond_read(
+            request_id, status, request.ledger_id, entry_id, state.last_add_confirmed, entry
+        )
+
+    def _respond_read(
+        self,
+        request_id: int,
+        status: Status,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        entry: bytes | None = None,
+    ) -> Status:
+        body = protocol.ReadResponse(ledger_id, entry_id, lac).encode()
         self.respond(Op.READ_ENTRY, status, request_id, body, entry or b"")
-        reads, requests = _READ_COUNTERS[status]
-        reads.inc()
-        requests.inc()
-        METRICS.read_seconds.observe(time.monotonic() - self.last_data_at)
-        return True
+        return status
 
     def _spawn(self, op: int, flags: int, request_id: int, body: bytes) -> bool:
+        """READ_LAC, WRITE_LAC and GET_BOOKIE_INFO, each as a task."""
         try:
-            if op == Op.READ_ENTRY:
-                coro = self._read_entry(flags, request_id, protocol.ReadRequest.decode(body))
-            elif op == Op.READ_LAC:
+            if op == Op.READ_LAC:
                 coro = self._read_lac(request_id, protocol.ReadLacRequest.decode(body))
             elif op == Op.WRITE_LAC:
                 coro = self._write_lac(request_id, protocol.WriteLacRequest.decode(body))
@@ -598,6 +632,9 @@ class BookieConnection(asyncio.BufferedProtocol):
         except protocol.ProtocolError as e:
             self._reject(Status.BAD_REQUEST, op, request_id, str(e))
             return False
+        return self._start_task(op, flags, request_id, coro)
+
+    def _start_task(self, op: int, flags: int, request_id: int, coro: Any) -> bool:
         # A long poll may wait a minute: it counts against long_poll_waiters_max, not
         # against this connection's in-flight bounds (else a few tailing readers would
         # block the adds they are waiting for, sent on the same connection).
@@ -623,30 +660,30 @@ class BookieConnection(asyncio.BufferedProtocol):
             )
             self.respond(op, status, request_id)
         finally:
-            METRICS.requests.labels(op.name, STATUS_NAMES[int(status)]).inc()
+            _request_counter(op, status).inc()
             if counted:
                 self.tasks_in_flight -= 1
                 self.server.read_finished()
                 self._finished()
 
     async def _read_entry(
-        self, flags: int, request_id: int, request: protocol.ReadRequest
+        self, flags: int, request_id: int, request: protocol.ReadRequest, memory_tried: bool
     ) -> Status:
         received = time.monotonic()
-        status = await self._do_read(flags, request_id, request)
-        METRICS.reads.labels(STATUS_NAMES[status]).inc()
+        status = await self._do_read(flags, request_id, request, memory_tried)
+        _read_counter(status).inc()
         METRICS.read_seconds.observe(time.monotonic() - received)
         return status
 
-    async def _do_read(self, flags: int, request_id: int, request: protocol.ReadRequest) -> Status:
+    async def _do_read(
+        self, flags: int, request_id: int, request: protocol.ReadRequest, memory_tried: bool
+    ) -> Status:
         server = self.server
         storage = server.storage
         ledger_id = request.ledger_id
 
         def answer(status: Status, entry_id: int, lac: int, entry: bytes = b"") -> Status:
-            body = protocol.ReadResponse(ledger_id, entry_id, lac).encode()
-            self.respond(Op.READ_ENTRY, status, request_id, body, entry)
-            return status
+            return self._respond_read(request_id, status, ledger_id, entry_id, lac, entry)
 
         if request.entry_id < protocol.LAST_ENTRY:
             return answer(Status.BAD_REQUEST, request.entry_id, protocol.NO_ENTRY)
@@ -701,7 +738,10 @@ class BookieConnection(asyncio.BufferedProtocol):
             entry_id = state.last_entry_id
             if entry_id == protocol.NO_ENTRY:
                 return answer(Status.NO_SUCH_ENTRY, protocol.LAST_ENTRY, state.last_add_confirmed)
-        entry = await storage.read(ledger_id, entry_id)
+        if memory_tried:  # _read found it in no cache and not in the page cache
+            entry = await storage.read_from_disk(ledger_id, entry_id)
+        else:
+            entry = await storage.read(ledger_id, entry_id)
         if entry is None:
             return answer(Status.NO_SUCH_ENTRY, entry_id, state.last_add_confirmed)
         return answer(Status.OK, entry_id, state.last_add_confirmed, entry)

@@ -309,7 +309,11 @@ class LedgerStorage:
         try:
             return self.read_now(ledger_id, entry_id)
         except ReadWouldWait:
-            pass
+            return await self.read_from_disk(ledger_id, entry_id)
+
+    async def read_from_disk(self, ledger_id: int, entry_id: int) -> bytes | None:
+        """The entry from its entry log on the read pool, for a read `read_now` found
+        only on disk (it is not looked for in the caches again)."""
         METRICS.log_reads_pool.inc()
         data = await asyncio.get_running_loop().run_in_executor(
             self.read_executor, self._read_from_log, ledger_id, entry_id

@@ -13,6 +13,7 @@ from bookie.bookie_server import INLINE_OUT_BYTES_MAX
 from bookie.protocol import Status
 from tests.bookie.raw_client import RawBookie, http_get, metric_value, payload_for, seed
 from tests.bookie.test_bookie_storage import wait_until, write_pipelined
+from tests.bookie.test_inline_reads import drop_page_cache
 from tests.conftest import BookieFactory
 
 
@@ -96,4 +97,17 @@ def test_inline_and_task_reads_give_the_same_answers(bookies: BookieFactory) -> 
     check(asyncio.run(read_pipelined(bookie.port, keys)), keys, expected)
     text = metrics(bookie.http_port)
     assert sample(text, 'bookie_entry_log_reads_total{path="inline"}') > 0
+    assert metric_value(text, "bookie_reads_total") == len(keys)
+
+    # Entry logs dropped from the page cache: memory cannot answer, the read pool does,
+    # and each read is looked for in the caches once (not again on its way to the disk).
+    assert bookie.stop() == 0
+    for log in (bookie.ledger_dir / "current").glob("*.log"):
+        drop_page_cache(log)
+    bookie.start()
+    check(asyncio.run(read_pipelined(bookie.port, keys)), keys, expected)
+    text = metrics(bookie.http_port)
+    assert sample(text, 'bookie_entry_log_reads_total{path="pool"}') > 0
+    stored_ledger_reads = len(keys) - 1  # all but the unknown ledger reach the storage
+    assert metric_value(text, "bookie_write_cache_lookups_total") == stored_ledger_reads
     assert metric_value(text, "bookie_reads_total") == len(keys)

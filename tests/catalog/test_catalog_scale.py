@@ -105,14 +105,16 @@ SMALL_PAGES = CatalogConfig(
 )
 
 
+def counter(name: str) -> float:
+    """A catalog counter's value in this process (0 before its first increment)."""
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
 def test_split_and_merge_under_concurrent_writers(zk_connect: str) -> None:
     """Two catalogs (two sessions) grow the index by concurrent puts, then shrink it by
     concurrent deletes; reads through either always agree with what was acknowledged."""
-    from prometheus_client import REGISTRY
-
-    def counter(name: str) -> float:
-        return REGISTRY.get_sample_value(name) or 0.0
-
     splits_before = counter("blobstore_catalog_page_splits_total")
     merges_before = counter("blobstore_catalog_page_merges_total")
     shard_splits_before = counter("blobstore_catalog_map_shard_splits_total")
@@ -171,11 +173,6 @@ def test_sequential_appends_split_and_never_merge(zk_connect: str) -> None:
     """Two catalogs append sequential names (timestamps, counters): the last page splits
     again and again and starts small each time, which is no reason to merge it (only a
     page that shrank may merge). Before, it was merged back and split again."""
-    from prometheus_client import REGISTRY
-
-    def counter(name: str) -> float:
-        return REGISTRY.get_sample_value(name) or 0.0
-
     splits_before = counter("blobstore_catalog_page_splits_total")
     merges_before = counter("blobstore_catalog_page_merges_total")
 
