@@ -40,7 +40,14 @@ from blobstore.catalog.errors import (
 )
 from blobstore.catalog.naming import shortest_separator, validate_bucket_name, validate_key
 from blobstore.catalog.object_index import ObjectIndex
-from blobstore.catalog.page import IndexPage, PageMap, RootMap, encode_versions, new_page_id
+from blobstore.catalog.page import (
+    IndexPage,
+    PageMap,
+    RootMap,
+    encode_versions,
+    new_page_id,
+    pack_page,
+)
 from blobstore.catalog.page_commit_queue import ExtraOperationsFailedError, Mutation
 from blobstore.catalog.records import (
     NULL_VERSION_ID,
@@ -105,7 +112,13 @@ class Catalog:
                             ("create", (self.paths.bucket(name), record.encode())),
                             ("create", (self.paths.bucket_index(name), b"")),
                             ("create", (self.paths.pages(name), b"")),
-                            ("create", (self.paths.page(name, page.page_id), page.encode())),
+                            (
+                                "create",
+                                (
+                                    self.paths.page(name, page.page_id),
+                                    pack_page(page.encode(), self.config.page_compression_level),
+                                ),
+                            ),
                             ("create", (self.paths.map_shards(name), b"")),
                             (
                                 "create",
@@ -435,12 +448,10 @@ class Catalog:
                     batch, batch_bytes = [], 0
 
             for page in _build_pages(bucket, records, self.config.page_fill_bytes):
-                encoded = page.encode()
+                stored = pack_page(page.encode(), self.config.page_compression_level)
                 bounds.append(page.lo)
                 page_ids.append(page.page_id)
-                await add(
-                    ("create", (self.paths.page(bucket, page.page_id), encoded)), len(encoded)
-                )
+                await add(("create", (self.paths.page(bucket, page.page_id), stored)), len(stored))
             # Shards filled to half their split size (about 40 bytes per page entry).
             whole = PageMap(tuple(bounds), tuple(page_ids), shard_id=new_page_id())
             per_shard = max(1, self.config.map_shard_split_bytes // 2 // 48)

@@ -24,7 +24,7 @@ from blobstore.catalog import metrics
 from blobstore.catalog._private import UNKNOWN_OUTCOME_ERRORS, zookeeper_errors
 from blobstore.catalog.config import CatalogConfig, CatalogPaths
 from blobstore.catalog.errors import CatalogBusyError, NoSuchBucketError
-from blobstore.catalog.page import IndexPage, PageMap, RootMap, new_page_id
+from blobstore.catalog.page import IndexPage, PageMap, RootMap, new_page_id, pack_page
 from blobstore.catalog.page_commit_queue import Mutation, PageCommitQueue
 from blobstore.catalog.records import BucketRecord
 from blobstore.catalog.retry import CasRetryPolicy
@@ -327,7 +327,14 @@ class ObjectIndex:
             new_map = page_map.replace(left_pos, [merged], remove=2)
             await self.zk.multi(
                 [
-                    ("set", (self.paths.page(bucket, left.page_id), encoded, left.version)),
+                    (
+                        "set",
+                        (
+                            self.paths.page(bucket, left.page_id),
+                            pack_page(encoded, self.config.page_compression_level),
+                            left.version,
+                        ),
+                    ),
                     ("delete", (self.paths.page(bucket, right.page_id), right.version)),
                     (
                         "set",

@@ -15,6 +15,11 @@ The page map has two levels: a root (`RootMap`) lists shards by lower bound, and
 shard (`PageMap`) lists the pages of its key range in key order: `bounds[i]` is page i's
 lower bound, its upper bound is bounds[i + 1] (the shard's `hi` for its last page).
 Page bounds are shortest separators, not full keys; shard bounds are page bounds.
+
+A page znode holds that text zlib-compressed (`pack_page`), or plain as written before
+compression (`unpack_page` tells them apart by the first byte: plain text starts with
+`{`, a zlib stream never does). Sizes that steer splits and merges are of the plain
+text, so compression changes what ZooKeeper stores, not where pages split.
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ import bisect
 import itertools
 import operator
 import uuid
+import zlib
 from dataclasses import dataclass
 from typing import Any, Self
 
 import orjson
 
+from blobstore.catalog.config import PAGE_BYTES_HARD_MAX
 from blobstore.catalog.naming import shortest_separator
 from blobstore.catalog.records import FORMAT_VERSION, ObjectRecord
 
@@ -40,6 +47,28 @@ def _dumps(value: Any) -> bytes:
     """Compact UTF-8 JSON (orjson: listings and page commits encode and decode whole
     pages, several times faster than the json module; the bytes are plain JSON)."""
     return orjson.dumps(value)
+
+
+def pack_page(encoded: bytes, level: int) -> bytes:
+    """A page's znode bytes: its encoding compressed at zlib `level` (0: as is)."""
+    return zlib.compress(encoded, level) if level else encoded
+
+
+def unpack_page(page_id: str, stored: bytes) -> bytes:
+    """A page's encoding from its znode bytes, compressed or plain. Bounded: a stream
+    that inflates past PAGE_BYTES_HARD_MAX, or is cut short, is refused."""
+    if stored[:1] == b"{":
+        return stored
+    inflater = zlib.decompressobj()
+    try:
+        encoded = inflater.decompress(stored, PAGE_BYTES_HARD_MAX + 1)
+    except zlib.error as e:
+        raise ValueError(f"page {page_id}: not a page ({e})") from None
+    if len(encoded) > PAGE_BYTES_HARD_MAX:
+        raise ValueError(f"page {page_id}: inflates past {PAGE_BYTES_HARD_MAX} bytes")
+    if not inflater.eof or inflater.unused_data:
+        raise ValueError(f"page {page_id}: compressed stream truncated or followed by junk")
+    return encoded
 
 
 def encode_versions(versions: list[dict[str, Any]]) -> bytes:
@@ -76,7 +105,8 @@ class IndexPage:
 
     @classmethod
     def decode(cls, page_id: str, buf: bytes, version: int) -> Self:
-        lines = buf.split(b"\n")
+        """From a page's znode bytes (compressed or plain)."""
+        lines = unpack_page(page_id, buf).split(b"\n")
         header = orjson.loads(lines[0])
         if header.get("format_version") != FORMAT_VERSION:
             raise ValueError(

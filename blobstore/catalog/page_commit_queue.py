@@ -39,7 +39,7 @@ from blobstore.catalog.errors import (
     NoSuchBucketError,
     RecordTooLargeError,
 )
-from blobstore.catalog.page import IndexPage, PageMap, encode_versions
+from blobstore.catalog.page import IndexPage, PageMap, encode_versions, pack_page
 from blobstore.catalog.records import BucketRecord
 
 if TYPE_CHECKING:
@@ -340,8 +340,9 @@ class PageCommitQueue:
                     f"index page of bucket {self.bucket!r}", len(encoded), PAGE_BYTES_HARD_MAX
                 )
             work.check()
+            stored = pack_page(encoded, config.page_compression_level)
             operations.append(
-                ("set", (paths.page(self.bucket, work.page_id), encoded, page.version))
+                ("set", (paths.page(self.bucket, work.page_id), stored, page.version))
             )
             await index.zk.multi(operations)
             metrics.PAGE_COMMITS.inc()
@@ -353,11 +354,20 @@ class PageCommitQueue:
             piece.check()
         first, rest = pieces[0], pieces[1:]
         first_encoded = first.encode()
+        level = config.page_compression_level
         operations.append(
-            ("set", (paths.page(self.bucket, first.page_id), first_encoded, page.version))
+            (
+                "set",
+                (
+                    paths.page(self.bucket, first.page_id),
+                    pack_page(first_encoded, level),
+                    page.version,
+                ),
+            )
         )
         for piece in rest:
-            operations.append(("create", (paths.page(self.bucket, piece.page_id), piece.encode())))
+            stored = pack_page(piece.encode(), level)
+            operations.append(("create", (paths.page(self.bucket, piece.page_id), stored)))
         operations.extend(map_operations)
         try:
             await index.zk.multi(operations)

@@ -319,6 +319,51 @@ def test_decisions_without_a_write_see_other_sessions_writes(zk_connect: str) ->
     asyncio.run(asyncio.wait_for(refusals(), 60))
 
 
+def test_compressed_and_plain_pages_interoperate(zk_connect: str) -> None:
+    """A gateway writing plain pages (page_compression_level 0: a rollback, or one that
+    predates compression) and one compressing them share a bucket: each reads and
+    rewrites what the other wrote, through splits, and nothing is lost. The znodes hold
+    what the last writer chose, compressed ones at a fraction of the plain size."""
+    from blobstore.catalog import CatalogConfig
+    from blobstore.catalog.page import IndexPage
+
+    small = {"page_split_bytes": 16 * 1024, "page_fill_bytes": 12 * 1024}
+    small |= {"page_merge_target_bytes": 10 * 1024, "page_merge_bytes": 2 * 1024}
+    plain_config = CatalogConfig(page_compression_level=0, **small)
+    packed_config = CatalogConfig(**small)
+
+    async def stored_pages(catalog: Catalog) -> list[bytes]:
+        ids = await catalog.index.page_ids("mixed")
+        return [(await catalog.zk.get(catalog.paths.page("mixed", i))).value for i in ids]
+
+    async def body(_catalog: Catalog) -> None:
+        async with (
+            open_catalog(zk_connect, plain_config) as plain,
+            open_catalog(zk_connect, packed_config) as packed,
+        ):
+            await plain.create_bucket("mixed", "alice")
+            for n in range(0, 400, 2):
+                await plain.put_object(object_record("mixed", f"k{n:04d}", n))
+            pages = await stored_pages(plain)
+            assert len(pages) > 1 and all(p[:1] == b"{" for p in pages)
+            for n in range(1, 400, 2):
+                await packed.put_object(object_record("mixed", f"k{n:04d}", n))
+            pages = await stored_pages(packed)
+            assert len(pages) > 1 and all(p[:1] != b"{" for p in pages)
+            plain_sizes = [len(IndexPage.decode("x", p, 0).encode()) for p in pages]
+            assert sum(map(len, pages)) * 3 < sum(plain_sizes)
+            for n in range(0, 400, 3):  # plain again: rewrites compressed pages as plain
+                await plain.put_object(object_record("mixed", f"k{n:04d}", n + 1000))
+            for reader in (plain, packed):
+                listed = await reader.list_objects("mixed", max_keys=1000)
+                assert [r.key for r in listed.contents] == [f"k{n:04d}" for n in range(400)]
+                for n in (0, 1, 3, 399):
+                    record = await reader.get_object("mixed", f"k{n:04d}")
+                    assert record.etag == f"{n + 1000 if n % 3 == 0 else n:032x}"
+
+    run_with_catalog(zk_connect, body)
+
+
 def test_single_level_page_map_is_sharded_on_first_use(zk_connect: str) -> None:
     """A bucket whose page map is one znode listing every page (the layout before maps
     were sharded) is moved to a root and one shard the first time it is routed through,

@@ -140,6 +140,35 @@ def test_record_codecs_round_trip() -> None:
         ObjectRecord.decode(b'{"format_version": 99, "v": "null", "bucket": "b", "key": "k"}')
 
 
+def test_page_znode_compressed_or_plain() -> None:
+    """Pages are stored zlib-compressed; plain pages (written before compression, or with
+    page_compression_level 0) still decode; a damaged or oversized stream is refused."""
+    import zlib
+
+    from blobstore.catalog.config import PAGE_BYTES_HARD_MAX
+    from blobstore.catalog.page import pack_page, unpack_page
+
+    page = IndexPage("p1", "", None, [], [], version=4)
+    for n in range(150):
+        page.set_versions(f"logs/2026/{n:06d}", [object_record("b", f"k{n}", n).to_dict()])
+    plain = page.encode()
+    packed = pack_page(plain, 1)
+    assert packed[:1] != b"{" and len(packed) * 4 < len(plain)
+    assert pack_page(plain, 0) == plain
+    for stored in (packed, plain, pack_page(plain, 9)):
+        decoded = IndexPage.decode("p1", stored, 4)
+        assert decoded.keys == page.keys and decoded.lines == page.lines
+    with pytest.raises(ValueError, match="not a page"):
+        unpack_page("p1", b"\x78\x01garbage")
+    with pytest.raises(ValueError, match="truncated"):
+        unpack_page("p1", packed[:-3])
+    with pytest.raises(ValueError, match="junk"):
+        unpack_page("p1", packed + b"x")
+    bomb = zlib.compress(b"{" + b" " * (PAGE_BYTES_HARD_MAX + 10))
+    with pytest.raises(ValueError, match="inflates past"):
+        unpack_page("p1", bomb)
+
+
 def test_page_codec_split_and_merge() -> None:
     keys = [f"key-{i:04d}" for i in range(200)]
     page = IndexPage("p1", "", None, [], [], version=7)
