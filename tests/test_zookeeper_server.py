@@ -46,3 +46,15 @@ def test_zookeeper_port_in_use_is_one_clear_line(tmp_path: Path, zk_server) -> N
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("blobstore: error: port"), result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_zookeeper_serves_without_socket_worker_threads(zk_server, zk_client) -> None:  # type: ignore[no-untyped-def]
+    """The launcher's JVM properties take effect: the selector thread does the socket I/O
+    (no NIOWorkerThread), and the server still answers (zk_client connected through it)."""
+    zk_client.ensure_path("/probe")
+    names = [
+        (task / "comm").read_text().strip()
+        for task in Path(f"/proc/{zk_server.process.pid}/task").iterdir()
+    ]
+    assert any(name.startswith("NIOServerCxnFa") for name in names), names
+    assert not [name for name in names if name.startswith("NIOWorker")], names
