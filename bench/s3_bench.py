@@ -59,6 +59,10 @@ ACCESS_KEY = "bench-access-key"
 SECRET_KEY = "bench-secret-key"
 BUCKET = "bench"
 PACED_PUT_RATE = 1000.0
+# Untimed 4 KiB PUTs first: the cluster was just started (ZooKeeper's JIT, the writer
+# ledgers, the index page's first splits, the workers' caches), and the first timed
+# phase should not pay for it.
+WARM_UP_S = 3.0
 PACED_PUT = "put 4KiB paced"
 KIB = 1 << 10
 MIB = 1 << 20
@@ -266,6 +270,7 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
     """All phases in order; returns (result, note) pairs."""
     create_bucket(endpoint, ACCESS_KEY, SECRET_KEY, BUCKET)
     out: list[tuple[PhaseResult, str]] = []
+    phase("warm-up (untimed)", put_op(BUCKET, 4 * KIB, "warm-"), 16, endpoint, duration_s=WARM_UP_S)
 
     small = phase("put 4KiB", put_op(BUCKET, 4 * KIB, "small-"), 16, endpoint, duration_s=duration)
     out.append((small, "concurrency 16"))
@@ -373,22 +378,34 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   the two gateway workers, ZooKeeper, three bookies and the generator, and at 4 KiB x16
   they are full. The machine measured on 2026-11-24 ran about twice as fast as on the
   days before (fsync rate, sequential write and every phase alike). Per 4 KiB GET over
-  ~10,000 objects the workers then spent about 0.46 ms of CPU, the three bookies 0.19
-  ms together, ZooKeeper 0.1 ms, the generator 0.06 ms. Over one object, read again and
-  again, the workers spend 0.36 ms and the bookies 0.05 ms (one bookie answers, many
-  reads per socket read): 3,100-3,900 GETs/s against 2,400-2,900 over 10,000 objects.
+  ~9,000 objects, measured in a window with no PUT in it, the workers spend about 0.43
+  ms of CPU, ZooKeeper 0.07 ms (its share of a sync), the three bookies 0.07 ms
+  together and the generator 0.055 ms. Over one object, read again and again, the
+  workers spend 0.36 ms and the bookies 0.05 ms (one bookie answers, many reads per
+  socket read): 3,100-3,900 GETs/s against 2,500-3,080 over 9,000-10,000 objects.
   A bookie's cost per read is mostly the wake-ups and system calls of one request per
   socket read, not Python: bookie CPU per read answered from memory, pipelined on one
   connection, is 15-18 us since the bookie answers such reads as it parses them
   (23-25 us before, with a task per read and a read thread per entry log read).
-- **PUTs below saturation.** The `put 4KiB paced` row offers 1,000 PUTs/s open loop and
-  times each from when it was due. Its p99 (and that of 500/s, 30-65 ms in runs on this
-  machine, with p50 4-12 ms) is well above the ledger's (4 KiB adds at 1,000/s: p99
-  3.7-4.3 ms, p99.9 11-14 ms): the tail is in the gateway and the catalog commit, not
-  the bookies. One gateway worker instead of two gives the same PUT rate at x16 and no
-  compare-and-set conflicts, and still a p99 of ~33 ms at 500/s. Where it comes from is
-  not settled: neither worker's event loop nor the bookies' stalled over 15-20 ms in
-  those runs, and turning the bookies' checkpoints off did not remove it.
+- **ZooKeeper's garbage collector was the PUT tail below saturation.** A commit
+  rewrites its index page whole, and an append page holds 8-32 KiB of records: 25 KB
+  went to ZooKeeper per PUT (12.7 MB/s at 500 PUTs/s), and its JVM allocated ~200 MB/s
+  handling it. That was a young collection every half second (~6 ms) and an old one
+  every ~10 s (~33 ms), and every catalog request in flight waited them out: commit
+  p99 20-30 ms at 500/s against ZooKeeper's own update p99 of 5 ms, and slow page
+  writes every ~0.54 s, with the collections. Pages are stored zlib-compressed now
+  (about a tenth: the records are mostly repeated field names, key prefixes and
+  owners). Under the same load ZooKeeper then did 5 young collections in 20 s and no
+  old one, commit p99 fell to 7.5-10 ms, and PUT p99 at 500/s to 15-18 ms (26-42 ms
+  before, one worker or two, same harness).
+- **PUTs near saturation still queue.** At 800 and 1,000 PUTs/s offered, p99 is 30-90
+  and 100-130 ms: the machine is busy (at 500/s ~60% of both cores: per PUT about 1.0
+  ms in the gateway workers, 0.75 ms in the three bookies together, 0.5 ms in ZooKeeper
+  and 0.13 ms in the generator) and each PUT crosses about eight process wake-ups
+  (generator, worker, two bookies and their journal threads, ZooKeeper, back). With
+  two workers, about one commit batch in ten also loses its compare-and-set to the
+  other worker and is redone on a fresh read. Throughput at x16 ranged 890-1,530/s over
+  today's runs of the same build, with the machine (this run's limits above).
 - **Connections reach every worker.** Each worker listens on its own SO_REUSEPORT
   socket. With one shared socket (uvicorn's supervisor) the generator's 16 connections
   landed 13 on one worker and 3 on the other: one core saturated while the other
@@ -399,7 +416,11 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   replies and watch events are handled on the event loop in wire order, so after a sync every cached
   copy still present is current. One sync serves a whole request (its bucket and object
   reads), and while one is in flight the requests arriving meanwhile share the next:
-  0.42 syncs per GET at x16 where each GET used to send 0.76.
+  0.42 syncs per GET at x16 where each GET used to send 0.76 (0.6-0.7 now that a GET
+  is faster). The embedded ZooKeeper runs without socket worker threads
+  (`zookeeper.nio.numWorkerThreads=0`): one thread handoff less per request took its
+  CPU per GET from 0.155 to 0.066 ms and small GETs from ~2,200 to 2,900-3,080/s
+  (same harness, pure GET windows).
 - **PUT latency and throughput follow the index page.** Sequential names send every
   commit to a bucket's last page. Commits to one page are grouped per worker, but two
   workers race for the same page: about a third of page write attempts fail their
@@ -449,10 +470,12 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
 - **Large and ranged GET** decode and CRC-check 1 MiB entries, cut from the bookie
   connections' buffers, and copy them into the responses. The generator is far from its own limit (its 16 MiB
   GET ceiling is in the table above).
-- **Next steps, by expected gain:** route a page's commits to one writer (or give
-  pages with heavy traffic a short write lease) so workers and gateways stop redoing
-  each other's compare-and-sets; O_DIRECT journal and entry log writes in the bookies;
-  more workers where there are more cores.
+- **Next steps, by expected gain:** fewer wake-ups per small PUT (the bookies' add
+  path and journal hand-off at low batch sizes cost ~0.38 ms of CPU per add at 1,000
+  adds/s); route a page's commits to one writer (or give pages with heavy traffic a
+  short write lease) so workers and gateways stop redoing each other's
+  compare-and-sets; O_DIRECT journal and entry log writes in the bookies; more workers
+  where there are more cores.
 """
 
 
@@ -478,8 +501,8 @@ def report(
         f"({os.cpu_count()} CPUs, Python {platform.python_version()}): ZooKeeper, 3 bookies "
         f"(E/WQ/AQ 3/2/2), the gateway (workers={args.workers}) and the load generator "
         "(`bench/s3_load.py`, asyncio + httptools, SigV4 UNSIGNED-PAYLOAD) all share the "
-        f"machine. Timed phases run {args.duration:g} s each. `bench/s3_bench.py` regenerates "
-        "this file.",
+        f"machine. Timed phases run {args.duration:g} s each, after {WARM_UP_S:g} s of untimed "
+        "4 KiB PUTs on the freshly started cluster. `bench/s3_bench.py` regenerates this file.",
         "",
         "| phase | ops | ops/s | MB/s | p50 ms | p99 ms | errors | generator CPU/op | "
         "headline | Ceph RGW | notes |",
