@@ -86,10 +86,13 @@ class ZooKeeperClient:
         hosts: str,
         session_timeout_s: float = SESSION_TIMEOUT_S_DEFAULT,
         operation_timeout_s: float = OPERATION_TIMEOUT_S_DEFAULT,
+        request_bytes_max: int | None = None,
     ) -> None:
+        """`request_bytes_max`: longest request sent (None: BLOBSTORE_ZK_REQUEST_BYTES_MAX
+        or 4 MiB); a longer one fails alone with ZooKeeperRequestTooLargeError."""
         self.hosts = hosts
         self.operation_timeout_s = operation_timeout_s
-        self._session = ZooKeeperSession(hosts, session_timeout_s)
+        self._session = ZooKeeperSession(hosts, session_timeout_s, request_bytes_max)
         self._state_listeners: list[Callable[[KazooState], None]] = []
         self._session.add_listener(self._state_changed)
         # fresh_view(): the sync sent in this turn of the loop (shared by its callers),
@@ -111,6 +114,11 @@ class ZooKeeperClient:
     @property
     def connected(self) -> bool:
         return self._session.connected
+
+    @property
+    def request_bytes_max(self) -> int:
+        """The longest request this client sends (the servers' jute.maxbuffer)."""
+        return self._session.request_bytes_max
 
     @property
     def session_id(self) -> int | None:

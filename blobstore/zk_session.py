@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import struct
 from collections import deque
@@ -50,6 +51,7 @@ from kazoo.exceptions import (
     ConnectionLoss,
     NoNodeError,
     SessionExpiredError,
+    ZookeeperError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import (
@@ -68,6 +70,8 @@ from kazoo.protocol.serialization import (
 from kazoo.protocol.states import EventType, KazooState, KeeperState, WatchedEvent
 from prometheus_client import Counter
 
+from blobstore.errors import UsageError
+
 logger = logging.getLogger(__name__)
 
 CONNECTIONS = Counter(
@@ -84,6 +88,47 @@ SESSION_EXPIRATIONS = Counter(
 # Replies are bounded by the server's jute.maxbuffer (1 MiB by default) for data; a
 # child list can be larger. Anything past this is a broken stream, not a reply.
 MAX_FRAME_BYTES = 64 * 1024 * 1024
+# ZooKeeper closes the connection of a request longer than its jute.maxbuffer, failing
+# every request in flight on it, and a retry of that request does it again. So requests
+# are measured here and one too long fails alone, with this error. The embedded server
+# runs with jute.maxbuffer=4 MiB and an ensemble serving blobstore needs as much: one multi
+# completes a multipart upload, deleting its up to 10,000 part znodes (~1.5 MB of paths).
+# BLOBSTORE_ZK_REQUEST_BYTES_MAX matches servers configured otherwise.
+REQUEST_BYTES_MAX_DEFAULT = 4 * 1024 * 1024
+REQUEST_BYTES_MAX_MIN = 64 * 1024
+REQUEST_BYTES_MAX_ENV = "BLOBSTORE_ZK_REQUEST_BYTES_MAX"
+_REQUEST_HEADER_BYTES = 8  # xid and type: counted in the server's length check
+
+
+class ZooKeeperRequestTooLargeError(ZookeeperError):  # type: ignore[misc]
+    """A request longer than the servers' jute.maxbuffer: refused before it is sent."""
+
+    def __init__(self, request_bytes: int, limit_bytes: int, what: str) -> None:
+        super().__init__(
+            f"ZooKeeper {what} request of {request_bytes} bytes passes the limit of "
+            f"{limit_bytes} ({REQUEST_BYTES_MAX_ENV}, the servers' jute.maxbuffer)"
+        )
+        self.request_bytes = request_bytes
+        self.limit_bytes = limit_bytes
+
+
+def request_bytes_max_from_env(environ: dict[str, str] | None = None) -> int:
+    """The request size limit: BLOBSTORE_ZK_REQUEST_BYTES_MAX, or the default."""
+    raw = (os.environ if environ is None else environ).get(REQUEST_BYTES_MAX_ENV)
+    if raw is None or raw == "":
+        return REQUEST_BYTES_MAX_DEFAULT
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < REQUEST_BYTES_MAX_MIN:
+        raise UsageError(
+            f"{REQUEST_BYTES_MAX_ENV}={raw!r}: need a whole number of bytes, at least "
+            f"{REQUEST_BYTES_MAX_MIN} (it must match the ZooKeeper servers' jute.maxbuffer)"
+        )
+    return value
+
+
 CONNECT_ATTEMPT_TIMEOUT_S_MAX = 10.0
 RECONNECT_DELAY_S = 0.1
 RECONNECT_DELAY_S_MAX = 2.0
@@ -320,8 +365,13 @@ class _Connection(asyncio.Protocol):
 class ZooKeeperSession:
     """A ZooKeeper session for the running event loop (see the module docstring)."""
 
-    def __init__(self, hosts: str, session_timeout_s: float) -> None:
+    def __init__(
+        self, hosts: str, session_timeout_s: float, request_bytes_max: int | None = None
+    ) -> None:
         self.hosts = hosts
+        self.request_bytes_max = (
+            request_bytes_max_from_env() if request_bytes_max is None else request_bytes_max
+        )
         self.servers, self.chroot = parse_hosts(hosts)
         self.session_timeout_s = session_timeout_s
         self.state = KazooState.LOST
@@ -410,6 +460,11 @@ class ZooKeeperSession:
             future.set_exception(ConnectionClosedError("Connection has been closed"))
             return future
         pending = _Pending(request, future, watch)  # raises if it cannot be encoded
+        size = len(pending.body) + _REQUEST_HEADER_BYTES
+        if size > self.request_bytes_max:
+            name = type(request).__name__
+            future.set_exception(ZooKeeperRequestTooLargeError(size, self.request_bytes_max, name))
+            return future
         connection = self._connection
         if (
             connection is not None

@@ -260,6 +260,7 @@ DOMAIN_ERROR_CODES: dict[str, str] = {
     "EntityTooSmallError": "EntityTooSmall",
     "ObjectUnavailableError": "ServiceUnavailable",
     # ZooKeeper (kazoo) and timeouts escaping a bounded wait
+    "ZooKeeperRequestTooLargeError": "InvalidRequest",
     "ConnectionLoss": "ServiceUnavailable",
     "SessionExpiredError": "ServiceUnavailable",
     "TimeoutError": "ServiceUnavailable",
@@ -309,6 +310,11 @@ def to_s3_error(exc: BaseException, *, requester: str | None = None) -> S3Error:
                 headers["x-amz-version-id"] = str(version_id)
             key = getattr(record, "key", None)
             return S3Error(code, headers=headers).with_fields({"Key": key} if key else {})
+        if cls.__name__ == "ZooKeeperRequestTooLargeError":
+            size, limit = getattr(exc, "request_bytes", "?"), getattr(exc, "limit_bytes", "?")
+            return S3Error(
+                code, f"The request's catalog update is {size} bytes; the limit is {limit}"
+            )
         if cls.__name__ == "InvalidObjectKeyError" and "long" in str(getattr(exc, "reason", "")):
             return S3Error("KeyTooLongError")
         if cls.__name__ == "EntityTooLargeError" and isinstance(

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kazoo.exceptions import ConnectionClosedError, NoNodeError
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState, KeeperState, WatchedEvent
 from prometheus_client import REGISTRY
@@ -205,6 +205,53 @@ def test_a_request_that_cannot_be_encoded_fails_its_caller_at_once() -> None:
             await waiting
 
     _run(main())
+
+
+def test_a_request_past_the_servers_limit_fails_alone(own_server: ZooKeeperServer) -> None:
+    """A request longer than jute.maxbuffer (4 MiB on this server) makes the server drop
+    the connection (and with it every request in flight). With the limit set to the server's,
+    the request is refused before it is sent: its caller gets the error, the requests
+    beside it are answered and the connection stays."""
+    from blobstore.zk_session import ZooKeeperRequestTooLargeError
+
+    async def main() -> None:
+        loose = ZooKeeperClient(own_server.connect_string, request_bytes_max=8 << 20)
+        await loose.start()
+        await loose.create("/big", b"")
+        before = _count("blobstore_zk_connections_total")
+        with pytest.raises(ConnectionLoss):
+            await loose.set("/big", b"x" * (5 << 20))
+        await loose.get("/big")  # on a new connection
+        await loose.stop()
+
+        client = ZooKeeperClient(own_server.connect_string)  # the default: 4 MiB
+        assert client.request_bytes_max == 4 << 20
+        await client.start()
+        connections = _count("blobstore_zk_connections_total")
+        assert connections == before + 2  # the loose client's reconnection, and this one
+        beside = asyncio.ensure_future(client.get("/big"))
+        with pytest.raises(ZooKeeperRequestTooLargeError, match="passes the limit of 4194304"):
+            await client.set("/big", b"x" * (5 << 20))
+        with pytest.raises(ZooKeeperRequestTooLargeError):
+            await client.multi([("set", ("/big", b"y" * (3 << 20), -1))] * 2)
+        assert (await beside).value == b""
+        await client.set("/big", b"z" * (3 << 20))  # under the limit: written
+        assert len((await client.get("/big")).value) == 3 << 20
+        assert _count("blobstore_zk_connections_total") == connections
+        await client.stop()
+
+    _run(main())
+
+
+def test_request_limit_from_the_environment() -> None:
+    from blobstore.errors import UsageError
+    from blobstore.zk_session import request_bytes_max_from_env
+
+    assert request_bytes_max_from_env({}) == 4 << 20
+    assert request_bytes_max_from_env({"BLOBSTORE_ZK_REQUEST_BYTES_MAX": "1048575"}) == 1048575
+    for bad in ("1mb", "-5", "1000"):
+        with pytest.raises(UsageError, match="BLOBSTORE_ZK_REQUEST_BYTES_MAX"):
+            request_bytes_max_from_env({"BLOBSTORE_ZK_REQUEST_BYTES_MAX": bad})
 
 
 def test_more_watches_than_one_frame_holds_are_armed_again_after_a_restart(

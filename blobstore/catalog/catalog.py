@@ -67,7 +67,7 @@ from blobstore.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)
 
-_BULK_MULTI_BYTES_MAX = 2 << 20  # well under the server's jute.maxbuffer
+_BULK_MULTI_BYTES_MAX = 2 << 20  # and at most half the client's request limit
 
 
 def _existing_bucket_name(name: str) -> str:
@@ -443,7 +443,7 @@ class Catalog:
                 nonlocal batch, batch_bytes
                 batch.append(operation)
                 batch_bytes += size
-                if batch_bytes >= _BULK_MULTI_BYTES_MAX // 2:
+                if batch_bytes >= min(_BULK_MULTI_BYTES_MAX, self.zk.request_bytes_max) // 2:
                     await self.zk.multi(batch)
                     batch, batch_bytes = [], 0
 

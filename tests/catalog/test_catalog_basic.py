@@ -430,6 +430,29 @@ def test_commit_checks_the_owner_it_names(zk_connect: str) -> None:
     asyncio.run(asyncio.wait_for(main(), 120))
 
 
+def test_bulk_load_keeps_its_multis_under_the_request_limit(
+    zk_connect: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against servers with a small jute.maxbuffer (the client told so through
+    BLOBSTORE_ZK_REQUEST_BYTES_MAX), a bulk load sends smaller multis, not one the
+    client must refuse."""
+    from blobstore.catalog import CatalogConfig
+
+    monkeypatch.setenv("BLOBSTORE_ZK_REQUEST_BYTES_MAX", str(128 * 1024))
+
+    async def body(catalog: Catalog) -> None:
+        assert catalog.zk.request_bytes_max == 128 * 1024
+        await catalog.create_bucket("bulk", "alice")
+        records = [object_record("bulk", f"key-{n:05d}", n) for n in range(6000)]
+        pages = await catalog.bulk_load("bulk", records)
+        assert pages >= 10, pages
+        listed = await catalog.list_objects("bulk", max_keys=10_000)
+        assert [r.key for r in listed.contents] == [r.key for r in records]
+
+    # Plain pages: ~1 MB of them, compressed they would fit one multi anyway.
+    run_with_catalog(zk_connect, body, CatalogConfig(page_compression_level=0))
+
+
 def test_truncated_listing_leaves_its_read_ahead_in_the_page_cache(zk_connect: str) -> None:
     """A listing cut at max-keys does not cancel the pages it is reading ahead: they land
     in the page cache, where its continuation starts."""

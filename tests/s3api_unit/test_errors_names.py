@@ -136,6 +136,13 @@ def test_domain_errors_map_by_class_name() -> None:
     marker = to_s3_error(DeleteMarkerError(Record()))
     assert marker.code == "NoSuchKey"
     assert marker.headers == {"x-amz-delete-marker": "true", "x-amz-version-id": "v9"}
+    from blobstore.zk_session import ZooKeeperRequestTooLargeError
+
+    too_large = to_s3_error(ZooKeeperRequestTooLargeError(5 << 20, 4 << 20, "MultiTransaction"))
+    assert (too_large.code, too_large.status) == ("InvalidRequest", 400)
+    assert (
+        too_large.message == "The request's catalog update is 5242880 bytes; the limit is 4194304"
+    )
     original = S3Error("AccessDenied")
     assert to_s3_error(original) is original
     assert set(DOMAIN_ERROR_CODES.values()) <= set(ERROR_SPECS)
