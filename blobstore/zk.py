@@ -159,6 +159,11 @@ class ZooKeeperClient:
         value, stat = await self._call(GetData(self._path(path), watch is not None), watch)
         return Versioned(value, stat.version)
 
+    def forget_data_watch(self, path: str, callback: Callable[[Any], None]) -> None:
+        """Stop calling `callback` (given to `get`) on changes of `path`; the server's
+        watch is removed once nothing of this session watches the path."""
+        self._session.forget_data_watch(self._path(path), callback)
+
     async def get_with_stat(self, path: str) -> tuple[bytes, ZnodeStat]:
         value, stat = await self._call(GetData(self._path(path), False))
         return value, stat
@@ -460,7 +465,11 @@ class WatchedCache(Generic[V]):
             self._entries[path] = value
             self._entries.move_to_end(path)
             while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
+                evicted, _ = self._entries.popitem(last=False)
+                if evicted not in self._reading:
+                    # Nothing here needs its changes any more: nor does the server need
+                    # to keep the watch (one per znode ever read, otherwise).
+                    self.zk.forget_data_watch(evicted, self._changed)
         return value
 
     def invalidate(self, path: str) -> None:

@@ -41,6 +41,7 @@ import logging
 import os
 import random
 import struct
+from collections import Counter as Tally
 from collections import deque
 from collections.abc import Callable
 from typing import Any, cast
@@ -83,6 +84,10 @@ CONNECTION_LOSSES = Counter(
 )
 SESSION_EXPIRATIONS = Counter(
     "blobstore_zk_session_expirations_total", "ZooKeeper sessions found expired (state LOST)"
+)
+WATCHES_REMOVED = Counter(
+    "blobstore_zk_watches_removed_total",
+    "Data watches removed from the server because nothing here watched the path any more",
 )
 
 # Replies are bounded by the server's jute.maxbuffer (1 MiB by default) for data; a
@@ -138,6 +143,8 @@ WATCH_XID = -1
 PING_XID = -2
 SET_WATCHES_XID = -8
 SET_WATCHES_TYPE = 101
+REMOVE_WATCHES_TYPE = 18  # ZooKeeper 3.5+
+WATCHER_TYPE_DATA = 2  # RemoveWatches: data watches (those of exists() too)
 
 _REPLY_HEADER = struct.Struct("!iqi")
 _REQUEST_HEADER = struct.Struct("!iii")  # length, xid, type
@@ -196,6 +203,25 @@ class _SetWatches:
         return bytes(out)
 
 
+def _outcome_retrieved(future: asyncio.Future[Any]) -> None:
+    """For requests nobody waits for: a failure (no watch left, a lost connection) is
+    expected and harmless."""
+    if not future.cancelled():
+        future.exception()
+
+
+class _RemoveWatches:
+    """The RemoveWatches request (not in kazoo): drop this session's data watch on a path."""
+
+    type = REMOVE_WATCHES_TYPE
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def serialize(self) -> bytes:
+        return bytes(write_string(self.path) + int_struct.pack(WATCHER_TYPE_DATA))
+
+
 # SetWatches frames stay below this (as ZooKeeper's Java client does): one frame past the
 # server's jute.maxbuffer would make it stop answering the connection.
 SET_WATCHES_BYTES_MAX = 128 * 1024
@@ -246,6 +272,9 @@ class _Connection(asyncio.Protocol):
         self.handshake: asyncio.Future[Connect] = asyncio.get_running_loop().create_future()
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.pending: deque[_Pending] = deque()
+        # Paths with a watching request sent on this connection and not yet answered:
+        # their watch may be set on the server before this client knows of it.
+        self.watching: Tally[str] = Tally()
         self.xid = 0
         self.last_received = 0.0
         self.last_sent = 0.0
@@ -321,6 +350,8 @@ class _Connection(asyncio.Protocol):
         self.last_sent = asyncio.get_running_loop().time()
         if xid > 0:
             self.pending.append(pending)
+            if pending.watch is not None:
+                self.watching[request.path] += 1
 
     def abort(self) -> None:
         if self.transport is not None:
@@ -352,6 +383,12 @@ class _Connection(asyncio.Protocol):
         if pending.xid != xid:  # left in place: failed with the connection
             raise ConnectionLoss(f"reply xid {xid}, expected {pending.xid}")
         self.pending.popleft()
+        if pending.watch is not None:
+            path = pending.request.path
+            if self.watching[path] <= 1:
+                del self.watching[path]
+            else:
+                self.watching[path] -= 1
         try:
             session._reply(pending, frame, err)
         except Exception as e:
@@ -536,6 +573,33 @@ class ZooKeeperSession:
             future.set_result(result)
 
     # ------------------------------------------------------------------ watches
+
+    def forget_data_watch(self, path: str, callback: WatchCallback) -> None:
+        """Stop calling `callback` on changes of `path` (chrooted). Once nothing of this
+        session watches the path, the server's watch goes too (RemoveWatches): a cache
+        that evicts what it read does not leave a watch per znode it ever read on the
+        server (its memory) and in every reconnection's SetWatches.
+
+        Not while a watching request for the path is unanswered on the connection: the
+        server may set that watch after the removal, and this client would arm it on the
+        reply, so the two agree without a removal."""
+        callbacks = self._data_watches.get(path)
+        if callbacks is None or callback not in callbacks:
+            return
+        callbacks.discard(callback)
+        if callbacks:
+            return
+        del self._data_watches[path]
+        connection = self._connection
+        if (
+            path in self._exist_watches
+            or connection is None
+            or self.state != KazooState.CONNECTED
+            or connection.watching[path]
+        ):
+            return  # another watcher, or a reconnection re-arms only what is left here
+        WATCHES_REMOVED.inc()
+        self.submit(_RemoveWatches(path)).add_done_callback(_outcome_retrieved)
 
     @staticmethod
     def _arm(watches: dict[str, set[WatchCallback]], path: str, callback: WatchCallback) -> None:

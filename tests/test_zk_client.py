@@ -252,3 +252,52 @@ def test_watched_cache_concurrent_misses_share_one_read(zk_connect: str) -> None
             assert first.cancelled()
 
     _run(main())
+
+
+def _server_watch_count(zk_connect: str) -> int:
+    """`zk_watch_count` from the server's mntr: watches it holds for all sessions."""
+    import socket
+
+    host, _, port = zk_connect.split("/", 1)[0].rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(b"mntr")
+        text = b""
+        while chunk := conn.recv(65536):
+            text += chunk
+    for line in text.decode().splitlines():
+        name, _, value = line.partition("\t")
+        if name == "zk_watch_count":
+            return int(value)
+    raise AssertionError("no zk_watch_count in mntr")
+
+
+def test_watched_cache_removes_the_watches_of_what_it_evicts(zk_connect: str) -> None:
+    """A cache of 5 reading 60 znodes leaves the server with 5 of its watches, not 60;
+    an evicted znode read again is watched again (its next change drops it)."""
+
+    async def main() -> None:
+        async with _two_sessions(zk_connect) as (reader, writer):
+            await writer.ensure_path("/evict")
+            paths = [f"/evict/n{i:02d}" for i in range(60)]
+            for path in paths:
+                await writer.create(path, b"0")
+            cache: WatchedCache[bytes] = WatchedCache(
+                reader, lambda _p, data, _v: data, capacity=5, name="evict"
+            )
+            await reader.fresh_view()
+            before = _server_watch_count(zk_connect)
+            removed = REGISTRY.get_sample_value("blobstore_zk_watches_removed_total") or 0
+            for path in paths:
+                await cache.get(path)
+            await reader.fresh_view()  # the removals were sent before this sync
+            assert _server_watch_count(zk_connect) - before == 5
+            assert (REGISTRY.get_sample_value("blobstore_zk_watches_removed_total") or 0) == (
+                removed + 55
+            )
+            assert await cache.get(paths[0]) == b"0"  # evicted, read and watched again
+            await writer.set(paths[0], b"1")
+            await reader.fresh_view()
+            assert cache.peek(paths[0]) is None, "the change of a re-read znode dropped it"
+            assert await cache.get(paths[0]) == b"1"
+
+    _run(main())
