@@ -155,8 +155,12 @@ class DecommissionOp:
         wait_open_s: float,
         fence_open: bool,
         concurrency: int,
+        started_by: str | None = None,
     ) -> None:
+        """`started_by`: recorded in the decommissioning marker (the auditor names itself
+        there, so it can tell its own markers from an operator's)."""
         self._zk = zk
+        self._started_by = started_by
         self._output = output
         self.bookie_id = bookie_id
         self._passwords = {password_hash(p): p for p in [*passwords, *KNOWN_PASSWORDS]}
@@ -199,10 +203,10 @@ class DecommissionOp:
     async def _mark_in_progress(self) -> None:
         await self._zk.ensure_path(DECOMMISSIONING_PATH)
         try:
-            await self._zk.create(
-                decommissioning_path(self.bookie_id),
-                json.dumps({"started": time.time()}).encode(),
-            )
+            marker: dict[str, Any] = {"started": time.time()}
+            if self._started_by is not None:
+                marker["by"] = self._started_by
+            await self._zk.create(decommissioning_path(self.bookie_id), json.dumps(marker).encode())
         except NodeExistsError:
             pass  # a rerun after an interruption: resume
 

@@ -54,6 +54,11 @@ class ObjectStoreConfig:
     read_handles_max: int = 256
     # How often every gateway looks for OPEN ledgers whose writer is gone.
     sweep_interval_s: float = 60.0
+    # How often the cluster's bookie auditor looks for bookies gone (one pass per
+    # interval for all gateways; 0 turns the auditor off in this process) ...
+    audit_interval_s: float = 60.0
+    # ... and how long a bookie may be gone before what it held is re-replicated.
+    lost_bookie_delay_s: float = 1800.0
     # Smallest part of a multipart upload, the last one excepted.
     part_bytes_min: int = PART_BYTES_MIN_DEFAULT
     # Time limit of one wait for a writer ledger from the pool.
@@ -88,6 +93,10 @@ class ObjectStoreConfig:
         for name in ("append_window_bytes", "read_window_bytes"):
             if not self.entry_size_bytes <= getattr(self, name) <= 1 << 30:
                 raise bad(name, "must be between the entry size and 1 GiB")
+        if self.audit_interval_s < 0:
+            raise bad("audit_interval_s", "must be >= 0 (0: no auditor in this process)")
+        if self.lost_bookie_delay_s < 0:
+            raise bad("lost_bookie_delay_s", "must be >= 0")
         if not 1 <= self.part_bytes_min <= PART_BYTES_MAX:
             raise bad("part_bytes_min", f"must be 1..{PART_BYTES_MAX}")
 

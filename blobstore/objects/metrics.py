@@ -36,6 +36,24 @@ SWEEP_ROUNDS = Counter(
     "process is sweeping)",
     ["outcome"],
 )
+AUDIT_PASSES = Counter(
+    "blobstore_audit_passes_total",
+    "Bookie auditor passes of this process: nothing_due, recovered (a bookie gone past "
+    "lost_bookie_delay_s was re-replicated), too_few_bookies, busy (another process holds "
+    "the lock), failed",
+    ["result"],
+)
+AUDIT_RECOVERIES = Counter(
+    "blobstore_audit_recoveries_total",
+    "Re-replications of a lost bookie run by this process: done (no ledger names it any "
+    "more) or partial (some ledgers left for a later pass)",
+    ["outcome"],
+)
+BOOKIES_MISSING = Gauge(
+    "blobstore_bookies_missing",
+    "Bookies with a cookie but no registration, as the last audit pass saw them",
+    multiprocess_mode="mostrecent",
+)
 SWEPT_LEDGERS = Counter(
     "blobstore_swept_ledgers_total",
     "OPEN ledgers of a gone writer that this process recovered and closed",

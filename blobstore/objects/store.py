@@ -36,6 +36,7 @@ from blobstore.catalog.records import (
 from blobstore.ledger import LedgerClient
 from blobstore.ledger.errors import NoSuchLedgerError
 from blobstore.objects.append_object_op import AppendObjectOp, WrittenData
+from blobstore.objects.bookie_auditor import BookieAuditor
 from blobstore.objects.config import PART_BYTES_MAX, ObjectStoreConfig
 from blobstore.objects.errors import ObjectChangedError, ObjectUnavailableError
 from blobstore.objects.extents import plan_read, slice_extents
@@ -83,6 +84,7 @@ class ObjectStore:
         self._read_handles: ReadHandleCache | None = None
         self._registration: GatewayRegistration | None = None
         self._sweeper: LedgerSweeper | None = None
+        self._auditor: BookieAuditor | None = None
         self._hash_executor = ThreadPoolExecutor(HASH_THREADS, thread_name_prefix="md5")
 
     # ------------------------------------------------------------------ lifecycle
@@ -110,10 +112,21 @@ class ObjectStore:
             lambda: self._pool.owned_ledger_ids if self._pool else set(),
         )
         self._sweeper.start()
+        if self.config.audit_interval_s > 0:
+            self._auditor = BookieAuditor(
+                self.zk,
+                self.gateway_id,
+                self.config.audit_interval_s,
+                self.config.lost_bookie_delay_s,
+                live_bookies_min=self.config.ensemble_size,
+            )
+            self._auditor.start()
         logger.info("event=object_store_started gateway_id=%s", self.gateway_id)
 
     async def close(self) -> None:
-        """Stop sweeping, close writer ledgers, unregister, end the session."""
+        """Stop sweeping and auditing, close writer ledgers, unregister, end the session."""
+        if self._auditor is not None:
+            await self._auditor.close()
         if self._sweeper is not None:
             await self._sweeper.close()
         if self._pool is not None:

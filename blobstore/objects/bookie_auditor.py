@@ -1,0 +1,220 @@
+"""The auditor: re-replicates what a bookie held once it has been gone too long.
+
+A bookie that stops (a crash, a lost disk, a node taken away) leaves every entry it held
+one replica short. Writers replace it for new entries at once (ensemble change), but what
+it held stays under-replicated until it returns, and a second failure meanwhile can lose
+entries. After `lost_bookie_delay_s` without its registration (`/ledgers/available/<id>`),
+the auditor copies everything the bookie held to other bookies and takes it out of every
+ledger's ensembles: the operation of `blobstore admin decommission`, run for it. When no
+ledger names the bookie any more it is listed under `/ledgers/decommissioned`, safe to
+wipe. This is BookKeeper's Auditor with `lostBookieRecoveryDelay`, run in the gateways
+like the ledger sweeper: one pass per interval for the whole cluster, under an ephemeral
+lock (`/auditor/lock`).
+
+Known bookies are those with a cookie (`/ledgers/cookies/<id>`, written when a bookie is
+first formatted). When a bookie was first seen missing is kept in `/auditor`, so the
+delay counts from the first gateway that noticed, whichever process runs later passes.
+
+Safety:
+  - a bookie that registers again before the delay is forgotten;
+  - one bookie is recovered per pass, and none while fewer bookies are registered than
+    an ensemble holds (`live_bookies_min`, the writers' ensemble size): a segment that
+    named the lost bookie then has no live bookie outside it to take its place, and a
+    cluster coming back from an outage must not have its bookies marked as leaving;
+  - OPEN ledgers of a live writer are not edited behind it: they are skipped, and a
+    later pass moves them once their writer pool closed them (`ledger_age_s_max`);
+  - a bookie that registers again while the auditor is moving its entries keeps what
+    was not moved yet: the auditor's `decommissioning` marker is removed, so placement
+    uses the bookie again. An operator's own decommission (its marker names no auditor)
+    is left alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from blobstore.objects.metrics import AUDIT_PASSES, AUDIT_RECOVERIES, BOOKIES_MISSING
+from blobstore.zk import ZooKeeperClient
+from bookie import zk_layout
+
+logger = logging.getLogger(__name__)
+
+AUDITOR_PATH = "/auditor"
+AUDITOR_LOCK_PATH = "/auditor/lock"
+AUDITOR_MARK = "auditor"  # the `by` of decommissioning markers the auditor wrote
+LEDGER_CONCURRENCY = 4
+
+
+@dataclass(frozen=True, slots=True)
+class AuditResult:
+    missing: dict[str, float]  # bookie id -> wall time first seen missing
+    recovered: str | None  # the bookie whose entries this pass moved (None: none)
+    safe_to_remove: bool  # that bookie is decommissioned now
+    released: list[str]  # bookies back while the auditor moved them: markers removed
+
+
+class BookieAuditor:
+    """Notices bookies gone longer than `lost_bookie_delay_s` and re-replicates them."""
+
+    def __init__(
+        self,
+        zk: ZooKeeperClient,
+        gateway_id: str,
+        interval_s: float,
+        lost_bookie_delay_s: float,
+        live_bookies_min: int = 3,
+    ) -> None:
+        self._zk = zk
+        self._live_bookies_min = max(2, live_bookies_min)
+        self._gateway_id = gateway_id
+        self._interval_s = interval_s
+        self._lost_bookie_delay_s = lost_bookie_delay_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="bookie-auditor")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s * random.uniform(0.5, 1.0))
+            try:
+                if await self._lock():
+                    try:
+                        await self.audit_once()
+                    finally:
+                        await self._unlock()
+                else:
+                    AUDIT_PASSES.labels("busy").inc()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the next pass tries again
+                AUDIT_PASSES.labels("failed").inc()
+                logger.warning("event=bookie_audit_failed error=%r", e)
+
+    async def _lock(self) -> bool:
+        await self._zk.ensure_path(AUDITOR_PATH)
+        try:
+            await self._zk.create(AUDITOR_LOCK_PATH, self._gateway_id.encode(), ephemeral=True)
+        except NodeExistsError:
+            return False
+        return True
+
+    async def _unlock(self) -> None:
+        try:
+            _, stat = await self._zk.get_with_stat(AUDITOR_LOCK_PATH)
+            if stat.ephemeralOwner == self._zk.session_id:
+                await self._zk.delete(AUDITOR_LOCK_PATH, stat.version)
+        except NoNodeError:
+            pass
+
+    async def _children(self, path: str) -> set[str]:
+        try:
+            return set(await self._zk.get_children(path))
+        except NoNodeError:
+            return set()
+
+    async def audit_once(self) -> AuditResult:
+        """One pass (the caller holds the lock, or is a test)."""
+        known = await self._children(zk_layout.COOKIES_PATH)
+        live = await self._children(zk_layout.AVAILABLE_PATH)
+        leaving = await self._children(zk_layout.DECOMMISSIONING_PATH)
+        gone = await self._children(zk_layout.DECOMMISSIONED_PATH)
+        released = [b for b in sorted(leaving & live) if await self._release(b)]
+        await self._zk.ensure_path(AUDITOR_PATH)
+        value, stat = await self._zk.get_with_stat(AUDITOR_PATH)
+        try:
+            previous = {str(k): float(v) for k, v in json.loads(value or b"{}")["missing"].items()}
+        except (ValueError, TypeError, KeyError, AttributeError):
+            previous = {}
+        now = time.time()
+        missing = {b: previous.get(b, now) for b in sorted(known - live - gone)}
+        if missing != previous:
+            for bookie in sorted(missing.keys() - previous.keys()):
+                logger.warning(
+                    "event=bookie_missing bookie=%s recovery_in_s=%.0f",
+                    bookie,
+                    self._lost_bookie_delay_s,
+                )
+            for bookie in sorted(previous.keys() - missing.keys()):
+                logger.info("event=bookie_missing_no_more bookie=%s", bookie)
+            record = {"missing": missing, "by": self._gateway_id}
+            await self._zk.set(AUDITOR_PATH, json.dumps(record).encode(), stat.version)
+        BOOKIES_MISSING.set(len(missing))
+        due = [b for b, since in missing.items() if now - since >= self._lost_bookie_delay_s]
+        if not due:
+            AUDIT_PASSES.labels("nothing_due").inc()
+            return AuditResult(missing, None, False, released)
+        if len(live) < self._live_bookies_min:
+            AUDIT_PASSES.labels("too_few_bookies").inc()
+            logger.warning(
+                "event=bookie_recovery_deferred missing=%s registered=%d: too few bookies",
+                ",".join(due),
+                len(live),
+            )
+            return AuditResult(missing, None, False, released)
+        bookie = min(due, key=lambda b: (missing[b], b))  # the longest gone first
+        AUDIT_PASSES.labels("recovered").inc()
+        logger.warning(
+            "event=bookie_recovery_started bookie=%s missing_s=%.0f",
+            bookie,
+            now - missing[bookie],
+        )
+        # Imported here: the admin package imports the object layer (fsck, decommission).
+        from blobstore.admin._output import Output
+        from blobstore.admin.decommission import DecommissionOp
+
+        op = DecommissionOp(
+            self._zk,
+            Output(json_mode=True),  # quiet: no progress bars in a server
+            bookie,
+            passwords=[],
+            wait_open_s=0.0,
+            fence_open=False,
+            concurrency=LEDGER_CONCURRENCY,
+            started_by=AUDITOR_MARK,
+        )
+        await op.run()
+        moved = [o for o in op.outcomes if o.status == "moved"]
+        AUDIT_RECOVERIES.labels("done" if op.safe_to_remove else "partial").inc()
+        logger.warning(
+            "event=bookie_recovery_pass bookie=%s ledgers_moved=%d entries_copied=%d "
+            "remaining_ledgers=%d safe_to_remove=%s",
+            bookie,
+            len(moved),
+            sum(o.entries_copied for o in moved),
+            len(op.remaining),
+            op.safe_to_remove,
+        )
+        return AuditResult(missing, bookie, op.safe_to_remove, released)
+
+    async def _release(self, bookie: str) -> bool:
+        """Remove the auditor's marker of a bookie that registered again."""
+        path = f"{zk_layout.DECOMMISSIONING_PATH}/{bookie}"
+        try:
+            value, stat = await self._zk.get_with_stat(path)
+        except NoNodeError:
+            return False
+        try:
+            by = json.loads(value or b"{}").get("by")
+        except (ValueError, AttributeError):
+            by = None
+        if by != AUDITOR_MARK:
+            return False  # an operator's decommission
+        await self._zk.delete_recursive(path)
+        logger.warning("event=bookie_recovery_stopped bookie=%s: it registered again", bookie)
+        return True

@@ -1,0 +1,113 @@
+"""The bookie auditor (in every gateway): a bookie killed with -9 and gone past
+`lost_bookie_delay_s` has everything it held copied elsewhere, with no entry left under-
+replicated; one gone less long is only noted; one that comes back gets its auditor
+marker removed; with too few bookies left nothing is started."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections import Counter
+
+from blobstore.admin.decommission import decommissioning_path
+from blobstore.objects.bookie_auditor import AUDITOR_MARK, BookieAuditor
+from blobstore.zk import ZooKeeperClient
+from bookie import zk_layout
+from tests.admin.test_decommission import _ledgers
+from tests.admin.workload import admin, mixed_workload, verify_all
+from tests.conftest import BookieFactory
+
+SEED = int(os.environ.get("BLOBSTORE_TEST_SEED", "12"))
+SHORT_SESSION = ["--zk-session-timeout-s", "3"]  # a killed bookie's registration goes soon
+
+
+async def _until_unregistered(zk: ZooKeeperClient, bookie_id: str) -> None:
+    deadline = time.monotonic() + 60
+    while await zk.exists(zk_layout.available_path(bookie_id)) is not None:
+        assert time.monotonic() < deadline, f"{bookie_id} still registered"
+        await asyncio.sleep(0.2)
+
+
+def test_auditor_rereplicates_a_bookie_gone_past_the_delay(
+    zk_connect: str, bookies: BookieFactory
+) -> None:
+    print(f"BLOBSTORE_TEST_SEED={SEED}")
+    started = bookies(4, SHORT_SESSION)
+    expected = asyncio.run(mixed_workload(zk_connect, SEED))
+    before = asyncio.run(_ledgers(zk_connect))
+    named = Counter(b for m in before.values() for b in m.all_bookies())
+    victim = max(started, key=lambda b: (named[b.bookie_id], b.index))
+    assert named[victim.bookie_id] > 0
+
+    async def audit() -> None:
+        zk = ZooKeeperClient(zk_connect)
+        await zk.start()
+        try:
+            patient = BookieAuditor(zk, "gateway-a", 60.0, lost_bookie_delay_s=3600.0)
+            first = await patient.audit_once()
+            assert first.missing == {} and first.recovered is None, first
+            victim.kill()
+            await _until_unregistered(zk, victim.bookie_id)
+            noted = await patient.audit_once()
+            assert list(noted.missing) == [victim.bookie_id], noted
+            assert noted.recovered is None, "recovered before the delay"
+            # Another gateway, with no delay: it counts from when the first noticed.
+            eager = BookieAuditor(zk, "gateway-b", 60.0, lost_bookie_delay_s=0.0)
+            done = await eager.audit_once()
+            assert done.missing == noted.missing, (done, noted)
+            assert done.recovered == victim.bookie_id and done.safe_to_remove, done
+            assert await zk.exists(decommissioning_path(victim.bookie_id)) is None
+            after = await eager.audit_once()
+            assert after.missing == {} and after.recovered is None, after
+        finally:
+            await zk.stop()
+
+    asyncio.run(audit())
+    moved = asyncio.run(_ledgers(zk_connect))
+    assert set(moved) == set(before)
+    for ledger_id, metadata in moved.items():
+        for _, ensemble in metadata.ensembles:
+            assert victim.bookie_id not in ensemble, (ledger_id, metadata.ensembles)
+            assert len(set(ensemble)) == len(ensemble), (ledger_id, metadata.ensembles)
+    asyncio.run(verify_all(zk_connect, expected))
+    code, fsck = admin(zk_connect, "fsck")
+    assert code == 0, fsck
+    assert fsck["summary"]["under_replicated_entries"] == 0
+
+
+def test_auditor_releases_returning_bookies_and_waits_for_enough_bookies(
+    zk_connect: str, bookies: BookieFactory
+) -> None:
+    back, other = bookies(2, SHORT_SESSION)
+
+    async def audit() -> None:
+        zk = ZooKeeperClient(zk_connect)
+        await zk.start()
+        try:
+            await zk.ensure_path(zk_layout.DECOMMISSIONING_PATH)
+            # The auditor was moving `back` when it registered again; an operator is
+            # decommissioning `other`.
+            mark = {"started": time.time(), "by": AUDITOR_MARK}
+            await zk.create(decommissioning_path(back.bookie_id), json.dumps(mark).encode())
+            await zk.create(f"{decommissioning_path(back.bookie_id)}/ledger-1", b"{}")
+            operator = json.dumps({"started": time.time()}).encode()
+            await zk.create(decommissioning_path(other.bookie_id), operator)
+            auditor = BookieAuditor(zk, "gateway-a", 60.0, lost_bookie_delay_s=0.0)
+            result = await auditor.audit_once()
+            assert result.released == [back.bookie_id], result
+            assert await zk.exists(decommissioning_path(back.bookie_id)) is None
+            assert await zk.exists(decommissioning_path(other.bookie_id)) is not None
+            # One bookie left registered: no replacement could be placed, nothing starts.
+            await zk.delete(decommissioning_path(other.bookie_id))
+            other.kill()
+            await _until_unregistered(zk, other.bookie_id)
+            deferred = await auditor.audit_once()
+            assert list(deferred.missing) == [other.bookie_id], deferred
+            assert deferred.recovered is None, deferred
+            assert await zk.exists(decommissioning_path(other.bookie_id)) is None
+        finally:
+            await zk.stop()
+
+    asyncio.run(audit())
