@@ -134,20 +134,22 @@ def test_views_started_while_a_sync_is_in_flight_share_the_next_one(zk_connect: 
             assert 1 <= sent <= 50, sent
             # A view not sent yet still sees every write acknowledged before it started,
             # and a cache miss behind it reads after its sync.
-            deferred = 0
-            for i in range(1, 401):  # until 5 views were held back (about 1 in 5 is)
-                in_flight = reader.fresh_view_started()
-                await asyncio.sleep(0)
-                await writer.set("/coalesce", str(i).encode())
-                view = reader.fresh_view_started()
-                if not reader.view_sent(view):
-                    deferred += 1
+            # The reader stops reading its socket meanwhile, so its sync stays unanswered
+            # here whatever the timing: the view started after the write is held back.
+            connection = reader._session._connection
+            assert connection is not None and connection.transport is not None
+            for i in range(1, 6):
+                connection.transport.pause_reading()
+                try:
+                    in_flight = reader.fresh_view_started()
+                    await writer.set("/coalesce", str(i).encode())
+                    view = reader.fresh_view_started()
+                    assert not reader.view_sent(view), "a view started during a sync was sent"
+                finally:
+                    connection.transport.resume_reading()
                 cache.invalidate("/coalesce")
                 assert await cache.get("/coalesce", view) == str(i).encode()
                 await in_flight
-                if deferred == 5:
-                    break
-            assert deferred, "no view was ever held behind a sync in flight"
 
     _run(main())
 
