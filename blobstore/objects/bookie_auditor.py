@@ -26,7 +26,7 @@ Safety:
   - a bookie that registers again while the auditor is moving its entries keeps what
     was not moved yet: the auditor's `decommissioning` marker is removed, so placement
     uses the bookie again. An operator's own decommission (its marker names no auditor)
-    is left alone.
+    is left alone: neither released nor run a second time beside theirs.
 """
 
 from __future__ import annotations
@@ -156,6 +156,8 @@ class BookieAuditor:
             await self._zk.set(AUDITOR_PATH, json.dumps(record).encode(), stat.version)
         BOOKIES_MISSING.set(len(missing))
         due = [b for b, since in missing.items() if now - since >= self._lost_bookie_delay_s]
+        # An operator's decommission under way is theirs to finish.
+        due = [b for b in due if b not in leaving or await self._marked_by(b) == AUDITOR_MARK]
         if not due:
             AUDIT_PASSES.labels("nothing_due").inc()
             return AuditResult(missing, None, False, released)
@@ -202,19 +204,19 @@ class BookieAuditor:
         )
         return AuditResult(missing, bookie, op.safe_to_remove, released)
 
+    async def _marked_by(self, bookie: str) -> str | None:
+        """Who started the decommission under way of `bookie` (None: an operator, or none)."""
+        try:
+            value, _ = await self._zk.get_with_stat(f"{zk_layout.DECOMMISSIONING_PATH}/{bookie}")
+            by = json.loads(value or b"{}").get("by")
+        except (NoNodeError, ValueError, AttributeError):
+            return None
+        return by if isinstance(by, str) else None
+
     async def _release(self, bookie: str) -> bool:
         """Remove the auditor's marker of a bookie that registered again."""
-        path = f"{zk_layout.DECOMMISSIONING_PATH}/{bookie}"
-        try:
-            value, stat = await self._zk.get_with_stat(path)
-        except NoNodeError:
-            return False
-        try:
-            by = json.loads(value or b"{}").get("by")
-        except (ValueError, AttributeError):
-            by = None
-        if by != AUDITOR_MARK:
-            return False  # an operator's decommission
-        await self._zk.delete_recursive(path)
+        if await self._marked_by(bookie) != AUDITOR_MARK:
+            return False  # an operator's decommission, or none
+        await self._zk.delete_recursive(f"{zk_layout.DECOMMISSIONING_PATH}/{bookie}")
         logger.warning("event=bookie_recovery_stopped bookie=%s: it registered again", bookie)
         return True

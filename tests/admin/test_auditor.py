@@ -11,6 +11,8 @@ import os
 import time
 from collections import Counter
 
+from prometheus_client import REGISTRY
+
 from blobstore.admin.decommission import decommissioning_path
 from blobstore.objects.bookie_auditor import AUDITOR_MARK, BookieAuditor
 from blobstore.zk import ZooKeeperClient
@@ -21,6 +23,10 @@ from tests.conftest import BookieFactory
 
 SEED = int(os.environ.get("BLOBSTORE_TEST_SEED", "12"))
 SHORT_SESSION = ["--zk-session-timeout-s", "3"]  # a killed bookie's registration goes soon
+
+
+def _passes(result: str) -> float:
+    return REGISTRY.get_sample_value("blobstore_audit_passes_total", {"result": result}) or 0.0
 
 
 async def _until_unregistered(zk: ZooKeeperClient, bookie_id: str) -> None:
@@ -99,13 +105,20 @@ def test_auditor_releases_returning_bookies_and_waits_for_enough_bookies(
             assert result.released == [back.bookie_id], result
             assert await zk.exists(decommissioning_path(back.bookie_id)) is None
             assert await zk.exists(decommissioning_path(other.bookie_id)) is not None
-            # One bookie left registered: no replacement could be placed, nothing starts.
-            await zk.delete(decommissioning_path(other.bookie_id))
             other.kill()
             await _until_unregistered(zk, other.bookie_id)
+            # Gone, but an operator is decommissioning it: theirs to finish.
+            operators = _passes("nothing_due")
+            left = await auditor.audit_once()
+            assert list(left.missing) == [other.bookie_id], left
+            assert left.recovered is None and _passes("nothing_due") == operators + 1, left
+            # One bookie left registered: no replacement could be placed, nothing starts.
+            await zk.delete(decommissioning_path(other.bookie_id))
+            too_few = _passes("too_few_bookies")
             deferred = await auditor.audit_once()
             assert list(deferred.missing) == [other.bookie_id], deferred
             assert deferred.recovered is None, deferred
+            assert _passes("too_few_bookies") == too_few + 1
             assert await zk.exists(decommissioning_path(other.bookie_id)) is None
         finally:
             await zk.stop()
