@@ -1,9 +1,12 @@
-"""List the registered (live) bookies: id, writable or read-only, free space, ledgers, rack."""
+"""List the bookies: registered ones (writable or read-only, free space, ledgers, rack),
+then those known by their cookie but not registered: `missing` (since when the auditor
+first noticed, from `/auditor`), `decommissioning` or `decommissioned`."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from typing import Any
 
 from kazoo.exceptions import NoNodeError
@@ -45,30 +48,80 @@ async def registered_bookies(zk: ZooKeeperClient) -> list[dict[str, Any]]:
     return result
 
 
+async def _children(zk: ZooKeeperClient, path: str) -> set[str]:
+    try:
+        return set(await zk.get_children(path))
+    except NoNodeError:
+        return set()
+
+
+async def known_bookies(zk: ZooKeeperClient) -> list[dict[str, Any]]:
+    """Registered bookies, then those with a cookie and no registration."""
+    from blobstore.objects.bookie_auditor import AUDITOR_PATH
+
+    bookies = await registered_bookies(zk)
+    leaving = await _children(zk, zk_layout.DECOMMISSIONING_PATH)
+    gone = await _children(zk, zk_layout.DECOMMISSIONED_PATH)
+    for info in bookies:
+        if info["bookie_id"] in leaving | gone:
+            info["decommission"] = "done" if info["bookie_id"] in gone else "in progress"
+    try:
+        record = json.loads((await zk.get(AUDITOR_PATH)).value or b"{}")
+        since = {str(k): float(v) for k, v in dict(record.get("missing", {})).items()}
+    except (NoNodeError, ValueError, TypeError, AttributeError):
+        since = {}
+    registered = {b["bookie_id"] for b in bookies}
+    for bookie_id in sorted(await _children(zk, zk_layout.COOKIES_PATH) - registered):
+        state = (
+            "decommissioned"
+            if bookie_id in gone
+            else "decommissioning"
+            if bookie_id in leaving
+            else "missing"
+        )
+        info = {"bookie_id": bookie_id, "state": state}
+        if bookie_id in since:
+            info["missing_since"] = since[bookie_id]
+        bookies.append(info)
+    return bookies
+
+
+def _state_text(info: dict[str, Any], now: float) -> str:
+    text = str(info["state"])
+    if "decommission" in info:
+        text += f", decommission {info['decommission']}"
+    if "missing_since" in info:
+        text += f" for {max(0.0, now - float(info['missing_since'])) / 60:.0f} min"
+    return text
+
+
 def run(args: argparse.Namespace) -> int:
     output = Output(bool(args.json))
 
     async def main() -> list[dict[str, Any]]:
         async with admin_session(args.zk) as zk:
-            return await registered_bookies(zk)
+            return await known_bookies(zk)
 
     bookies = run_async(main)
     if output.json_mode:
         output.emit_json(bookies)
         return 0
+    now = time.time()
     rows = [
         (
             b["bookie_id"],
-            b["state"],
-            human_bytes(int(b.get("free_bytes", 0))),
-            human_bytes(int(b.get("total_bytes", 0))),
+            _state_text(b, now),
+            human_bytes(int(b["free_bytes"])) if "free_bytes" in b else "",
+            human_bytes(int(b["total_bytes"])) if "total_bytes" in b else "",
             b.get("ledger_count", ""),
             b.get("rack", ""),
         )
         for b in bookies
     ]
+    registered = sum(1 for b in bookies if b["state"] in ("writable", "read-only"))
+    absent = len(bookies) - registered
     output.table(
-        f"{len(bookies)} bookie(s) registered",
+        f"{registered} bookie(s) registered" + (f", {absent} not registered" if absent else ""),
         ["bookie", "state", "free", "total", "ledgers", "rack"],
         rows,
         right_align=["free", "total", "ledgers"],

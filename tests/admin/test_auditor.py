@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import time
 from collections import Counter
 
@@ -19,10 +20,25 @@ from blobstore.zk import ZooKeeperClient
 from bookie import zk_layout
 from tests.admin.test_decommission import _ledgers
 from tests.admin.workload import admin, mixed_workload, verify_all
+from tests.cluster.processes import blobstore_command
 from tests.conftest import BookieFactory
 
 SEED = int(os.environ.get("BLOBSTORE_TEST_SEED", "12"))
 SHORT_SESSION = ["--zk-session-timeout-s", "3"]  # a killed bookie's registration goes soon
+
+
+def _listed_bookies(zk_connect: str) -> dict[str, dict]:  # type: ignore[type-arg]
+    """`blobstore admin bookies --json`, by bookie id (the table must render too)."""
+    code, listed = admin(zk_connect, "bookies")
+    assert code == 0, listed
+    table = subprocess.run(
+        blobstore_command("admin", "--zk", zk_connect, "bookies"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert table.returncode == 0 and "not registered" in table.stdout, table
+    return {b["bookie_id"]: b for b in listed}
 
 
 def _passes(result: str) -> float:
@@ -59,6 +75,10 @@ def test_auditor_rereplicates_a_bookie_gone_past_the_delay(
             noted = await patient.audit_once()
             assert list(noted.missing) == [victim.bookie_id], noted
             assert noted.recovered is None, "recovered before the delay"
+            listed = await asyncio.to_thread(_listed_bookies, zk_connect)
+            assert listed[victim.bookie_id]["state"] == "missing", listed
+            assert listed[victim.bookie_id]["missing_since"] == noted.missing[victim.bookie_id]
+            assert sum(b["state"] == "writable" for b in listed.values()) == 3, listed
             # Another gateway, with no delay: it counts from when the first noticed.
             eager = BookieAuditor(zk, "gateway-b", 60.0, lost_bookie_delay_s=0.0)
             done = await eager.audit_once()
@@ -67,6 +87,8 @@ def test_auditor_rereplicates_a_bookie_gone_past_the_delay(
             assert await zk.exists(decommissioning_path(victim.bookie_id)) is None
             after = await eager.audit_once()
             assert after.missing == {} and after.recovered is None, after
+            listed = await asyncio.to_thread(_listed_bookies, zk_connect)
+            assert listed[victim.bookie_id]["state"] == "decommissioned", listed
         finally:
             await zk.stop()
 
