@@ -384,7 +384,8 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   ms of CPU, ZooKeeper 0.07 ms (its share of a sync), the three bookies 0.07 ms
   together and the generator 0.055 ms. Over one object, read again and again, the
   workers spend 0.36 ms and the bookies 0.05 ms (one bookie answers, many reads per
-  socket read): 3,100-3,900 GETs/s against 2,500-3,080 over 9,000-10,000 objects.
+  socket read): 3,100-3,900 GETs/s against 2,200-3,250 over 9,000-11,000 objects (runs
+  of the same build today, with the machine: four benchmark runs gave 2,190-3,126).
   A bookie's cost per read is mostly the wake-ups and system calls of one request per
   socket read, not Python: bookie CPU per read answered from memory, pipelined on one
   connection, is 15-18 us since the bookie answers such reads as it parses them
@@ -421,7 +422,7 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   0.42 syncs per GET at x16 where each GET used to send 0.76 (0.6-0.7 now that a GET
   is faster). The embedded ZooKeeper runs without socket worker threads
   (`zookeeper.nio.numWorkerThreads=0`): one thread handoff less per request took its
-  CPU per GET from 0.155 to 0.066 ms and small GETs from ~2,200 to 2,900-3,080/s
+  CPU per GET from 0.155 to 0.066 ms and small GETs from ~2,200 to 2,770-3,260/s
   (same harness, pure GET windows).
 - **PUT latency and throughput follow the index page.** Sequential names send every
   commit to a bucket's last page. Commits to one page are grouped per worker, but two
