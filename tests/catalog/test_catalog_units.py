@@ -291,6 +291,8 @@ def test_conditional_put_rules() -> None:
         ("commit_queue_max", 0),
         ("cas_deadline_s", 0),
         ("commit_group_wait_ms", 500),
+        ("page_compression_level", 10),
+        ("page_compression_level", -1),
     ],
 )
 def test_invalid_config(field: str, value: object) -> None:

@@ -109,3 +109,11 @@ def test_config_from_env_validates() -> None:
         ObjectStoreConfig(ensemble_size=2, write_quorum=3, ack_quorum=2)
     with pytest.raises(UsageError, match="ENTRY_SIZE"):
         ObjectStoreConfig(entry_size_bytes=0)
+    audit = ObjectStoreConfig.from_env(
+        {"BLOBSTORE_AUDIT_INTERVAL_S": "0", "BLOBSTORE_LOST_BOOKIE_DELAY_S": "600"}
+    )
+    assert (audit.audit_interval_s, audit.lost_bookie_delay_s) == (0.0, 600.0)
+    with pytest.raises(UsageError, match="BLOBSTORE_LOST_BOOKIE_DELAY_S"):
+        ObjectStoreConfig(lost_bookie_delay_s=-1)
+    with pytest.raises(UsageError, match="BLOBSTORE_AUDIT_INTERVAL_S"):
+        ObjectStoreConfig(audit_interval_s=-5)
