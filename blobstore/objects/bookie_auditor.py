@@ -31,15 +31,14 @@ Safety:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import random
 import time
 from dataclasses import dataclass
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoNodeError
 
+from blobstore.objects.cluster_turns import ClusterTurns
 from blobstore.objects.metrics import AUDIT_PASSES, AUDIT_RECOVERIES, BOOKIES_MISSING
 from blobstore.zk import ZooKeeperClient
 from bookie import zk_layout
@@ -60,8 +59,10 @@ class AuditResult:
     released: list[str]  # bookies back while the auditor moved them: markers removed
 
 
-class BookieAuditor:
+class BookieAuditor(ClusterTurns):
     """Notices bookies gone longer than `lost_bookie_delay_s` and re-replicates them."""
+
+    name = "bookie_audit"
 
     def __init__(
         self,
@@ -71,56 +72,23 @@ class BookieAuditor:
         lost_bookie_delay_s: float,
         live_bookies_min: int = 3,
     ) -> None:
-        self._zk = zk
-        self._live_bookies_min = max(2, live_bookies_min)
+        super().__init__(zk, gateway_id, interval_s, AUDITOR_PATH, AUDITOR_LOCK_PATH)
         self._gateway_id = gateway_id
-        self._interval_s = interval_s
         self._lost_bookie_delay_s = lost_bookie_delay_s
-        self._task: asyncio.Task[None] | None = None
+        self._live_bookies_min = max(2, live_bookies_min)
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="bookie-auditor")
+    async def _pass(self) -> None:
+        await self.audit_once()
 
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+    async def _claim(self) -> bool:
+        if await super()._claim():
+            return True
+        AUDIT_PASSES.labels("busy").inc()
+        return False
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s * random.uniform(0.5, 1.0))
-            try:
-                if await self._lock():
-                    try:
-                        await self.audit_once()
-                    finally:
-                        await self._unlock()
-                else:
-                    AUDIT_PASSES.labels("busy").inc()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - the next pass tries again
-                AUDIT_PASSES.labels("failed").inc()
-                logger.warning("event=bookie_audit_failed error=%r", e)
-
-    async def _lock(self) -> bool:
-        await self._zk.ensure_path(AUDITOR_PATH)
-        try:
-            await self._zk.create(AUDITOR_LOCK_PATH, self._gateway_id.encode(), ephemeral=True)
-        except NodeExistsError:
-            return False
-        return True
-
-    async def _unlock(self) -> None:
-        try:
-            _, stat = await self._zk.get_with_stat(AUDITOR_LOCK_PATH)
-            if stat.ephemeralOwner == self._zk.session_id:
-                await self._zk.delete(AUDITOR_LOCK_PATH, stat.version)
-        except NoNodeError:
-            pass
+    def _failed(self, error: Exception) -> None:
+        AUDIT_PASSES.labels("failed").inc()
+        super()._failed(error)
 
     async def _children(self, path: str) -> set[str]:
         try:

@@ -30,7 +30,6 @@ import asyncio
 import json
 import logging
 import os
-import random
 import socket
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from kazoo.protocol.states import KazooState
 
 from blobstore.ledger import LedgerClient
 from blobstore.ledger.errors import NoSuchLedgerError
+from blobstore.objects.cluster_turns import ClusterTurns
 from blobstore.objects.metrics import SWEEP_ROUNDS, SWEPT_LEDGERS
 from blobstore.objects.writer_pool import LEDGER_PASSWORD, PURPOSE
 from blobstore.zk import ZooKeeperClient
@@ -109,8 +109,10 @@ class GatewayRegistration:
             )
 
 
-class LedgerSweeper:
+class LedgerSweeper(ClusterTurns):
     """Finds OPEN object ledgers whose writer is not registered and recovers them."""
+
+    name = "ledger_sweep"
 
     def __init__(
         self,
@@ -120,42 +122,17 @@ class LedgerSweeper:
         interval_s: float,
         owned_ledger_ids: Callable[[], set[int]],
     ) -> None:
-        self._zk = zk
+        super().__init__(zk, gateway_id, interval_s, SWEEPER_PATH, SWEEPER_LOCK_PATH)
         self._client = client
         self._gateway_id = gateway_id
-        self._interval_s = interval_s
         self._owned_ledger_ids = owned_ledger_ids
-        self._task: asyncio.Task[None] | None = None
         # CLOSED is final: those ledgers' metadata is never read again.
         self._closed_ledger_ids: set[int] = set()
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="ledger-sweeper")
+    async def _pass(self) -> None:
+        await self.sweep_once()
 
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-
-    async def _loop(self) -> None:
-        while True:
-            # Jitter: gateways started together do not sweep in lockstep.
-            await asyncio.sleep(self._interval_s * random.uniform(0.5, 1.0))
-            try:
-                if await self._claim_pass():
-                    try:
-                        await self.sweep_once()
-                    finally:
-                        await self._finish_pass()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - the next round tries again
-                logger.warning("event=ledger_sweep_failed error=%r", e)
-
-    async def _claim_pass(self) -> bool:
+    async def _claim(self) -> bool:
         """This process's turn to sweep: no pass finished within half an interval, and
         the lock taken. Clocks of other hosts only move a pass earlier or later."""
         await self._zk.ensure_path(SWEEPER_PATH)
@@ -167,28 +144,20 @@ class LedgerSweeper:
         if 0.0 <= time.time() - finished < self._interval_s / 2:
             SWEEP_ROUNDS.labels("recent").inc()
             return False
-        try:
-            await self._zk.create(SWEEPER_LOCK_PATH, self._gateway_id.encode(), ephemeral=True)
-        except NodeExistsError:
+        if not await super()._claim():
             SWEEP_ROUNDS.labels("busy").inc()
             return False
         SWEEP_ROUNDS.labels("swept").inc()
         return True
 
-    async def _finish_pass(self) -> None:
-        """Record the pass and release the lock (if still this session's: a session
-        lost meanwhile took it along, and another process may hold it now). The lock
-        only saves work: two passes at once are safe, recovery is idempotent."""
+    async def _done(self) -> None:
+        """Record the pass, then release the lock. Recovery is idempotent: two passes at
+        once are safe."""
         record = {"finished": time.time(), "by": self._gateway_id}
         try:
             await self._zk.set(SWEEPER_PATH, json.dumps(record).encode())
         finally:
-            try:
-                _, stat = await self._zk.get_with_stat(SWEEPER_LOCK_PATH)
-                if stat.ephemeralOwner == self._zk.session_id:
-                    await self._zk.delete(SWEEPER_LOCK_PATH, stat.version)
-            except NoNodeError:
-                pass
+            await super()._done()
 
     async def sweep_once(self) -> list[int]:
         """One pass; returns the ledgers this pass recovered."""
