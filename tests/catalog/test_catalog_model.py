@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.stateful import (
@@ -413,14 +414,24 @@ async def _all_versions(catalog: Catalog, bucket: str) -> list[ObjectRecord]:
     return [r async for r in catalog.iter_objects(bucket)]
 
 
-def test_catalog_matches_model(zk_connect: str) -> None:
+@pytest.mark.parametrize(
+    "config",
+    [
+        SMALL_PAGES,
+        # Caches of two: nearly every read evicts, so watches are removed from the server
+        # and armed again all the time; a lost watch would serve a stale page.
+        replace(SMALL_PAGES, page_read_cache_pages=2, map_shard_cache_shards=2),
+    ],
+    ids=["small-pages", "tiny-caches"],
+)
+def test_catalog_matches_model(zk_connect: str, config: CatalogConfig) -> None:
     print(f"BLOBSTORE_TEST_SEED={seed()}")
     loop = asyncio.new_event_loop()
 
     async def open_catalog() -> tuple[ZooKeeperClient, Catalog]:
         zk = ZooKeeperClient(zk_connect)
         await zk.start()
-        catalog = Catalog(zk, SMALL_PAGES)
+        catalog = Catalog(zk, config)
         await catalog.start()
         return zk, catalog
 
@@ -441,8 +452,11 @@ def test_catalog_matches_model(zk_connect: str) -> None:
     Machine.catalog = catalog
     splits_before = _counter("blobstore_catalog_page_splits_total")
     merges_before = _counter("blobstore_catalog_page_merges_total")
+    removed_before = _counter("blobstore_zk_watches_removed_total")
     try:
         Machine.TestCase().runTest()
+        if config.page_read_cache_pages == 2:
+            assert _counter("blobstore_zk_watches_removed_total") > removed_before
         splits = _counter("blobstore_catalog_page_splits_total") - splits_before
         merges = _counter("blobstore_catalog_page_merges_total") - merges_before
         # How much of the split/merge paths this seed reached (asserted by the dedicated
