@@ -26,7 +26,7 @@ from typing import Any
 
 from bookie import protocol
 from bookie.journal import Journal, RecordKind, encode_parts
-from bookie.ledger_storage import LedgerStorage, ReadWouldWait
+from bookie.ledger_storage import LedgerState, LedgerStorage, ReadWouldWait
 from bookie.metrics import METRICS
 from bookie.protocol import Op, Status
 from bookie.receive_buffer import ReceiveBuffer
@@ -77,6 +77,12 @@ def _request_counter(op: Op, status: int) -> Any:
 @functools.cache
 def _read_counter(status: int) -> Any:
     return METRICS.reads.labels(STATUS_NAMES[int(status)])
+
+
+def _wanted_entry(state: LedgerState, entry_id: int) -> int:
+    """The entry a read names: itself, or for LAST_ENTRY the ledger's last one (NO_ENTRY
+    when it has none)."""
+    return state.last_entry_id if entry_id == protocol.LAST_ENTRY else entry_id
 
 
 def _is_long_poll(op: int, flags: int) -> bool:
@@ -594,17 +600,26 @@ class BookieConnection(asyncio.BufferedProtocol):
         path gives (unknown ledger, bad entry id, no last entry); ReadWouldWait when
         only the disk has the entry."""
         state = self.server.storage.states.get(request.ledger_id)
-        entry_id = request.entry_id
-        if state is None or entry_id < protocol.LAST_ENTRY:
+        if state is None or request.entry_id < protocol.LAST_ENTRY:
             return None
-        if entry_id == protocol.LAST_ENTRY:
-            entry_id = state.last_entry_id
-            if entry_id == protocol.NO_ENTRY:
-                return None
+        entry_id = _wanted_entry(state, request.entry_id)
+        if entry_id == protocol.NO_ENTRY:
+            return None
         entry = self.server.storage.read_now(request.ledger_id, entry_id)
+        return self._respond_entry(request_id, request.ledger_id, entry_id, state, entry)
+
+    def _respond_entry(
+        self,
+        request_id: int,
+        ledger_id: int,
+        entry_id: int,
+        state: LedgerState,
+        entry: bytes | None,
+    ) -> Status:
+        """The answer to a read of a stored ledger's entry: OK, or NO_SUCH_ENTRY."""
         status = Status.NO_SUCH_ENTRY if entry is None else Status.OK
         return self._respond_read(
-            request_id, status, request.ledger_id, entry_id, state.last_add_confirmed, entry
+            request_id, status, ledger_id, entry_id, state.last_add_confirmed, entry
         )
 
     def _respond_read(
@@ -733,18 +748,14 @@ class BookieConnection(asyncio.BufferedProtocol):
                 server.long_poll_waiters -= 1
             if state.last_add_confirmed <= request.previous_lac:
                 return answer(Status.TIMEOUT, request.entry_id, state.last_add_confirmed)
-        entry_id = request.entry_id
-        if entry_id == protocol.LAST_ENTRY:
-            entry_id = state.last_entry_id
-            if entry_id == protocol.NO_ENTRY:
-                return answer(Status.NO_SUCH_ENTRY, protocol.LAST_ENTRY, state.last_add_confirmed)
+        entry_id = _wanted_entry(state, request.entry_id)
+        if entry_id == protocol.NO_ENTRY:
+            return answer(Status.NO_SUCH_ENTRY, protocol.LAST_ENTRY, state.last_add_confirmed)
         if memory_tried:  # _read found it in no cache and not in the page cache
             entry = await storage.read_from_disk(ledger_id, entry_id)
         else:
             entry = await storage.read(ledger_id, entry_id)
-        if entry is None:
-            return answer(Status.NO_SUCH_ENTRY, entry_id, state.last_add_confirmed)
-        return answer(Status.OK, entry_id, state.last_add_confirmed, entry)
+        return self._respond_entry(request_id, ledger_id, entry_id, state, entry)
 
     async def _read_lac(self, request_id: int, request: protocol.ReadLacRequest) -> Status:
         state = self.server.storage.states.get(request.ledger_id)
