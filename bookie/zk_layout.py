@@ -37,6 +37,14 @@ def cookie_path(bookie_id: str) -> str:
     return f"{COOKIES_PATH}/{bookie_id}"
 
 
+def decommissioning_path(bookie_id: str) -> str:
+    return f"{DECOMMISSIONING_PATH}/{bookie_id}"
+
+
+def decommissioned_path(bookie_id: str) -> str:
+    return f"{DECOMMISSIONED_PATH}/{bookie_id}"
+
+
 def ledger_path(ledger_id: int) -> str:
     assert 0 <= ledger_id <= LEDGER_ID_MAX, ledger_id
     digits = f"{ledger_id:0{LEDGER_ID_DIGITS}d}"

@@ -18,6 +18,7 @@ from blobstore.admin._output import (
     human_bytes,
     run_async,
 )
+from blobstore.objects.bookie_auditor import take_census
 from blobstore.zk import ZooKeeperClient
 from bookie import zk_layout
 
@@ -48,30 +49,16 @@ async def registered_bookies(zk: ZooKeeperClient) -> list[dict[str, Any]]:
     return result
 
 
-async def _children(zk: ZooKeeperClient, path: str) -> set[str]:
-    try:
-        return set(await zk.get_children(path))
-    except NoNodeError:
-        return set()
-
-
 async def known_bookies(zk: ZooKeeperClient) -> list[dict[str, Any]]:
     """Registered bookies, then those with a cookie and no registration."""
-    from blobstore.objects.bookie_auditor import AUDITOR_PATH
-
     bookies = await registered_bookies(zk)
-    leaving = await _children(zk, zk_layout.DECOMMISSIONING_PATH)
-    gone = await _children(zk, zk_layout.DECOMMISSIONED_PATH)
+    census = await take_census(zk)
+    leaving, gone, since = census.leaving, census.gone, census.missing_since
     for info in bookies:
         if info["bookie_id"] in leaving | gone:
             info["decommission"] = "done" if info["bookie_id"] in gone else "in progress"
-    try:
-        record = json.loads((await zk.get(AUDITOR_PATH)).value or b"{}")
-        since = {str(k): float(v) for k, v in dict(record.get("missing", {})).items()}
-    except (NoNodeError, ValueError, TypeError, AttributeError):
-        since = {}
     registered = {b["bookie_id"] for b in bookies}
-    for bookie_id in sorted(await _children(zk, zk_layout.COOKIES_PATH) - registered):
+    for bookie_id in sorted(census.known - registered):
         state = (
             "decommissioned"
             if bookie_id in gone

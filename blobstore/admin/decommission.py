@@ -71,6 +71,7 @@ from blobstore.objects.writer_pool import LEDGER_PASSWORD as OBJECTS_PASSWORD
 from blobstore.zk import ZooKeeperClient
 from bookie import zk_layout
 from bookie.protocol import master_key
+from bookie.zk_layout import decommissioned_path, decommissioning_path
 
 logger = logging.getLogger(__name__)
 
@@ -82,14 +83,6 @@ COPY_WINDOW_ENTRIES = 16
 LEDGER_CONCURRENCY_DEFAULT = 4
 RECOVER_TIMEOUT_S = 60.0
 WAIT_OPEN_POLL_S = 1.0
-
-
-def decommissioning_path(bookie_id: str) -> str:
-    return f"{DECOMMISSIONING_PATH}/{bookie_id}"
-
-
-def decommissioned_path(bookie_id: str) -> str:
-    return f"{DECOMMISSIONED_PATH}/{bookie_id}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -52,6 +52,50 @@ LEDGER_CONCURRENCY = 4
 
 
 @dataclass(frozen=True, slots=True)
+class BookieCensus:
+    """Where every bookie the cluster knows stands, as ZooKeeper has it."""
+
+    known: set[str]  # with a cookie (formatted once)
+    live: set[str]  # registered now
+    leaving: set[str]  # being decommissioned
+    gone: set[str]  # decommissioned
+    missing_since: dict[str, float]  # wall time the auditor first saw each missing
+    record_version: int  # of /auditor (-1: not written yet)
+
+    @property
+    def missing(self) -> set[str]:
+        return self.known - self.live - self.gone
+
+
+async def _children(zk: ZooKeeperClient, path: str) -> set[str]:
+    try:
+        return set(await zk.get_children(path))
+    except NoNodeError:
+        return set()
+
+
+async def take_census(zk: ZooKeeperClient) -> BookieCensus:
+    """Read-only: the auditor's pass and `blobstore admin bookies` both start here."""
+    try:
+        value, stat = await zk.get_with_stat(AUDITOR_PATH)
+        version = stat.version
+    except NoNodeError:
+        value, version = b"", -1
+    try:
+        since = {str(k): float(v) for k, v in json.loads(value or b"{}")["missing"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        since = {}
+    return BookieCensus(
+        known=await _children(zk, zk_layout.COOKIES_PATH),
+        live=await _children(zk, zk_layout.AVAILABLE_PATH),
+        leaving=await _children(zk, zk_layout.DECOMMISSIONING_PATH),
+        gone=await _children(zk, zk_layout.DECOMMISSIONED_PATH),
+        missing_since=since,
+        record_version=version,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class AuditResult:
     missing: dict[str, float]  # bookie id -> wall time first seen missing
     recovered: str | None  # the bookie whose entries this pass moved (None: none)
@@ -90,27 +134,15 @@ class BookieAuditor(ClusterTurns):
         AUDIT_PASSES.labels("failed").inc()
         super()._failed(error)
 
-    async def _children(self, path: str) -> set[str]:
-        try:
-            return set(await self._zk.get_children(path))
-        except NoNodeError:
-            return set()
-
     async def audit_once(self) -> AuditResult:
         """One pass (the caller holds the lock, or is a test)."""
-        known = await self._children(zk_layout.COOKIES_PATH)
-        live = await self._children(zk_layout.AVAILABLE_PATH)
-        leaving = await self._children(zk_layout.DECOMMISSIONING_PATH)
-        gone = await self._children(zk_layout.DECOMMISSIONED_PATH)
-        released = [b for b in sorted(leaving & live) if await self._release(b)]
         await self._zk.ensure_path(AUDITOR_PATH)
-        value, stat = await self._zk.get_with_stat(AUDITOR_PATH)
-        try:
-            previous = {str(k): float(v) for k, v in json.loads(value or b"{}")["missing"].items()}
-        except (ValueError, TypeError, KeyError, AttributeError):
-            previous = {}
+        census = await take_census(self._zk)
+        live, leaving = census.live, census.leaving
+        released = [b for b in sorted(leaving & live) if await self._release(b)]
+        previous = census.missing_since
         now = time.time()
-        missing = {b: previous.get(b, now) for b in sorted(known - live - gone)}
+        missing = {b: previous.get(b, now) for b in sorted(census.missing)}
         if missing != previous:
             for bookie in sorted(missing.keys() - previous.keys()):
                 logger.warning(
@@ -121,7 +153,7 @@ class BookieAuditor(ClusterTurns):
             for bookie in sorted(previous.keys() - missing.keys()):
                 logger.info("event=bookie_missing_no_more bookie=%s", bookie)
             record = {"missing": missing, "by": self._gateway_id}
-            await self._zk.set(AUDITOR_PATH, json.dumps(record).encode(), stat.version)
+            await self._zk.set(AUDITOR_PATH, json.dumps(record).encode(), census.record_version)
         BOOKIES_MISSING.set(len(missing))
         due = [b for b, since in missing.items() if now - since >= self._lost_bookie_delay_s]
         # An operator's decommission under way is theirs to finish.
@@ -175,7 +207,7 @@ class BookieAuditor(ClusterTurns):
     async def _marked_by(self, bookie: str) -> str | None:
         """Who started the decommission under way of `bookie` (None: an operator, or none)."""
         try:
-            value, _ = await self._zk.get_with_stat(f"{zk_layout.DECOMMISSIONING_PATH}/{bookie}")
+            value, _ = await self._zk.get_with_stat(zk_layout.decommissioning_path(bookie))
             by = json.loads(value or b"{}").get("by")
         except (NoNodeError, ValueError, AttributeError):
             return None
@@ -185,6 +217,6 @@ class BookieAuditor(ClusterTurns):
         """Remove the auditor's marker of a bookie that registered again."""
         if await self._marked_by(bookie) != AUDITOR_MARK:
             return False  # an operator's decommission, or none
-        await self._zk.delete_recursive(f"{zk_layout.DECOMMISSIONING_PATH}/{bookie}")
+        await self._zk.delete_recursive(zk_layout.decommissioning_path(bookie))
         logger.warning("event=bookie_recovery_stopped bookie=%s: it registered again", bookie)
         return True

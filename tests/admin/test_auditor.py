@@ -14,10 +14,10 @@ from collections import Counter
 
 from prometheus_client import REGISTRY
 
-from blobstore.admin.decommission import decommissioning_path
 from blobstore.objects.bookie_auditor import AUDITOR_MARK, BookieAuditor
 from blobstore.zk import ZooKeeperClient
 from bookie import zk_layout
+from bookie.zk_layout import decommissioning_path
 from tests.admin.test_decommission import _ledgers
 from tests.admin.workload import admin, mixed_workload, verify_all
 from tests.cluster.processes import blobstore_command
