@@ -466,10 +466,10 @@ class WatchedCache(Generic[V]):
             self._entries.move_to_end(path)
             while len(self._entries) > self.capacity:
                 evicted, _ = self._entries.popitem(last=False)
-                if evicted not in self._reading:
-                    # Nothing here needs its changes any more: nor does the server need
-                    # to keep the watch (one per znode ever read, otherwise).
-                    self.zk.forget_data_watch(evicted, self._changed)
+                # Nothing here needs its changes any more: nor does the server need to
+                # keep the watch (one per znode ever read, otherwise). A read of it in
+                # flight arms the watch again with its reply (the session sees to it).
+                self.zk.forget_data_watch(evicted, self._changed)
         return value
 
     def invalidate(self, path: str) -> None:

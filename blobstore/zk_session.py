@@ -580,9 +580,9 @@ class ZooKeeperSession:
         that evicts what it read does not leave a watch per znode it ever read on the
         server (its memory) and in every reconnection's SetWatches.
 
-        Not while a watching request for the path is unanswered on the connection: the
-        server may set that watch after the removal, and this client would arm it on the
-        reply, so the two agree without a removal."""
+        Not while a watching request for the path is unanswered on the connection or
+        waiting to be sent: the server may set that watch after the removal, and this
+        client would arm it on the reply, so the two agree without a removal."""
         callbacks = self._data_watches.get(path)
         if callbacks is None or callback not in callbacks:
             return
@@ -596,6 +596,7 @@ class ZooKeeperSession:
             or connection is None
             or self.state != KazooState.CONNECTED
             or connection.watching[path]
+            or any(p.watch is not None and p.request.path == path for p in self._waiting)
         ):
             return  # another watcher, or a reconnection re-arms only what is left here
         WATCHES_REMOVED.inc()

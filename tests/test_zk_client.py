@@ -303,3 +303,35 @@ def test_watched_cache_removes_the_watches_of_what_it_evicts(zk_connect: str) ->
             assert await cache.get(paths[0]) == b"1"
 
     _run(main())
+
+
+def test_a_watch_is_kept_while_a_watching_read_waits_to_be_sent(zk_connect: str) -> None:
+    """Forgetting a watch while a read that arms it again waits behind a paused
+    connection must not remove it on the server: the removal would follow the read,
+    and the client would arm a watch the server no longer has (changes then missed)."""
+
+    async def main() -> None:
+        async with _two_sessions(zk_connect) as (reader, writer):
+            await writer.create("/waiting", b"0")
+            events: list[WatchedEvent] = []
+            await reader.get("/waiting", watch=events.append)
+            connection = reader._session._connection
+            assert connection is not None
+            removed = REGISTRY.get_sample_value("blobstore_zk_watches_removed_total") or 0
+            connection.pause_writing()  # as when its write buffer is full
+            again = asyncio.ensure_future(reader.get("/waiting", watch=events.append))
+            await asyncio.sleep(0)
+            assert reader._session._waiting, "the read should wait for the connection"
+            reader.forget_data_watch("/waiting", events.append)
+            assert (REGISTRY.get_sample_value("blobstore_zk_watches_removed_total") or 0) == (
+                removed
+            )
+            connection.resume_writing()
+            assert (await again).value == b"0"
+            await writer.set("/waiting", b"1")
+            async with asyncio.timeout(30):
+                while not events:
+                    await asyncio.sleep(0.01)
+            assert events[0].type == EventType.CHANGED
+
+    _run(main())
