@@ -91,6 +91,9 @@ def _request_seconds(op: str) -> Any:
     return child
 
 
+_NO_MASTER_KEY = bytes(protocol.MASTER_KEY_BYTES)  # a plain read proves no key
+
+
 def _count_failure(op: Op, error: BaseException) -> None:
     """A request that got no answer: timed out, or the connection failed."""
     _requests(op.name, "timeout" if isinstance(error, BookieTimeoutError) else "unavailable").inc()
@@ -832,7 +835,7 @@ class BookieClientPool:
         timeout_ms); the request timeout is extended by the poll time.
         """
         flags = protocol.ReadFlag.NONE
-        key = bytes(protocol.MASTER_KEY_BYTES)
+        key = _NO_MASTER_KEY
         previous_lac, poll_ms = protocol.NO_ENTRY, 0
         if fence_key is not None:
             flags |= protocol.ReadFlag.FENCE
@@ -846,6 +849,54 @@ class BookieClientPool:
         frame = await self._call(
             bookie_id, Op.READ_ENTRY, int(flags), (body,), timeout_s + poll_ms / 1000
         )
+        return self._read_answer(frame, bookie_id)
+
+    def read_entry_nowait(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        entry_id: int,
+        done: Callable[[protocol.ReadResponse | None, BaseException | None], None],
+    ) -> bool:
+        """The plain read's fast path, as `add_entry_nowait`: when the connection is up
+        and a slot is free, send the read now and return True; `done(response, None)` or
+        `done(None, error)` (the error `read_entry` would raise) then runs exactly once,
+        on the loop. Returns False (nothing sent) otherwise: use `read_entry`. A small
+        GET is one such read; a task and its coroutine chain cost more than the read."""
+        if self._closed:
+            return False
+        connection = self._connections.get(bookie_id)
+        if connection is None or not connection.connected or not self._slots.take_nowait():
+            return False
+        body = protocol.ReadRequest(
+            ledger_id, entry_id, _NO_MASTER_KEY, protocol.NO_ENTRY, 0
+        ).encode()
+        started = self._clock()
+        IN_FLIGHT.add(1)
+
+        def answered(frame: protocol.Frame | None, error: BaseException | None) -> None:
+            IN_FLIGHT.add(-1)
+            self._slots.release()
+            response: protocol.ReadResponse | None = None
+            if error is not None:
+                _count_failure(Op.READ_ENTRY, error)
+            else:
+                assert frame is not None
+                error = self._answer_checked(Op.READ_ENTRY, frame, bookie_id, started)
+                if error is None:
+                    try:
+                        response = self._read_answer(frame, bookie_id)
+                    except (BookieError, BookieUnavailableError) as e:
+                        error = e
+            done(response, error)
+
+        connection.request_nowait(
+            Op.READ_ENTRY, int(protocol.ReadFlag.NONE), (body,), self.request_timeout_s, answered
+        )
+        return True
+
+    def _read_answer(self, frame: protocol.Frame, bookie_id: str) -> protocol.ReadResponse:
+        """The READ_ENTRY answer in `frame`, or the error its status or body means."""
         response: protocol.ReadResponse | None = None
         if frame.body:
             try:

@@ -697,6 +697,8 @@ class LedgerHandle:
     async def read_unconfirmed_entries(self, first: int, last: int) -> list[bytes]:
         """Like read_entries, but entries beyond the LAC may be read (if they exist)."""
         self._check_range(first, last)
+        if first == last:  # no window to keep: no task, no generator
+            return [(await self.read_entry_record(first)).payload]
         return [
             payload async for payload in self._iter(first, last, self.client.config.read_window)
         ]

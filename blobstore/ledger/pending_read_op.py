@@ -47,6 +47,15 @@ def replica_order(
     return reachable + [b for b in replicas if pool.is_unreachable(b)]
 
 
+def _task_outcome(
+    task: asyncio.Task[protocol.ReadResponse],
+) -> tuple[protocol.ReadResponse | None, BaseException | None]:
+    if task.cancelled():
+        return None, asyncio.CancelledError()
+    error = task.exception()
+    return (None, error) if error is not None else (task.result(), None)
+
+
 class PendingReadOp:
     def __init__(
         self,
@@ -64,70 +73,114 @@ class PendingReadOp:
         self.speculative_read_timeout_s = speculative_read_timeout_s
 
     async def run(self) -> protocol.Entry:
+        """The entry, from the first replica that answers with a verified copy.
+
+        Requests are sent without a task each where the connection allows
+        (`read_entry_nowait`) and their answers handled in callbacks; the one
+        future awaited here is settled by the first good copy or the last failure."""
+        loop = asyncio.get_running_loop()
         started = time.monotonic()
-        tasks: dict[asyncio.Task[protocol.ReadResponse], str] = {}
+        outcome: asyncio.Future[protocol.Entry] = loop.create_future()
         errors: list[BaseException] = []
+        in_flight: set[int] = set()  # replica indexes asked and not yet answered
+        tasks: list[asyncio.Task[protocol.ReadResponse]] = []
         next_replica = 0
+        speculation: asyncio.TimerHandle | None = None
+
+        def answered(
+            index: int, response: protocol.ReadResponse | None, error: BaseException | None
+        ) -> None:
+            if index not in in_flight:
+                return
+            in_flight.discard(index)
+            if outcome.done():
+                return
+            try:
+                entry = self._accept(response, error, self.replicas[index], errors)
+            except asyncio.CancelledError:
+                outcome.cancel()
+                return
+            except BaseException as e:  # not a bookie's failure: a bug, not a next replica
+                outcome.set_exception(e)
+                return
+            if entry is not None:
+                outcome.set_result(entry)
+            elif not in_flight:
+                if next_replica < len(self.replicas):
+                    launch()
+                else:
+                    try:
+                        self._fail(errors)
+                    except (EntryNotFoundError, ReadFailedError) as e:
+                        outcome.set_exception(e)
+
+        def speculate() -> None:
+            nonlocal speculation
+            speculation = None
+            if outcome.done() or next_replica >= len(self.replicas):
+                return
+            metrics.SPECULATIVE_READS.inc()
+            logger.debug(
+                "speculative read ledger_id=%d entry_id=%d bookie=%s",
+                self.ledger_id,
+                self.entry_id,
+                self.replicas[next_replica],
+            )
+            launch()
 
         def launch() -> None:
-            nonlocal next_replica
-            bookie_id = self.replicas[next_replica]
+            nonlocal next_replica, speculation
+            index = next_replica
+            bookie_id = self.replicas[index]
             next_replica += 1
-            if not tasks:
+            if not in_flight:
                 # Nothing else in flight: this replica is the read's only hope, so it is
                 # tried even while a recent connect failure holds it in backoff.
                 self.pool.allow_connect(bookie_id)
-            task = asyncio.create_task(
-                self.pool.read_entry(bookie_id, self.ledger_id, self.entry_id)
-            )
-            tasks[task] = bookie_id
-
-        try:
-            launch()
-            while tasks:
-                more = next_replica < len(self.replicas)
-                done, _ = await asyncio.wait(
-                    tasks,
-                    timeout=self.speculative_read_timeout_s if more else None,
-                    return_when=asyncio.FIRST_COMPLETED,
+            in_flight.add(index)
+            if not self.pool.read_entry_nowait(
+                bookie_id,
+                self.ledger_id,
+                self.entry_id,
+                lambda response, error: answered(index, response, error),
+            ):
+                task = asyncio.ensure_future(
+                    self.pool.read_entry(bookie_id, self.ledger_id, self.entry_id)
                 )
-                if not done:
-                    metrics.SPECULATIVE_READS.inc()
-                    logger.debug(
-                        "speculative read ledger_id=%d entry_id=%d bookie=%s",
-                        self.ledger_id,
-                        self.entry_id,
-                        self.replicas[next_replica],
-                    )
-                    launch()
-                    continue
-                for task in done:
-                    bookie_id = tasks.pop(task)
-                    entry = self._accept(task, bookie_id, errors)
-                    if entry is not None:
-                        metrics.READS_OK.inc()
-                        metrics.READ_SECONDS.observe(time.monotonic() - started)
-                        return entry
-                if not tasks and next_replica < len(self.replicas):
-                    launch()
+                task.add_done_callback(lambda t: answered(index, *_task_outcome(t)))
+                tasks.append(task)
+            if speculation is not None:
+                speculation.cancel()
+                speculation = None
+            if next_replica < len(self.replicas):
+                speculation = loop.call_later(self.speculative_read_timeout_s, speculate)
+
+        launch()
+        try:
+            entry = await outcome
         finally:
+            in_flight.clear()  # answers still to come are dropped
+            if speculation is not None:
+                speculation.cancel()
             for task in tasks:
                 task.cancel()
-        return self._fail(errors)
+        metrics.READS_OK.inc()
+        metrics.READ_SECONDS.observe(time.monotonic() - started)
+        return entry
 
     def _accept(
         self,
-        task: asyncio.Task[protocol.ReadResponse],
+        response: protocol.ReadResponse | None,
+        error: BaseException | None,
         bookie_id: str,
         errors: list[BaseException],
     ) -> protocol.Entry | None:
-        error = task.exception()
         if error is not None:
             if not isinstance(error, BookieError | BookieUnavailableError):
                 raise error
             errors.append(error)
             return None
-        response = task.result()
+        assert response is not None
         try:
             entry = protocol.Entry.decode(response.entry)
         except protocol.CorruptEntryError as e:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from typing import Any
 
 from blobstore.ledger import LedgerClient, LedgerHandle
 from blobstore.ledger.errors import NoSuchLedgerError
@@ -43,6 +44,9 @@ class ReadHandleCache:
 
     async def get(self, ledger_id: int) -> LedgerHandle:
         task = self._handles.get(ledger_id)
+        if task is not None and task.done() and not task.cancelled() and not task.exception():
+            self._handles.move_to_end(ledger_id)
+            return task.result()
         if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
             task = asyncio.ensure_future(
                 asyncio.wait_for(
@@ -110,7 +114,12 @@ async def iter_spans(
         for span in spans
         for first in range(span.first_entry, span.last_entry + 1, batch)
     )
-    in_flight: deque[tuple[EntrySpan, int, asyncio.Task[list[bytes]]]] = deque()
+    # A read with nothing to overlap (the whole request is one batch) is awaited in
+    # place: a task only pays for itself by reading ahead.
+    alone = len(spans) == 1 and spans[0].last_entry - spans[0].first_entry < batch
+    in_flight: deque[
+        tuple[EntrySpan, int, asyncio.Future[list[bytes]] | Coroutine[Any, Any, list[bytes]]]
+    ] = deque()
 
     def fill() -> None:
         while len(in_flight) < batches_max:
@@ -118,16 +127,16 @@ async def iter_spans(
             if job is None:
                 return
             span, first, last = job
-            task = asyncio.ensure_future(read_entries(cache, span.ledger_id, first, last))
-            in_flight.append((span, first, task))
+            read = read_entries(cache, span.ledger_id, first, last)
+            in_flight.append((span, first, read if alone else asyncio.ensure_future(read)))
 
     remaining = {index: span.byte_count for index, span in enumerate(spans)}
     indexes = {id(span): index for index, span in enumerate(spans)}
     try:
         fill()
         while in_flight:
-            span, first, task = in_flight.popleft()
-            payloads = await task
+            span, first, read = in_flight.popleft()
+            payloads = await read
             fill()
             index = indexes[id(span)]
             for offset, payload in enumerate(payloads):
@@ -149,5 +158,8 @@ async def iter_spans(
                 if piece:
                     yield piece
     finally:
-        for _, _, task in in_flight:
-            task.cancel()
+        for _, _, read in in_flight:
+            if isinstance(read, asyncio.Future):
+                read.cancel()
+            else:
+                read.close()

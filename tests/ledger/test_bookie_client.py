@@ -8,6 +8,7 @@ import json
 from collections.abc import Awaitable, Callable
 
 import pytest
+from prometheus_client import REGISTRY
 
 from blobstore import bookie_client
 from blobstore.bookie_client import (
@@ -19,9 +20,15 @@ from blobstore.bookie_client import (
     error_for_status,
     parse_bookie_id,
 )
+from blobstore.ledger.errors import EntryNotFoundError
 from blobstore.ledger.pending_read_op import PendingReadOp
 from bookie import protocol
 from bookie.protocol import Op, Status
+
+
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
+
 
 Handler = Callable[[protocol.Frame], Awaitable[tuple[int, bytes] | None]]
 
@@ -421,5 +428,81 @@ def test_absurd_answer_length_fails_in_flight_then_reconnects() -> None:
             assert await pool.read_lac(bookie_id, 2) > 100  # a fresh connection
         assert server.connections == 2
         await server.stop()
+
+    run(scenario())
+
+
+def test_pending_read_on_the_fast_path_speculates_skips_bad_copies_and_frees_slots() -> None:
+    """Reads sent without a task (connection up): a silent first replica is overtaken by a
+    speculative read, a corrupt copy moves on to the next replica at once, replicas that
+    all lack the entry give EntryNotFoundError, and a cancelled read leaves no slot
+    taken once its requests are answered."""
+
+    async def scenario() -> None:
+        good = protocol.Entry(7, 0, -1, 7, b"payload").encode()
+        corrupt = bytearray(good)
+        corrupt[-1] ^= 0xFF
+        behaviour: dict[str, str] = {}
+        release = asyncio.Event()
+
+        def server_for(name: str) -> FrameServer:
+            async def handler(frame: protocol.Frame) -> tuple[int, bytes] | None:
+                request = protocol.ReadRequest.decode(frame.body)
+                mode = behaviour.get(name, "good")
+                if mode == "silent":
+                    await release.wait()
+                if mode == "missing":
+                    return Status.NO_SUCH_ENTRY, b""
+                body = bytes(corrupt) if mode == "corrupt" else good
+                return Status.OK, protocol.ReadResponse(request.ledger_id, 0, -1, body).encode()
+
+            return FrameServer(handler)
+
+        a, b = server_for("a"), server_for("b")
+        ids = [await a.start(), await b.start()]
+        sent_nowait = 0
+        async with BookieClientPool(request_timeout_s=5, in_flight_max=8) as pool:
+            real = pool.read_entry_nowait
+
+            def counting(*args: object, **kwargs: object) -> bool:
+                nonlocal sent_nowait
+                sent = real(*args, **kwargs)  # type: ignore[arg-type]
+                sent_nowait += sent
+                return sent
+
+            pool.read_entry_nowait = counting  # type: ignore[method-assign]
+            for bookie_id in ids:  # connect both: later reads take the fast path
+                await pool.read_entry(bookie_id, 7, 0)
+
+            def read() -> PendingReadOp:
+                return PendingReadOp(pool, 7, 0, ids, speculative_read_timeout_s=0.05)
+
+            behaviour["a"] = "silent"
+            speculative = _sample("blobstore_ledger_speculative_reads_total")
+            assert (await read().run()).payload == b"payload"
+            assert _sample("blobstore_ledger_speculative_reads_total") == speculative + 1
+            behaviour["a"] = "corrupt"
+            mismatches = _sample("blobstore_ledger_digest_mismatches_total")
+            assert (await read().run()).payload == b"payload"
+            assert _sample("blobstore_ledger_digest_mismatches_total") == mismatches + 1
+            behaviour["a"] = behaviour["b"] = "missing"
+            with pytest.raises(EntryNotFoundError):
+                await read().run()
+            assert sent_nowait >= 5
+            behaviour["a"] = behaviour["b"] = "silent"
+            task = asyncio.ensure_future(read().run())
+            await asyncio.sleep(0.2)  # both replicas asked
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert pool._slots.free == 8 - 3  # the first silent read and these two
+            release.set()
+            for _ in range(100):
+                if pool._slots.free == 8:
+                    break
+                await asyncio.sleep(0.01)
+            assert pool._slots.free == 8
+        await a.stop()
+        await b.stop()
 
     run(scenario())
