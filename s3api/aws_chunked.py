@@ -290,7 +290,7 @@ class ChunkedDecoder:
     def _check_signature(self, string_to_sign: bytes, provided: bytes) -> None:
         auth = self._auth
         assert auth is not None
-        expected = hmac.new(auth.signing_key, string_to_sign, hashlib.sha256).hexdigest()
+        expected = hmac.digest(auth.signing_key, string_to_sign, "sha256").hex()
         if not hmac.compare_digest(expected.encode("ascii"), provided):
             raise S3Error(
                 "SignatureDoesNotMatch",

@@ -111,7 +111,7 @@ class AuthContext:
 
 
 def hmac_sha256(key: bytes, message: bytes) -> bytes:
-    return hmac.new(key, message, hashlib.sha256).digest()
+    return hmac.digest(key, message, "sha256")
 
 
 @functools.lru_cache(maxsize=SIGNING_KEY_CACHE_ENTRIES_MAX)
@@ -591,7 +591,7 @@ def _verify(
         string_to_sign = sts_head + hashlib.sha256(canonical).hexdigest().encode("ascii")
         if index == 0:
             first_string_to_sign = string_to_sign
-        expected = hmac.new(signing_key, string_to_sign, hashlib.sha256).hexdigest()
+        expected = hmac.digest(signing_key, string_to_sign, "sha256").hex()
         if hmac.compare_digest(expected.encode("ascii"), provided):
             return AuthContext(
                 access_key=credential.access_key,

@@ -190,3 +190,12 @@ def test_etag_and_dates() -> None:
     assert parse_http_date("Thu, 01 Jan 1970 00:00:10 GMT") == 10
     assert parse_http_date("yesterday") is None
     assert parse_http_date(None) is None
+
+
+def test_http_date_is_imf_fixdate_as_the_standard_library_writes_it() -> None:
+    from email.utils import formatdate
+
+    moments = [0, 951_782_400, 1_709_164_800.9, 1_767_225_599, 4_102_444_800]
+    moments += [i * 7_919_777.31 for i in range(600)]
+    for moment in moments:
+        assert http_date(moment) == formatdate(int(moment), usegmt=True), moment
