@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import enum
 import logging
 import os
 import struct
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -64,6 +64,8 @@ PAGE_BYTES = 4096
 SLOW_SYNC_S = 0.1
 # One write + fsync never carries more than this many bytes, whatever is queued.
 GROUP_COMMIT_BYTES_MAX = 16 << 20
+# An idle writer looks at its queue this often even unnotified (a bound, not the path).
+WRITER_IDLE_RECHECK_S = 1.0
 FILE_SUFFIX = ".txn"
 
 assert RECORD_PREFIX.size == RECORD_HEADER.size + RECORD_BODY.size
@@ -268,7 +270,14 @@ QueueItem = tuple[
 
 
 class Journal:
-    """One writer task draining a bounded queue with group commit."""
+    """One writer thread draining a bounded queue with group commit.
+
+    The thread takes whatever is queued, writes it and fsyncs it, and hands the batch
+    back to the loop (`apply`, then `done`) with one `call_soon_threadsafe`; then it
+    takes the next batch at once, so under load the adds that arrived during an fsync
+    are written right after it, with no turn of the loop in between and no wake-up of
+    the thread (as BookKeeper's journal thread). The loop wakes the thread only when it
+    waits for work."""
 
     def __init__(
         self,
@@ -278,7 +287,6 @@ class Journal:
         buffered_writes_threshold_bytes: int,
         file_bytes_max: int,
         queue_entries_max: int,
-        disk_executor: concurrent.futures.Executor,
         clock: Callable[[], float] = time.monotonic,
         remove_from_page_cache: bool = True,
     ) -> None:
@@ -288,10 +296,11 @@ class Journal:
         self.group_bytes_max = max(GROUP_COMMIT_BYTES_MAX, buffered_writes_threshold_bytes)
         self.file_bytes_max = file_bytes_max
         self.queue_entries_max = queue_entries_max
-        self._executor = disk_executor
         self._clock = clock
+        # Appended on the loop, taken by the writer thread (deque ends are thread-safe).
         self._queue: collections.deque[QueueItem] = collections.deque()
-        self._wakeup: asyncio.Future[None] | None = None
+        self._wake = threading.Condition(threading.Lock())
+        self._writer_waiting = False  # set under `_wake` before the thread looks at the queue
         self._fd = -1
         self.journal_id = 0
         self._offset = 0
@@ -303,16 +312,21 @@ class Journal:
         self.remove_from_page_cache = remove_from_page_cache
         self._cached_from = 0  # offset of the file's first page not yet dropped
         self.synced_position: tuple[int, int] = (0, 0)
-        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._writer_exited: asyncio.Future[None] | None = None
         self._closing = False
         self.failure: BaseException | None = None
-        # Awaited before each write: holds the writer while the write cache has no room.
-        self.before_write: Callable[[], Awaitable[None]] | None = None
+        # Hold the writer while the write cache has no room: `needs_room()` is asked by
+        # the thread before each write (cheap, racy by at most one batch), and while it
+        # says so the thread waits for `wait_for_room()` run on the loop.
+        self.needs_room: Callable[[], bool] | None = None
+        self.wait_for_room: Callable[[], Awaitable[None]] | None = None
 
     # ------------------------------------------------------------------ files
 
     def open_new_file(self) -> None:
-        """Start a fresh file after the highest existing one (blocking; startup/executor)."""
+        """Start a fresh file after the highest existing one (blocking; startup/writer)."""
         ids = list_journal_ids(self.directory)
         journal_id = (ids[-1] + 1) if ids else 1
         path = os.path.join(self.directory, file_name(journal_id))
@@ -348,13 +362,10 @@ class Journal:
         # Set here, not in open_new_file: a roll inside the writer must not move the
         # position before the batch it follows has been applied on the loop.
         self.synced_position = (self.journal_id, self._offset)
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="journal-writer")
-        self._task.add_done_callback(self._writer_done)
-
-    def _writer_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            self.failure = task.exception()
-            logger.error("journal writer died: %r", task.exception())
+        self._loop = asyncio.get_running_loop()
+        self._writer_exited = self._loop.create_future()
+        self._thread = threading.Thread(target=self._writer, name="journal-writer", daemon=True)
+        self._thread.start()
 
     def submit(
         self,
@@ -372,112 +383,151 @@ class Journal:
         assert len(pieces) % 2 == 0, "pieces come as (prefix, entry) pairs, entry b'' if none"
         assert len(pieces) > 2 or nbytes == sum(len(piece) for piece in pieces), nbytes
         self._queue.append((pieces, nbytes, apply, done, self._clock()))
-        wakeup = self._wakeup
-        if wakeup is not None and not wakeup.done():
-            wakeup.set_result(None)
+        if self._writer_waiting:
+            self._notify_writer()
+
+    def _notify_writer(self) -> None:
+        with self._wake:
+            self._wake.notify()
 
     async def close(self) -> None:
         """Write what is queued, then stop the writer."""
         self._closing = True
-        if self._wakeup is not None and not self._wakeup.done():
-            self._wakeup.set_result(None)
-        if self._task is not None:
-            await self._task
+        if self._thread is not None:
+            self._notify_writer()
+            assert self._writer_exited is not None
+            await self._writer_exited
+            self._thread.join()
+            self._thread = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
-    async def _wait(self, timeout_s: float | None) -> None:
-        self._wakeup = asyncio.get_running_loop().create_future()
-        try:
-            if timeout_s is None:
-                await self._wakeup
-            else:
-                await asyncio.wait_for(self._wakeup, timeout_s)
-        except TimeoutError:
-            pass
-        finally:
-            self._wakeup = None
+    # ------------------------------------------------------------------ writer thread
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _writer(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        items: list[QueueItem] = []
+        try:
+            while (batch := self._next_batch()) is not None:
+                items, pieces, batch_bytes, reason = batch
+                self._hold_for_room(loop)
+                started = time.monotonic()
+                position = self._write_and_sync(pieces, batch_bytes)
+                took = time.monotonic() - started
+                loop.call_soon_threadsafe(self._synced, items, position, took, reason, batch_bytes)
+                items = []
+        except BaseException as e:  # noqa: BLE001 - the loop fails every add in hand
+            loop.call_soon_threadsafe(self._failed, e, items)
+        finally:
+            loop.call_soon_threadsafe(self._exited)
+
+    def _next_batch(self) -> tuple[list[QueueItem], list[bytes], int, str] | None:
+        """Everything queued (up to the group cap), once there is something; None when
+        closing with nothing left."""
         queue = self._queue
+        while not queue:
+            if self._closing:
+                return None
+            with self._wake:
+                # Waiting is announced before the queue is looked at: an add queued
+                # after the look finds the flag set and notifies.
+                self._writer_waiting = True
+                if not queue and not self._closing:
+                    self._wake.wait(WRITER_IDLE_RECHECK_S)
+                self._writer_waiting = False
+        items: list[QueueItem] = []
+        pieces: list[bytes] = []
+        batch_bytes = 0
+        oldest = queue[0][4]
         while True:
-            if not queue:
-                if self._closing:
-                    return
-                await self._wait(None)
-                continue
-            pieces: list[bytes] = []
-            items: list[QueueItem] = []
-            batch_bytes = 0
-            oldest = queue[0][4]
-            while True:
-                # Take everything already queued (up to the group cap): adds that arrived
-                # during the previous fsync share the next one.
-                while queue and batch_bytes < self.group_bytes_max:
-                    item = queue.popleft()
-                    items.append(item)
-                    pieces.extend(item[0])
-                    batch_bytes += item[1]
-                reason = group_commit_decision(
-                    batch_bytes,
-                    self._clock() - oldest,
-                    not queue,
-                    max_wait_s=self.max_group_wait_s,
-                    threshold_bytes=self.threshold_bytes,
-                )
-                if reason is not None or self._closing:
-                    break
-                await self._wait(max(0.0, self.max_group_wait_s - (self._clock() - oldest)))
-            if self.before_write is not None:
-                await self.before_write()
-            METRICS.journal_flush_reason.labels(reason or "close").inc()
-            started = time.monotonic()
-            try:
-                position = await loop.run_in_executor(
-                    self._executor, self._write_and_sync, pieces, batch_bytes
-                )
-            except BaseException as e:
-                logger.exception("journal write failed journal_id=%d", self.journal_id)
-                self.failure = (
-                    e if isinstance(e, Exception) else RuntimeError("journal writer cancelled")
-                )
-                for item in items:
-                    item[3](self.failure)
-                while queue:
-                    queue.popleft()[3](self.failure)
-                if not isinstance(e, Exception):
-                    raise
-                return
-            took = time.monotonic() - started
-            METRICS.journal_fsync_seconds.observe(took)
-            if took > SLOW_SYNC_S:
-                logger.warning(
-                    "journal write+fsync slow took_ms=%.0f bytes=%d records=%d",
-                    took * 1e3,
-                    batch_bytes,
-                    len(pieces) // 2,
-                )
-            METRICS.journal_batch_entries.observe(len(pieces) // 2)
-            METRICS.journal_batch_bytes.observe(batch_bytes)
-            # Apply and acknowledge in one loop turn: a checkpoint that reads
-            # `synced_position` always sees exactly the records applied so far.
-            self.synced_position = position
-            for item in items:
-                if item[2] is not None:
-                    try:
-                        item[2]()
-                    except Exception as e:
-                        # A bug, not a disk fault: the record is durable (replay applies
-                        # it), but stop taking writes rather than serve a state we doubt.
-                        logger.exception("journal apply failed: journal stops taking writes")
-                        self.failure = e
-            for item in items:
+            # Take everything already queued (up to the group cap): adds that arrived
+            # during the previous fsync share the next one.
+            while queue and batch_bytes < self.group_bytes_max:
+                item = queue.popleft()
+                items.append(item)
+                pieces.extend(item[0])
+                batch_bytes += item[1]
+            reason = group_commit_decision(
+                batch_bytes,
+                self._clock() - oldest,
+                not queue,
+                max_wait_s=self.max_group_wait_s,
+                threshold_bytes=self.threshold_bytes,
+            )
+            if reason is not None:
+                return items, pieces, batch_bytes, reason
+            if self._closing:
+                return items, pieces, batch_bytes, "close"
+            with self._wake:
+                self._writer_waiting = True
+                self._wake.wait(max(0.0, self.max_group_wait_s - (self._clock() - oldest)))
+                self._writer_waiting = False
+
+    def _hold_for_room(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.needs_room is None or self.wait_for_room is None or not self.needs_room():
+            return
+        wait_for_room = self.wait_for_room
+
+        async def room() -> None:
+            await wait_for_room()
+
+        asyncio.run_coroutine_threadsafe(room(), loop).result()
+
+    # ------------------------------------------------------------------ on the loop
+
+    def _synced(
+        self,
+        items: list[QueueItem],
+        position: tuple[int, int],
+        took: float,
+        reason: str,
+        batch_bytes: int,
+    ) -> None:
+        records = sum(len(item[0]) for item in items) // 2
+        METRICS.journal_flush_reason.labels(reason).inc()
+        METRICS.journal_fsync_seconds.observe(took)
+        if took > SLOW_SYNC_S:
+            logger.warning(
+                "journal write+fsync slow took_ms=%.0f bytes=%d records=%d",
+                took * 1e3,
+                batch_bytes,
+                records,
+            )
+        METRICS.journal_batch_entries.observe(records)
+        METRICS.journal_batch_bytes.observe(batch_bytes)
+        # Apply and acknowledge in one loop turn: a checkpoint that reads
+        # `synced_position` always sees exactly the records applied so far.
+        self.synced_position = position
+        for item in items:
+            if item[2] is not None:
                 try:
-                    item[3](None)
-                except Exception:
-                    logger.exception("journal completion callback failed")
+                    item[2]()
+                except Exception as e:
+                    # A bug, not a disk fault: the record is durable (replay applies
+                    # it), but stop taking writes rather than serve a state we doubt.
+                    logger.exception("journal apply failed: journal stops taking writes")
+                    self.failure = e
+        for item in items:
+            try:
+                item[3](None)
+            except Exception:
+                logger.exception("journal completion callback failed")
+
+    def _failed(self, error: BaseException, items: list[QueueItem]) -> None:
+        logger.error("journal write failed journal_id=%d", self.journal_id, exc_info=error)
+        self.failure = (
+            error if isinstance(error, Exception) else RuntimeError("journal writer stopped")
+        )
+        for item in items:
+            item[3](self.failure)
+        while self._queue:
+            self._queue.popleft()[3](self.failure)
+
+    def _exited(self) -> None:
+        if self._writer_exited is not None and not self._writer_exited.done():
+            self._writer_exited.set_result(None)
 
     def _write_and_sync(self, pieces: list[bytes], batch_bytes: int) -> tuple[int, int]:
         writev_all(self._fd, pieces)

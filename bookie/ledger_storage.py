@@ -297,9 +297,13 @@ class LedgerStorage:
     def write_cache_full(self) -> bool:
         return self.active_bytes >= self.write_cache_bytes_max // 2
 
+    def needs_room(self) -> bool:
+        """Both halves of the write cache are full: the journal writer must wait."""
+        return self.active_bytes >= self.write_cache_bytes_max // 2 and bool(self.flushing)
+
     async def wait_for_room(self) -> None:
         """Hold the journal writer while both halves of the write cache are full."""
-        while self.active_bytes >= self.write_cache_bytes_max // 2 and self.flushing:
+        while self.needs_room():
             self._checkpoint_done.clear()
             await self._checkpoint_done.wait()
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import json
 import logging
 import os
@@ -200,19 +199,18 @@ class Bookie:
         )
         self.storage = storage
         await asyncio.to_thread(storage.replay_journal, config.journal_dir)
-        journal_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="journal")
         journal = Journal(
             config.journal_dir,
             max_group_wait_ms=config.journal_max_group_wait_ms,
             buffered_writes_threshold_bytes=config.journal_buffered_writes_threshold_bytes,
             file_bytes_max=config.journal_file_bytes_max,
             queue_entries_max=config.journal_queue_entries_max,
-            disk_executor=journal_executor,
             remove_from_page_cache=config.journal_remove_from_page_cache,
         )
         await asyncio.to_thread(journal.open_new_file)
         await asyncio.to_thread(journal.delete_files_before, storage.mark[0])
-        journal.before_write = storage.wait_for_room
+        journal.needs_room = storage.needs_room
+        journal.wait_for_room = storage.wait_for_room
         self.journal = journal
         storage.journal = journal
         journal.start()
@@ -273,7 +271,6 @@ class Bookie:
             await storage.checkpoint()
         await self.http.close()
         await storage.close()
-        journal_executor.shutdown(wait=True)
         logger.info("bookie stopped bookie_id=%s", self.bookie_id)
         return 0
 

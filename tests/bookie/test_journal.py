@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -85,14 +85,12 @@ def run_journal(
     remove_from_page_cache: bool = True,
 ) -> tuple[int, int]:
     async def main() -> tuple[int, int]:
-        executor = concurrent.futures.ThreadPoolExecutor(1)
         journal = Journal(
             str(directory),
             max_group_wait_ms=2,
             buffered_writes_threshold_bytes=64 * 1024,
             file_bytes_max=file_bytes_max,
             queue_entries_max=100_000,
-            disk_executor=executor,
             remove_from_page_cache=remove_from_page_cache,
         )
         journal.open_new_file()
@@ -112,7 +110,6 @@ def run_journal(
         await asyncio.gather(*futures)
         position = journal.synced_position
         await journal.close()
-        executor.shutdown()
         return position
 
     return asyncio.run(main())
@@ -242,3 +239,114 @@ def test_a_slow_group_commit_is_logged(
     slow_lines = [r.getMessage() for r in caplog.records if "write+fsync slow" in r.getMessage()]
     assert slow_lines and all("took_ms=" in line and "bytes=" in line for line in slow_lines)
     assert [r for r, _ in replay(str(tmp_path), (0, 0))] == records
+
+
+def _journal(directory: Path) -> Journal:
+    journal = Journal(
+        str(directory),
+        max_group_wait_ms=2,
+        buffered_writes_threshold_bytes=64 * 1024,
+        file_bytes_max=1 << 20,
+        queue_entries_max=100_000,
+    )
+    journal.open_new_file()
+    return journal
+
+
+def _submit(journal: Journal, record: JournalRecord) -> asyncio.Future[None]:
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def done(error: BaseException | None) -> None:
+        future.set_result(None) if error is None else future.set_exception(error)
+
+    encoded = record.encode()
+    journal.submit([encoded, b""], len(encoded), None, done)
+    return future
+
+
+def test_adds_queued_during_an_fsync_share_the_next_and_nothing_is_acked_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer thread takes what queued up during an fsync as one batch, and an add
+    is acknowledged only after the fsync of the write that holds it."""
+    synced: list[int] = []  # bytes on disk at each fsync
+    release = threading.Event()
+    real = os.fdatasync
+
+    def gated(fd: int) -> None:
+        release.wait(10)
+        real(fd)
+        synced.append(os.fstat(fd).st_size)
+
+    monkeypatch.setattr(os, "fdatasync", gated)
+
+    async def main() -> None:
+        journal = _journal(tmp_path)
+        journal.start()
+        records = [
+            JournalRecord(RecordKind.ADD, 9, i, KEY, entry(9, i, b"y" * 200)) for i in range(21)
+        ]
+        first = _submit(journal, records[0])
+        await asyncio.sleep(0.1)  # the writer is inside the first fsync, held
+        rest = [_submit(journal, r) for r in records[1:]]
+        await asyncio.sleep(0.1)
+        assert not first.done() and not any(f.done() for f in rest)
+        release.set()
+        await asyncio.gather(first, *rest)
+        await journal.close()
+
+    asyncio.run(main())
+    assert len(synced) == 2, synced  # one fsync for the first add, one for the 20 behind it
+    assert [r.value for r, _ in replay(str(tmp_path), (0, 0))] == list(range(21))
+
+
+def test_a_failed_write_fails_its_batch_and_the_queue_and_stops_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = 0
+    real = os.fdatasync
+
+    def failing(fd: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+
+    async def main() -> None:
+        journal = _journal(tmp_path)
+        journal.start()
+        record = JournalRecord(RecordKind.ADD, 4, 0, KEY, entry(4, 0, b"z"))
+        await _submit(journal, record)
+        with pytest.raises(OSError, match="Input/output"):
+            await _submit(journal, record)
+        assert isinstance(journal.failure, OSError)
+        with pytest.raises(OSError):
+            await _submit(journal, record)  # refused at once, not queued
+        await asyncio.wait_for(journal.close(), 10)
+
+    asyncio.run(main())
+
+
+def test_the_writer_waits_for_room_in_the_write_cache(tmp_path: Path) -> None:
+    """While the storage says its write cache is full, nothing more is written (so nothing
+    more is acknowledged); once the loop's wait for room ends, writing goes on."""
+
+    async def main() -> None:
+        journal = _journal(tmp_path)
+        full = True
+        room = asyncio.Event()
+        journal.needs_room = lambda: full
+        journal.wait_for_room = room.wait
+        journal.start()
+        pending = _submit(journal, JournalRecord(RecordKind.FENCE, 6, -1, KEY))
+        await asyncio.sleep(0.2)
+        assert not pending.done()
+        full = False
+        room.set()
+        await asyncio.wait_for(pending, 10)
+        await journal.close()
+
+    asyncio.run(main())
