@@ -378,18 +378,23 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
 
 - **Small objects are bound by CPU, the gateway's first.** The two cores are shared by
   the two gateway workers, ZooKeeper, three bookies and the generator, and at 4 KiB x16
-  they are full. The machine measured on 2026-11-24 ran about twice as fast as on the
-  days before (fsync rate, sequential write and every phase alike). Per 4 KiB GET over
-  ~9,000 objects, measured in a window with no PUT in it, the workers spend about 0.43
-  ms of CPU, ZooKeeper 0.07 ms (its share of a sync), the three bookies 0.07 ms
-  together and the generator 0.055 ms. Over one object, read again and again, the
-  workers spend 0.36 ms and the bookies 0.05 ms (one bookie answers, many reads per
-  socket read): 3,100-3,900 GETs/s against 2,200-3,250 over 9,000-11,000 objects (runs
-  of the same build today, with the machine: four benchmark runs gave 2,190-3,126).
-  A bookie's cost per read is mostly the wake-ups and system calls of one request per
-  socket read, not Python: bookie CPU per read answered from memory, pipelined on one
-  connection, is 15-18 us since the bookie answers such reads as it parses them
-  (23-25 us before, with a task per read and a read thread per entry log read).
+  they are full. The machine's speed changes by up to twice from hour to hour (fsync
+  rate, sequential write and every phase alike): compare runs by the limits printed
+  with them. Per 4 KiB GET over ~9,000 objects, measured in a window with no PUT in
+  it, the workers spend about 0.34 ms of CPU, ZooKeeper 0.05 ms (its share of a
+  sync), the three bookies 0.06 ms together and the generator 0.045 ms: 3,400-3,800
+  GETs/s in such windows.
+- **A small GET runs without tasks of its own below the handler.** A one-entry read
+  used to create three tasks (the object reader's read-ahead, the ledger's read
+  window, the replica read) plus an `asyncio.wait` and two timeout contexts. Now a
+  read with nothing to overlap is awaited in place, and the replica read is sent from
+  a callback when the connection is up (as adds are), with one future settled by the
+  first verified answer and a timer for the speculative read. With Last-Modified
+  formatted from a per-second cache and one-shot HMACs, the workers' CPU per GET went
+  from 0.38-0.39 to 0.34 ms (A/B, pure GET windows, alternated). A bookie's cost per
+  read is mostly the wake-ups and system calls of one request per socket read, not
+  Python: bookie CPU per read answered from memory, pipelined on one connection, is
+  15-18 us since the bookie answers such reads as it parses them.
 - **ZooKeeper's garbage collector was the PUT tail below saturation.** A commit
   rewrites its index page whole, and an append page holds 8-32 KiB of records: 25 KB
   went to ZooKeeper per PUT (12.7 MB/s at 500 PUTs/s), and its JVM allocated ~200 MB/s
@@ -401,14 +406,20 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   owners). Under the same load ZooKeeper then did 5 young collections in 20 s and no
   old one, commit p99 fell to 7.5-10 ms, and PUT p99 at 500/s to 15-18 ms (26-42 ms
   before, one worker or two, same harness).
-- **PUTs near saturation still queue.** At 800 and 1,000 PUTs/s offered, p99 is 30-90
-  and 100-130 ms: the machine is busy (at 500/s ~60% of both cores: per PUT about 1.0
-  ms in the gateway workers, 0.75 ms in the three bookies together, 0.5 ms in ZooKeeper
-  and 0.13 ms in the generator) and each PUT crosses about eight process wake-ups
-  (generator, worker, two bookies and their journal threads, ZooKeeper, back). With
-  two workers, about one commit batch in ten also loses its compare-and-set to the
-  other worker and is redone on a fresh read. Throughput at x16 ranged 890-1,530/s over
-  today's runs of the same build, with the machine (this run's limits above).
+- **PUTs near saturation still queue.** At 1,000 PUTs/s offered, p99 is 45-120 ms
+  with the machine, p50 8-28 ms. Per PUT the workers spend about 0.7 ms of CPU, the
+  three bookies 0.5 ms together, ZooKeeper 0.2 ms (warm) and the generator 0.1 ms:
+  ~1.5 ms, three quarters of both cores at that rate, and each PUT crosses about eight
+  process wake-ups (generator, worker, two bookies and their journal threads,
+  ZooKeeper, back). Both halves of a PUT wait in those queues: at 1,000/s the entry
+  append's p50 is 5-12 ms and the catalog commit's 5-10 ms, each with a broad tail, not
+  a few slow events. With two workers, about one commit batch in ten also loses its
+  compare-and-set to the other worker and is redone on a fresh read. The bookie's
+  journal now writes from a thread of its own that takes the next batch right after
+  each fsync (a thread pool's submit and the loop turn between fsyncs were ~15% of a
+  bookie's Python time): bookie CPU per PUT at 1,000/s went 0.55 -> 0.50 ms.
+  Throughput at x16 ranged 860-1,570/s over today's runs of the same build, with the
+  machine (this run's limits above).
 - **Connections reach every worker.** Each worker listens on its own SO_REUSEPORT
   socket. With one shared socket (uvicorn's supervisor) the generator's 16 connections
   landed 13 on one worker and 3 on the other: one core saturated while the other
@@ -473,9 +484,10 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
 - **Large and ranged GET** decode and CRC-check 1 MiB entries, cut from the bookie
   connections' buffers, and copy them into the responses. The generator is far from its own limit (its 16 MiB
   GET ceiling is in the table above).
-- **Next steps, by expected gain:** fewer wake-ups per small PUT (the bookies' add
-  path and journal hand-off at low batch sizes cost ~0.38 ms of CPU per add at 1,000
-  adds/s); route a page's commits to one writer (or give pages with heavy traffic a
+- **Next steps, by expected gain:** CPU per small PUT, which sets its tail here (the
+  workers' 0.7 ms is spread thin: uvicorn, SigV4, the catalog commit, and the sends to
+  two bookies and ZooKeeper, each a loopback system call that also runs the receiver's
+  TCP path); route a page's commits to one writer (or give pages with heavy traffic a
   short write lease) so workers and gateways stop redoing each other's
   compare-and-sets; O_DIRECT journal and entry log writes in the bookies; more workers
   where there are more cores.
