@@ -36,6 +36,10 @@ class BookieConfig:
     journal_file_bytes_max: int = 256 * MIB
     # Drop synced journal pages from the page cache (BookKeeper's journalRemoveFromPageCache).
     journal_remove_from_page_cache: bool = True
+    # How long a thread may hold the GIL while another waits for it (sys.setswitchinterval).
+    # The journal writer needs the GIL back after every fsync while the loop thread is
+    # busy: at Python's 5 ms that wait sat in every acknowledgement's tail.
+    thread_switch_interval_ms: float = 0.5
     entry_log_bytes_max: int = 1 * GIB
     write_cache_bytes_max: int = 64 * MIB
     read_cache_bytes_max: int = 32 * MIB
@@ -88,6 +92,11 @@ class BookieConfig:
             "in [4 KiB, 64 MiB]",
         )
         need(self.journal_file_bytes_max >= 64 * KIB, "journal_file_bytes_max", ">= 64 KiB")
+        need(
+            0.05 <= self.thread_switch_interval_ms <= 100,
+            "thread_switch_interval_ms",
+            "in [0.05, 100]",
+        )
         need(
             12 * MIB <= self.entry_log_bytes_max <= 4 * GIB - 1,
             "entry_log_bytes_max",

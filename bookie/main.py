@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     config = bookie_config.from_args(args)
+    sys.setswitchinterval(config.thread_switch_interval_ms / 1000)
     import prometheus_client
     import uvloop
 
@@ -256,7 +257,12 @@ class Bookie:
                 config.ready_file,
                 {"bookie_id": self.bookie_id, "port": self.port, "http_port": self.http.port},
             )
-        logger.info("bookie ready bookie_id=%s http_port=%d", self.bookie_id, self.http.port)
+        logger.info(
+            "bookie ready bookie_id=%s http_port=%d thread_switch_interval_ms=%g",
+            self.bookie_id,
+            self.http.port,
+            sys.getswitchinterval() * 1000,
+        )
 
         await self.stopping.wait()
         logger.info("bookie stopping bookie_id=%s", self.bookie_id)

@@ -112,6 +112,7 @@ def test_config_from_flags_and_environment() -> None:
         ([], {"BLOBSTORE_BOOKIE_ENTRY_LOG_BYTES_MAX": "1000"}, "entry_log_bytes_max"),
         (["--checkpoint-interval-s", "soon"], {}, "checkpoint_interval_s"),
         (["--minor-compaction-threshold", "0.9"], {}, "minor_compaction_threshold"),
+        (["--thread-switch-interval-ms", "0"], {}, "thread_switch_interval_ms"),
     ],
 )
 def test_config_errors_name_the_key(argv: list[str], environ: dict[str, str], key: str) -> None:
