@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiolimiter import AsyncLimiter
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from blobstore.admin._catalog_scan import for_each
@@ -111,6 +112,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=LEDGER_CONCURRENCY_DEFAULT,
         help=f"ledgers moved at once (default {LEDGER_CONCURRENCY_DEFAULT})",
     )
+    parser.add_argument(
+        "--rate-mb-s",
+        type=float,
+        default=0.0,
+        help="copy at most this many MB (10^6 bytes) of entries per second, so client "
+        "traffic keeps its share of the bookies and the network (default 0: no limit)",
+    )
 
 
 @dataclass(slots=True)
@@ -149,9 +157,12 @@ class DecommissionOp:
         fence_open: bool,
         concurrency: int,
         started_by: str | None = None,
+        rate_bytes_per_s: float = 0.0,
     ) -> None:
         """`started_by`: recorded in the decommissioning marker (the auditor names itself
-        there, so it can tell its own markers from an operator's)."""
+        there, so it can tell its own markers from an operator's). `rate_bytes_per_s`:
+        the most entry bytes copied per second (BookKeeper's replicationRateByBytes;
+        0: no limit)."""
         self._zk = zk
         self._started_by = started_by
         self._output = output
@@ -160,6 +171,9 @@ class DecommissionOp:
         self._wait_open_s = wait_open_s
         self._fence_open = fence_open
         self._concurrency = concurrency
+        # A bucket of one second's bytes: a burst never passes one second's worth.
+        self._limiter = AsyncLimiter(rate_bytes_per_s, 1.0) if rate_bytes_per_s > 0 else None
+        self.bytes_copied = 0
         self._client = LedgerClient(zk)
         self._candidates: list[BookieInfo] = []
         self._excluded: set[str] = set()
@@ -365,12 +379,16 @@ class DecommissionOp:
                 raise SegmentCopyError(
                     f"ledger {ledger_id} entry {entry_id}: no good copy on {sources}"
                 )
+            if self._limiter is not None:
+                # An entry larger than a second's allowance takes the whole second.
+                await self._limiter.acquire(min(len(data), self._limiter.max_rate))
             try:
                 await pool.add_entry(replacement, ledger_id, entry_id, key, data, recovery=True)
             except (BookieError, BookieUnavailableError) as e:
                 raise SegmentCopyError(
                     f"ledger {ledger_id} entry {entry_id}: {replacement} refused the copy: {e}"
                 ) from e
+            self.bytes_copied += len(data)
 
         await for_each(entry_ids, copy, COPY_WINDOW_ENTRIES)
         return len(entry_ids)
@@ -443,6 +461,7 @@ class DecommissionOp:
                 "finished": time.time(),
                 "ledgers_moved": len(moved),
                 "entries_copied": sum(o.entries_copied for o in moved),
+                "bytes_copied": self.bytes_copied,
             }
         ).encode()
         await self._zk.ensure_path(DECOMMISSIONED_PATH)
@@ -464,6 +483,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--concurrency must be 1..64")
     if args.wait_open_s < 0:
         raise UsageError("--wait-open-s must be >= 0")
+    if not 0 <= args.rate_mb_s < 1e6:
+        raise UsageError("--rate-mb-s must be >= 0 (0: no limit)")
     output = Output(args.json)
     passwords = [p.encode() for p in args.password]
 
@@ -477,6 +498,7 @@ def run(args: argparse.Namespace) -> int:
                 wait_open_s=args.wait_open_s,
                 fence_open=args.fence_open,
                 concurrency=args.concurrency,
+                rate_bytes_per_s=args.rate_mb_s * 1e6,
             )
             await op.run()
             return op
@@ -489,6 +511,7 @@ def run(args: argparse.Namespace) -> int:
         "ledgers_moved": len(moved),
         "segments_moved": sum(o.segments_moved for o in moved),
         "entries_copied": sum(o.entries_copied for o in moved),
+        "bytes_copied": op.bytes_copied,
         "remaining_ledgers": op.remaining,
         "ledgers": [o.to_json() for o in op.outcomes],
     }
@@ -514,7 +537,8 @@ def run(args: argparse.Namespace) -> int:
         if op.safe_to_remove:
             output.note(
                 f"bookie {op.bookie_id} is safe to remove: no ledger names it "
-                f"({len(moved)} ledgers moved, {document['entries_copied']} entries copied; "
+                f"({len(moved)} ledgers moved, {document['entries_copied']} entries "
+                f"({op.bytes_copied:,} bytes) copied; "
                 f"marked at {decommissioned_path(op.bookie_id)})"
             )
         else:

@@ -115,8 +115,10 @@ class BookieAuditor(ClusterTurns):
         interval_s: float,
         lost_bookie_delay_s: float,
         live_bookies_min: int = 3,
+        recovery_rate_bytes_per_s: float = 0.0,
     ) -> None:
         super().__init__(zk, gateway_id, interval_s, AUDITOR_PATH, AUDITOR_LOCK_PATH)
+        self._recovery_rate_bytes_per_s = recovery_rate_bytes_per_s
         self._gateway_id = gateway_id
         self._lost_bookie_delay_s = lost_bookie_delay_s
         self._live_bookies_min = max(2, live_bookies_min)
@@ -189,16 +191,18 @@ class BookieAuditor(ClusterTurns):
             fence_open=False,
             concurrency=LEDGER_CONCURRENCY,
             started_by=AUDITOR_MARK,
+            rate_bytes_per_s=self._recovery_rate_bytes_per_s,
         )
         await op.run()
         moved = [o for o in op.outcomes if o.status == "moved"]
         AUDIT_RECOVERIES.labels("done" if op.safe_to_remove else "partial").inc()
         logger.warning(
             "event=bookie_recovery_pass bookie=%s ledgers_moved=%d entries_copied=%d "
-            "remaining_ledgers=%d safe_to_remove=%s",
+            "bytes_copied=%d remaining_ledgers=%d safe_to_remove=%s",
             bookie,
             len(moved),
             sum(o.entries_copied for o in moved),
+            op.bytes_copied,
             len(op.remaining),
             op.safe_to_remove,
         )

@@ -59,6 +59,9 @@ class ObjectStoreConfig:
     audit_interval_s: float = 60.0
     # ... and how long a bookie may be gone before what it held is re-replicated.
     lost_bookie_delay_s: float = 1800.0
+    # Most entry bytes per second the auditor copies while re-replicating a lost bookie
+    # (in the gateway process that holds its lock; 0: no limit).
+    recovery_rate_mb_s: float = 50.0
     # Smallest part of a multipart upload, the last one excepted.
     part_bytes_min: int = PART_BYTES_MIN_DEFAULT
     # Time limit of one wait for a writer ledger from the pool.
@@ -97,6 +100,8 @@ class ObjectStoreConfig:
             raise bad("audit_interval_s", "must be >= 0 (0: no auditor in this process)")
         if self.lost_bookie_delay_s < 0:
             raise bad("lost_bookie_delay_s", "must be >= 0")
+        if not 0 <= self.recovery_rate_mb_s < 1e6:
+            raise bad("recovery_rate_mb_s", "must be >= 0 (0: no limit)")
         if not 1 <= self.part_bytes_min <= PART_BYTES_MAX:
             raise bad("part_bytes_min", f"must be 1..{PART_BYTES_MAX}")
 

@@ -12,12 +12,14 @@ import subprocess
 import time
 from collections import Counter
 
+import pytest
+from aiolimiter import AsyncLimiter
 from prometheus_client import REGISTRY
 
 from blobstore.objects.bookie_auditor import AUDITOR_MARK, BookieAuditor
 from blobstore.zk import ZooKeeperClient
 from bookie import zk_layout
-from bookie.zk_layout import decommissioning_path
+from bookie.zk_layout import decommissioned_path, decommissioning_path
 from tests.admin.test_decommission import _ledgers
 from tests.admin.workload import admin, mixed_workload, verify_all
 from tests.cluster.processes import blobstore_command
@@ -53,9 +55,17 @@ async def _until_unregistered(zk: ZooKeeperClient, bookie_id: str) -> None:
 
 
 def test_auditor_rereplicates_a_bookie_gone_past_the_delay(
-    zk_connect: str, bookies: BookieFactory
+    zk_connect: str, bookies: BookieFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     print(f"BLOBSTORE_TEST_SEED={SEED}")
+    metered: list[float] = []  # what the recovery's rate limiter was asked for
+    real_acquire = AsyncLimiter.acquire
+
+    async def acquire(self: AsyncLimiter, amount: float = 1) -> None:
+        metered.append(amount)
+        await real_acquire(self, amount)
+
+    monkeypatch.setattr(AsyncLimiter, "acquire", acquire)
     started = bookies(4, SHORT_SESSION)
     expected = asyncio.run(mixed_workload(zk_connect, SEED))
     before = asyncio.run(_ledgers(zk_connect))
@@ -80,10 +90,16 @@ def test_auditor_rereplicates_a_bookie_gone_past_the_delay(
             assert listed[victim.bookie_id]["missing_since"] == noted.missing[victim.bookie_id]
             assert sum(b["state"] == "writable" for b in listed.values()) == 3, listed
             # Another gateway, with no delay: it counts from when the first noticed.
-            eager = BookieAuditor(zk, "gateway-b", 60.0, lost_bookie_delay_s=0.0)
+            eager = BookieAuditor(
+                zk, "gateway-b", 60.0, lost_bookie_delay_s=0.0, recovery_rate_bytes_per_s=1e9
+            )
             done = await eager.audit_once()
             assert done.missing == noted.missing, (done, noted)
             assert done.recovered == victim.bookie_id and done.safe_to_remove, done
+            # Every byte copied went through the rate limit.
+            marker, _ = await zk.get_with_stat(decommissioned_path(victim.bookie_id))
+            copied = json.loads(marker)["bytes_copied"]
+            assert copied > 0 and sum(metered) == copied, (copied, sum(metered))
             assert await zk.exists(decommissioning_path(victim.bookie_id)) is None
             after = await eager.audit_once()
             assert after.missing == {} and after.recovered is None, after

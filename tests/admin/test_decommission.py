@@ -135,7 +135,9 @@ def test_decommission_during_reads(zk_connect: str, bookies: BookieFactory) -> N
         assert "alive" in skipped[0]["detail"], first
         assert first["remaining_ledgers"] == live, first
         # --fence-open recovers it (the writer's next append would fail) and moves it.
-        code, report = admin(zk_connect, "decommission", victim.bookie_id, "--fence-open")
+        code, report = admin(
+            zk_connect, "decommission", victim.bookie_id, "--fence-open", "--rate-mb-s", "500"
+        )
     finally:
         reader.stop_requested.set()
         reader.join(120)
@@ -148,7 +150,7 @@ def test_decommission_during_reads(zk_connect: str, bookies: BookieFactory) -> N
     statuses = {o["ledger_id"]: o["status"] for o in report["ledgers"]}
     assert statuses[live[0]] == "moved", report
     assert first["ledgers_moved"] + report["ledgers_moved"] == named[victim.bookie_id]
-    assert report["entries_copied"] > 0
+    assert report["entries_copied"] > 0 and report["bytes_copied"] > 0
     assert reader.reads > 0 and not reader.problems, reader.problems[:5]
 
     after = asyncio.run(_ledgers(zk_connect))

@@ -117,3 +117,8 @@ def test_config_from_env_validates() -> None:
         ObjectStoreConfig(lost_bookie_delay_s=-1)
     with pytest.raises(UsageError, match="BLOBSTORE_AUDIT_INTERVAL_S"):
         ObjectStoreConfig(audit_interval_s=-5)
+    assert ObjectStoreConfig().recovery_rate_mb_s == 50.0
+    limited = ObjectStoreConfig.from_env({"BLOBSTORE_RECOVERY_RATE_MB_S": "0"})
+    assert limited.recovery_rate_mb_s == 0.0
+    with pytest.raises(UsageError, match="BLOBSTORE_RECOVERY_RATE_MB_S"):
+        ObjectStoreConfig(recovery_rate_mb_s=-1)
