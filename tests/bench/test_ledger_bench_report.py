@@ -1,0 +1,44 @@
+"""The ledger benchmark's aims table: each row shows what was measured, in its unit, and
+the ratio to the aim (>= 1 meets it)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import ledger_bench  # noqa: E402
+
+KIB, MIB = 1024, 1024 * 1024
+
+
+def _result(label: str, entry_bytes: int, adds: int, latency_s: float) -> ledger_bench.Result:
+    return ledger_bench.Result(
+        label=label,
+        ensemble="E3/WQ2/AQ2",
+        entry_bytes=entry_bytes,
+        window=16,
+        adds=adds,
+        seconds=2.0,
+        latencies_s=[latency_s] * 100,
+        read_mb_per_s=0.0,
+        client_cpu_s=0.0,
+    )
+
+
+def test_aims_show_measurements_in_their_units_and_ratios() -> None:
+    rows = ledger_bench.aims_table(
+        [
+            _result("256", KIB, 30_000, 0.020),
+            _result("paced 5,000/s", KIB, 10_000, 0.004),
+            _result("16", MIB, 200, 0.1),
+        ],
+        disk_mb_per_s=320.0,
+    )
+    table = "\n".join(rows)
+    assert "| 1 KiB adds/s >= 10,000 | 15,000 /s | 1.50 |" in table, table
+    assert "| 1 KiB p99 <= 10 ms at paced 5,000/s (ratio = aim / measured) | 4.00 ms | 2.50 |" in (
+        table
+    ), table
+    assert "= 56 MB/s | 105 MB/s | 1.87 |" in table, table
