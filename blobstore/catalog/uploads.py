@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
@@ -34,6 +35,9 @@ from blobstore.catalog.retry import CasRetryPolicy
 from blobstore.zk import ZooKeeperClient
 
 _READ_CONCURRENCY = 64
+# Upload keys remembered for listings (~150 bytes each): listings of a bucket with more
+# uploads in progress than this read the records they no longer remember.
+UPLOAD_KEYS_REMEMBERED_MAX = 200_000
 
 
 def new_upload_id() -> str:
@@ -59,6 +63,8 @@ class MultipartUploads:
             config.cas_backoff_initial_ms,
             config.cas_backoff_max_ms,
         )
+        # (bucket, upload id) -> key, least recently listed first (bounded).
+        self._upload_keys: OrderedDict[tuple[str, str], str] = OrderedDict()
 
     async def create(self, record: UploadRecord) -> UploadRecord:
         validate_key(record.key)
@@ -78,6 +84,7 @@ class MultipartUploads:
                 )
             except NoNodeError:
                 raise NoSuchBucketError(record.bucket) from None
+        self._remember_key(record.bucket, record.upload_id, record.key)
         return record
 
     async def get(self, bucket: str, upload_id: str) -> tuple[UploadRecord, int]:
@@ -171,26 +178,34 @@ class MultipartUploads:
                 children = await self.zk.get_children(path)
             except NoNodeError:
                 raise NoSuchBucketError(bucket) from None
-            values = await _gather_bounded([self._get_versioned(f"{path}/{c}") for c in children])
-        uploads = sorted(
-            (UploadRecord.decode(v[0]) for v in values if v is not None),
-            key=lambda u: (u.key, u.upload_id),
+            # Listing sorts by key, which only the records hold. A record never changes
+            # once created, so the key of every upload read before is remembered: a
+            # listing reads the uploads it has not seen, then the page it returns.
+            unseen = [c for c in children if (bucket, c) not in self._upload_keys]
+            fresh = {
+                record.upload_id: record
+                for record in await _gather_bounded([self._read(path, c) for c in unseen])
+                if record is not None
+            }
+        for record in fresh.values():
+            self._remember_key(bucket, record.upload_id, record.key)
+        keyed = sorted(
+            (key, upload_id)
+            for upload_id in children
+            if (key := self._upload_keys.get((bucket, upload_id))) is not None
         )
-        result: list[UploadRecord] = []
+        chosen: list[str] = []  # upload ids of the page, in order
         common_prefixes: list[str] = []
         skip_below: str | None = None
         truncated = False
         last_key = last_upload = ""
-        for upload in uploads:
-            key = upload.key
+        for key, upload_id in keyed:
             if not key.startswith(prefix):
                 continue
             if key_marker:
                 if key < key_marker:
                     continue
-                if key == key_marker and (
-                    not upload_id_marker or upload.upload_id <= upload_id_marker
-                ):
+                if key == key_marker and (not upload_id_marker or upload_id <= upload_id_marker):
                     continue
             if skip_below is not None and key < skip_below:
                 continue
@@ -201,7 +216,7 @@ class MultipartUploads:
                     common = key[: j + len(delimiter)]
             if common is not None and key_marker and common <= key_marker:
                 continue  # rolled up on an earlier page
-            if len(result) + len(common_prefixes) >= max_uploads:
+            if len(chosen) + len(common_prefixes) >= max_uploads:
                 truncated = True
                 break
             if common is not None:
@@ -209,11 +224,29 @@ class MultipartUploads:
                 last_key, last_upload = common, ""
                 skip_below = prefix_successor(common) or "\U0010ffff" * 2
                 continue
-            result.append(upload)
-            last_key, last_upload = key, upload.upload_id
+            chosen.append(upload_id)
+            last_key, last_upload = key, upload_id
         if not truncated:
             last_key = last_upload = ""
+        with zookeeper_errors("list uploads"):
+            missing = [u for u in chosen if u not in fresh]
+            for record in await _gather_bounded([self._read(path, u) for u in missing]):
+                if record is not None:
+                    fresh[record.upload_id] = record
+        # An upload completed or aborted since the child list was read is left out.
+        result = [fresh[u] for u in chosen if u in fresh]
         return UploadListResult(result, common_prefixes, truncated, last_key, last_upload)
+
+    async def _read(self, path: str, upload_id: str) -> UploadRecord | None:
+        value = await self._get_versioned(f"{path}/{upload_id}")
+        return None if value is None else UploadRecord.decode(value[0])
+
+    def _remember_key(self, bucket: str, upload_id: str, key: str) -> None:
+        keys = self._upload_keys
+        keys[(bucket, upload_id)] = key
+        keys.move_to_end((bucket, upload_id))
+        while len(keys) > UPLOAD_KEYS_REMEMBERED_MAX:
+            keys.popitem(last=False)
 
     def cleanup_operations(
         self, bucket: str, upload_id: str, upload_version: int, parts: dict[int, VersionedPart]

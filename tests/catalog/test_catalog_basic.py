@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -477,3 +478,54 @@ def test_truncated_listing_leaves_its_read_ahead_in_the_page_cache(zk_connect: s
             assert [r.key for r in first.contents + rest.contents] == [r.key for r in records]
 
     run_with_catalog(zk_connect, body)
+
+
+def test_listing_uploads_reads_only_what_it_has_not_seen_and_its_page(zk_connect: str) -> None:
+    """Upload records never change, so a gateway remembers each upload's key: a listing
+    reads the records of uploads it has not seen and of the page it returns, not every
+    upload of the bucket; uploads created or finished through another gateway still show
+    (or vanish) at once."""
+
+    async def main() -> None:
+        async with open_catalog(zk_connect) as writer, open_catalog(zk_connect) as reader:
+            await writer.create_bucket("many", "alice")
+            created = [
+                await writer.create_upload(UploadRecord("many", f"k/{i:03d}")) for i in range(40)
+            ]
+            reads: list[str] = []
+            real_get = reader.zk.get
+
+            async def counting_get(path: str, *args: Any, **kwargs: Any) -> Any:
+                if "/uploads/" in path:
+                    reads.append(path)
+                return await real_get(path, *args, **kwargs)
+
+            reader.zk.get = counting_get  # type: ignore[method-assign]
+            first = await reader.list_uploads("many", max_uploads=5)
+            assert [u.key for u in first.uploads] == [f"k/{i:03d}" for i in range(5)]
+            assert first.is_truncated and len(reads) == 40  # every upload, once
+            reads.clear()
+            second = await reader.list_uploads(
+                "many",
+                max_uploads=5,
+                key_marker=first.next_key_marker,
+                upload_id_marker=first.next_upload_id_marker,
+            )
+            assert [u.key for u in second.uploads] == [f"k/{i:03d}" for i in range(5, 10)]
+            assert len(reads) == 5, reads  # the page only
+            await writer.abort_upload("many", created[5].upload_id)
+            late = await writer.create_upload(UploadRecord("many", "k/005-late"))
+            reads.clear()
+            third = await reader.list_uploads(
+                "many", max_uploads=3, key_marker=first.next_key_marker
+            )
+            assert [u.upload_id for u in third.uploads] == [
+                late.upload_id,
+                created[6].upload_id,
+                created[7].upload_id,
+            ]
+            assert len(reads) == 3, reads  # the new upload, then the two others of the page
+            everything = await reader.list_uploads("many")
+            assert len(everything.uploads) == 40 and not everything.is_truncated
+
+    asyncio.run(asyncio.wait_for(main(), 60))
