@@ -66,6 +66,8 @@ SLOW_SYNC_S = 0.1
 GROUP_COMMIT_BYTES_MAX = 16 << 20
 # An idle writer looks at its queue this often even unnotified (a bound, not the path).
 WRITER_IDLE_RECHECK_S = 1.0
+# A writer held for room in the write cache looks whether the journal is closing this often.
+ROOM_RECHECK_S = 0.2
 FILE_SUFFIX = ".txn"
 
 assert RECORD_PREFIX.size == RECORD_HEADER.size + RECORD_BODY.size
@@ -473,7 +475,16 @@ class Journal:
         async def room() -> None:
             await wait_for_room()
 
-        asyncio.run_coroutine_threadsafe(room(), loop).result()
+        waiting = asyncio.run_coroutine_threadsafe(room(), loop)
+        # A journal that is closing writes what it holds at once: the bound is on memory
+        # under load, and a shutdown (which stops checkpoints first) must not hang on it.
+        while not self._closing:
+            try:
+                waiting.result(ROOM_RECHECK_S)
+                return
+            except TimeoutError:
+                continue
+        waiting.cancel()
 
     # ------------------------------------------------------------------ on the loop
 

@@ -350,3 +350,22 @@ def test_the_writer_waits_for_room_in_the_write_cache(tmp_path: Path) -> None:
         await journal.close()
 
     asyncio.run(main())
+
+
+def test_a_journal_closing_writes_what_it_holds_even_without_room(tmp_path: Path) -> None:
+    """Shutdown stops checkpoints before the journal: a writer held for room must not
+    hang the close. It writes what it holds (acknowledged after its fsync) and stops."""
+
+    async def main() -> None:
+        journal = _journal(tmp_path)
+        journal.needs_room = lambda: True
+        journal.wait_for_room = asyncio.Event().wait  # never
+        journal.start()
+        pending = _submit(journal, JournalRecord(RecordKind.FENCE, 8, -1, KEY))
+        await asyncio.sleep(0.3)
+        assert not pending.done()
+        await asyncio.wait_for(journal.close(), 10)
+        await asyncio.wait_for(pending, 1)  # written and fsync'd, not failed
+
+    asyncio.run(main())
+    assert [r.ledger_id for r, _ in replay(str(tmp_path), (0, 0))] == [8]
