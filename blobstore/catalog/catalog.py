@@ -294,9 +294,12 @@ class Catalog:
         authorize on a cached bucket record, without a sync."""
         _existing_bucket_name(record.bucket)
         validate_key(record.key)
-        if not record.last_modified:
-            record = replace(record, last_modified=time.time())
-        candidate = replace(record, version_id=versioning.new_version_id(), is_latest=False)
+        candidate = replace(
+            record,
+            version_id=versioning.new_version_id(),
+            is_latest=False,
+            last_modified=record.last_modified or time.time(),
+        )
         candidate_dict = candidate.to_dict()
 
         def apply(versions: versioning.VersionList, bucket: BucketRecord) -> tuple[Any, Any]:

@@ -77,7 +77,10 @@ class LedgerWriterPool:
         if self._closed:
             raise WriterPoolExhaustedError("writer pool is closed")
         try:
-            await asyncio.wait_for(self._slots.acquire(), self._config.writer_wait_s_max)
+            if self._slots.locked():
+                await asyncio.wait_for(self._slots.acquire(), self._config.writer_wait_s_max)
+            else:
+                await self._slots.acquire()  # free: taken without waiting (no task per PUT)
         except TimeoutError:
             raise WriterPoolExhaustedError(
                 f"no writer ledger free within {self._config.writer_wait_s_max}s"
