@@ -68,6 +68,7 @@ from blobstore.ledger.ledger_metadata import (
     password_hash,
 )
 from blobstore.objects.ledger_sweeper import GATEWAYS_PATH
+from blobstore.objects.metrics import REREPLICATED_BYTES
 from blobstore.objects.writer_pool import LEDGER_PASSWORD as OBJECTS_PASSWORD
 from blobstore.zk import ZooKeeperClient
 from bookie import zk_layout
@@ -389,6 +390,7 @@ class DecommissionOp:
                     f"ledger {ledger_id} entry {entry_id}: {replacement} refused the copy: {e}"
                 ) from e
             self.bytes_copied += len(data)
+            REREPLICATED_BYTES.inc(len(data))
 
         await for_each(entry_ids, copy, COPY_WINDOW_ENTRIES)
         return len(entry_ids)

@@ -49,6 +49,12 @@ AUDIT_RECOVERIES = Counter(
     "more) or partial (some ledgers left for a later pass)",
     ["outcome"],
 )
+REREPLICATED_BYTES = Counter(
+    "blobstore_rereplicated_bytes_total",
+    "Entry bytes copied to a replacement bookie by decommissions run in this process "
+    "(the auditor's re-replication of lost bookies; its progress against "
+    "recovery_rate_mb_s)",
+)
 BOOKIES_MISSING = Gauge(
     "blobstore_bookies_missing",
     "Bookies with a cookie but no registration, as the last audit pass saw them",

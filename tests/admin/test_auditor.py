@@ -43,6 +43,10 @@ def _listed_bookies(zk_connect: str) -> dict[str, dict]:  # type: ignore[type-ar
     return {b["bookie_id"]: b for b in listed}
 
 
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
 def _passes(result: str) -> float:
     return REGISTRY.get_sample_value("blobstore_audit_passes_total", {"result": result}) or 0.0
 
@@ -93,6 +97,7 @@ def test_auditor_rereplicates_a_bookie_gone_past_the_delay(
             eager = BookieAuditor(
                 zk, "gateway-b", 60.0, lost_bookie_delay_s=0.0, recovery_rate_bytes_per_s=1e9
             )
+            rereplicated = _sample("blobstore_rereplicated_bytes_total")
             done = await eager.audit_once()
             assert done.missing == noted.missing, (done, noted)
             assert done.recovered == victim.bookie_id and done.safe_to_remove, done
@@ -100,6 +105,7 @@ def test_auditor_rereplicates_a_bookie_gone_past_the_delay(
             marker, _ = await zk.get_with_stat(decommissioned_path(victim.bookie_id))
             copied = json.loads(marker)["bytes_copied"]
             assert copied > 0 and sum(metered) == copied, (copied, sum(metered))
+            assert _sample("blobstore_rereplicated_bytes_total") == rereplicated + copied
             assert await zk.exists(decommissioning_path(victim.bookie_id)) is None
             after = await eager.audit_once()
             assert after.missing == {} and after.recovered is None, after
