@@ -38,9 +38,9 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
 import crc32c
 
@@ -323,7 +323,7 @@ class Journal:
         # the thread before each write (cheap, racy by at most one batch), and while it
         # says so the thread waits for `wait_for_room()` run on the loop.
         self.needs_room: Callable[[], bool] | None = None
-        self.wait_for_room: Callable[[], Awaitable[None]] | None = None
+        self.wait_for_room: Callable[[], Coroutine[Any, Any, None]] | None = None
 
     # ------------------------------------------------------------------ files
 
@@ -470,12 +470,7 @@ class Journal:
     def _hold_for_room(self, loop: asyncio.AbstractEventLoop) -> None:
         if self.needs_room is None or self.wait_for_room is None or not self.needs_room():
             return
-        wait_for_room = self.wait_for_room
-
-        async def room() -> None:
-            await wait_for_room()
-
-        waiting = asyncio.run_coroutine_threadsafe(room(), loop)
+        waiting = asyncio.run_coroutine_threadsafe(self.wait_for_room(), loop)
         # A journal that is closing writes what it holds at once: the bound is on memory
         # under load, and a shutdown (which stops checkpoints first) must not hang on it.
         while not self._closing:

@@ -299,7 +299,7 @@ class LedgerStorage:
 
     def needs_room(self) -> bool:
         """Both halves of the write cache are full: the journal writer must wait."""
-        return self.active_bytes >= self.write_cache_bytes_max // 2 and bool(self.flushing)
+        return self.write_cache_full() and bool(self.flushing)
 
     async def wait_for_room(self) -> None:
         """Hold the journal writer while both halves of the write cache are full."""

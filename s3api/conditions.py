@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from collections.abc import Mapping
-from email.utils import parsedate_to_datetime
+from email.utils import formatdate, parsedate_to_datetime
 
 from s3api.errors import S3Error
 
@@ -36,23 +35,15 @@ __all__ = [
 ]
 
 
-_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-
-
 def http_date(epoch_seconds: float) -> str:
-    """Last-Modified and friends: 'Fri, 20 Nov 2026 23:18:56 GMT' (IMF-fixdate, English
-    names whatever the locale; objects written in the same second share the text)."""
+    """Last-Modified and friends: 'Fri, 20 Nov 2026 23:18:56 GMT'. Objects written in the
+    same second share the text (formatting it was 2% of a small GET)."""
     return _http_date(math.floor(epoch_seconds))
 
 
 @functools.lru_cache(maxsize=4096)
 def _http_date(seconds: int) -> str:
-    t = time.gmtime(seconds)
-    return (
-        f"{_WEEKDAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year:04d} "
-        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
-    )
+    return formatdate(seconds, usegmt=True)
 
 
 def parse_http_date(value: str | None) -> float | None:

@@ -181,19 +181,18 @@ class MultipartUploads:
             # Listing sorts by key, which only the records hold. A record never changes
             # once created, so the key of every upload read before is remembered: a
             # listing reads the uploads it has not seen, then the page it returns.
-            unseen = [c for c in children if (bucket, c) not in self._upload_keys]
+            keys = {c: self._upload_keys.get((bucket, c)) for c in children}
+            unseen = [c for c, key in keys.items() if key is None]
             fresh = {
                 record.upload_id: record
                 for record in await _gather_bounded([self._read(path, c) for c in unseen])
                 if record is not None
             }
         for record in fresh.values():
+            keys[record.upload_id] = record.key
             self._remember_key(bucket, record.upload_id, record.key)
-        keyed = sorted(
-            (key, upload_id)
-            for upload_id in children
-            if (key := self._upload_keys.get((bucket, upload_id))) is not None
-        )
+        # From this listing's own map: remembering may forget keys of the same listing.
+        keyed = sorted((key, upload_id) for upload_id, key in keys.items() if key is not None)
         chosen: list[str] = []  # upload ids of the page, in order
         common_prefixes: list[str] = []
         skip_below: str | None = None

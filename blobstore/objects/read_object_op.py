@@ -11,6 +11,7 @@ reopened (fresh metadata) and the read retried once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Coroutine, Sequence
@@ -44,9 +45,6 @@ class ReadHandleCache:
 
     async def get(self, ledger_id: int) -> LedgerHandle:
         task = self._handles.get(ledger_id)
-        if task is not None and task.done() and not task.cancelled() and not task.exception():
-            self._handles.move_to_end(ledger_id)
-            return task.result()
         if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
             task = asyncio.ensure_future(
                 asyncio.wait_for(
@@ -58,6 +56,8 @@ class ReadHandleCache:
             while len(self._handles) > self._handles_max:
                 self._handles.popitem(last=False)
         self._handles.move_to_end(ledger_id)
+        if task.done():
+            return task.result()  # open already (a failed open was replaced above)
         try:
             return await asyncio.shield(task)
         except BaseException:
@@ -79,12 +79,10 @@ async def read_entries(
     for attempt in range(2):
         handle = await cache.get(ledger_id)
         try:
-            if first == last:
-                # Bounded already: each replica's request has its deadline.
+            # One entry is bounded already: each replica's request has its deadline.
+            bound = contextlib.nullcontext() if first == last else asyncio.timeout(READ_TIMEOUT_S)
+            async with bound:
                 payloads = await handle.read_unconfirmed_entries(first, last)
-            else:
-                async with asyncio.timeout(READ_TIMEOUT_S):
-                    payloads = await handle.read_unconfirmed_entries(first, last)
             assert len(payloads) == last - first + 1, (ledger_id, first, last, len(payloads))
             return payloads
         except NoSuchLedgerError:

@@ -529,3 +529,23 @@ def test_listing_uploads_reads_only_what_it_has_not_seen_and_its_page(zk_connect
             assert len(everything.uploads) == 40 and not everything.is_truncated
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_listing_more_uploads_than_remembered_lists_them_all(
+    zk_connect: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the bound on remembered keys a listing reads again what it forgot, and
+    still lists every upload."""
+    from blobstore.catalog import uploads
+
+    monkeypatch.setattr(uploads, "UPLOAD_KEYS_REMEMBERED_MAX", 7)
+
+    async def body(catalog: Catalog) -> None:
+        await catalog.create_bucket("lots", "alice")
+        for i in range(25):
+            await catalog.create_upload(UploadRecord("lots", f"u/{i:02d}"))
+        for _ in range(2):
+            listed = await catalog.list_uploads("lots")
+            assert [u.key for u in listed.uploads] == [f"u/{i:02d}" for i in range(25)]
+
+    run_with_catalog(zk_connect, body)
