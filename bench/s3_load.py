@@ -791,18 +791,25 @@ OpFactory = Callable[[S3Client], Op]
 """Called once per worker with the phase's client; returns that worker's Op."""
 
 
-def object_key(prefix: str, sequence: int) -> str:
-    """The key of object number `sequence`: the same in put, get and delete phases."""
+def object_key(prefix: str, sequence: int, scattered: bool = False) -> str:
+    """The key of object number `sequence`: the same in put, get and delete phases.
+    Sequential keys sort in the order they are written (log-like names); `scattered`
+    ones start with 8 hex digits hashed from the number, so consecutive writes land all
+    over the key space (uuid-like names, as warp writes by default)."""
+    if scattered:
+        digest = hashlib.blake2b(sequence.to_bytes(8, "big"), digest_size=4).hexdigest()
+        return f"{prefix}{digest}-{sequence:010d}"
     return f"{prefix}{sequence:010d}"
 
 
-def put_op(bucket: str, size: int, prefix: str = "obj-") -> OpFactory:
+def put_op(bucket: str, size: int, prefix: str = "obj-", scattered: bool = False) -> OpFactory:
     """PUT object number `sequence` (one random body of `size` bytes shared by all)."""
     body = os.urandom(size)
 
     def factory(client: S3Client) -> Op:
         async def op(connection: HttpConnection, sequence: int) -> int:
-            return await client.put_object(connection, bucket, object_key(prefix, sequence), body)
+            key = object_key(prefix, sequence, scattered)
+            return await client.put_object(connection, bucket, key, body)
 
         return op
 
@@ -814,14 +821,14 @@ def get_op(
     object_count: int,
     prefix: str = "obj-",
     byte_range: tuple[int, int] | None = None,
+    scattered: bool = False,
 ) -> OpFactory:
     """GET object number `sequence % object_count` (whole, or the inclusive byte range)."""
 
     def factory(client: S3Client) -> Op:
         async def op(connection: HttpConnection, sequence: int) -> int:
-            response = await client.get_object(
-                connection, bucket, object_key(prefix, sequence % object_count), byte_range
-            )
+            key = object_key(prefix, sequence % object_count, scattered)
+            response = await client.get_object(connection, bucket, key, byte_range)
             return response.body_bytes
 
         return op
@@ -829,12 +836,13 @@ def get_op(
     return factory
 
 
-def delete_op(bucket: str, prefix: str = "obj-") -> OpFactory:
+def delete_op(bucket: str, prefix: str = "obj-", scattered: bool = False) -> OpFactory:
     """DELETE object number `sequence` (run with count = the number of objects put)."""
 
     def factory(client: S3Client) -> Op:
         async def op(connection: HttpConnection, sequence: int) -> int:
-            await client.delete_object(connection, bucket, object_key(prefix, sequence))
+            key = object_key(prefix, sequence, scattered)
+            await client.delete_object(connection, bucket, key)
             return 0
 
         return op
@@ -1276,6 +1284,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--size", type=parse_size, default=4096, help="object size")
     parser.add_argument("--objects", type=int, default=1000, help="objects prepared first")
     parser.add_argument("--prefix", default="obj-")
+    parser.add_argument(
+        "--scattered-keys",
+        action="store_true",
+        help="keys start with a hash of the object number (uuid-like, spread over the "
+        "key space) instead of sorting in write order",
+    )
     parser.add_argument("--part-size", type=parse_size, default=8 * MIB)
     parser.add_argument("--part-concurrency", type=int, default=4)
     parser.add_argument("--range-bytes", type=parse_size, default=4096)
@@ -1316,22 +1330,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         prepare_count = args.objects
         if args.op == "delete-objects":
             prepare_count = -(-args.objects // DELETE_OBJECTS_MAX) * DELETE_OBJECTS_MAX
+        # Listing and DeleteObjects phases name their keys in order.
+        scattered = args.scattered_keys and args.op in ("put", "get", "range", "delete")
         if args.op in ("get", "range", "delete", "list", "delete-objects"):
-            phase(f"prepare: put {args.size} B", put_op(args.bucket, args.size, args.prefix),
+            phase(f"prepare: put {args.size} B",
+                  put_op(args.bucket, args.size, args.prefix, scattered),
                   count=prepare_count)  # fmt: skip
         if args.op == "put":
             paced = {"rate": args.rate} if args.rate else {}
-            phase(f"put {args.size} B", put_op(args.bucket, args.size, args.prefix), **paced)
+            phase(
+                f"put {args.size} B",
+                put_op(args.bucket, args.size, args.prefix, scattered),
+                **paced,
+            )
         elif args.op == "get":
-            phase(f"get {args.size} B", get_op(args.bucket, args.objects, args.prefix))
+            phase(
+                f"get {args.size} B",
+                get_op(args.bucket, args.objects, args.prefix, None, scattered),
+            )
         elif args.op == "range":
             byte_range = (0, min(args.range_bytes, args.size) - 1)
             phase(
                 f"get range {byte_range[1] + 1} B",
-                get_op(args.bucket, args.objects, args.prefix, byte_range),
+                get_op(args.bucket, args.objects, args.prefix, byte_range, scattered),
             )
         elif args.op == "delete":
-            phase("delete", delete_op(args.bucket, args.prefix), count=args.objects)
+            phase("delete", delete_op(args.bucket, args.prefix, scattered), count=args.objects)
         elif args.op == "list":
             phase("list (1000 keys/page)", list_op(args.bucket, args.prefix))
         elif args.op == "delete-objects":

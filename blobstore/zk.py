@@ -160,7 +160,7 @@ class ZooKeeperClient:
         return Versioned(value, stat.version)
 
     def forget_data_watch(self, path: str, callback: Callable[[Any], None]) -> None:
-        """Stop calling `callback` (given to `get`) on changes of `path`; the server's
+        """Stop calling `callback` (given to `get`, `exists` or `watch_started`) on changes of `path`; the server's
         watch is removed once nothing of this session watches the path."""
         self._session.forget_data_watch(self._path(path), callback)
 
@@ -175,6 +175,17 @@ class ZooKeeperClient:
             Exists(self._path(path), watch is not None), watch
         )
         return stat
+
+    def watch_started(
+        self, path: str, watch: Callable[[Any], None]
+    ) -> asyncio.Future[ZnodeStat | None]:
+        """Arm a data watch on `path` without waiting: an `exists` request whose reply
+        (the znode's stat, or None when it is gone) comes in the future returned. The
+        watch reports the first change the server applies after this request."""
+        future: asyncio.Future[ZnodeStat | None] = self._session.submit(
+            Exists(self._path(path), True), watch
+        )
+        return future
 
     async def get_children(
         self, path: str, watch: Callable[[Any], None] | None = None

@@ -583,17 +583,19 @@ class ZooKeeperSession:
         Not while a watching request for the path is unanswered on the connection or
         waiting to be sent: the server may set that watch after the removal, and this
         client would arm it on the reply, so the two agree without a removal."""
-        callbacks = self._data_watches.get(path)
-        if callbacks is None or callback not in callbacks:
+        found = False
+        for watches in (self._data_watches, self._exist_watches):
+            callbacks = watches.get(path)
+            if callbacks is not None and callback in callbacks:
+                found = True
+                callbacks.discard(callback)
+                if not callbacks:
+                    del watches[path]
+        if not found or path in self._data_watches or path in self._exist_watches:
             return
-        callbacks.discard(callback)
-        if callbacks:
-            return
-        del self._data_watches[path]
         connection = self._connection
         if (
-            path in self._exist_watches
-            or connection is None
+            connection is None
             or self.state != KazooState.CONNECTED
             or connection.watching[path]
             or any(p.watch is not None and p.request.path == path for p in self._waiting)

@@ -335,3 +335,39 @@ def test_a_watch_is_kept_while_a_watching_read_waits_to_be_sent(zk_connect: str)
             assert events[0].type == EventType.CHANGED
 
     _run(main())
+
+
+def test_watch_started_arms_a_watch_that_can_be_forgotten(zk_connect: str) -> None:
+    """`watch_started` arms a data watch without waiting (its reply is the stat, or None
+    for a missing znode); forgetting it removes the server's watch, whether the znode
+    existed (a data watch) or not (an existence watch)."""
+
+    async def main() -> None:
+        async with _two_sessions(zk_connect) as (watcher, writer):
+            await writer.create("/armed", b"0")
+            events: list[WatchedEvent] = []
+            stat = await watcher.watch_started("/armed", events.append)
+            assert stat is not None and stat.version == 0
+            await writer.set("/armed", b"1")
+            async with asyncio.timeout(30):
+                while not events:
+                    await asyncio.sleep(0.01)
+            assert events[0].type == EventType.CHANGED
+
+            await watcher.fresh_view()
+            before = _server_watch_count(zk_connect)
+            assert await watcher.watch_started("/armed", events.append) is not None
+            assert await watcher.watch_started("/missing", events.append) is None
+            await watcher.fresh_view()
+            assert _server_watch_count(zk_connect) - before == 2
+            watcher.forget_data_watch("/armed", events.append)
+            watcher.forget_data_watch("/missing", events.append)
+            await watcher.fresh_view()  # the removals were sent before this sync
+            assert _server_watch_count(zk_connect) == before
+            await writer.set("/armed", b"2")
+            await writer.create("/missing", b"")
+            await writer.fresh_view()
+            await watcher.fresh_view()
+            assert len(events) == 1, "a forgotten watch fired"
+
+    _run(main())

@@ -289,11 +289,12 @@ class ObjectIndex:
         for key, candidate in list(self._queues.items()):
             if candidate.idle:
                 del self._queues[key]
+                candidate.forget()
 
     def forget_page(self, bucket: str, page_id: str) -> None:
         queue = self._queues.get((bucket, page_id))
         if queue is not None:
-            queue.page = None
+            queue.forget()
 
     # ------------------------------------------------------------------ merge
 

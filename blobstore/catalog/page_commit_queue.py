@@ -20,6 +20,7 @@ pages and sets the page map, with version checks on the page and the map.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -102,8 +103,41 @@ class PageCommitQueue:
         return self.page
 
     def _remember(self, page: IndexPage) -> None:
+        """Keep the page this queue just wrote for its next batch, under a data watch:
+        a write of it by anyone else (another worker or gateway) drops the copy as soon
+        as its event arrives, so the next batch reads the page instead of failing its
+        compare-and-set, backing off and reading it then. The watch is armed by an
+        `exists` sent without waiting; its reply drops the copy when the page moved on
+        in between. The copy is never shown to readers: until that reply it may be
+        behind the server."""
         self.page = page
         self._page_written_at = time.monotonic()
+        reply = self.index.zk.watch_started(self._path(), self._page_changed)
+        reply.add_done_callback(functools.partial(self._watch_armed, page.version))
+
+    def _path(self) -> str:
+        return self.index.paths.page(self.bucket, self.page_id)
+
+    def _page_changed(self, _event: Any) -> None:
+        # On the loop, in order with replies: the event of this queue's own next write
+        # comes before that write's reply, which remembers the new page.
+        self.page = None
+
+    def _watch_armed(self, version: int, reply: asyncio.Future[Any]) -> None:
+        if reply.cancelled():
+            return
+        error = reply.exception()
+        stat = None if error is not None else reply.result()
+        if stat is None:  # gone (merged), or the watch's fate unknown: keep no copy
+            self.forget()
+        elif stat.version != version and self.page is not None and self.page.version == version:
+            self.page = None
+
+    def forget(self) -> None:
+        """Drop the cached page and its watch (the queue is being discarded, or the page
+        was merged away)."""
+        self.page = None
+        self.index.zk.forget_data_watch(self._path(), self._page_changed)
 
     def submit(self, mutation: Mutation) -> None:
         if len(self._waiting) >= self.index.config.commit_queue_max:

@@ -549,3 +549,63 @@ def test_listing_more_uploads_than_remembered_lists_them_all(
             assert [u.key for u in listed.uploads] == [f"u/{i:02d}" for i in range(25)]
 
     run_with_catalog(zk_connect, body)
+
+
+def test_a_page_written_elsewhere_is_read_again_before_the_next_commit(zk_connect: str) -> None:
+    """A commit queue keeps the page it wrote under a data watch: once another session
+    (another worker or gateway) writes that page, the watch drops the copy and the next
+    commit reads the page instead of failing a compare-and-set on the stale copy. A
+    queue discarded while idle takes its watch with it."""
+    from blobstore.catalog import CatalogConfig
+    from blobstore.catalog import metrics as catalog_metrics
+
+    config = CatalogConfig(page_cache_s=60, commit_queues_max=1)
+
+    def conflicts() -> float:
+        return catalog_metrics.CAS_CONFLICTS._value.get()  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        async with (
+            open_catalog(zk_connect, config) as one,
+            open_catalog(zk_connect, config) as two,
+        ):
+            await one.create_bucket("watched", "alice")
+            await one.put_object(object_record("watched", "a", 1))
+            await two.put_object(object_record("watched", "b", 2))
+            (queue,) = one.index._queues.values()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while queue.page is not None:  # the watch event of two's write
+                assert loop.time() < deadline, "the page written elsewhere was kept"
+                await asyncio.sleep(0.01)
+            before = conflicts()
+            for n in range(3, 9):
+                writer = one if n % 2 else two
+                await writer.put_object(object_record("watched", f"k{n}", n))
+                other = two if writer is one else one
+                (other_queue,) = other.index._queues.values()
+                deadline = loop.time() + 10
+                while other_queue.page is not None:
+                    assert loop.time() < deadline, "the page written elsewhere was kept"
+                    await asyncio.sleep(0.01)
+            assert conflicts() == before
+            listed = [r.key for r in (await two.list_objects("watched")).contents]
+            assert listed == ["a", "b"] + [f"k{n}" for n in range(3, 9)]
+            assert conflicts() == before
+
+            # A second bucket's queue pushes the idle one out (commit_queues_max=1): its
+            # watch goes, so the session keeps no callback of a discarded queue.
+            await one.put_object(object_record("watched", "k9", 9))
+            assert queue.page is not None
+            session = one.index.zk._session
+            path = session.chrooted(one.index.paths.page("watched", queue.page_id))
+            deadline = loop.time() + 10
+            while queue._page_changed not in session._data_watches.get(path, set()):
+                assert loop.time() < deadline, "no watch armed on the page written"
+                await asyncio.sleep(0.01)
+            await one.create_bucket("other", "alice")
+            await one.put_object(object_record("other", "x", 1))
+            assert ("watched", queue.page_id) not in one.index._queues
+            assert queue._page_changed not in session._data_watches.get(path, set())
+
+    asyncio.run(asyncio.wait_for(main(), 60))
