@@ -291,6 +291,23 @@ def test_every_operation_against_a_real_gateway(gateway: GatewayProcess) -> None
     s3_load.run_async(delete_rest())
     assert s3.list_objects_v2(Bucket=bucket, Prefix="o/")["KeyCount"] == 0
 
+    # Scattered keys: the same key for the same number in put, get and delete phases,
+    # spread over the key space instead of sorting in write order.
+    scattered = [s3_load.object_key("s/", number, scattered=True) for number in range(20)]
+    assert len(set(scattered)) == 20 and scattered != sorted(scattered)
+    put_scattered = s3_load.put_op(bucket, 100, prefix="s/", scattered=True)
+    result = s3_load.run_phase("put", *credentials, put_scattered, concurrency=4, count=20)
+    assert (result.ops, result.errors) == (20, 0), result.error_samples
+    listed = [item["Key"] for item in s3.list_objects_v2(Bucket=bucket, Prefix="s/")["Contents"]]
+    assert listed == sorted(scattered)
+    get_scattered = s3_load.get_op(bucket, 20, prefix="s/", scattered=True)
+    result = s3_load.run_phase("get", *credentials, get_scattered, concurrency=4, count=20)
+    assert (result.ops, result.errors, result.bytes) == (20, 0, 2000), result.error_samples
+    delete = s3_load.delete_op(bucket, prefix="s/", scattered=True)
+    result = s3_load.run_phase("delete", *credentials, delete, concurrency=4, count=20)
+    assert (result.ops, result.errors) == (20, 0), result.error_samples
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="s/")["KeyCount"] == 0
+
     # A missing key is a counted error, and the connection keeps working after it.
     result = s3_load.run_phase("get", *credentials, get, concurrency=1, count=3)
     assert (result.ops, result.errors) == (0, 3)
