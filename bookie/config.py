@@ -31,6 +31,10 @@ class BookieConfig:
     ready_file: str = ""
     rack: str = "/default-rack"
 
+    # Write and fsync a batch as soon as nothing else is queued: adds arriving during that
+    # fsync form the next batch. False: gather for up to journal_max_group_wait_ms first
+    # (fewer fsyncs per add at low rates, more latency), BookKeeper's default.
+    journal_flush_when_queue_empty: bool = True
     journal_max_group_wait_ms: float = 2.0
     journal_buffered_writes_threshold_bytes: int = 512 * KIB
     journal_file_bytes_max: int = 256 * MIB

@@ -139,14 +139,18 @@ def group_commit_decision(
     *,
     max_wait_s: float,
     threshold_bytes: int,
+    flush_when_queue_empty: bool = True,
 ) -> str | None:
     """Why to write and fsync the batch now, or None to keep gathering.
 
     - "bytes": the batch passed the buffered-writes threshold; a bigger write only delays
       the adds already waiting without saving an fsync.
     - "wait": the oldest add waited journal_max_group_wait_ms; latency bound.
-    - "empty": nothing else is queued; adds that arrive meanwhile gather during this
-      fsync and form the next batch, so waiting longer would only add latency.
+    - "empty": nothing else is queued and `flush_when_queue_empty` (the default); adds
+      that arrive meanwhile gather during this fsync and form the next batch, so waiting
+      longer would only add latency. Without it the batch gathers for up to
+      journal_max_group_wait_ms: fewer fsyncs per add at low rates, for that much more
+      latency (BookKeeper's journalFlushWhenQueueEmpty=false).
     """
     if batch_bytes == 0:
         return None
@@ -154,7 +158,7 @@ def group_commit_decision(
         return "bytes"
     if oldest_age_s >= max_wait_s:
         return "wait"
-    if queue_empty:
+    if queue_empty and flush_when_queue_empty:
         return "empty"
     return None
 
@@ -291,9 +295,11 @@ class Journal:
         queue_entries_max: int,
         clock: Callable[[], float] = time.monotonic,
         remove_from_page_cache: bool = True,
+        flush_when_queue_empty: bool = True,
     ) -> None:
         self.directory = directory
         self.max_group_wait_s = max_group_wait_ms / 1000.0
+        self.flush_when_queue_empty = flush_when_queue_empty
         self.threshold_bytes = buffered_writes_threshold_bytes
         self.group_bytes_max = max(GROUP_COMMIT_BYTES_MAX, buffered_writes_threshold_bytes)
         self.file_bytes_max = file_bytes_max
@@ -457,6 +463,7 @@ class Journal:
                 not queue,
                 max_wait_s=self.max_group_wait_s,
                 threshold_bytes=self.threshold_bytes,
+                flush_when_queue_empty=self.flush_when_queue_empty,
             )
             if reason is not None:
                 return items, pieces, batch_bytes, reason

@@ -203,6 +203,7 @@ class Bookie:
         journal = Journal(
             config.journal_dir,
             max_group_wait_ms=config.journal_max_group_wait_ms,
+            flush_when_queue_empty=config.journal_flush_when_queue_empty,
             buffered_writes_threshold_bytes=config.journal_buffered_writes_threshold_bytes,
             file_bytes_max=config.journal_file_bytes_max,
             queue_entries_max=config.journal_queue_entries_max,

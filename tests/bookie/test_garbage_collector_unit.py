@@ -128,3 +128,6 @@ def test_boolean_settings_from_flags_and_environment() -> None:
     assert parse(flag, {}).journal_remove_from_page_cache is False
     with pytest.raises(UsageError, match="journal_remove_from_page_cache='maybe'"):
         parse([*BASE, "--journal-remove-from-page-cache", "maybe"], {})
+    assert parse(BASE, {}).journal_flush_when_queue_empty is True
+    env = {"BLOBSTORE_BOOKIE_JOURNAL_FLUSH_WHEN_QUEUE_EMPTY": "false"}
+    assert parse(BASE, env).journal_flush_when_queue_empty is False

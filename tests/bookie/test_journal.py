@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,6 +75,29 @@ def test_group_commit_decision(
 ) -> None:
     reason = group_commit_decision(
         batch_bytes, age_s, queue_empty, max_wait_s=0.002, threshold_bytes=512 * 1024
+    )
+    assert reason == expected
+
+
+@pytest.mark.parametrize(
+    ("batch_bytes", "age_s", "expected"),
+    [
+        (1024, 0.0, None),  # nothing else queued, young: gather for the group wait
+        (1024, 0.0019, None),
+        (1024, 0.002, "wait"),
+        (600 * 1024, 0.0, "bytes"),
+    ],
+)
+def test_group_commit_decision_gathering_on_an_empty_queue(
+    batch_bytes: int, age_s: float, expected: str | None
+) -> None:
+    reason = group_commit_decision(
+        batch_bytes,
+        age_s,
+        True,
+        max_wait_s=0.002,
+        threshold_bytes=512 * 1024,
+        flush_when_queue_empty=False,
     )
     assert reason == expected
 
@@ -241,13 +265,16 @@ def test_a_slow_group_commit_is_logged(
     assert [r for r, _ in replay(str(tmp_path), (0, 0))] == records
 
 
-def _journal(directory: Path) -> Journal:
+def _journal(directory: Path, **settings: Any) -> Journal:
     journal = Journal(
         str(directory),
-        max_group_wait_ms=2,
-        buffered_writes_threshold_bytes=64 * 1024,
-        file_bytes_max=1 << 20,
-        queue_entries_max=100_000,
+        **{
+            "max_group_wait_ms": 2,
+            "buffered_writes_threshold_bytes": 64 * 1024,
+            "file_bytes_max": 1 << 20,
+            "queue_entries_max": 100_000,
+            **settings,
+        },
     )
     journal.open_new_file()
     return journal
@@ -369,3 +396,45 @@ def test_a_journal_closing_writes_what_it_holds_even_without_room(tmp_path: Path
 
     asyncio.run(main())
     assert [r.ledger_id for r, _ in replay(str(tmp_path), (0, 0))] == [8]
+
+
+def test_without_flush_on_an_empty_queue_adds_gather_for_the_group_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """journal_flush_when_queue_empty=false: an add alone in the queue waits up to
+    journal_max_group_wait_ms for others, and adds arriving within it share its fsync.
+    With the default, each add arriving at an idle journal has an fsync of its own."""
+    real = os.fdatasync
+
+    def count_fsyncs(flush_when_queue_empty: bool, directory: Path) -> int:
+        synced: list[int] = []
+
+        def counted(fd: int) -> None:
+            real(fd)
+            synced.append(fd)
+
+        monkeypatch.setattr(os, "fdatasync", counted)
+
+        async def main() -> None:
+            journal = _journal(
+                directory,
+                max_group_wait_ms=500,
+                flush_when_queue_empty=flush_when_queue_empty,
+            )
+            journal.start()
+            added = []
+            for i in range(4):
+                record = JournalRecord(RecordKind.ADD, 9, i, KEY, entry(9, i, b"z" * 100))
+                added.append(_submit(journal, record))
+                await asyncio.sleep(0.05)  # far apart for a journal, well within the wait
+            await asyncio.gather(*added)
+            await journal.close()
+
+        asyncio.run(main())
+        assert [r.value for r, _ in replay(str(directory), (0, 0))] == [0, 1, 2, 3]
+        return len(synced)
+
+    (tmp_path / "gather").mkdir()
+    (tmp_path / "flush").mkdir()
+    assert count_fsyncs(False, tmp_path / "gather") == 1
+    assert count_fsyncs(True, tmp_path / "flush") == 4
