@@ -459,6 +459,17 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   each split, was also read twice per commit for a merge attempt and sometimes merged
   and split again; only a page a commit made smaller tries to merge now (x16 for 8 s:
   merges 32 -> 0, re-routes 1,028 -> 658, map reloads 1,035 -> 661).
+- **Scattered keys cost a page rewrite per PUT.** Keys that start with a hash (uuid-like
+  names, as warp writes) land on a different page each time, so one ZooKeeper write
+  carries one commit instead of several, and each rewrites and compresses a ~21 KiB
+  page (~50 us of zlib, ~3 KB to ZooKeeper): about 1.2 ms of workers' CPU per PUT
+  against 0.76 ms for sequential names. The two workers also took turns on every page:
+  a worker's copy went stale whenever the other wrote, and its next commit failed the
+  compare-and-set (4,100 conflicts per 10,500 PUTs at 700/s). A queue now keeps the
+  page it wrote under a ZooKeeper watch, so another writer's change drops the copy at
+  once and the next commit reads the page instead (about 200 conflicts per 10,500).
+  The read remains whenever the other worker wrote last: 4,700 page reads per 10,500
+  PUTs. This phase is below the 1,000/s aim on this machine (942/s here).
 - **Per-request bookkeeping was a quarter of a small GET.** Three things took the
   workers' CPU per 4 KiB GET from ~1.1-1.5 ms to ~0.85-1.1 ms and per PUT from ~1.6-1.9
   to ~1.2-1.5 ms (A/B, alternated): uvicorn's access log, which the spawned workers
