@@ -89,6 +89,7 @@ class PageCommitQueue:
         self._page_written_at = 0.0
         self._waiting: deque[Mutation] = deque()
         self._task: asyncio.Task[None] | None = None
+        self._expiry: asyncio.TimerHandle | None = None
 
     @property
     def idle(self) -> bool:
@@ -134,9 +135,12 @@ class PageCommitQueue:
             self.page = None
 
     def forget(self) -> None:
-        """Drop the cached page and its watch (the queue is being discarded, or the page
-        was merged away)."""
+        """Drop the cached page and its watch (the queue is being discarded, its copy
+        expired, or the page was merged away)."""
         self.page = None
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         self.index.zk.forget_data_watch(self._path(), self._page_changed)
 
     def submit(self, mutation: Mutation) -> None:
@@ -170,7 +174,24 @@ class PageCommitQueue:
                 for mutation in self._waiting:
                     mutation.fail(CatalogBusyError("catalog is closing"))
                 self._waiting.clear()
+            if self.page is not None and self._expiry is None:
+                # An idle queue holds its copy (and the server its watch) for at most
+                # page_cache_s: memory and watches follow the recent write rate, not
+                # the number of pages ever written.
+                self._expiry = asyncio.get_running_loop().call_later(
+                    self.index.config.page_cache_s, self._expire
+                )
             self.index.queue_idle(self)
+
+    def _expire(self) -> None:
+        self._expiry = None
+        if self.page is None or self._task is not None:
+            return  # gone already, or in use (the drain's end schedules it again)
+        left = self._page_written_at + self.index.config.page_cache_s - time.monotonic()
+        if left > 0:
+            self._expiry = asyncio.get_running_loop().call_later(left, self._expire)
+            return
+        self.forget()
 
     def _top_up(self, batch: list[Mutation], pending: list[Mutation]) -> list[Mutation]:
         """Before a retry: mutations that arrived since the batch was taken join it (in

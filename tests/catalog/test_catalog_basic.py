@@ -609,3 +609,33 @@ def test_a_page_written_elsewhere_is_read_again_before_the_next_commit(zk_connec
             assert queue._page_changed not in session._data_watches.get(path, set())
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_an_idle_queue_lets_its_page_and_watch_go_after_page_cache_s(zk_connect: str) -> None:
+    """Idle commit queues hold their copy, and the server their watch, for at most
+    page_cache_s: memory and watches follow the recent writes, not every page written."""
+    from blobstore.catalog import CatalogConfig
+
+    async def main() -> None:
+        async with open_catalog(zk_connect, CatalogConfig(page_cache_s=0.3)) as one:
+            await one.create_bucket("expiring", "alice")
+            await one.put_object(object_record("expiring", "a", 1))
+            (queue,) = one.index._queues.values()
+            session = one.index.zk._session
+            path = session.chrooted(one.index.paths.page("expiring", queue.page_id))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while queue._page_changed not in session._data_watches.get(path, set()):
+                assert loop.time() < deadline, "no watch armed on the page written"
+                await asyncio.sleep(0.01)
+            assert queue.page is not None
+            deadline = loop.time() + 10
+            while queue.page is not None:
+                assert loop.time() < deadline, "an idle queue kept its page"
+                await asyncio.sleep(0.05)
+            assert queue._page_changed not in session._data_watches.get(path, set())
+            await one.put_object(object_record("expiring", "b", 2))  # still works
+            keys = [r.key for r in (await one.list_objects("expiring")).contents]
+            assert keys == ["a", "b"]
+
+    asyncio.run(asyncio.wait_for(main(), 60))
