@@ -104,15 +104,22 @@ class PageCommitQueue:
         return self.page
 
     def _remember(self, page: IndexPage) -> None:
-        """Keep the page this queue just wrote for its next batch, under a data watch:
-        a write of it by anyone else (another worker or gateway) drops the copy as soon
-        as its event arrives, so the next batch reads the page instead of failing its
-        compare-and-set, backing off and reading it then. The watch is armed by an
-        `exists` sent without waiting; its reply drops the copy when the page moved on
-        in between. The copy is never shown to readers: until that reply it may be
-        behind the server."""
+        """Keep the page this queue just wrote for its next batch. A page this queue
+        writes again and again (its previous write was within page_cache_s) is kept
+        under a data watch: a write of it by anyone else (another worker or gateway)
+        drops the copy as soon as its event arrives, so the next batch reads the page
+        instead of failing its compare-and-set, backing off and reading it then. The
+        watch is armed by an `exists` sent without waiting; its reply drops the copy
+        when the page moved on in between. A page written once in a while gets no watch:
+        its copy is seldom used before it expires, and arming and removing a watch
+        would add two requests to its commit. The copy is never shown to readers: it
+        may be behind the server."""
+        now = time.monotonic()
+        recent = now - self._page_written_at <= self.index.config.page_cache_s
         self.page = page
-        self._page_written_at = time.monotonic()
+        self._page_written_at = now
+        if not recent:
+            return
         reply = self.index.zk.watch_started(self._path(), self._page_changed)
         reply.add_done_callback(functools.partial(self._watch_armed, page.version))
 
