@@ -90,6 +90,7 @@ class PageCommitQueue:
         self._waiting: deque[Mutation] = deque()
         self._task: asyncio.Task[None] | None = None
         self._expiry: asyncio.TimerHandle | None = None
+        self._forgotten = 0  # forget() calls: an exists answered after one is undone
 
     @property
     def idle(self) -> bool:
@@ -121,7 +122,7 @@ class PageCommitQueue:
         if not recent:
             return
         reply = self.index.zk.watch_started(self._path(), self._page_changed)
-        reply.add_done_callback(functools.partial(self._watch_armed, page.version))
+        reply.add_done_callback(functools.partial(self._watch_armed, page.version, self._forgotten))
 
     def _path(self) -> str:
         return self.index.paths.page(self.bucket, self.page_id)
@@ -131,10 +132,15 @@ class PageCommitQueue:
         # comes before that write's reply, which remembers the new page.
         self.page = None
 
-    def _watch_armed(self, version: int, reply: asyncio.Future[Any]) -> None:
+    def _watch_armed(self, version: int, forgotten: int, reply: asyncio.Future[Any]) -> None:
         if reply.cancelled():
             return
         error = reply.exception()
+        if forgotten != self._forgotten:
+            # forget() ran while the exists was unanswered, and its reply has armed the
+            # watch again: remove it, or a discarded queue would stay watched.
+            self.index.zk.forget_data_watch(self._path(), self._page_changed)
+            return
         stat = None if error is not None else reply.result()
         if stat is None:  # gone (merged), or the watch's fate unknown: keep no copy
             self.forget()
@@ -145,6 +151,7 @@ class PageCommitQueue:
         """Drop the cached page and its watch (the queue is being discarded, its copy
         expired, or the page was merged away)."""
         self.page = None
+        self._forgotten += 1
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None

@@ -643,8 +643,15 @@ def test_an_idle_queue_lets_its_page_and_watch_go_after_page_cache_s(zk_connect:
                 assert loop.time() < deadline, "an idle queue kept its page"
                 await asyncio.sleep(0.05)
             assert queue._page_changed not in session._data_watches.get(path, set())
+            # Forgotten while its exists is unanswered: the reply's watch is undone.
+            await one.put_object(object_record("expiring", "a3", 1))
+            await one.put_object(object_record("expiring", "a4", 1))  # exists sent
+            queue.forget()
+            await one.index.zk.fresh_view()
+            await asyncio.sleep(0)  # the exists reply's callbacks have run
+            assert queue._page_changed not in session._data_watches.get(path, set())
             await one.put_object(object_record("expiring", "b", 2))  # still works
             keys = [r.key for r in (await one.list_objects("expiring")).contents]
-            assert keys == ["a", "a2", "b"]
+            assert keys == ["a", "a2", "a3", "a4", "b"]
 
     asyncio.run(asyncio.wait_for(main(), 60))
