@@ -470,8 +470,11 @@ class Journal:
             if self._closing:
                 return items, pieces, batch_bytes, "close"
             with self._wake:
+                # As above: announced, then the queue looked at again, so an add queued
+                # in between is not left waiting out the group wait.
                 self._writer_waiting = True
-                self._wake.wait(max(0.0, self.max_group_wait_s - (self._clock() - oldest)))
+                if not queue and not self._closing:
+                    self._wake.wait(max(0.0, self.max_group_wait_s - (self._clock() - oldest)))
                 self._writer_waiting = False
 
     def _hold_for_room(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -90,6 +90,8 @@ class ObjectIndex:
             _, pending = await asyncio.wait(list(self._tasks), timeout=timeout_s)
             for task in pending:
                 task.cancel()
+        for queue in self._queues.values():
+            queue.forget()  # no expiry timer outlives the index
 
     def track(self, task: asyncio.Task[Any]) -> None:
         self._tasks.add(task)

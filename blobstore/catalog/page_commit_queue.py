@@ -91,6 +91,7 @@ class PageCommitQueue:
         self._task: asyncio.Task[None] | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self._forgotten = 0  # forget() calls: an exists answered after one is undone
+        self._watched = False  # a watch of this queue's may be armed on the page
 
     @property
     def idle(self) -> bool:
@@ -121,6 +122,7 @@ class PageCommitQueue:
         self._page_written_at = now
         if not recent:
             return
+        self._watched = True
         reply = self.index.zk.watch_started(self._path(), self._page_changed)
         reply.add_done_callback(functools.partial(self._watch_armed, page.version, self._forgotten))
 
@@ -131,6 +133,7 @@ class PageCommitQueue:
         # On the loop, in order with replies: the event of this queue's own next write
         # comes before that write's reply, which remembers the new page.
         self.page = None
+        self._watched = False  # fired: a watch reports one change
 
     def _watch_armed(self, version: int, forgotten: int, reply: asyncio.Future[Any]) -> None:
         if reply.cancelled():
@@ -151,6 +154,7 @@ class PageCommitQueue:
         """Drop the cached page and its watch (the queue is being discarded, its copy
         expired, or the page was merged away)."""
         self.page = None
+        self._watched = False
         self._forgotten += 1
         if self._expiry is not None:
             self._expiry.cancel()
@@ -188,7 +192,7 @@ class PageCommitQueue:
                 for mutation in self._waiting:
                     mutation.fail(CatalogBusyError("catalog is closing"))
                 self._waiting.clear()
-            if self.page is not None and self._expiry is None:
+            if (self.page is not None or self._watched) and self._expiry is None:
                 # An idle queue holds its copy (and the server its watch) for at most
                 # page_cache_s: memory and watches follow the recent write rate, not
                 # the number of pages ever written.
@@ -199,7 +203,7 @@ class PageCommitQueue:
 
     def _expire(self) -> None:
         self._expiry = None
-        if self.page is None or self._task is not None:
+        if (self.page is None and not self._watched) or self._task is not None:
             return  # gone already, or in use (the drain's end schedules it again)
         left = self._page_written_at + self.index.config.page_cache_s - time.monotonic()
         if left > 0:

@@ -655,3 +655,30 @@ def test_an_idle_queue_lets_its_page_and_watch_go_after_page_cache_s(zk_connect:
             assert keys == ["a", "a2", "a3", "a4", "b"]
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_watch_left_without_a_page_copy_still_expires(zk_connect: str) -> None:
+    """A queue whose copy was dropped by a commit that wrote nothing (a delete of a
+    missing key is decided on a fresh read) still removes its watch once idle."""
+    from blobstore.catalog import CatalogConfig
+
+    async def main() -> None:
+        async with open_catalog(zk_connect, CatalogConfig(page_cache_s=1.0)) as one:
+            await one.create_bucket("unwatched", "alice")
+            await one.put_object(object_record("unwatched", "a", 1))
+            await one.put_object(object_record("unwatched", "b", 1))  # watched
+            (queue,) = one.index._queues.values()
+            session = one.index.zk._session
+            path = session.chrooted(one.index.paths.page("unwatched", queue.page_id))
+            await one.index.zk.fresh_view()
+            await asyncio.sleep(0)
+            assert queue._page_changed in session._data_watches.get(path, set())
+            await one.delete_object("unwatched", "missing")
+            assert queue.page is None  # dropped to decide on a fresh read
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while queue._page_changed in session._data_watches.get(path, set()):
+                assert loop.time() < deadline, "an idle queue kept its watch"
+                await asyncio.sleep(0.05)
+
+    asyncio.run(asyncio.wait_for(main(), 60))
