@@ -467,7 +467,7 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   a worker's copy went stale whenever the other wrote, and its next commit failed the
   compare-and-set (4,100 conflicts per 10,500 PUTs at 700/s). A queue now keeps the
   page it wrote under a ZooKeeper watch, so another writer's change drops the copy at
-  once and the next commit reads the page instead (about 200 conflicts per 10,500).
+  once and the next commit reads the page instead (200-450 conflicts per 10,500).
   The read remains whenever the other worker wrote last: 4,700 page reads per 10,500
   PUTs. This phase sits at the 1,000/s aim on this machine: 942/s and 1,052/s in two
   runs of the benchmark.
