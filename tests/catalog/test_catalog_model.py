@@ -414,17 +414,33 @@ async def _all_versions(catalog: Catalog, bucket: str) -> list[ObjectRecord]:
     return [r async for r in catalog.iter_objects(bucket)]
 
 
+class TwoSessionsMachine(CatalogMachine):
+    """Every catalog call goes through the other of two catalogs (two ZooKeeper
+    sessions, as two gateway workers): each commit queue's page copy goes stale as the
+    other writes, so its watch, its expiry and the compare-and-set must keep every
+    decision on current state."""
+
+    catalogs: tuple[Catalog, Catalog]
+    turns = itertools.count()
+
+    @property  # type: ignore[override]
+    def catalog(self) -> Catalog:
+        return self.catalogs[next(self.turns) % 2]
+
+
 @pytest.mark.parametrize(
-    "config",
+    ("config", "sessions"),
     [
-        SMALL_PAGES,
+        (SMALL_PAGES, 1),
         # Caches of two: nearly every read evicts, so watches are removed from the server
         # and armed again all the time; a lost watch would serve a stale page.
-        replace(SMALL_PAGES, page_read_cache_pages=2, map_shard_cache_shards=2),
+        (replace(SMALL_PAGES, page_read_cache_pages=2, map_shard_cache_shards=2), 1),
+        # Page copies kept long: only watches and compare-and-sets keep them honest.
+        (replace(SMALL_PAGES, page_cache_s=60), 2),
     ],
-    ids=["small-pages", "tiny-caches"],
+    ids=["small-pages", "tiny-caches", "two-sessions"],
 )
-def test_catalog_matches_model(zk_connect: str, config: CatalogConfig) -> None:
+def test_catalog_matches_model(zk_connect: str, config: CatalogConfig, sessions: int) -> None:
     print(f"BLOBSTORE_TEST_SEED={seed()}")
     loop = asyncio.new_event_loop()
 
@@ -435,7 +451,9 @@ def test_catalog_matches_model(zk_connect: str, config: CatalogConfig) -> None:
         await catalog.start()
         return zk, catalog
 
-    zk, catalog = loop.run_until_complete(open_catalog())
+    opened = [loop.run_until_complete(open_catalog()) for _ in range(sessions)]
+    zk, catalog = opened[0]
+    base: type[CatalogMachine] = TwoSessionsMachine if sessions == 2 else CatalogMachine
 
     @hypothesis_seed(seed())
     @settings(
@@ -445,11 +463,14 @@ def test_catalog_matches_model(zk_connect: str, config: CatalogConfig) -> None:
         database=None,
         suppress_health_check=list(HealthCheck),
     )
-    class Machine(CatalogMachine):
+    class Machine(base):  # type: ignore[valid-type,misc]
         pass
 
     Machine.loop = loop
-    Machine.catalog = catalog
+    if sessions == 2:
+        Machine.catalogs = (opened[0][1], opened[1][1])
+    else:
+        Machine.catalog = catalog
     splits_before = _counter("blobstore_catalog_page_splits_total")
     merges_before = _counter("blobstore_catalog_page_merges_total")
     removed_before = _counter("blobstore_zk_watches_removed_total")
@@ -463,8 +484,9 @@ def test_catalog_matches_model(zk_connect: str, config: CatalogConfig) -> None:
         # test in test_catalog_scale.py).
         print(f"page splits={splits:.0f} merges={merges:.0f}")
     finally:
-        loop.run_until_complete(catalog.close())
-        loop.run_until_complete(zk.stop())
+        for zk, catalog in opened:
+            loop.run_until_complete(catalog.close())
+            loop.run_until_complete(zk.stop())
         loop.close()
 
 
