@@ -26,6 +26,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bookie": ("bookie.main", "run a bookie (storage server)"),
     "gateway": ("s3api.main", "run the S3 gateway"),
     "admin": ("blobstore.admin.cli", "inspect and repair the cluster"),
+    "autorecovery": (
+        "blobstore.autorecovery",
+        "run the bookie auditor on its own (re-replicates lost bookies)",
+    ),
 }
 
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import time
+import urllib.request
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from aiolimiter import AsyncLimiter
@@ -168,3 +171,101 @@ def test_auditor_releases_returning_bookies_and_waits_for_enough_bookies(
             await zk.stop()
 
     asyncio.run(audit())
+
+
+def test_autorecovery_command_rereplicates_a_bookie_killed_with_minus_9(
+    zk_connect: str, bookies: BookieFactory, tmp_path: Path
+) -> None:
+    """`blobstore autorecovery` (the auditor as a process of its own) copies what a
+    bookie killed with -9 held, serves its metrics, and stops on SIGTERM."""
+    from blobstore.zookeeper_server import free_port
+
+    print(f"BLOBSTORE_TEST_SEED={SEED}")
+    started = bookies(4, SHORT_SESSION)
+    expected = asyncio.run(mixed_workload(zk_connect, SEED))
+    before = asyncio.run(_ledgers(zk_connect))
+    named = Counter(b for m in before.values() for b in m.all_bookies())
+    victim = max(started, key=lambda b: (named[b.bookie_id], b.index))
+    port = free_port()
+    log_path = tmp_path / "autorecovery.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            blobstore_command(
+                "autorecovery",
+                "--zk",
+                zk_connect,
+                "--audit-interval-s",
+                "0.5",
+                "--lost-bookie-delay-s",
+                "1",
+                "--metrics-port",
+                str(port),
+            ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while b"event=autorecovery_ready" not in log_path.read_bytes():
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+        victim.kill()
+
+        async def until_decommissioned() -> None:
+            zk = ZooKeeperClient(zk_connect)
+            await zk.start()
+            try:
+                deadline = time.monotonic() + 120
+                while await zk.exists(decommissioned_path(victim.bookie_id)) is None:
+                    assert process.poll() is None, log_path.read_text()
+                    assert time.monotonic() < deadline, log_path.read_text()
+                    await asyncio.sleep(0.2)
+            finally:
+                await zk.stop()
+
+        asyncio.run(until_decommissioned())
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            metrics = reply.read().decode()
+        copied = [
+            float(line.split()[-1])
+            for line in metrics.splitlines()
+            if line.startswith("blobstore_rereplicated_bytes_total ")
+        ]
+        assert copied and copied[0] > 0, metrics
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0, log_path.read_text()
+        assert b"event=autorecovery_stopped" in log_path.read_bytes()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    moved = asyncio.run(_ledgers(zk_connect))
+    for ledger_id, metadata in moved.items():
+        for _, ensemble in metadata.ensembles:
+            assert victim.bookie_id not in ensemble, (ledger_id, metadata.ensembles)
+    asyncio.run(verify_all(zk_connect, expected))
+    code, fsck = admin(zk_connect, "fsck")
+    assert code == 0, fsck
+    assert fsck["summary"]["under_replicated_entries"] == 0
+
+
+def test_autorecovery_command_errors_are_one_line() -> None:
+    """Missing ZooKeeper, an interval of 0 and a bad port: one line each, exit 2."""
+    for args, message in (
+        ([], "--zk (or BLOBSTORE_ZK) is required"),
+        (["--zk", "127.0.0.1:1", "--audit-interval-s", "0"], "needs one above 0"),
+        (["--zk", "127.0.0.1:1", "--metrics-port", "70000"], "must be in [0, 65535]"),
+        (["--zk", "127.0.0.1:1", "--lost-bookie-delay-s", "-1"], "BLOBSTORE_LOST_BOOKIE_DELAY_S"),
+    ):
+        env = {k: v for k, v in os.environ.items() if k != "BLOBSTORE_ZK"}
+        result = subprocess.run(
+            blobstore_command("autorecovery", *args),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert result.returncode == 2, (args, result)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (args, result.stderr)
