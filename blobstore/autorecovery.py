@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -33,7 +32,7 @@ from blobstore.errors import UsageError
 from blobstore.gc_pauses import freeze_after_startup
 from blobstore.objects.bookie_auditor import BookieAuditor
 from blobstore.objects.config import ObjectStoreConfig
-from blobstore.zk import ZooKeeperClient
+from blobstore.zk import started_client
 
 logger = logging.getLogger(__name__)
 
@@ -119,15 +118,9 @@ async def _serve(zk_connect: str, config: ObjectStoreConfig) -> None:
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    zk = ZooKeeperClient(zk_connect, session_timeout_s=config.zk_session_timeout_s)
-    try:
-        await zk.start(timeout_s=ZK_CONNECT_TIMEOUT_S)
-    except Exception as e:  # noqa: BLE001 - a timeout, or the server refusing us
-        with contextlib.suppress(Exception):
-            await zk.stop()
-        raise UsageError(
-            f"cannot reach ZooKeeper at {zk_connect} within {ZK_CONNECT_TIMEOUT_S:.0f}s ({e})"
-        ) from None
+    zk = await started_client(
+        zk_connect, ZK_CONNECT_TIMEOUT_S, session_timeout_s=config.zk_session_timeout_s
+    )
     identity = f"autorecovery-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     auditor = BookieAuditor(
         zk,

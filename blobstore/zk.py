@@ -20,6 +20,7 @@ they treat them as gone and re-register.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -43,6 +44,7 @@ from kazoo.security import OPEN_ACL_UNSAFE
 from prometheus_client import Counter
 
 from blobstore.aio import wait_shielded
+from blobstore.errors import UsageError
 from blobstore.zk_session import ZooKeeperSession
 
 logger = logging.getLogger(__name__)
@@ -356,6 +358,21 @@ class ZooKeeperClient:
                 result.operation_index = index  # type: ignore[attr-defined]
                 raise result
         return list(results)
+
+
+async def started_client(hosts: str, timeout_s: float, **settings: Any) -> ZooKeeperClient:
+    """A started session for a command: an ensemble that does not answer within
+    `timeout_s` (or refuses the session) is a UsageError, one line naming it."""
+    zk = ZooKeeperClient(hosts, **settings)
+    try:
+        await zk.start(timeout_s=timeout_s)
+    except Exception as e:  # noqa: BLE001 - a timeout, or the server refusing us
+        with contextlib.suppress(Exception):
+            await zk.stop()
+        raise UsageError(
+            f"cannot reach ZooKeeper at {hosts} within {timeout_s:.0f}s ({e!r})"
+        ) from None
+    return zk
 
 
 _READ_CANCELLED = object()  # a shared read's result when its reader was cancelled

@@ -33,7 +33,7 @@ from rich.progress import (
 from rich.table import Table
 
 from blobstore.errors import UsageError
-from blobstore.zk import ZooKeeperClient
+from blobstore.zk import ZooKeeperClient, started_client
 
 T = TypeVar("T")
 
@@ -98,15 +98,7 @@ async def admin_session(zk_hosts: str) -> AsyncIterator[ZooKeeperClient]:
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
         logging.getLogger("blobstore.zk_session").setLevel(logging.ERROR)
         logging.getLogger("blobstore.zk").setLevel(logging.WARNING)
-    zk = ZooKeeperClient(zk_hosts)
-    try:
-        await zk.start(timeout_s=ZK_CONNECT_TIMEOUT_S)
-    except Exception as e:  # noqa: BLE001 - a timeout, or the server refusing us
-        with contextlib.suppress(Exception):
-            await zk.stop()
-        raise UsageError(
-            f"cannot reach ZooKeeper at {zk_hosts} within {ZK_CONNECT_TIMEOUT_S:.0f}s ({e!r})"
-        ) from None
+    zk = await started_client(zk_hosts, ZK_CONNECT_TIMEOUT_S)
     try:
         yield zk
     finally:
