@@ -455,7 +455,8 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   arrived meanwhile (5.3 per write instead of 3.6, 27% fewer writes per commit), and
   the last page splits by filling its left page (as B-tree indexes do), which halved
   splits and re-routes and keeps the hot page small; conflicts between workers remain
-  the main waste (about half the page writes at x16). The new last page, small after
+  the main waste (about half the page writes at x16; 25-40% fewer conflicts since the
+  watch described below). The new last page, small after
   each split, was also read twice per commit for a merge attempt and sometimes merged
   and split again; only a page a commit made smaller tries to merge now (x16 for 8 s:
   merges 32 -> 0, re-routes 1,028 -> 658, map reloads 1,035 -> 661).
