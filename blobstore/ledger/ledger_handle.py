@@ -461,35 +461,16 @@ class LedgerHandle:
             )
         first_entry_id = self.last_add_confirmed + 1
         proposed = metadata.with_ensemble_change(first_entry_id, tuple(ensemble))
-        versioned = self._versioned
-        for _ in range(client.config.metadata_cas_retries_max):
-            try:
-                versioned = await client.manager.write(proposed, versioned.version)
-                break
-            except MetadataVersionConflictError:
-                current = await client.manager.read(self.ledger_id)
-                allowed_state = STATE_IN_RECOVERY if self._recovery else STATE_OPEN
-                if current.value.state != allowed_state:
-                    raise LedgerFencedError(
-                        f"ledger_id={self.ledger_id} became {current.value.state} "
-                        "during an ensemble change",
-                        ledger_id=self.ledger_id,
-                    ) from None
-                if current.value == proposed:
-                    versioned = current  # our own write, its answer was lost
-                    break
-                if current.value.ensembles != metadata.ensembles:
-                    raise LedgerFencedError(
-                        f"ledger_id={self.ledger_id} ensembles changed by another client",
-                        ledger_id=self.ledger_id,
-                    ) from None
-                versioned = current
-                proposed = current.value.with_ensemble_change(first_entry_id, tuple(ensemble))
+        if self._recovery:
+            # As BookKeeper's recovery handle: the change stays in this handle until the
+            # close writes it with the ledger's end. Written now, it would send every
+            # other reader of the IN_RECOVERY ledger (a concurrent recovery among them)
+            # to the replacement bookie for entries this recovery has not re-added yet,
+            # and its "no such entry" would end that recovery's scan early: a ledger
+            # closed below acknowledged entries.
+            versioned = Versioned(proposed, self._versioned.version)
         else:
-            raise MetadataVersionConflictError(
-                f"ledger_id={self.ledger_id} ensemble change lost {client.config.metadata_cas_retries_max} races",
-                ledger_id=self.ledger_id,
-            )
+            versioned = await self._write_ensemble_change(proposed, first_entry_id, ensemble)
         if self._error is not None:
             return
         self._versioned = versioned
@@ -511,6 +492,39 @@ class LedgerHandle:
                 if slot in replaced and slot not in self._failed_slots and not op.ack_set.has(slot):
                     self._send(op, slot, new_ensemble[slot])
         self._complete_in_order()
+
+    async def _write_ensemble_change(
+        self, proposed: LedgerMetadata, first_entry_id: int, ensemble: list[str]
+    ) -> Versioned[LedgerMetadata]:
+        """Write a writer's ensemble change (CAS, retried while only unrelated fields
+        changed); fenced when the ledger left OPEN or another client changed ensembles."""
+        client = self.client
+        metadata = self.metadata
+        versioned = self._versioned
+        for _ in range(client.config.metadata_cas_retries_max):
+            try:
+                return await client.manager.write(proposed, versioned.version)
+            except MetadataVersionConflictError:
+                current = await client.manager.read(self.ledger_id)
+                if current.value.state != STATE_OPEN:
+                    raise LedgerFencedError(
+                        f"ledger_id={self.ledger_id} became {current.value.state} "
+                        "during an ensemble change",
+                        ledger_id=self.ledger_id,
+                    ) from None
+                if current.value == proposed:
+                    return current  # our own write, its answer was lost
+                if current.value.ensembles != metadata.ensembles:
+                    raise LedgerFencedError(
+                        f"ledger_id={self.ledger_id} ensembles changed by another client",
+                        ledger_id=self.ledger_id,
+                    ) from None
+                versioned = current
+                proposed = current.value.with_ensemble_change(first_entry_id, tuple(ensemble))
+        raise MetadataVersionConflictError(
+            f"ledger_id={self.ledger_id} ensemble change lost {client.config.metadata_cas_retries_max} races",
+            ledger_id=self.ledger_id,
+        )
 
     # ------------------------------------------------------------------ close
 
@@ -581,6 +595,12 @@ class LedgerHandle:
                 if current.value.state != expected_state:
                     raise LedgerFencedError(
                         f"ledger_id={self.ledger_id} is {current.value.state}",
+                        ledger_id=self.ledger_id,
+                    ) from None
+                if self._recovery:
+                    # Still in recovery, yet changed: this recovery starts over on it.
+                    raise MetadataVersionConflictError(
+                        f"ledger_id={self.ledger_id} changed during its recovery",
                         ledger_id=self.ledger_id,
                     ) from None
                 if current.value.ensembles != versioned.value.ensembles:
