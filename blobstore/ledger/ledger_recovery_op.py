@@ -10,7 +10,9 @@
 4. Read forward from LAC + 1, entry by entry, from the entry's write set in the ensemble
    that was fenced. An entry read with a valid digest is recoverable: it is re-added,
    byte for byte, to its write set with RECOVERY_ADD (through a recovery LedgerHandle,
-   so a dead bookie triggers an ensemble change). The first entry that at least
+   so a dead bookie triggers an ensemble change, kept in that handle until the close
+   writes it: ZooKeeper keeps the fenced ensembles for every other reader). The first
+   entry that at least
    WQ - AQ + 1 replicas report missing could never have reached AQ: it ends the scan.
    Anything else (replicas unavailable, corrupt) is retried, then recovery fails and the
    ledger stays fenced for a later attempt.
