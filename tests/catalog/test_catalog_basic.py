@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -29,6 +30,14 @@ from blobstore.catalog.records import (
     UploadRecord,
 )
 from tests.catalog.helpers import object_record, open_catalog, run_with_catalog
+
+
+async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Wait for `condition` (an event delivered by ZooKeeper, a timer), failing with `what`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.01)
 
 
 def test_bucket_lifecycle(zk_connect: str) -> None:
@@ -576,21 +585,18 @@ def test_a_page_written_elsewhere_is_read_again_before_the_next_commit(zk_connec
             await two.put_object(object_record("watched", "b", 2))
             await two.put_object(object_record("watched", "b2", 2))
             (queue,) = one.index._queues.values()
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 10
-            while queue.page is not None:  # the watch event of two's write
-                assert loop.time() < deadline, "the page written elsewhere was kept"
-                await asyncio.sleep(0.01)
+            # The watch event of two's write.
+            await _until(lambda: queue.page is None, "the page written elsewhere was kept")
             before = conflicts()
             for n in range(3, 9):
                 writer = one if n % 2 else two
                 await writer.put_object(object_record("watched", f"k{n}", n))
                 other = two if writer is one else one
                 (other_queue,) = other.index._queues.values()
-                deadline = loop.time() + 10
-                while other_queue.page is not None:
-                    assert loop.time() < deadline, "the page written elsewhere was kept"
-                    await asyncio.sleep(0.01)
+                await _until(
+                    lambda q=other_queue: q.page is None,
+                    "the page written elsewhere was kept",
+                )
             assert conflicts() == before
             listed = [r.key for r in (await two.list_objects("watched")).contents]
             assert listed == ["a", "a2", "b", "b2"] + [f"k{n}" for n in range(3, 9)]
@@ -602,10 +608,10 @@ def test_a_page_written_elsewhere_is_read_again_before_the_next_commit(zk_connec
             assert queue.page is not None
             session = one.index.zk._session
             path = session.chrooted(one.index.paths.page("watched", queue.page_id))
-            deadline = loop.time() + 10
-            while queue._page_changed not in session._data_watches.get(path, set()):
-                assert loop.time() < deadline, "no watch armed on the page written"
-                await asyncio.sleep(0.01)
+            await _until(
+                lambda: queue._page_changed in session._data_watches.get(path, set()),
+                "no watch armed on the page written",
+            )
             await one.create_bucket("other", "alice")
             await one.put_object(object_record("other", "x", 1))
             assert ("watched", queue.page_id) not in one.index._queues
@@ -632,16 +638,12 @@ def test_an_idle_queue_lets_its_page_and_watch_go_after_page_cache_s(zk_connect:
             # Written once in a while: no watch (it would cost two requests a commit).
             assert queue._page_changed not in session._data_watches.get(path, set())
             await one.put_object(object_record("expiring", "a2", 1))  # again: watched
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 10
-            while queue._page_changed not in session._data_watches.get(path, set()):
-                assert loop.time() < deadline, "no watch armed on the page written"
-                await asyncio.sleep(0.01)
+            await _until(
+                lambda: queue._page_changed in session._data_watches.get(path, set()),
+                "no watch armed on the page written",
+            )
             assert queue.page is not None
-            deadline = loop.time() + 10
-            while queue.page is not None:
-                assert loop.time() < deadline, "an idle queue kept its page"
-                await asyncio.sleep(0.05)
+            await _until(lambda: queue.page is None, "an idle queue kept its page")
             assert queue._page_changed not in session._data_watches.get(path, set())
             # Forgotten while its exists is unanswered: the reply's watch is undone.
             await one.put_object(object_record("expiring", "a3", 1))
@@ -675,10 +677,9 @@ def test_a_watch_left_without_a_page_copy_still_expires(zk_connect: str) -> None
             assert queue._page_changed in session._data_watches.get(path, set())
             await one.delete_object("unwatched", "missing")
             assert queue.page is None  # dropped to decide on a fresh read
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 10
-            while queue._page_changed in session._data_watches.get(path, set()):
-                assert loop.time() < deadline, "an idle queue kept its watch"
-                await asyncio.sleep(0.05)
+            await _until(
+                lambda: queue._page_changed not in session._data_watches.get(path, set()),
+                "an idle queue kept its watch",
+            )
 
     asyncio.run(asyncio.wait_for(main(), 60))
