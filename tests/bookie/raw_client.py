@@ -63,6 +63,11 @@ class RawBookie:
     def send(self, op: Op, flags: int, body: bytes) -> asyncio.Future[protocol.Frame]:
         request_id = next(self.ids)
         future: asyncio.Future[protocol.Frame] = asyncio.get_running_loop().create_future()
+        if self.reader_task.done():
+            # The read loop has ended and failed everything pending: nothing would ever
+            # answer a request sent now.
+            future.set_exception(ConnectionError("connection closed"))
+            return future
         self.pending[request_id] = future
         self.writer.write(protocol.encode_frame(op, flags, request_id, body))
         return future

@@ -47,7 +47,12 @@ def _write_until_killed(
         in_flight: set[asyncio.Future[None]] = set()
 
         async def one(ledger: int, entry: int, payload: bytes) -> None:
-            frame = await client.add_future(ledger, entry, entry_bytes(ledger, entry, payload))
+            try:
+                frame = await client.add_future(
+                    ledger, entry, entry_bytes(ledger, entry, payload)
+                )
+            except ConnectionError:
+                return  # not acknowledged: its outcome is unknown, nothing is expected
             if Status(frame.flags_or_status) == Status.OK:
                 acknowledged[(ledger, entry)] = payload
 
