@@ -48,9 +48,7 @@ def _write_until_killed(
 
         async def one(ledger: int, entry: int, payload: bytes) -> None:
             try:
-                frame = await client.add_future(
-                    ledger, entry, entry_bytes(ledger, entry, payload)
-                )
+                frame = await client.add_future(ledger, entry, entry_bytes(ledger, entry, payload))
             except ConnectionError:
                 return  # not acknowledged: its outcome is unknown, nothing is expected
             if Status(frame.flags_or_status) == Status.OK:
