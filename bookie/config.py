@@ -40,6 +40,11 @@ class BookieConfig:
     journal_file_bytes_max: int = 256 * MIB
     # Drop synced journal pages from the page cache (BookKeeper's journalRemoveFromPageCache).
     journal_remove_from_page_cache: bool = True
+    # Keep this much of the journal file ahead of the writer written with zeros and fsync'd,
+    # so a batch's fdatasync has no file system metadata to commit (0 = off); only while
+    # the journal writes slower than journal_zero_ahead_max_mb_s (bookie/journal.py).
+    journal_zero_ahead_bytes: int = 4 * MIB
+    journal_zero_ahead_max_mb_s: float = 32.0
     # How long a thread may hold the GIL while another waits for it (sys.setswitchinterval).
     # The journal writer needs the GIL back after every fsync while the loop thread is
     # busy: at Python's 5 ms that wait sat in every acknowledgement's tail.
@@ -96,6 +101,13 @@ class BookieConfig:
             "in [4 KiB, 64 MiB]",
         )
         need(self.journal_file_bytes_max >= 64 * KIB, "journal_file_bytes_max", ">= 64 KiB")
+        need(
+            self.journal_zero_ahead_bytes == 0
+            or 64 * KIB <= self.journal_zero_ahead_bytes <= 1 * GIB,
+            "journal_zero_ahead_bytes",
+            "0 (off) or in [64 KiB, 1 GiB]",
+        )
+        need(self.journal_zero_ahead_max_mb_s > 0, "journal_zero_ahead_max_mb_s", "> 0")
         need(
             0.05 <= self.thread_switch_interval_ms <= 100,
             "thread_switch_interval_ms",

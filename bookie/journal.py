@@ -18,12 +18,33 @@ The LastLogMark ``(journal_id, offset)`` stored with the location index says how
 checkpoint has made the journal redundant: replay starts there. Files wholly before it are
 deleted after the checkpoint that covers them.
 
+Zero-ahead
+----------
+An fdatasync that follows a write into new blocks must also commit the file system's
+metadata for them (the blocks' allocation and the file's size: on ext4 a commit of its
+own journal), and that costs more than the data itself for the small batches of a
+journal below saturation. A helper thread keeps the next ``journal_zero_ahead_bytes`` of
+the current file written with zeros and fsync'd, so the writer overwrites allocated,
+written blocks and its fdatasync has only data to flush (measured on this machine's ext4:
+4 KiB write + fdatasync at ~10,000/s instead of ~6,500/s, with a third less CPU; space
+reserved with fallocate or a sparse size does not help, the blocks must be written).
+The zeros double the journal's disk writes, so the thread stops while the journal writes
+faster than ``journal_zero_ahead_max_mb_s``: there batches are large and the metadata
+commit is a small part of each. Zeros are only ever written past every byte the writer
+has written or is writing; a batch that reaches a chunk being zeroed waits for it.
+
+A file's zero tail is cut off (ftruncate + fsync) before the next file is created and at
+close, so every file but the newest ends exactly after its last record, as without
+zero-ahead. The newest file of a bookie killed with -9 keeps its tail: replay reads the
+zeros as the end of the file (event ``journal_zero_tail``) and cuts them off.
+
 Faults tolerated
 ----------------
 - kill -9 or power loss at any moment: a record is acknowledged only after the fsync of the
   write that holds it; a torn or half-written tail record fails its length or CRC check and
   replay stops there (event ``journal_torn_tail``). A new file is started on every start, so
-  nothing is ever appended after a torn tail.
+  nothing is ever appended after a torn tail. Zero-ahead does not change this: a record
+  is whole and its CRC matches or it is not replayed, whatever follows it.
 - A crash between creating a file and syncing its directory: the directory is fsync'd
   after each file is created, before the file's first record is acknowledged.
 """
@@ -60,6 +81,12 @@ RECORD_BODY_BYTES_MAX = RECORD_BODY.size + protocol.FRAME_BYTES_MAX
 IOVECS_MAX = 512  # below every platform's IOV_MAX (1024 on Linux)
 PAGE_BYTES = 4096
 
+# Zero-ahead writes zeros in chunks of a quarter of its window, at most this much.
+ZERO_AHEAD_CHUNK_MAX = 1 << 20
+# The zero-ahead thread looks at the journal's write rate over windows of this length,
+# and this often when nothing wakes it.
+ZERO_AHEAD_RATE_WINDOW_S = 0.5
+ZERO_AHEAD_RECHECK_S = 0.1
 # A group commit whose write + fsync takes longer is logged (a disk that stalls).
 SLOW_SYNC_S = 0.1
 # One write + fsync never carries more than this many bytes, whatever is queued.
@@ -163,6 +190,31 @@ def group_commit_decision(
     return None
 
 
+def zero_ahead_start(
+    written_end: int,
+    zeroed_end: int,
+    *,
+    window_bytes: int,
+    chunk_bytes: int,
+    write_bytes_per_s: float,
+    max_write_bytes_per_s: float,
+) -> int | None:
+    """Where to write the next chunk of zeros, or None to wait.
+
+    `written_end` is the end of what the writer has written or is writing, `zeroed_end`
+    the end of the zeros already on disk. The chunk starts at the first whole page past
+    both (the writer rewrites its last, partial page with the next batch: never zeroed),
+    and is written only if it ends within the window ahead of the writer, and only while
+    the journal writes slower than the limit (faster, zeros would double the disk's
+    load where batches are large enough not to need them)."""
+    if write_bytes_per_s > max_write_bytes_per_s:
+        return None
+    start = max(zeroed_end, -(-written_end // PAGE_BYTES) * PAGE_BYTES)
+    if start + chunk_bytes > written_end + window_bytes:
+        return None
+    return start
+
+
 def file_name(journal_id: int) -> str:
     return f"{journal_id:016x}{FILE_SUFFIX}"
 
@@ -236,6 +288,18 @@ def replay(
             try:
                 record, used = JournalRecord.decode(view[offset:])
             except ValueError as e:
+                if newest and data.count(0, offset) == size - offset:
+                    # What zero-ahead wrote past the last record of a file that was
+                    # never finished (the bookie was killed): not a torn write.
+                    logger.info(
+                        "journal_zero_tail journal_id=%d offset=%d zero_bytes=%d: "
+                        "file truncated to its last record",
+                        journal_id,
+                        offset,
+                        size - offset,
+                    )
+                    _truncate(path, offset)
+                    break
                 if not newest:
                     raise JournalCorruptError(
                         f"journal file {path} is corrupt at offset {offset} ({e}); "
@@ -296,6 +360,8 @@ class Journal:
         clock: Callable[[], float] = time.monotonic,
         remove_from_page_cache: bool = True,
         flush_when_queue_empty: bool = True,
+        zero_ahead_bytes: int = 0,
+        zero_ahead_max_write_bytes_per_s: float = float("inf"),
     ) -> None:
         self.directory = directory
         self.max_group_wait_s = max_group_wait_ms / 1000.0
@@ -330,25 +396,62 @@ class Journal:
         # says so the thread waits for `wait_for_room()` run on the loop.
         self.needs_room: Callable[[], bool] | None = None
         self.wait_for_room: Callable[[], Coroutine[Any, Any, None]] | None = None
+        # Zero-ahead (module docstring). Under `_zero`: the end of the zeros on disk, the
+        # end of what the writer has written or is writing, and the start of the chunk
+        # being zeroed (-1: none). `_written_total` counts bytes the writer wrote (the
+        # thread's rate measure).
+        self.zero_ahead_bytes = zero_ahead_bytes
+        self.zero_chunk_bytes = max(
+            PAGE_BYTES, min(ZERO_AHEAD_CHUNK_MAX, zero_ahead_bytes // 4) // PAGE_BYTES * PAGE_BYTES
+        )
+        self.zero_ahead_max_write_bytes_per_s = zero_ahead_max_write_bytes_per_s
+        self._zero = threading.Condition(threading.Lock())
+        self._zeroed_end = 0
+        self._reserved_end = 0
+        self._zeroing_from = -1
+        self._zero_waiting = False  # the thread waits for room (the writer wakes it)
+        self._zero_paused = False  # a file is being finished and the next one opened
+        self._written_total = 0
+        self._zero_thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ files
 
     def open_new_file(self) -> None:
         """Start a fresh file after the highest existing one (blocking; startup/writer)."""
+        if self._fd >= 0:
+            # Before the next file exists: every file but the newest ends at its last record.
+            self._cut_zero_tail()
         ids = list_journal_ids(self.directory)
         journal_id = (ids[-1] + 1) if ids else 1
         path = os.path.join(self.directory, file_name(journal_id))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         _write_all(fd, FILE_HEADER.pack(FILE_MAGIC, FILE_VERSION, 0, journal_id))
         os.fsync(fd)
         fsync_directory(self.directory)
-        if self._fd >= 0:
-            os.close(self._fd)
-        self._fd = fd
-        self.journal_id = journal_id
-        self._offset = FILE_HEADER_BYTES
+        with self._zero:
+            if self._fd >= 0:
+                os.close(self._fd)
+            self._fd = fd
+            self.journal_id = journal_id
+            self._offset = FILE_HEADER_BYTES
+            self._zeroed_end = self._reserved_end = FILE_HEADER_BYTES
+            self._zero_paused = False
+            self._zero.notify_all()
         self._cached_from = 0
         logger.info("journal file opened journal_id=%d", journal_id)
+
+    def _cut_zero_tail(self) -> None:
+        """Wait out a chunk being zeroed, then truncate the current file after its last
+        record (and fsync) if zeros follow it."""
+        with self._zero:
+            while self._zeroing_from >= 0:
+                self._zero.wait()
+            # No zeros until the next file is open (they would land past this cut).
+            self._zero_paused = True
+            if self._zeroed_end > self._offset:
+                os.ftruncate(self._fd, self._offset)
+                os.fsync(self._fd)
+                self._zeroed_end = self._offset
 
     def delete_files_before(self, journal_id: int) -> int:
         """Delete files wholly covered by a checkpoint (blocking). Returns the count."""
@@ -374,6 +477,11 @@ class Journal:
         self._writer_exited = self._loop.create_future()
         self._thread = threading.Thread(target=self._writer, name="journal-writer", daemon=True)
         self._thread.start()
+        if self.zero_ahead_bytes > 0:
+            self._zero_thread = threading.Thread(
+                target=self._zero_ahead, name="journal-zero-ahead", daemon=True
+            )
+            self._zero_thread.start()
 
     def submit(
         self,
@@ -407,7 +515,14 @@ class Journal:
             await self._writer_exited
             self._thread.join()
             self._thread = None
+        if self._zero_thread is not None:
+            with self._zero:
+                self._zero.notify_all()
+            await asyncio.to_thread(self._zero_thread.join)
+            self._zero_thread = None
         if self._fd >= 0:
+            if self.failure is None:
+                await asyncio.to_thread(self._cut_zero_tail)
             os.close(self._fd)
             self._fd = -1
 
@@ -491,6 +606,53 @@ class Journal:
                 continue
         waiting.cancel()
 
+    def _zero_ahead(self) -> None:
+        """Keep the next `zero_ahead_bytes` of the current file written with zeros and
+        fsync'd (module docstring), while the journal writes slowly enough to need it."""
+        zeros = bytes(self.zero_chunk_bytes)
+        cond = self._zero
+        rate_since, rate_bytes, rate = time.monotonic(), self._written_total, 0.0
+        cond.acquire()
+        try:
+            while not self._closing and self.failure is None:
+                now = time.monotonic()
+                if now - rate_since >= ZERO_AHEAD_RATE_WINDOW_S:
+                    rate = (self._written_total - rate_bytes) / (now - rate_since)
+                    rate_since, rate_bytes = now, self._written_total
+                start = zero_ahead_start(
+                    max(self._offset, self._reserved_end),
+                    self._zeroed_end,
+                    window_bytes=self.zero_ahead_bytes,
+                    chunk_bytes=self.zero_chunk_bytes,
+                    write_bytes_per_s=rate,
+                    max_write_bytes_per_s=self.zero_ahead_max_write_bytes_per_s,
+                )
+                if start is None or self._zero_paused:
+                    # Woken by the writer when it makes room; rate-limited, only by time.
+                    self._zero_waiting = rate <= self.zero_ahead_max_write_bytes_per_s
+                    cond.wait(ZERO_AHEAD_RECHECK_S)
+                    self._zero_waiting = False
+                    continue
+                fd, self._zeroing_from = self._fd, start
+                cond.release()
+                try:
+                    _pwrite_all(fd, zeros, start)
+                    os.fdatasync(fd)
+                    # Zeros are never read: keep them out of the page cache.
+                    os.posix_fadvise(fd, start, len(zeros), os.POSIX_FADV_DONTNEED)
+                finally:
+                    cond.acquire()
+                    self._zeroing_from = -1
+                    cond.notify_all()
+                self._zeroed_end = start + len(zeros)
+                METRICS.journal_zeroed_bytes.inc(len(zeros))
+        except OSError as e:
+            # The writer does not need the zeros (it then writes into new blocks, as
+            # without zero-ahead): a full or failing disk shows in its own writes.
+            logger.warning("journal zero-ahead stopped: %s", e)
+        finally:
+            cond.release()
+
     # ------------------------------------------------------------------ on the loop
 
     def _synced(
@@ -546,9 +708,25 @@ class Journal:
             self._writer_exited.set_result(None)
 
     def _write_and_sync(self, pieces: list[bytes], batch_bytes: int) -> tuple[int, int]:
-        writev_all(self._fd, pieces)
+        end = self._offset + batch_bytes
+        if self._zero_thread is not None:
+            with self._zero:
+                # Zeros never land on what this batch writes: a chunk being zeroed that
+                # starts before the batch's end is waited out (it is past the previous
+                # batch, so only a batch larger than the window's lead can reach it).
+                while 0 <= self._zeroing_from < end:
+                    self._zero.wait()
+                self._reserved_end = end
+        pwritev_all(self._fd, pieces, self._offset)
         os.fdatasync(self._fd)
-        self._offset += batch_bytes
+        self._offset = end
+        self._written_total += batch_bytes
+        if (
+            self._zero_waiting
+            and self._zeroed_end + self.zero_chunk_bytes <= end + self.zero_ahead_bytes
+        ):
+            with self._zero:
+                self._zero.notify_all()
         if self.remove_from_page_cache:
             # Whole pages only: the last, partial one is written again by the next batch.
             synced_pages_end = self._offset - self._offset % PAGE_BYTES
@@ -563,6 +741,24 @@ class Journal:
         if self._offset >= self.file_bytes_max:
             self.open_new_file()
         return (self.journal_id, self._offset)
+
+
+def pwritev_all(fd: int, pieces: list[bytes], offset: int) -> None:
+    """Write the pieces in order at `offset` without joining them (IOV_MAX-sized)."""
+    for start in range(0, len(pieces), IOVECS_MAX):
+        chunk = pieces[start : start + IOVECS_MAX]
+        expected = sum(len(piece) for piece in chunk)
+        written = os.pwritev(fd, chunk, offset)
+        if written < expected:  # a short write: finish the rest plainly
+            _pwrite_all(fd, memoryview(b"".join(chunk))[written:], offset + written)
+        offset += expected
+
+
+def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
 
 
 def writev_all(fd: int, pieces: list[bytes]) -> None:

@@ -77,6 +77,11 @@ class BookieMetrics:
             ),
             registry=r,
         )
+        self.journal_zeroed_bytes = Counter(
+            "bookie_journal_zeroed_bytes",
+            "zeros written and fsync'd ahead of the journal's writes (journal_zero_ahead_bytes)",
+            registry=r,
+        )
         self.journal_flush_reason = Counter(
             "bookie_journal_flushes",
             "group commits by the condition that ended them",

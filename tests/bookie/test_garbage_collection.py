@@ -116,6 +116,9 @@ def test_full_bookie_turns_read_only_and_compaction_brings_it_back(
             "0.1",
             "--registration-refresh-s",
             "0.5",
+            # The journal's 4 MiB of zeros ahead would hold most of this tiny capacity.
+            "--journal-zero-ahead-bytes",
+            "0",
         ],
     )
     keep = [(21, i, payload_for(seed(), 21, i, 20_000)) for i in range(10)]

@@ -113,6 +113,8 @@ def test_config_from_flags_and_environment() -> None:
         (["--checkpoint-interval-s", "soon"], {}, "checkpoint_interval_s"),
         (["--minor-compaction-threshold", "0.9"], {}, "minor_compaction_threshold"),
         (["--thread-switch-interval-ms", "0"], {}, "thread_switch_interval_ms"),
+        (["--journal-zero-ahead-bytes", "4096"], {}, "journal_zero_ahead_bytes"),
+        ([], {"BLOBSTORE_BOOKIE_JOURNAL_ZERO_AHEAD_MAX_MB_S": "0"}, "journal_zero_ahead_max_mb_s"),
     ],
 )
 def test_config_errors_name_the_key(argv: list[str], environ: dict[str, str], key: str) -> None:

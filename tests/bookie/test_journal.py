@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -23,6 +25,7 @@ from bookie.journal import (
     group_commit_decision,
     list_journal_ids,
     replay,
+    zero_ahead_start,
 )
 
 KEY = protocol.master_key(b"pw")
@@ -438,3 +441,89 @@ def test_without_flush_on_an_empty_queue_adds_gather_for_the_group_wait(
     (tmp_path / "flush").mkdir()
     assert count_fsyncs(False, tmp_path / "gather") == 1
     assert count_fsyncs(True, tmp_path / "flush") == 4
+
+
+def test_zero_ahead_start_decision() -> None:
+    settings: dict[str, Any] = {
+        "window_bytes": 64 * 1024,
+        "chunk_bytes": 16 * 1024,
+        "write_bytes_per_s": 0.0,
+        "max_write_bytes_per_s": 1e6,
+    }
+    # The first whole page past the writer: its partial last page is written again.
+    assert zero_ahead_start(100, 0, **settings) == 4096
+    assert zero_ahead_start(4096, 0, **settings) == 4096
+    # After the zeros already on disk, while the chunk ends within the window.
+    assert zero_ahead_start(100, 20480, **settings) == 20480
+    assert zero_ahead_start(100, 49152, **settings) == 49152
+    assert zero_ahead_start(100, 53248, **settings) is None
+    # A writer past the zeros (it outran them): from its end again.
+    assert zero_ahead_start(90_000, 53248, **settings) == 90_112
+    # A journal writing faster than the limit gets no zeros.
+    assert zero_ahead_start(100, 0, **{**settings, "write_bytes_per_s": 2e6}) is None
+
+
+def _record_ends(directory: Path) -> dict[int, int]:
+    """Each journal file's offset just after its last record."""
+    ends: dict[int, int] = {}
+    for _, (journal_id, offset) in replay(str(directory), (0, 0)):
+        ends[journal_id] = offset
+    return ends
+
+
+def test_zero_ahead_never_lands_on_records_and_files_end_at_their_last_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Batches of every size, some larger than the window (the writer then waits out a
+    chunk being zeroed), files rolling under zero-ahead: every record replays. While the
+    journal runs its file holds zeros past the last record; each finished file ends
+    exactly at its last record; a copy taken while it runs (what a bookie killed with -9
+    leaves) replays the same records and its zero tail is cut off."""
+    rng = random.Random(20261125)
+    records = [
+        JournalRecord(
+            RecordKind.ADD,
+            4,
+            i,
+            KEY,
+            entry(4, i, rng.randbytes(rng.choice([100, 3000, 40_000, 300_000]))),
+        )
+        for i in range(240)
+    ]
+    running = tmp_path / "running"
+    killed = tmp_path / "killed"
+    running.mkdir()
+
+    async def main() -> None:
+        journal = _journal(running, file_bytes_max=2 << 20, zero_ahead_bytes=256 * 1024)
+        journal.start()
+        futures = []
+        for i, record in enumerate(records):
+            futures.append(_submit(journal, record))
+            if i % 7 == 0:
+                await futures[-1]  # batches of one record and of many
+        await asyncio.gather(*futures)
+        deadline = time.monotonic() + 10
+        while journal._zeroed_end <= journal._offset:
+            assert time.monotonic() < deadline, "no zeros ahead of the writer"
+            await asyncio.sleep(0.01)
+        current = running / file_name(journal.journal_id)
+        assert current.stat().st_size > journal._offset
+        shutil.copytree(running, killed)
+        await journal.close()
+
+    asyncio.run(main())
+    ids = list_journal_ids(str(running))
+    assert len(ids) > 3, "files rolled"
+    ends = _record_ends(running)
+    assert [r for r, _ in replay(str(running), (0, 0))] == records
+    for journal_id in ids:
+        assert (running / file_name(journal_id)).stat().st_size == ends[journal_id]
+    # The copy: older files were cut when the next one was opened, the newest was not.
+    copied_ids = list_journal_ids(str(killed))
+    newest = killed / file_name(copied_ids[-1])
+    assert newest.stat().st_size > ends[copied_ids[-1]]
+    with caplog.at_level(logging.INFO, logger="bookie.journal"):
+        assert [r for r, _ in replay(str(killed), (0, 0))] == records
+    assert "journal_zero_tail" in caplog.text and "journal_torn_tail" not in caplog.text
+    assert newest.stat().st_size == ends[copied_ids[-1]]
