@@ -636,10 +636,11 @@ class Journal:
                 fd, self._zeroing_from = self._fd, start
                 cond.release()
                 try:
+                    # The zeros stay in the page cache (the window's worth; the writer
+                    # drops pages behind it): a batch ends mid-page, and writing part of
+                    # a page that is not cached makes the kernel read it from disk first.
                     _pwrite_all(fd, zeros, start)
                     os.fdatasync(fd)
-                    # Zeros are never read: keep them out of the page cache.
-                    os.posix_fadvise(fd, start, len(zeros), os.POSIX_FADV_DONTNEED)
                 finally:
                     cond.acquire()
                     self._zeroing_from = -1
