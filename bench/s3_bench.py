@@ -493,7 +493,14 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   reads, the ledger read, and the kernel's loopback TCP (a send wakes a bookie or the
   client; ~20% of a worker's CPU at small GETs is these sends).
 - **Latency** (p50 ~10-30 ms at concurrency 16) is queueing behind that CPU, not disk:
-  the journal fsync (group commit) is a few ms.
+  the journal fsync (group commit) is a few ms. At 1,000 PUTs/s the two cores are
+  ~75% busy: per PUT the workers use ~0.75 ms of CPU, the three bookies ~0.42 ms
+  together, ZooKeeper ~0.21 ms (half of it kernel: its log's fsync and the loopback),
+  the generator ~0.1 ms. The bookies' share fell from ~0.51 ms with journal zero-ahead
+  (docs/bookie.md): their journals write over zeros fsync'd ahead, so an fdatasync has
+  no file system metadata to commit. Paced at 1,000/s, two alternated pairs with and
+  without it: p50 8.2/8.6 ms and p99 53/47 ms against 18.3/10.7 and 138/82 ms; the
+  same harness gives 30-140 ms p99 from run to run on this machine.
 - **Large PUT and multipart are bound by CPU, mostly the bookies', mostly the kernel's.**
   Under 16 MiB PUT x4 the three bookies use ~40% of a core each and the gateway ~55%
   (MD5 for the ETag, entry encoding, two copies of each byte to the bookies): the two
