@@ -30,7 +30,7 @@ from blobstore.zk import ZooKeeperClient
 from bookie import config as bookie_config
 from bookie import cookie, ledger_dirs_monitor
 from bookie.bookie_server import BookieServer
-from bookie.config import MIB, BookieConfig
+from bookie.config import BookieConfig
 from bookie.garbage_collector import GarbageCollector
 from bookie.http_admin import HttpAdmin
 from bookie.journal import Journal, JournalCorruptError
@@ -209,7 +209,7 @@ class Bookie:
             queue_entries_max=config.journal_queue_entries_max,
             remove_from_page_cache=config.journal_remove_from_page_cache,
             zero_ahead_bytes=config.journal_zero_ahead_bytes,
-            zero_ahead_max_write_bytes_per_s=config.journal_zero_ahead_max_mb_s * MIB,
+            zero_ahead_max_write_bytes_per_s=config.journal_zero_ahead_max_mb_s * 1e6,
         )
         await asyncio.to_thread(journal.open_new_file)
         await asyncio.to_thread(journal.delete_files_before, storage.mark[0])
