@@ -179,6 +179,11 @@ class Bookie:
         except Exception as e:
             raise UsageError(f"cannot connect to ZooKeeper {config.zk}: {e!r}") from None
         try:
+            if await zk.exists("/") is None:
+                raise UsageError(
+                    f"the ZooKeeper path of --zk {config.zk} does not exist: create it first "
+                    "(blobstore standalone and the Helm chart do), or drop the /chroot"
+                )
             return await self._serve(zk, sock, loop)
         finally:
             await zk.stop()

@@ -222,3 +222,15 @@ def test_the_gil_switch_interval_is_the_bookies_setting(bookies: BookieFactory) 
     for bookie, expected in ((default, "0.5"), (tuned, "0.25")):
         log = (bookie.root / "bookie.log").read_text()
         assert f"thread_switch_interval_ms={expected}\n" in log, log[-2000:]
+
+
+def test_a_missing_zookeeper_path_is_one_line_and_exit_2(zk_connect: str, tmp_path: Path) -> None:
+    command = blobstore_command(
+        "bookie", "--zk", f"{zk_connect}/no-such-path", "--port", "0", "--http-port", "0",
+        "--journal-dir", str(tmp_path / "j"), "--ledger-dir", str(tmp_path / "l"),
+    )  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert result.returncode == 2, result
+    lines = [line for line in result.stderr.splitlines() if line.startswith("blobstore: error:")]
+    assert len(lines) == 1 and "does not exist" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
