@@ -425,15 +425,18 @@ class PageCommitQueue:
         assert page_map is not None
         for piece in pieces:
             piece.check()
-        first, rest = pieces[0], pieces[1:]
-        first_encoded = first.encode()
+        # One piece keeps this page's id (the first, or the last after an append split)
+        # and is written over it with the compare-and-set; the others are created.
+        kept = next(piece for piece in pieces if piece.page_id == work.page_id)
+        rest = [piece for piece in pieces if piece is not kept]
+        kept_encoded = kept.encode()
         level = config.page_compression_level
         operations.append(
             (
                 "set",
                 (
-                    paths.page(self.bucket, first.page_id),
-                    pack_page(first_encoded, level),
+                    paths.page(self.bucket, kept.page_id),
+                    pack_page(kept_encoded, level),
                     page.version,
                 ),
             )
@@ -456,12 +459,12 @@ class PageCommitQueue:
         if len(map_operations) > 1:  # the shard was split too
             metrics.MAP_SHARD_SPLITS.inc()
             logger.info("page map shard split bucket=%s shard=%s", self.bucket, page_map.shard_id)
-        first.version = page.version + 1
-        self._remember(first)
+        kept.version = page.version + 1
+        self._remember(kept)
         logger.debug(
             "index page split bucket=%s page=%s pieces=%d", self.bucket, work.page_id, len(pieces)
         )
-        return len(first_encoded)
+        return len(kept_encoded)
 
     async def _map_operations(
         self, page_map: PageMap, new_map: PageMap

@@ -228,15 +228,21 @@ def test_append_split_fills_the_left_page_for_keys_added_at_the_end() -> None:
     pieces = after.append_split(before, fill)
     assert pieces is not None and len(pieces) == 2
     left, right = pieces
-    assert left.page_id == "p1" and left.version == 3 and right.page_id != "p1"
+    # The right page, which takes the next commits, keeps the id (and version for the CAS).
+    assert right.page_id == "p1" and right.version == 3 and left.page_id != "p1"
+    assert left.version == -1
     assert left.keys + right.keys == keys
     assert fill * 0.9 <= left.encoded_size() <= fill * 1.01  # about fill_bytes
     assert left.hi == right.lo and right.hi is None
     left.check()
     right.check()
-    # Not the bucket's last page, nothing appended, a key inserted before the end, or a
-    # tail too big for one page: halves as usual.
-    assert page_with(keys, hi="z").append_split(page_with(keys[:280], hi="z"), fill) is None
+    # A page inside the bucket (sequential names under a prefix that sorts before
+    # others) splits the same way; its right piece keeps the upper bound.
+    inner = page_with(keys, hi="z").append_split(page_with(keys[:280], hi="z"), fill)
+    assert inner is not None and len(inner) == 2 and inner[0].keys + inner[1].keys == keys
+    assert inner[1].page_id == "p1" and inner[1].hi == "z" and inner[0].hi == inner[1].lo
+    # Nothing appended, a key inserted before the end, or a tail too big for one page:
+    # halves as usual.
     assert after.append_split(after, fill) is None
     inserted = before.copy()
     inserted.set_versions("log-000000a", [object_record("b", "log-000000a").to_dict()])
