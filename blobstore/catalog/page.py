@@ -217,6 +217,38 @@ class IndexPage:
                 return self._cut([i], keep=-1)
         return None
 
+    def insertion_split(self, before: IndexPage, fill_bytes: int) -> list[IndexPage] | None:
+        """The split for names inserted in order at one point inside a page (sequential
+        names under a prefix that sorts between other keys), or None when this page is
+        not that case.
+
+        `before` (the same page as read) has had two or more keys inserted, all between
+        the same two of its keys (one key alone shows no order: random names would cut
+        pages anywhere). The cut goes right after them: the piece holding the insertion
+        point keeps this page's id, so the commits queued for it stay, and from then on
+        the next names come after its last key, where `append_split` takes over; the
+        keys behind the point go to a page of their own that sequential names never
+        reach. Halves would cut wherever the middle is and keep moving the hot range
+        to new pages. When the keys before the point and the run do not fit one page
+        together, they are cut apart too (three pieces, the run's keeping the id)."""
+        n = len(before.keys)
+        inserted = len(self.keys) - n
+        if n == 0 or inserted < 2:
+            return None
+        keys = self.keys
+        start = 0
+        while start < n and keys[start] == before.keys[start]:
+            start += 1
+        end = start + inserted
+        if end >= len(keys) or keys[end:] != before.keys[start:]:
+            return None  # appended after the last key, or inserted at several points
+        sizes = self._entry_sizes()
+        if sum(sizes[:end]) <= fill_bytes:
+            return self._cut([end], keep=0)
+        if start > 0 and sum(sizes[start:end]) <= fill_bytes:
+            return self._cut([start, end], keep=1)
+        return None
+
     def _entry_sizes(self) -> list[int]:
         """About what each key adds to the encoded page (its line, its key in the header)."""
         return [len(line) + len(key) + 4 for key, line in zip(self.keys, self.lines, strict=True)]

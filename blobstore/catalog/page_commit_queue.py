@@ -398,8 +398,10 @@ class PageCommitQueue:
         page_map: PageMap | None = None
         map_operations: list[tuple[str, tuple[Any, ...]]] = []
         if len(encoded) > config.page_split_bytes:
-            pieces = work.append_split(page, config.page_fill_bytes) or work.split(
-                config.page_split_bytes // 2
+            pieces = (
+                work.append_split(page, config.page_fill_bytes)
+                or work.insertion_split(page, config.page_fill_bytes)
+                or work.split(config.page_split_bytes // 2)
             )
         if len(pieces) > 1:
             page_map = await self._map_for_split(work)

@@ -715,3 +715,39 @@ def test_commits_queued_across_an_append_split_stay_on_their_page(zk_connect: st
         assert [r.key for r in listed.contents] == [f"logs-{n:06d}" for n in range(800)]
 
     run_with_catalog(zk_connect, body, config)
+
+
+def test_commits_queued_across_an_insertion_split_stay_on_their_page(zk_connect: str) -> None:
+    """As above, with the names under a prefix that sorts before the bucket's other keys
+    (inserted at one point inside a page, not after its last key)."""
+    from blobstore.catalog import CatalogConfig, metrics
+
+    config = CatalogConfig(
+        page_split_bytes=16 * 1024,
+        page_fill_bytes=12 * 1024,
+        page_merge_target_bytes=10 * 1024,
+        page_merge_bytes=2 * 1024,
+    )
+
+    async def body(catalog: Catalog) -> None:
+        await catalog.create_bucket("seq", "alice")
+        later = [f"warm-{n:04d}" for n in range(60)]
+        for n, key in enumerate(later):
+            await catalog.put_object(object_record("seq", key, n))
+        splits, reroutes = metrics.PAGE_SPLITS._value.get(), metrics.REROUTES._value.get()
+        names = iter(range(800))
+
+        async def writer() -> None:
+            for n in names:
+                await catalog.put_object(object_record("seq", f"logs-{n:06d}", n))
+
+        await asyncio.gather(*(writer() for _ in range(40)))
+        assert metrics.PAGE_SPLITS._value.get() - splits >= 5, "the page split"
+        assert metrics.REROUTES._value.get() == reroutes
+        listed = await catalog.list_objects("seq", max_keys=1000)
+        assert [r.key for r in listed.contents] == [
+            *(f"logs-{n:06d}" for n in range(800)),
+            *later,
+        ]
+
+    run_with_catalog(zk_connect, body, config)

@@ -365,3 +365,35 @@ def test_a_retried_batch_takes_in_what_arrived_meanwhile() -> None:
         assert [m.key for m in queue._waiting] == ["x", "e"]
 
     asyncio.run(scenario())
+
+
+def test_insertion_split_cuts_right_after_names_inserted_in_order() -> None:
+    def page_of(keys: list[str]) -> IndexPage:
+        page = IndexPage("p1", "", None, [], [], version=3)
+        for n, key in enumerate(keys):
+            page.set_versions(key, [object_record("b", key, n).to_dict()])
+        return page
+
+    cold_left = [f"a-{i:04d}" for i in range(100)]
+    cold_right = [f"w-{i:04d}" for i in range(100)]
+    run = [f"logs-{i:06d}" for i in range(30)]
+    before = page_of(cold_left + cold_right)
+    after = page_of(cold_left + run + cold_right)
+    sizes = after._entry_sizes()
+    left_and_run = sum(sizes[: len(cold_left) + len(run)])
+    # Room for the keys before the point and the run: two pieces, the hot one keeps the id.
+    hot, behind = after.insertion_split(before, left_and_run) or []
+    assert hot.keys == cold_left + run and behind.keys == cold_right
+    assert (hot.page_id, hot.version) == ("p1", 3) and behind.page_id != "p1"
+    assert hot.hi == behind.lo and hot.lo == "" and behind.hi is None
+    # Not: the run alone gets a page of its own between the two cold ones.
+    pieces = after.insertion_split(before, left_and_run - 1)
+    assert pieces is not None and [p.keys for p in pieces] == [cold_left, run, cold_right]
+    assert [p.page_id == "p1" for p in pieces] == [False, True, False]
+    for piece in pieces:
+        piece.check()
+    # One key shows no order; keys at two points, or after the last key, are other cases.
+    assert page_of(cold_left + run[:1] + cold_right).insertion_split(before, 10**6) is None
+    two_points = page_of([*cold_left, "a-0049-x", run[0], *cold_right])
+    assert two_points.insertion_split(before, 10**6) is None
+    assert page_of(cold_left + cold_right + ["x-1", "x-2"]).insertion_split(before, 10**6) is None
