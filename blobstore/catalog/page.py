@@ -193,8 +193,9 @@ class IndexPage:
         times, counters, at the bucket's end or under a prefix that sorts before
         others), or None when this page is not that case.
 
-        `before` (the same page as read) has had keys added only after its last key.
-        A split in halves would leave every
+        `before` (the same page as read) has had keys added only behind the point where
+        the left piece would end (after its last key, or among its last few when two
+        writers' names arrive slightly out of order). A split in halves would leave every
         left half half full forever, since no key lands there again, and keep the page
         that takes every commit at half a page or more. Instead the left page is filled
         to `fill_bytes` (room left for new versions of its keys) and the rest goes
@@ -204,15 +205,18 @@ class IndexPage:
         still find their keys there (with the left page keeping it, each had to be
         routed again through a fresh page map: ~8 per split at 1,000 PUTs/s)."""
         n = len(before.keys)
-        if n == 0 or len(self.keys) <= n or self.keys[:n] != before.keys:
+        if n == 0 or len(self.keys) <= n:
             return None
+        old = set(before.keys)
+        first_new = next(i for i, key in enumerate(self.keys) if key not in old)
         sizes = self._entry_sizes()
         acc = 0
         for i, size in enumerate(sizes):
             acc += size
             if acc > fill_bytes:
-                # Not when the tail alone would need splitting again (a huge batch).
-                if i == 0 or sum(sizes[i:]) > fill_bytes:
+                # Not when a new key would go left, nor when the tail alone would need
+                # splitting again (a huge batch).
+                if i == 0 or i > first_new or sum(sizes[i:]) > fill_bytes:
                     return None
                 return self._cut([i], keep=-1)
         return None

@@ -241,6 +241,12 @@ def test_append_split_fills_the_left_page_for_keys_added_at_the_end() -> None:
     inner = page_with(keys, hi="z").append_split(page_with(keys[:280], hi="z"), fill)
     assert inner is not None and len(inner) == 2 and inner[0].keys + inner[1].keys == keys
     assert inner[1].page_id == "p1" and inner[1].hi == "z" and inner[0].hi == inner[1].lo
+    # Names arriving slightly out of order (two writers): new keys among the last few
+    # old ones still split this way, the new ones all in the right piece.
+    near_end = page_with(keys[:270] + keys[275:280])
+    mixed = near_end.append_split(page_with(keys[:270] + keys[277:280]), fill)
+    assert mixed is not None and mixed[1].page_id == "p1"
+    assert {"log-000275", "log-000276"} <= set(mixed[1].keys)
     # Nothing appended, a key inserted before the end, or a tail too big for one page:
     # halves as usual.
     assert after.append_split(after, fill) is None
