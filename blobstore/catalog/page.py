@@ -207,15 +207,18 @@ class IndexPage:
         n = len(before.keys)
         if n == 0 or len(self.keys) <= n:
             return None
-        old = set(before.keys)
-        first_new = next(i for i, key in enumerate(self.keys) if key not in old)
+        if self.keys[:n] == before.keys:
+            first_new = len(self.keys)  # appended after the last key: cut anywhere
+        else:
+            old = set(before.keys)
+            first_new = next(i for i, key in enumerate(self.keys) if key not in old)
         sizes = self._entry_sizes()
         acc = 0
         for i, size in enumerate(sizes):
             acc += size
             if acc > fill_bytes:
-                # Not when a new key would go left, nor when the tail alone would need
-                # splitting again (a huge batch).
+                # Not when a new key among old ones would go left, nor when the tail
+                # alone would need splitting again (a huge batch).
                 if i == 0 or i > first_new or sum(sizes[i:]) > fill_bytes:
                     return None
                 return self._cut([i], keep=-1)
