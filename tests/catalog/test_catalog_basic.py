@@ -685,11 +685,19 @@ def test_a_watch_left_without_a_page_copy_still_expires(zk_connect: str) -> None
     asyncio.run(asyncio.wait_for(main(), 60))
 
 
-def test_commits_queued_across_an_append_split_stay_on_their_page(zk_connect: str) -> None:
-    """Sequential names with many PUTs in flight: the page taking them splits again and
-    again, and the piece that keeps its id is the one the next names go to, so no
-    commit queued meanwhile is routed again (each re-route costs a fresh page map read
-    and another commit)."""
+@pytest.mark.parametrize(
+    "later",
+    [[], [f"warm-{n:04d}" for n in range(60)]],
+    ids=["at-the-bucket-end", "before-other-keys"],
+)
+def test_commits_queued_across_a_split_stay_on_their_page(
+    zk_connect: str, later: list[str]
+) -> None:
+    """Sequential names with many PUTs in flight, at the bucket's end (append splits)
+    or under a prefix that sorts before the bucket's other keys (inserted at one point
+    inside a page first): the page taking them splits again and again, and the piece
+    that keeps its id is the one the next names go to, so no commit queued meanwhile is
+    routed again (each re-route costs a fresh page map read and another commit)."""
     from blobstore.catalog import CatalogConfig, metrics
 
     config = CatalogConfig(
@@ -701,43 +709,12 @@ def test_commits_queued_across_an_append_split_stay_on_their_page(zk_connect: st
 
     async def body(catalog: Catalog) -> None:
         await catalog.create_bucket("seq", "alice")
-        splits, reroutes = metrics.PAGE_SPLITS._value.get(), metrics.REROUTES._value.get()
-        names = iter(range(800))
-
-        async def writer() -> None:  # one of many PUTs in flight, names in order
-            for n in names:
-                await catalog.put_object(object_record("seq", f"logs-{n:06d}", n))
-
-        await asyncio.gather(*(writer() for _ in range(40)))
-        assert metrics.PAGE_SPLITS._value.get() - splits >= 5, "the page split"
-        assert metrics.REROUTES._value.get() == reroutes
-        listed = await catalog.list_objects("seq", max_keys=1000)
-        assert [r.key for r in listed.contents] == [f"logs-{n:06d}" for n in range(800)]
-
-    run_with_catalog(zk_connect, body, config)
-
-
-def test_commits_queued_across_an_insertion_split_stay_on_their_page(zk_connect: str) -> None:
-    """As above, with the names under a prefix that sorts before the bucket's other keys
-    (inserted at one point inside a page, not after its last key)."""
-    from blobstore.catalog import CatalogConfig, metrics
-
-    config = CatalogConfig(
-        page_split_bytes=16 * 1024,
-        page_fill_bytes=12 * 1024,
-        page_merge_target_bytes=10 * 1024,
-        page_merge_bytes=2 * 1024,
-    )
-
-    async def body(catalog: Catalog) -> None:
-        await catalog.create_bucket("seq", "alice")
-        later = [f"warm-{n:04d}" for n in range(60)]
         for n, key in enumerate(later):
             await catalog.put_object(object_record("seq", key, n))
         splits, reroutes = metrics.PAGE_SPLITS._value.get(), metrics.REROUTES._value.get()
         names = iter(range(800))
 
-        async def writer() -> None:
+        async def writer() -> None:  # one of many PUTs in flight, names in order
             for n in names:
                 await catalog.put_object(object_record("seq", f"logs-{n:06d}", n))
 
