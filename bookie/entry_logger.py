@@ -26,6 +26,8 @@ Faults tolerated
 from __future__ import annotations
 
 import bisect
+import ctypes
+import ctypes.util
 import errno
 import itertools
 import logging
@@ -49,6 +51,39 @@ WRITE_BUFFER_BYTES = 4 << 20
 LOG_SUFFIX = ".log"
 
 assert LOG_HEADER_BYTES == 16
+
+
+# sync_file_range(2) flag: start writeback of the range's dirty pages, do not wait.
+SYNC_FILE_RANGE_WRITE = 2
+
+
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's sync_file_range (Linux), or None where there is none."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        function = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return cast(Callable[[int, int, int, int], int], function)
+
+
+_sync_file_range = _load_sync_file_range()
+
+
+def start_writeback(fd: int, offset: int, length: int) -> bool:
+    """Have the kernel start writing `length` bytes of `fd` from `offset` to disk,
+    without waiting (ctypes releases the interpreter lock for the call). False where the
+    system has no way to (the later fsync then writes everything at once)."""
+    if _sync_file_range is None or length <= 0:
+        return False
+    if _sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE) != 0:
+        code = ctypes.get_errno()
+        if code in (errno.ENOSYS, errno.EOPNOTSUPP):
+            return False
+        raise OSError(code, f"sync_file_range: {os.strerror(code)}")
+    return True
 
 
 def location(log_id: int, offset: int) -> int:
@@ -92,6 +127,9 @@ class EntryLogger:
         self._write_fd = -1
         self.current_log_id = 0
         self._position = 0
+        # Bytes before this offset of the current log are on their way to disk (written
+        # out, or fsync'd); `write_out` starts the rest.
+        self._written_out = 0
         self._buffer = bytearray()
         for log_id in self.list_logs():
             self._open_for_read(log_id)
@@ -136,6 +174,7 @@ class EntryLogger:
         self._write_fd = fd
         self.current_log_id = log_id
         self._position = LOG_HEADER_BYTES
+        self._written_out = LOG_HEADER_BYTES
         self._open_for_read(log_id)
         logger.info("entry log opened log_id=%d", log_id)
 
@@ -199,6 +238,17 @@ class EntryLogger:
     def sync(self) -> None:
         self._flush_buffer()
         os.fdatasync(self._write_fd)
+        self._written_out = self._position
+
+    def write_out(self) -> int:
+        """Write the buffer and start the disk writes of everything appended since the
+        last call, without waiting for them (a checkpoint calls this after each slice,
+        so its final `sync` finds little left to write). Returns the bytes started."""
+        self._flush_buffer()
+        length = self._position - self._written_out
+        start_writeback(self._write_fd, self._written_out, length)
+        self._written_out = self._position
+        return length
 
     def roll_if_used(self) -> None:
         """Start a new log so the current one becomes eligible for compaction."""

@@ -10,8 +10,9 @@ The write cache holds entries by ledger, then by entry id. A checkpoint:
      synced position and the ledger states changed since the last checkpoint;
   2. writes the swapped entries, ledger by ledger in entry order, to the current entry
      log and their locations to the index, in slices of `FLUSH_SLICE_ENTRIES` (unsynced
-     RocksDB batches);
-  3. fsyncs the log;
+     RocksDB batches), starting each slice's disk writes and pacing them
+     (`checkpoint_pause`);
+  3. fsyncs the log (by then little is left to write);
   4. writes the states, the per-log byte counts and the LastLogMark in one synced RocksDB
      batch (which makes the slices' batches durable too);
   5. deletes journal files wholly before the mark.
@@ -73,6 +74,36 @@ CHECKPOINT_PAUSE_RATIO = 1.0
 # the read pool instead of the event loop.
 INLINE_INDEX_SLOW_S = 0.001
 INLINE_INDEX_BACKOFF_S = 1.0
+
+
+def checkpoint_pause(
+    slice_s: float,
+    slice_bytes: int,
+    left_bytes: int,
+    room_bytes: int,
+    fill_bytes_per_s: float,
+    write_bytes_per_s: float,
+    cpu_ratio: float = CHECKPOINT_PAUSE_RATIO,
+) -> float:
+    """Seconds a checkpoint waits after a slice that took `slice_s` and wrote
+    `slice_bytes`, with `left_bytes` still to write.
+
+    - No wait while the write cache has no room (`room_bytes` <= 0): adds wait for it.
+    - At least `cpu_ratio` times the slice's time: at most about half a core.
+    - Bytes at `write_bytes_per_s` (0: not paced by bytes), raised when the adds
+      arriving at `fill_bytes_per_s` would fill the room before the rest is written: the
+      checkpoint then aims to finish by the time half the room is used.
+    """
+    if room_bytes <= 0:
+        return 0.0
+    pause = slice_s * cpu_ratio
+    if write_bytes_per_s <= 0:
+        return pause
+    rate = write_bytes_per_s
+    if fill_bytes_per_s > 0 and left_bytes > 0:
+        finish_within_s = room_bytes / fill_bytes_per_s / 2
+        rate = max(rate, left_bytes / finish_within_s)
+    return max(pause, slice_bytes / rate - slice_s)
 
 
 class ReadWouldWait(Exception):
@@ -190,9 +221,11 @@ class LedgerStorage:
         entry_log_bytes_max: int,
         write_cache_bytes_max: int,
         read_cache_bytes_max: int,
+        checkpoint_write_bytes_per_s: float = 0.0,
     ) -> None:
         self.ledger_dir = ledger_dir
         self.write_cache_bytes_max = write_cache_bytes_max
+        self.checkpoint_write_bytes_per_s = checkpoint_write_bytes_per_s
         self.index = EntryLocationIndex(ledger_dir)
         self.entry_logger = EntryLogger(ledger_dir, entry_log_bytes_max)
         self.states: dict[int, LedgerState] = {
@@ -426,19 +459,31 @@ class LedgerStorage:
             loop = asyncio.get_running_loop()
             touched: dict[tuple[int, int], int] = {}
             entries = 0
+            left_bytes = self.flushing_bytes
+            half = self.write_cache_bytes_max // 2
             try:
                 for piece in flush_slices(self.flushing):
                     sliced = time.monotonic()
-                    await loop.run_in_executor(
+                    slice_bytes = await loop.run_in_executor(
                         self.storage_executor, self._flush_slice, piece, touched
                     )
                     entries += sum(len(ids) for _, ids, _ in piece)
-                    if not self.write_cache_full():
-                        # Background work: pause as long as the slice took, so a
-                        # checkpoint takes at most about half a core from the requests
-                        # (three bookies checkpointing at once on two cores held adds
-                        # back 100+ ms). Adds waiting for room get it at full speed.
-                        await asyncio.sleep((time.monotonic() - sliced) * CHECKPOINT_PAUSE_RATIO)
+                    left_bytes -= sum(len(data) for _, _, datas in piece for data in datas)
+                    now = time.monotonic()
+                    # Background work, paced in CPU and in bytes (`checkpoint_pause`):
+                    # three bookies checkpointing at once on two cores held adds back
+                    # 100+ ms, and a checkpoint's writes reaching the disk in one burst
+                    # (the fsync of 32 MiB) held every journal fsync behind them.
+                    pause = checkpoint_pause(
+                        now - sliced,
+                        slice_bytes,
+                        left_bytes,
+                        0 if self.write_cache_full() else half - self.active_bytes,
+                        self.active_bytes / max(now - started, 1e-3),
+                        self.checkpoint_write_bytes_per_s,
+                    )
+                    if pause > 0:
+                        await asyncio.sleep(pause)
                 written = time.monotonic()
                 await loop.run_in_executor(
                     self.storage_executor, self._flush_end, states, touched, mark
@@ -477,8 +522,9 @@ class LedgerStorage:
                 (synced - written) * 1e3,
             )
 
-    def _flush_slice(self, piece: FlushSlice, touched: dict[tuple[int, int], int]) -> None:
-        """Storage thread: one slice -> entry log (buffered) and index (unsynced)."""
+    def _flush_slice(self, piece: FlushSlice, touched: dict[tuple[int, int], int]) -> int:
+        """Storage thread: one slice -> entry log (its disk writes started, not waited
+        for) and index (unsynced). Returns the bytes written to the log."""
         locations: list[tuple[int, int, int]] = []
         for ledger_id, entry_ids, entries in piece:
             locs, per_log_sizes = self.entry_logger.append_many(entries)
@@ -487,7 +533,9 @@ class LedgerStorage:
                 per_log = self.log_ledger_bytes.setdefault(log_id, {})
                 per_log[ledger_id] = per_log.get(ledger_id, 0) + size
                 touched[(log_id, ledger_id)] = per_log[ledger_id]
+        written = self.entry_logger.write_out()
         self.index.write(locations, {}, {}, None, sync=False)
+        return written
 
     def _flush_end(
         self,

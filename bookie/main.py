@@ -202,6 +202,7 @@ class Bookie:
             entry_log_bytes_max=config.entry_log_bytes_max,
             write_cache_bytes_max=config.write_cache_bytes_max,
             read_cache_bytes_max=config.read_cache_bytes_max,
+            checkpoint_write_bytes_per_s=config.checkpoint_write_mb_s * 1e6,
         )
         self.storage = storage
         await asyncio.to_thread(storage.replay_journal, config.journal_dir)

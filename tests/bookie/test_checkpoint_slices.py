@@ -1,4 +1,5 @@
-"""A checkpoint in slices: order, bounds, entry-log rolls and what a reopened storage reads.
+"""A checkpoint in slices: order, bounds, entry-log rolls, pacing and what a reopened
+storage reads.
 
 Real entry logs and a real RocksDB index in a temporary directory; no bookie process.
 """
@@ -9,9 +10,12 @@ import asyncio
 import random
 from pathlib import Path
 
+import pytest
+
+from bookie import entry_logger as entry_logger_module
 from bookie import protocol
 from bookie.entry_logger import LOG_HEADER_BYTES, RECORD_LENGTH, EntryLogger, split_location
-from bookie.ledger_storage import LedgerStorage, flush_slices
+from bookie.ledger_storage import LedgerStorage, checkpoint_pause, flush_slices
 
 MASTER_KEY = b"k" * 20
 
@@ -136,3 +140,62 @@ def test_sliced_checkpoint_reads_back_after_reopen(tmp_path: Path) -> None:
         assert reopened._read_from_log(ledger_id, e) == data
     assert reopened.states[40].last_entry_id == 1499
     asyncio.run(reopened.close())
+
+
+def test_write_out_starts_each_byte_once_and_leaves_nothing_buffered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint starts its slices' disk writes as it goes: every byte of a log after
+    its header is started exactly once (or fsync'd by a roll), in order, and nothing is
+    left in the process's buffer."""
+    started: list[tuple[int, int, int]] = []
+    real = entry_logger_module.start_writeback
+
+    def recorded(fd: int, offset: int, length: int) -> bool:
+        started.append((fd, offset, length))
+        return real(fd, offset, length)
+
+    monkeypatch.setattr(entry_logger_module, "start_writeback", recorded)
+    rng = random.Random(5)
+    logger = EntryLogger(str(tmp_path), 64 * 1024)
+    fds = {logger.current_log_id: logger._write_fd}
+    for _ in range(60):
+        logger.append_many([rng.randbytes(rng.choice([50, 700, 4000])) for _ in range(8)])
+        fds[logger.current_log_id] = logger._write_fd
+        logger.write_out()
+        path = tmp_path / "current" / f"{logger.current_log_id:08x}.log"
+        assert path.stat().st_size == logger._position  # written, not buffered
+    assert len(fds) > 3  # it rolled
+    for log_id, fd in fds.items():
+        ranges = [(offset, length) for f, offset, length in started if f == fd]
+        size = (tmp_path / "current" / f"{log_id:08x}.log").stat().st_size
+        end = LOG_HEADER_BYTES
+        for offset, length in ranges:
+            assert offset == end and length > 0, (log_id, ranges)
+            end += length
+        if log_id == logger.current_log_id:
+            assert end == size
+        else:
+            assert end <= size  # the rest was fsync'd when the log rolled
+    assert real(logger._write_fd, 0, logger._position)  # the call works on this system
+    logger.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # The write cache has no room: adds wait, so no pause at all.
+        ((0.001, 512 << 10, 10 << 20, 0, 5e6, 32e6), 0.0),
+        # Not paced by bytes: as long as the slice took (about half a core).
+        ((0.002, 512 << 10, 10 << 20, 1 << 20, 5e6, 0.0), 0.002),
+        # Paced by bytes: 512 KiB at 32 MB/s, less the slice's own time.
+        ((0.001, 512 << 10, 10 << 20, 32 << 20, 0.0, 32e6), (512 << 10) / 32e6 - 0.001),
+        # Adds would fill the room (16 MiB at 16 MiB/s) before 32 MiB left are written at
+        # 32 MB/s: the rate rises so the rest is done in half that time (0.5 s).
+        ((0.001, 512 << 10, 32 << 20, 16 << 20, float(16 << 20), 32e6), 1 / 128 - 0.001),
+        # A slow slice of few bytes: the CPU rule is the longer wait.
+        ((0.02, 4096, 1 << 20, 32 << 20, 1e6, 32e6), 0.02),
+    ],
+)
+def test_checkpoint_pause(args: tuple[float, int, int, int, float, float], expected: float) -> None:
+    assert checkpoint_pause(*args) == pytest.approx(expected)

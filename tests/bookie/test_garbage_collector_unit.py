@@ -111,6 +111,7 @@ def test_config_from_flags_and_environment() -> None:
         (["--disk-usage-warn-threshold", "0.99"], {}, "disk_usage_warn_threshold"),
         ([], {"BLOBSTORE_BOOKIE_ENTRY_LOG_BYTES_MAX": "1000"}, "entry_log_bytes_max"),
         (["--checkpoint-interval-s", "soon"], {}, "checkpoint_interval_s"),
+        (["--checkpoint-write-mb-s", "-1"], {}, "checkpoint_write_mb_s"),
         (["--minor-compaction-threshold", "0.9"], {}, "minor_compaction_threshold"),
         (["--thread-switch-interval-ms", "0"], {}, "thread_switch_interval_ms"),
         (["--journal-zero-ahead-bytes", "4096"], {}, "journal_zero_ahead_bytes"),

@@ -175,3 +175,11 @@ def test_checkpoint_pauses_between_slices_unless_the_write_cache_is_full(
     # Adds waiting for room in the write cache: the checkpoint runs at full speed.
     full = _CacheAlwaysFull(str(tmp_path / "b"), **sizes, read_cache_bytes_max=0)
     assert checkpoint_pauses(full) == []
+    # Paced in bytes: each slice (512 entries of ~150 bytes) waits about its bytes at
+    # 1 MB/s (the CPU rule alone waits about a millisecond).
+    paced = LedgerStorage(
+        str(tmp_path / "c"), **sizes, read_cache_bytes_max=0, checkpoint_write_bytes_per_s=1e6
+    )
+    slice_bytes = ledger_storage_module.FLUSH_SLICE_ENTRIES * len(entry(6, 0, 100))
+    paused = checkpoint_pauses(paced)
+    assert len(paused) == slices and all(p > 0.5 * slice_bytes / 1e6 for p in paused), paused
