@@ -4,7 +4,7 @@ single-bookie rate (E1/WQ1/AQ1, same client path) and the machine's limits measu
 the same disk in the same run (4 KiB write+fdatasync rate, sequential write+fdatasync
 bandwidth).
 
-    .venv/bin/python bench/ledger_bench.py [--seconds 6] [--output docs/benchmarks/ledger.md]
+    .venv/bin/python bench/ledger_bench.py [--seconds 10] [--output docs/benchmarks/ledger.md]
 
 Not a test: nothing asserts on speed. Writes the report to docs/benchmarks/ledger.md.
 """
@@ -39,6 +39,8 @@ from blobstore.zookeeper_server import free_port, start_zookeeper  # noqa: E402
 
 KIB = 1024
 MIB = 1024 * KIB
+# Each paced row first runs this long at its rate, unmeasured (`run_paced`).
+PACED_WARMUP_S = 3.0
 READY_TIMEOUT_S = 60.0
 
 
@@ -255,31 +257,42 @@ async def run_paced(
     payload = os.urandom(entry_bytes)
     # time.monotonic(), not loop.time(): uvloop's clock moves in whole milliseconds.
     clock = time.monotonic
+
+    async def pace(duration: float, latencies: list[float] | None) -> int:
+        # Only the newest future is kept (adds complete in entry order): holding every
+        # one would grow the heap the garbage collector scans, and its pauses, over the row.
+        last: asyncio.Future[int] | None = None
+        started = clock()
+        sent = 0
+        while True:
+            now = clock()
+            if now - started >= duration:
+                break
+            due_count = int((now - started) * rate) + 1
+            while sent < due_count:
+                due = started + sent / rate
+                await handle.wait_for_capacity()  # a stall: the wait counts in the latency
+                last = handle.append(payload)
+                if latencies is not None:
+                    last.add_done_callback(lambda _f, due=due: latencies.append(clock() - due))
+                sent += 1
+            # At least a millisecond (uvloop's timer resolution): a shorter sleep returns
+            # at once and the loop would spin, taking CPU from the bookies it measures.
+            # Adds that fall due meanwhile go out together, their wait counted in their
+            # latency.
+            await asyncio.sleep(max(0.001, started + sent / rate - clock()))
+        if last is not None:
+            await last
+        return sent
+
+    # Unmeasured first: the row before (saturated) leaves checkpoints running and write
+    # caches full; the row measures the steady state at this rate, checkpoints included.
+    await pace(PACED_WARMUP_S, None)
     latencies: list[float] = []
-    # Only the newest future is kept (adds complete in entry order): holding every one
-    # would grow the heap the garbage collector scans, and its pauses, over the row.
-    last: asyncio.Future[int] | None = None
     fsync_before = await asyncio.to_thread(journal_fsync_buckets, http_ports)
     cpu_started = time.process_time()
     started = clock()
-    sent = 0
-    while True:
-        now = clock()
-        if now - started >= seconds:
-            break
-        due_count = int((now - started) * rate) + 1
-        while sent < due_count:
-            due = started + sent / rate
-            await handle.wait_for_capacity()  # a stall: the wait counts in the latency
-            last = handle.append(payload)
-            last.add_done_callback(lambda _f, due=due: latencies.append(clock() - due))
-            sent += 1
-        # At least a millisecond (uvloop's timer resolution): a shorter sleep returns at
-        # once and the loop would spin, taking CPU from the bookies it measures. Adds
-        # that fall due meanwhile go out together, their wait counted in their latency.
-        await asyncio.sleep(max(0.001, started + sent / rate - clock()))
-    if last is not None:
-        await last
+    sent = await pace(seconds, latencies)
     elapsed = clock() - started
     client_cpu_s = time.process_time() - cpu_started
     fsync_after = await asyncio.to_thread(journal_fsync_buckets, http_ports)
@@ -378,9 +391,18 @@ def aims_table(results: list[Result], disk_mb_per_s: float) -> list[str]:
             "already under way, then for its own. The bookies' own histogram of that time",
             "(`bookie_journal_fsync_latency_seconds`, all three, over each paced row; the",
             "upper bound of the bucket holding the 99th percentile) is the floor of an add's",
-            "p99 on this disk. What an add's p99 has beyond it is not the disk: it is CPU",
-            "(bookie request handling and checkpoints, the client, and five processes",
-            "sharing two cores). At half the saturated rate the machine is already about",
+            "p99 on this disk. What an add's p99 has beyond it was, for the most part, the",
+            "bookies' checkpoints: each left its entries in the page cache and its final",
+            "fsync sent them to the disk at once (32 MiB per bookie, three bookies together,",
+            "since equal load fills their write caches at the same moment), and every",
+            "journal fsync queued behind that burst. A checkpoint now starts each slice's",
+            "disk writes as it goes and paces them (`checkpoint_write_mb_s`, docs/bookie.md):",
+            "at 9,800 adds/s, 15 s runs, p99 16.8-34.5 ms (eight runs) -> 5.8-16.5 ms (seven,",
+            "median 8.5). The rest is CPU (bookie request handling, the client, and five",
+            "processes sharing two cores), and this machine's own variation: the runs of",
+            "this benchmark in the hour before this one (6, 10 and 12 s rows) gave 14.8, 19.1,",
+            "146, 12.6 and 7.5 ms at half the saturated rate (the 146 with the journals'",
+            "fsync p99 still at 5 ms: a stall outside the disk, not seen again). At half the saturated rate the machine is already about",
             "80% busy (client ~58 us of CPU per add, the three bookies ~100 us together):",
             "fewer adds share each fsync and each wake-up, so CPU per add rises as the",
             "rate falls. The journal writer thread takes the GIL back after every fsync;",
@@ -464,10 +486,12 @@ def write_report(
         "1. Before an ack every payload byte is fsync'd WQ times to journals, all on the one",
         "disk here, so *vs disk MB/s* (payload MB/s times WQ over the probe's bandwidth) near 1",
         "means the disk is the limit; checkpoints later write each byte WQ times again to entry",
-        "logs (every 10 s, so partly outside a 6 s row). Latencies run from `append` to the",
+        "logs (every 10 s or at half a write cache, so partly outside a row). Latencies run from `append` to the",
         "ack-quorum completion with the window full, so they include queueing; *paced* rows",
         "offer a fixed rate instead (a fraction of the saturated E3/WQ2/AQ2 rate above) and",
-        "time each add from when it was due: the latency below saturation. The read column",
+        "time each add from when it was due: the latency below saturation (each measured",
+        f"after {PACED_WARMUP_S:g} s at its rate, so the checkpoints left by the saturated",
+        "row before do not count; its own checkpoints do). The read column",
         "reads the ledger back with `iter_entries` (64 reads in flight for 1 KiB entries, 16",
         "for 1 MiB). *client CPU µs/add* is the client process's CPU time over the adds: the",
         "cost of the ledger client itself, one core's worth caps a single client process.",
@@ -480,7 +504,7 @@ def write_report(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=6.0, help="per row")
+    parser.add_argument("--seconds", type=float, default=10.0, help="per row")
     parser.add_argument("--probe-seconds", type=float, default=3.0)
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "ledger.md"))
     args = parser.parse_args()
