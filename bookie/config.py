@@ -54,8 +54,9 @@ class BookieConfig:
     read_cache_bytes_max: int = 32 * MIB
     checkpoint_interval_s: float = 10.0
     # A checkpoint writes its entries to the entry log at about this rate (faster when the
-    # write cache would fill first), each slice's disk writes started as it goes: written
-    # at once, its fsync put tens of MiB ahead of every journal fsync (0 = not paced).
+    # write cache would fill first; not paced while adds arrive at half this rate or
+    # more), each slice's disk writes started as it goes: written at once, its fsync put
+    # tens of MiB ahead of every journal fsync (0 = not paced).
     checkpoint_write_mb_s: float = 32.0
     gc_interval_s: float = 300.0
     minor_compaction_threshold: float = 0.2

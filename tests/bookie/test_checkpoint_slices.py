@@ -190,9 +190,11 @@ def test_write_out_starts_each_byte_once_and_leaves_nothing_buffered(
         ((0.002, 512 << 10, 10 << 20, 1 << 20, 5e6, 0.0), 0.002),
         # Paced by bytes: 512 KiB at 32 MB/s, less the slice's own time.
         ((0.001, 512 << 10, 10 << 20, 32 << 20, 0.0, 32e6), (512 << 10) / 32e6 - 0.001),
-        # Adds would fill the room (16 MiB at 16 MiB/s) before 32 MiB left are written at
-        # 32 MB/s: the rate rises so the rest is done in half that time (0.5 s).
-        ((0.001, 512 << 10, 32 << 20, 16 << 20, float(16 << 20), 32e6), 1 / 128 - 0.001),
+        # Adds would fill the room (4 MiB at 8 MiB/s) before 32 MiB left are written at
+        # 32 MB/s: the rate rises so the rest is done in half that time (0.25 s).
+        ((0.001, 512 << 10, 32 << 20, 4 << 20, float(8 << 20), 32e6), 1 / 256 - 0.001),
+        # Adds arriving at half the pacing rate or more: not paced by bytes.
+        ((0.001, 512 << 10, 32 << 20, 32 << 20, 16e6, 32e6), 0.001),
         # A slow slice of few bytes: the CPU rule is the longer wait.
         ((0.02, 4096, 1 << 20, 32 << 20, 1e6, 32e6), 0.02),
     ],

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from pathlib import Path
 
 from bookie import ledger_storage as ledger_storage_module
@@ -180,6 +181,15 @@ def test_checkpoint_pauses_between_slices_unless_the_write_cache_is_full(
     paced = LedgerStorage(
         str(tmp_path / "c"), **sizes, read_cache_bytes_max=0, checkpoint_write_bytes_per_s=1e6
     )
+    paced._swapped_at -= 3600  # the adds came in slowly (an hour since the last swap)
     slice_bytes = ledger_storage_module.FLUSH_SLICE_ENTRIES * len(entry(6, 0, 100))
     paused = checkpoint_pauses(paced)
     assert len(paused) == slices and all(p > 0.5 * slice_bytes / 1e6 for p in paused), paused
+    # The same adds arriving fast (all of them just now): the journal writes at the disk's
+    # pace, and the checkpoint is not held to the byte rate.
+    fast = LedgerStorage(
+        str(tmp_path / "d"), **sizes, read_cache_bytes_max=0, checkpoint_write_bytes_per_s=1e5
+    )
+    fast._swapped_at = time.monotonic()  # ~230 kB from now to the checkpoint: >> 50 kB/s
+    paused = checkpoint_pauses(fast)
+    assert len(paused) == slices and all(p < 0.25 * slice_bytes / 1e5 for p in paused), paused
