@@ -94,8 +94,7 @@ def checkpoint_pause(
       arriving at `fill_bytes_per_s` would fill the room before the rest is written: the
       checkpoint then aims to finish by the time half the room is used.
     - Not paced by bytes while adds arrive at half that rate or more: the journal then
-      writes large batches at the disk's pace and the checkpoint keeps up with it (paced,
-      64 KiB adds into one bookie lost a sixth of their rate).
+      writes large batches at the disk's pace and the checkpoint must keep up with it.
     """
     if room_bytes <= 0:
         return 0.0
