@@ -419,8 +419,8 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   owners). Under the same load ZooKeeper then did 5 young collections in 20 s and no
   old one, commit p99 fell to 7.5-10 ms, and PUT p99 at 500/s to 15-18 ms (26-42 ms
   before, one worker or two, same harness).
-- **PUTs near saturation still queue.** At 1,000 PUTs/s offered, p99 is 45-120 ms
-  with the machine, p50 8-28 ms. Per PUT the workers spend about 0.7 ms of CPU, the
+- **PUTs near saturation still queue.** At 1,000 PUTs/s offered, p99 ranges 21-120 ms
+  with the machine over the runs of two days, p50 6-28 ms. Per PUT the workers spend about 0.7 ms of CPU, the
   three bookies 0.5 ms together, ZooKeeper 0.2 ms (warm) and the generator 0.1 ms:
   ~1.5 ms, three quarters of both cores at that rate, and each PUT crosses about eight
   process wake-ups (generator, worker, two bookies and their journal threads,
