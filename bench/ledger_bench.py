@@ -401,7 +401,7 @@ def aims_table(results: list[Result], disk_mb_per_s: float) -> list[str]:
             "median 8.5). The rest is CPU (bookie request handling, the client, and five",
             "processes sharing two cores), and this machine's own variation: the runs of",
             "this benchmark in the hour before this one (6, 10 and 12 s rows) gave 14.8, 19.1,",
-            "146, 12.6 and 7.5 ms at half the saturated rate (the 146 with the journals'",
+            "146, 12.6, 7.5 and 6.7 ms at half the saturated rate (the 146 with the journals'",
             "fsync p99 still at 5 ms: a stall outside the disk, not seen again). At half the saturated rate the machine is already about",
             "80% busy (client ~58 us of CPU per add, the three bookies ~100 us together):",
             "fewer adds share each fsync and each wake-up, so CPU per add rises as the",
