@@ -450,7 +450,9 @@ class LedgerStorage:
                 self.storage_executor, fn, *args
             )
 
-    async def checkpoint(self) -> None:
+    async def checkpoint(self, *, paced: bool = True) -> None:
+        """One checkpoint (module docstring); `paced=False` (at shutdown) writes at full
+        speed: nothing else is running to yield to."""
         assert self.journal is not None
         async with self._storage_lock:
             if not self.active and not self.dirty:
@@ -489,7 +491,7 @@ class LedgerStorage:
                         max(arrived_per_s, self.active_bytes / max(now - started, 1e-3)),
                         self.checkpoint_write_bytes_per_s,
                     )
-                    if pause > 0:
+                    if pause > 0 and paced:
                         await asyncio.sleep(pause)
                 written = time.monotonic()
                 await loop.run_in_executor(

@@ -283,7 +283,7 @@ class Bookie:
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await journal.close()
         if journal.failure is None:
-            await storage.checkpoint()
+            await storage.checkpoint(paced=False)
         await self.http.close()
         await storage.close()
         logger.info("bookie stopped bookie_id=%s", self.bookie_id)

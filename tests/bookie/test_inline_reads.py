@@ -160,12 +160,12 @@ def test_checkpoint_pauses_between_slices_unless_the_write_cache_is_full(
     slices = 3
     entries = slices * ledger_storage_module.FLUSH_SLICE_ENTRIES
 
-    def checkpoint_pauses(storage: LedgerStorage) -> list[float]:
+    def checkpoint_pauses(storage: LedgerStorage, paced: bool = True) -> list[float]:
         storage.journal = _JournalPosition()  # type: ignore[assignment]
         for e in range(entries):
             storage.apply_add(6, e, MASTER_KEY, entry(6, e, 100))
         pauses.clear()
-        asyncio.run(storage.checkpoint())
+        asyncio.run(storage.checkpoint(paced=paced))
         assert all(storage._read_from_log(6, e) is not None for e in range(entries))
         asyncio.run(storage.close())
         return list(pauses)
@@ -193,3 +193,9 @@ def test_checkpoint_pauses_between_slices_unless_the_write_cache_is_full(
     fast._swapped_at = time.monotonic()  # ~230 kB from now to the checkpoint: >> 50 kB/s
     paused = checkpoint_pauses(fast)
     assert len(paused) == slices and all(p < 0.25 * slice_bytes / 1e5 for p in paused), paused
+    # At shutdown: no pauses at all.
+    closing = LedgerStorage(
+        str(tmp_path / "e"), **sizes, read_cache_bytes_max=0, checkpoint_write_bytes_per_s=1e6
+    )
+    closing._swapped_at -= 3600
+    assert checkpoint_pauses(closing, paced=False) == []
