@@ -464,8 +464,9 @@ def test_zero_ahead_start_decision() -> None:
 
 
 def _record_ends(directory: Path) -> dict[int, int]:
-    """Each journal file's offset just after its last record."""
-    ends: dict[int, int] = {}
+    """Each journal file's offset just after its last record (just after its header when
+    it holds none: a batch that filled the previous file exactly opens the next one)."""
+    ends = dict.fromkeys(list_journal_ids(str(directory)), FILE_HEADER_BYTES)
     for _, (journal_id, offset) in replay(str(directory), (0, 0)):
         ends[journal_id] = offset
     return ends
