@@ -25,7 +25,6 @@ from pathlib import Path
 
 import crc32c
 import uvloop
-from kazoo.client import KazooClient
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -261,11 +260,7 @@ def main() -> int:
         )
 
         zk = start_zookeeper(work / "zk", free_port())
-        chroot = KazooClient(hosts=zk.connect_string)
-        chroot.start(30)
-        chroot.ensure_path("/bench")  # a bookie needs its ZooKeeper path to exist
-        chroot.stop()
-        chroot.close()
+        zk_connect = zk.chroot("/bench")
         bookie = None
         try:
             ready = work / "ready.json"
@@ -277,7 +272,7 @@ def main() -> int:
                     "blobstore.cli",
                     "bookie",
                     "--zk",
-                    f"{zk.connect_string}/bench",
+                    zk_connect,
                     "--host",
                     "127.0.0.1",
                     "--port",

@@ -522,12 +522,7 @@ def main() -> int:
             flush=True,
         )
         zk_server = start_zookeeper(work / "zk", free_port(), heap_mb=256)
-        zk_connect = zk_server.connect_string + "/ledger-bench"
-        subprocess.run(
-            [sys.executable, "-c", f"from kazoo.client import KazooClient as K; c=K({zk_server.connect_string!r}); c.start(30); c.ensure_path('/ledger-bench'); c.stop()"],
-            check=True,
-            timeout=60,
-        )  # fmt: skip
+        zk_connect = zk_server.chroot("/ledger-bench")
         for index in range(3):
             process, bookie_id, http_port = start_bookie(
                 zk_connect, work / f"bookie-{index}", work / f"bookie-{index}.log"

@@ -116,6 +116,20 @@ class ZooKeeperServer:
     def connect_string(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def chroot(self, path: str, timeout_s: float = 30.0) -> str:
+        """Create `path` (and its parents) if missing; returns the connect string rooted
+        there. A bookie or gateway given a chroot needs it to exist."""
+        from kazoo.client import KazooClient  # only the callers that make chroots need it
+
+        client = KazooClient(hosts=self.connect_string, timeout=timeout_s)
+        client.start(timeout=timeout_s)
+        try:
+            client.ensure_path(path)
+        finally:
+            client.stop()
+            client.close()
+        return f"{self.connect_string}{path}"
+
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM, wait with a deadline, then SIGKILL; always reaps the child."""
         if self.process.poll() is not None:

@@ -33,15 +33,7 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 @pytest.fixture
 def zk_connect(zk_server: ZooKeeperServer) -> str:
     """A connect string with a fresh chroot, so tests never see each other's znodes."""
-    chroot = f"/t-{uuid.uuid4().hex[:12]}"
-    client = KazooClient(hosts=zk_server.connect_string, timeout=ZK_TIMEOUT_S)
-    client.start(timeout=ZK_TIMEOUT_S)
-    try:
-        client.ensure_path(chroot)
-    finally:
-        client.stop()
-        client.close()
-    return f"{zk_server.connect_string}{chroot}"
+    return zk_server.chroot(f"/t-{uuid.uuid4().hex[:12]}", ZK_TIMEOUT_S)
 
 
 @pytest.fixture

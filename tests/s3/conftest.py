@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
 
 from blobstore.zookeeper_server import ZooKeeperServer
 from tests.cluster.gateway import GatewayProcess, make_self_signed_cert
@@ -84,16 +83,9 @@ class S3Cluster:
 def s3_cluster(
     zk_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[S3Cluster]:
-    chroot = f"/s3-{uuid.uuid4().hex[:12]}"
-    client = KazooClient(hosts=zk_server.connect_string, timeout=15.0)
-    client.start(timeout=15.0)
-    try:
-        client.ensure_path(chroot)
-    finally:
-        client.stop()
-        client.close()
+    zk = zk_server.chroot(f"/s3-{uuid.uuid4().hex[:12]}", 15.0)
     root = tmp_path_factory.mktemp("s3-cluster")
-    cluster = S3Cluster(zk=f"{zk_server.connect_string}{chroot}", root=root, reaper=ProcessReaper())
+    cluster = S3Cluster(zk=zk, root=root, reaper=ProcessReaper())
     try:
         for index in range(3):
             bookie = BookieProcess(
