@@ -42,3 +42,16 @@ def test_aims_show_measurements_in_their_units_and_ratios() -> None:
         table
     ), table
     assert "= 56 MB/s | 105 MB/s | 1.87 |" in table, table
+
+
+def test_rows_at_the_aims_rate_are_marked_and_repeated_below_saturation() -> None:
+    rows = ledger_bench.aims_table(
+        [_result("paced 10,000/s", KIB, 20_000, 0.008)], disk_mb_per_s=320.0
+    )
+    assert (
+        "| 1 KiB p99 <= 10 ms at paced 10,000/s (the aim's rate) (ratio = aim / measured) "
+        "| 8.00 ms | 1.25 |"
+    ) in "\n".join(rows)
+    assert ledger_bench.paced_rates(22_311) == [5_600, 10_000, 10_000, 10_000, 11_200, 16_700]
+    # At or past saturation the aim's rate would measure a backlog, not a latency.
+    assert ledger_bench.paced_rates(9_000) == [2_200, 4_500, 6_800]
