@@ -38,6 +38,7 @@ from typing import Any, cast
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from blobstore.batched_metrics import BatchedCounter, BatchedHistogram
 from blobstore.sampled_gauge import SampledGauge
 from bookie import protocol
 from bookie.protocol import Op, Status
@@ -72,22 +73,24 @@ IN_FLIGHT = SampledGauge(
 )
 
 _LABELLED: dict[tuple[str, ...], Any] = {}
+_STATUS_NAMES = {int(status): status.name for status in Status}
 
 
-def _requests(op: str, outcome: str) -> Any:
-    """REQUESTS.labels(op, outcome), cached: label lookups cost more than the increment."""
+def _requests(op: str, outcome: str) -> BatchedCounter:
+    """REQUESTS.labels(op, outcome), cached and batched (every answer counts here: label
+    lookups cost more than the increment, and an increment more than the batch's)."""
     key = ("requests", op, outcome)
     child = _LABELLED.get(key)
     if child is None:
-        child = _LABELLED[key] = REQUESTS.labels(op, outcome)
+        child = _LABELLED[key] = BatchedCounter(REQUESTS.labels(op, outcome))
     return child
 
 
-def _request_seconds(op: str) -> Any:
+def _request_seconds(op: str) -> BatchedHistogram:
     key = ("seconds", op)
     child = _LABELLED.get(key)
     if child is None:
-        child = _LABELLED[key] = REQUEST_SECONDS.labels(op)
+        child = _LABELLED[key] = BatchedHistogram(REQUEST_SECONDS.labels(op))
     return child
 
 
@@ -741,11 +744,8 @@ class BookieClientPool:
     ) -> BookieUnavailableError | None:
         """Count an answer (latency, status); an answer to another op is an error."""
         _request_seconds(op.name).observe(self._clock() - started)
-        try:
-            status_name = Status(frame.flags_or_status).name
-        except ValueError:
-            status_name = str(frame.flags_or_status)
-        _requests(op.name, status_name).inc()
+        status = frame.flags_or_status
+        _requests(op.name, _STATUS_NAMES.get(status) or str(status)).inc()
         if frame.op != op:
             return BookieUnavailableError(
                 f"bookie={bookie_id} answered op={frame.op} to op={op.name}", bookie_id=bookie_id

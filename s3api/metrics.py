@@ -23,7 +23,8 @@ from prometheus_client import (
     multiprocess,
 )
 
-from blobstore import deferred_metrics
+from blobstore import batched_metrics, deferred_metrics
+from blobstore.batched_metrics import fold_histogram
 from blobstore.sampled_gauge import PUBLISH_INTERVAL_S, SampledGauge
 
 REQUESTS = Counter(
@@ -117,14 +118,7 @@ class RequestTally:
         for (operation, status), n in counts.items():
             self.requests.labels(operation=operation, status=status).inc(n)
         for operation, latency in latencies.items():
-            # Histogram.observe() adds to the sum and to the first bucket whose bound
-            # holds the value (buckets are cumulated on exposition); this adds the
-            # same, many observations at a time.
-            child = self.seconds.labels(operation=operation)
-            child._sum.inc(latency[0])
-            for i, observed in enumerate(latency[1:]):
-                if observed:
-                    child._buckets[i].inc(observed)
+            fold_histogram(self.seconds.labels(operation=operation), latency[0], latency[1:])
         for operation, (bytes_in, bytes_out) in sizes.items():
             self.bytes_in.labels(operation=operation).inc(bytes_in)
             self.bytes_out.labels(operation=operation).inc(bytes_out)
@@ -137,7 +131,8 @@ TALLY = RequestTally(REQUESTS, REQUEST_SECONDS, BYTES_IN, BYTES_OUT, IN_FLIGHT)
 
 def exposition() -> tuple[bytes, str]:
     """The metrics text and its content type (all workers' when in multiprocess mode)."""
-    TALLY.publish()  # this worker's updates, up to now
+    batched_metrics.publish_all()  # the libraries' batched updates, then
+    TALLY.publish()  # this worker's, and every value into its file
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]

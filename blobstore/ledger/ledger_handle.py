@@ -325,6 +325,8 @@ class LedgerHandle:
         self._complete_in_order()
 
     def _complete_in_order(self) -> None:
+        completed = completed_bytes = 0
+        now = 0.0
         while self._pending and self._pending[0].ack_set.complete:
             op = self._pending.popleft()
             assert op.entry_id == self.last_add_confirmed + 1, (
@@ -334,12 +336,17 @@ class LedgerHandle:
             self.last_add_confirmed = op.entry_id
             self.length = op.ledger_length
             self._pending_bytes -= op.payload_bytes
-            metrics.PENDING_ADDS.add(-1)
-            metrics.ADDS_OK.inc()
-            metrics.ADD_BYTES.inc(op.payload_bytes)
-            metrics.ADD_SECONDS.observe(time.monotonic() - op.started)
+            if not completed:
+                now = time.monotonic()
+            completed += 1
+            completed_bytes += op.payload_bytes
+            metrics.ADD_SECONDS.observe(now - op.started)
             if not op.future.done():
                 op.future.set_result(op.entry_id)
+        if completed:  # one update for all the adds one ack completed
+            metrics.PENDING_ADDS.add(-completed)
+            metrics.ADDS_OK.inc(completed)
+            metrics.ADD_BYTES.inc(completed_bytes)
         assert self.last_add_confirmed <= self._last_add_pushed
         if not self._is_full():
             self._capacity.set()

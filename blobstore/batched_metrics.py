@@ -1,0 +1,117 @@
+"""Counters and histograms added up in plain numbers and published to Prometheus at most
+once a second, and whenever metrics are collected.
+
+A prometheus_client update takes a lock per value (and in a multi-worker gateway writes
+an mmap'd file): `Histogram.observe` walks the bucket bounds and increments two values,
+~0.8 us; a counter's `inc` ~0.35 us. The ledger client counted each add and each bookie
+answer that way, two answers per add: ~7 us of the ~50 us of client CPU an add costs
+(measured at 10,000 adds/s). Here `observe` is a bisect into the bounds and two
+additions; `publish()` moves the sums into the Prometheus child (one increment per
+non-empty bucket), so an exposition shows the same totals.
+
+Publishing happens on an update once PUBLISH_INTERVAL_S has passed since the last one,
+and on every collection of the default registry (a collector registered when this module
+is imported, so before any metric built on it, and therefore collected first). An
+exposition that does not collect the default registry in this process (the gateway's
+multiprocess one reads every worker's files) calls `publish_all()` first. So a scrape
+sees every update made before it, and a process's files at most a second behind.
+
+Updates are for one thread (an event loop), like `SampledGauge`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import REGISTRY
+from prometheus_client.registry import Collector
+
+from blobstore.sampled_gauge import PUBLISH_INTERVAL_S
+
+_ALL: list[BatchedCounter | BatchedHistogram] = []
+
+
+def fold_histogram(child: Any, total: float, counts: Iterable[float]) -> None:
+    """Add `counts[i]` observations to bucket i of a prometheus Histogram child, and
+    `total` to its sum: what that many `observe` calls would have added (observe adds
+    to the first bucket whose bound holds the value; exposition cumulates them)."""
+    child._sum.inc(total)
+    buckets = child._buckets
+    for i, observed in enumerate(counts):
+        if observed:
+            buckets[i].inc(observed)
+
+
+class BatchedCounter:
+    """A prometheus Counter child fed in batches."""
+
+    __slots__ = ("_child", "_pending", "_next_publish")
+
+    def __init__(self, child: Any) -> None:
+        self._child = child
+        self._pending = 0.0
+        self._next_publish = 0.0
+        _ALL.append(self)
+
+    def inc(self, amount: float = 1) -> None:
+        self._pending += amount
+        if time.monotonic() >= self._next_publish:
+            self.publish()
+
+    def publish(self) -> None:
+        pending, self._pending = self._pending, 0.0
+        if pending:
+            self._child.inc(pending)
+        self._next_publish = time.monotonic() + PUBLISH_INTERVAL_S
+
+
+class BatchedHistogram:
+    """A prometheus Histogram child (one without labels, or one label set's) fed in
+    batches."""
+
+    __slots__ = ("_child", "_bounds", "_counts", "_sum", "_next_publish")
+
+    def __init__(self, child: Any) -> None:
+        self._child = child
+        self._bounds = tuple(child._upper_bounds)  # ends with +Inf
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+        self._next_publish = 0.0
+        _ALL.append(self)
+
+    def observe(self, value: float) -> None:
+        self._counts[bisect.bisect_left(self._bounds, value)] += 1
+        self._sum += value
+        if time.monotonic() >= self._next_publish:
+            self.publish()
+
+    def publish(self) -> None:
+        counts, self._counts = self._counts, [0] * len(self._bounds)
+        total, self._sum = self._sum, 0.0
+        if any(counts):
+            fold_histogram(self._child, total, counts)
+        self._next_publish = time.monotonic() + PUBLISH_INTERVAL_S
+
+
+def publish_all() -> None:
+    """Publish every batched metric of this process (before an exposition)."""
+    for metric in _ALL:
+        metric.publish()
+
+
+class _PublishOnCollect(Collector):
+    """Collected before the metrics built on this module (registered first): publishes
+    them, contributes nothing itself."""
+
+    def collect(self) -> Iterable[Any]:
+        publish_all()
+        return []
+
+    def describe(self) -> Iterable[Any]:
+        return []
+
+
+REGISTRY.register(_PublishOnCollect())

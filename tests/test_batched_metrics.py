@@ -1,0 +1,74 @@
+"""Batched counters and histograms publish exactly what direct prometheus_client updates
+would have, and a collection of the default registry sees every update made before it."""
+
+from __future__ import annotations
+
+import random
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+
+from blobstore.batched_metrics import BatchedCounter, BatchedHistogram, publish_all
+
+BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1)
+
+
+def _samples(registry: CollectorRegistry, name: str) -> dict[str, float]:
+    """`suffix{labels}` -> value for one metric family, its own name stripped."""
+    out = {}
+    for line in generate_latest(registry).decode().splitlines():
+        if line.startswith(name) and not line.startswith(name + "_created"):
+            key, value = line.rsplit(" ", 1)
+            out[key[len(name) :]] = float(value)
+    return out
+
+
+def test_a_batched_histogram_publishes_what_observe_would_have() -> None:
+    registry = CollectorRegistry()
+    direct = Histogram("direct_seconds", "d", buckets=BUCKETS, registry=registry)
+    batched = BatchedHistogram(
+        Histogram("batched_seconds", "b", buckets=BUCKETS, registry=registry)
+    )
+    rng = random.Random(7)
+    # Values on the bounds too: observe puts a value equal to a bound in that bucket.
+    values = [*BUCKETS, 0.0, 1e9] + [rng.expovariate(50) for _ in range(500)]
+    for value in values:
+        direct.observe(value)
+        batched.observe(value)
+    publish_all()
+    direct_samples = _samples(registry, "direct_seconds")
+    batched_samples = _samples(registry, "batched_seconds")
+    assert direct_samples.keys() == batched_samples.keys()
+    for key, value in direct_samples.items():
+        assert abs(batched_samples[key] - value) < 1e-9, key
+    assert batched_samples['_bucket{le="0.005"}'] == sum(1 for v in values if v <= 0.005)
+    assert batched_samples["_count"] == len(values)
+
+
+def test_a_batched_counter_publishes_its_sum() -> None:
+    registry = CollectorRegistry()
+    counter = Counter("batched_things", "t", ["kind"], registry=registry)
+    one, two = BatchedCounter(counter.labels("one")), BatchedCounter(counter.labels("two"))
+    for _ in range(10):
+        one.inc()
+        two.inc(2.5)
+    publish_all()
+    samples = _samples(registry, "batched_things")
+    assert samples['_total{kind="one"}'] == 10
+    assert samples['_total{kind="two"}'] == 25
+
+
+def test_collecting_the_default_registry_publishes_first() -> None:
+    """Updates within the publish interval are pending; a scrape of the process's
+    registry (the ledger client's metrics in a bookie or autorecovery process) still
+    shows them, with no explicit publish."""
+    histogram = BatchedHistogram(
+        Histogram("batched_collect_seconds", "c", buckets=BUCKETS, registry=REGISTRY)
+    )
+    counter = BatchedCounter(Counter("batched_collect_things", "c", registry=REGISTRY))
+    for _ in range(3):  # the first publishes at once, the next two wait
+        histogram.observe(0.002)
+        counter.inc()
+    text = generate_latest(REGISTRY).decode()
+    assert 'batched_collect_seconds_bucket{le="0.005"} 3.0' in text
+    assert "batched_collect_seconds_count 3.0" in text
+    assert "batched_collect_things_total 3.0" in text
