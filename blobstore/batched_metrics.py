@@ -11,9 +11,10 @@ non-empty bucket), so an exposition shows the same totals.
 
 Publishing happens on an update once PUBLISH_INTERVAL_S has passed since the last one,
 and on every collection of the default registry (a collector registered when this module
-is imported, so before any metric built on it, and therefore collected first). An
-exposition that does not collect the default registry in this process (the gateway's
-multiprocess one reads every worker's files) calls `publish_all()` first. So a scrape
+is imported, so before any metric built on it, and therefore collected first) or of a
+registry given to `publish_on_collect` (the bookie's). An exposition that collects no
+such registry in this process (the gateway's multiprocess one reads every worker's
+files) calls `publish_all()` first. So a scrape
 sees every update made before it, and a process's files at most a second behind.
 
 Updates are for one thread (an event loop), like `SampledGauge`.
@@ -26,7 +27,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.registry import Collector
 
 from blobstore.sampled_gauge import PUBLISH_INTERVAL_S
@@ -114,4 +115,10 @@ class _PublishOnCollect(Collector):
         return []
 
 
-REGISTRY.register(_PublishOnCollect())
+def publish_on_collect(registry: CollectorRegistry) -> None:
+    """Have every collection of `registry` publish the batched metrics first: call before
+    the registry gets any metric (collectors are collected in registration order)."""
+    registry.register(_PublishOnCollect())
+
+
+publish_on_collect(REGISTRY)

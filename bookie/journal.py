@@ -65,10 +65,25 @@ from typing import Any, Self
 
 import crc32c
 
+from blobstore.batched_metrics import BatchedCounter, BatchedHistogram
 from bookie import protocol
 from bookie.metrics import METRICS
 
 logger = logging.getLogger(__name__)
+
+# Per-batch updates, batched (blobstore.batched_metrics): at low rates a batch is one add.
+FSYNC_SECONDS = BatchedHistogram(METRICS.journal_fsync_seconds)
+BATCH_ENTRIES = BatchedHistogram(METRICS.journal_batch_entries)
+BATCH_BYTES = BatchedHistogram(METRICS.journal_batch_bytes)
+_FLUSHES: dict[str, BatchedCounter] = {}
+
+
+def _flushes(reason: str) -> BatchedCounter:
+    counter = _FLUSHES.get(reason)
+    if counter is None:
+        counter = _FLUSHES[reason] = BatchedCounter(METRICS.journal_flush_reason.labels(reason))
+    return counter
+
 
 FILE_MAGIC = b"BKJN"
 FILE_VERSION = 1
@@ -665,8 +680,8 @@ class Journal:
         batch_bytes: int,
     ) -> None:
         records = sum(len(item[0]) for item in items) // 2
-        METRICS.journal_flush_reason.labels(reason).inc()
-        METRICS.journal_fsync_seconds.observe(took)
+        _flushes(reason).inc()
+        FSYNC_SECONDS.observe(took)
         if took > SLOW_SYNC_S:
             logger.warning(
                 "journal write+fsync slow took_ms=%.0f bytes=%d records=%d",
@@ -674,8 +689,8 @@ class Journal:
                 batch_bytes,
                 records,
             )
-        METRICS.journal_batch_entries.observe(records)
-        METRICS.journal_batch_bytes.observe(batch_bytes)
+        BATCH_ENTRIES.observe(records)
+        BATCH_BYTES.observe(batch_bytes)
         # Apply and acknowledge in one loop turn: a checkpoint that reads
         # `synced_position` always sees exactly the records applied so far.
         self.synced_position = position

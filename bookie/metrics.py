@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from blobstore.batched_metrics import publish_on_collect
+
 LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 )  # fmt: skip
@@ -14,6 +16,9 @@ class BookieMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # First: a scrape publishes the batched updates of the add and read paths
+        # (blobstore.batched_metrics) before these metrics are collected.
+        publish_on_collect(r)
         self.adds = Counter("bookie_adds", "ADD_ENTRY requests by status", ["status"], registry=r)
         self.add_seconds = Histogram(
             "bookie_add_latency_seconds",
