@@ -44,6 +44,7 @@ from kazoo.security import OPEN_ACL_UNSAFE
 from prometheus_client import Counter
 
 from blobstore.aio import wait_shielded
+from blobstore.batched_metrics import BatchedCounter
 from blobstore.errors import UsageError
 from blobstore.zk_session import ZooKeeperSession
 
@@ -378,6 +379,18 @@ async def started_client(hosts: str, timeout_s: float, **settings: Any) -> ZooKe
 _READ_CANCELLED = object()  # a shared read's result when its reader was cancelled
 
 
+_LOOKUPS: dict[tuple[str, str], BatchedCounter] = {}
+
+
+def _cache_lookups(name: str, result: str) -> BatchedCounter:
+    """CACHE_LOOKUPS of one cache name and result, batched (a lookup per catalog read),
+    one per label set however many caches share the name."""
+    counter = _LOOKUPS.get((name, result))
+    if counter is None:
+        counter = _LOOKUPS[(name, result)] = BatchedCounter(CACHE_LOOKUPS.labels(name, result))
+    return counter
+
+
 class WatchedCache(Generic[V]):
     """Values decoded from znodes, each kept while its ZooKeeper data watch says the znode
     is unchanged (at most `capacity`, least recently used out first).
@@ -399,8 +412,8 @@ class WatchedCache(Generic[V]):
     ) -> None:
         assert capacity > 0
         self.zk = zk
-        self._hits = CACHE_LOOKUPS.labels(name, "hit")
-        self._misses = CACHE_LOOKUPS.labels(name, "miss")
+        self._hits = _cache_lookups(name, "hit")
+        self._misses = _cache_lookups(name, "miss")
         self._invalidations = CACHE_INVALIDATIONS.labels(name)
         self.decode = decode
         self.capacity = capacity
@@ -413,7 +426,7 @@ class WatchedCache(Generic[V]):
         self._reading: dict[str, list[int]] = {}
         # Plain reads (no view, not fresh) in flight, shared by concurrent misses.
         self._unviewed: dict[str, asyncio.Future[object]] = {}
-        self._shared = CACHE_LOOKUPS.labels(name, "shared")
+        self._shared = _cache_lookups(name, "shared")
         zk.add_state_listener(self._state_changed)
 
     def __len__(self) -> int:

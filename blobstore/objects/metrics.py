@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from blobstore.batched_metrics import BatchedCounter, BatchedHistogram
+
 WRITER_LEDGERS_OPEN = Gauge(
     "blobstore_writer_ledgers_open",
     "Writer ledgers this process holds open",
@@ -14,13 +16,19 @@ WRITER_LEDGERS_RETIRED = Counter(
     "Writer ledgers closed, by reason (full, age, failed, shutdown)",
     ["reason"],
 )
-OBJECT_BYTES_WRITTEN = Counter(
-    "blobstore_object_bytes_written_total", "Payload bytes appended to ledgers for objects"
+# Updated per request or per entry: batched (blobstore.batched_metrics).
+OBJECT_BYTES_WRITTEN = BatchedCounter(
+    Counter("blobstore_object_bytes_written_total", "Payload bytes appended to ledgers for objects")
 )
-OBJECT_BYTES_READ = Counter("blobstore_object_bytes_read_total", "Object bytes read from ledgers")
+OBJECT_BYTES_READ = BatchedCounter(
+    Counter("blobstore_object_bytes_read_total", "Object bytes read from ledgers")
+)
 COMMITS = Counter(
     "blobstore_object_commits_total", "Catalog commits by kind (put, copy, complete)", ["kind"]
 )
+PUT_COMMITS = BatchedCounter(COMMITS.labels(kind="put"))
+COPY_COMMITS = BatchedCounter(COMMITS.labels(kind="copy"))
+COMPLETE_COMMITS = BatchedCounter(COMMITS.labels(kind="complete"))
 ABANDONED_WRITES = Counter(
     "blobstore_object_writes_abandoned_total",
     "Object writes that appended entries but committed nothing (the entries are garbage)",
@@ -69,10 +77,12 @@ WRITE_BUCKETS_S = (
     0.001, 0.002, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5,
     1, 2.5, 5, 10, 30, 60,
 )  # fmt: skip
-ENTRY_APPEND_SECONDS = Histogram(
-    "blobstore_object_write_seconds",
-    "Time to append all entries of one object or part",
-    buckets=WRITE_BUCKETS_S,
+ENTRY_APPEND_SECONDS = BatchedHistogram(
+    Histogram(
+        "blobstore_object_write_seconds",
+        "Time to append all entries of one object or part",
+        buckets=WRITE_BUCKETS_S,
+    )
 )
 PART_COPIES = Counter(
     "blobstore_part_copies_total",

@@ -41,7 +41,13 @@ from blobstore.objects.config import PART_BYTES_MAX, ObjectStoreConfig
 from blobstore.objects.errors import ObjectChangedError, ObjectUnavailableError
 from blobstore.objects.extents import plan_read, slice_extents
 from blobstore.objects.ledger_sweeper import GatewayRegistration, LedgerSweeper
-from blobstore.objects.metrics import COMMITS, PART_COPIES, READ_RETRIES
+from blobstore.objects.metrics import (
+    COMPLETE_COMMITS,
+    COPY_COMMITS,
+    PART_COPIES,
+    PUT_COMMITS,
+    READ_RETRIES,
+)
 from blobstore.objects.multipart import choose_parts, multipart_etag
 from blobstore.objects.read_object_op import ReadHandleCache, iter_spans
 from blobstore.objects.writer_pool import LedgerWriterPool
@@ -221,7 +227,7 @@ class ObjectStore:
         result = await self.catalog.put_object(
             record, if_match=if_match, if_none_match=if_none_match, owner=owner
         )
-        COMMITS.labels(kind="put").inc()
+        PUT_COMMITS.inc()
         self._log_garbage(result)
         return result
 
@@ -250,7 +256,7 @@ class ObjectStore:
         result = await self.catalog.put_object(
             record, if_match=if_match, if_none_match=if_none_match
         )
-        COMMITS.labels(kind="copy").inc()
+        COPY_COMMITS.inc()
         self._log_garbage(result)
         return result
 
@@ -401,7 +407,7 @@ class ObjectStore:
         result = await self.catalog.complete_upload(
             bucket, upload_id, record, if_match=if_match, if_none_match=if_none_match
         )
-        COMMITS.labels(kind="complete").inc()
+        COMPLETE_COMMITS.inc()
         self._log_garbage(result)
         return result
 
