@@ -26,6 +26,7 @@ from typing import Any
 
 from blobstore.errors import UsageError
 from blobstore.gc_pauses import freeze_after_startup
+from blobstore.loop_lag import LoopLagMonitor
 from blobstore.zk import ZooKeeperClient
 from bookie import config as bookie_config
 from bookie import cookie, ledger_dirs_monitor
@@ -260,6 +261,8 @@ class Bookie:
         self.spawn(self.disk_loop(), "disk-check")
         self.spawn(self.stall_loop(), "stalled-connections")
         self.spawn(gc.run(), "gc")
+        loop_lag = LoopLagMonitor(METRICS.event_loop_lag_seconds, f"bookie {self.bookie_id}")
+        loop_lag.start()
         freeze_after_startup(METRICS.registry)
         if config.ready_file:
             write_ready_file(
@@ -275,6 +278,7 @@ class Bookie:
 
         await self.stopping.wait()
         logger.info("bookie stopping bookie_id=%s", self.bookie_id)
+        loop_lag.stop()
         tcp_server.close()
         await self.server.drain(config.shutdown_timeout_s)
         await self.registration.unregister()

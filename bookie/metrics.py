@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from blobstore.batched_metrics import publish_on_collect
+from blobstore.loop_lag import LAG_BUCKETS_S
 
 LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
@@ -118,6 +119,13 @@ class BookieMetrics:
             "bookie_write_cache_bytes", "bytes in the write cache", registry=r
         )
         self.checkpoints = Counter("bookie_checkpoints", "checkpoints completed", registry=r)
+        self.event_loop_lag_seconds = Histogram(
+            "bookie_event_loop_lag_seconds",
+            "how late the event loop ran a timer due every 50 ms (blobstore.loop_lag): "
+            "what every request waited then",
+            buckets=LAG_BUCKETS_S,
+            registry=r,
+        )
         self.checkpoint_seconds = Histogram(
             "bookie_checkpoint_latency_seconds",
             "checkpoint duration",
