@@ -37,6 +37,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from blobstore.gc_pauses import freeze_after_startup
+from blobstore.loop_lag import LoopLagMonitor
 from blobstore.objects import ObjectStore
 from blobstore.sampled_gauge import PUBLISH_INTERVAL_S
 from s3api import metrics
@@ -112,10 +113,13 @@ class Gateway:
             "event=gateway_worker_ready pid=%d gateway_id=%s", os.getpid(), self.store.gateway_id
         )
         publisher = asyncio.ensure_future(self._publish_metrics())
+        loop_lag = LoopLagMonitor(metrics.EVENT_LOOP_LAG, f"gateway worker {os.getpid()}")
+        loop_lag.start()
         try:
             yield
         finally:
             self.started = False
+            loop_lag.stop()
             publisher.cancel()
             metrics.TALLY.publish()
             ACCESS_LOG.flush()

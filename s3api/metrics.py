@@ -25,6 +25,7 @@ from prometheus_client import (
 
 from blobstore import batched_metrics, deferred_metrics
 from blobstore.batched_metrics import fold_histogram
+from blobstore.loop_lag import LAG_BUCKETS_S
 from blobstore.sampled_gauge import PUBLISH_INTERVAL_S, SampledGauge
 
 REQUESTS = Counter(
@@ -43,6 +44,12 @@ REQUEST_SECONDS = Histogram(
 )
 BYTES_IN = Counter("s3_bytes_in_total", "Request body bytes received, by operation", ["operation"])
 BYTES_OUT = Counter("s3_bytes_out_total", "Response body bytes sent, by operation", ["operation"])
+EVENT_LOOP_LAG = Histogram(
+    "blobstore_event_loop_lag_seconds",
+    "How late a worker's event loop ran a timer due every 50 ms (blobstore.loop_lag): "
+    "what every request of that worker waited then",
+    buckets=LAG_BUCKETS_S,
+)
 IN_FLIGHT = SampledGauge(
     Gauge("s3_requests_in_flight", "Requests being served", multiprocess_mode="livesum")
 )

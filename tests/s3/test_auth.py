@@ -3,6 +3,7 @@ keys, expired URLs, anonymous requests, and no `100 Continue` for a rejected upl
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 import urllib.error
@@ -106,3 +107,8 @@ def test_health_and_metrics(gateway: GatewayProcess, s3: Any, bucket: str) -> No
     assert 's3_requests_total{operation="PutObject",status="200"}' in text
     assert "s3_request_duration_seconds_bucket" in text
     assert 's3_bytes_in_total{operation="PutObject"}' in text
+    # The workers' loop-lag timers have ticked since they started (every 50 ms).
+    lag_count = re.search(r"^blobstore_event_loop_lag_seconds_count (\S+)$", text, re.M)
+    assert lag_count is not None and float(lag_count.group(1)) > 0, text[-2000:]
+    # The libraries' batched metrics are published before an exposition.
+    assert re.search(r"^blobstore_object_commits_total\{kind=\"put\"\} [1-9]", text, re.M), text
