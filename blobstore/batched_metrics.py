@@ -17,7 +17,9 @@ such registry in this process (the gateway's multiprocess one reads every worker
 files) calls `publish_all()` first. So a scrape
 sees every update made before it, and a process's files at most a second behind.
 
-Updates are for one thread (an event loop), like `SampledGauge`.
+Updates are for one thread (an event loop), like `SampledGauge`; a collection from
+another thread (prometheus_client's own HTTP server) may miss an update made at that very
+moment, a count, never a value of another metric.
 """
 
 from __future__ import annotations
