@@ -371,3 +371,26 @@ def test_watch_started_arms_a_watch_that_can_be_forgotten(zk_connect: str) -> No
             assert len(events) == 1, "a forgotten watch fired"
 
     _run(main())
+
+
+def test_requests_are_timed_by_type(zk_connect: str) -> None:
+    """`blobstore_zk_request_seconds{op}` counts each request and its latency, failed ones
+    too (a read of a missing znode is still a round trip)."""
+
+    def count(op: str) -> float:
+        return REGISTRY.get_sample_value("blobstore_zk_request_seconds_count", {"op": op}) or 0
+
+    async def main() -> None:
+        async with _two_sessions(zk_connect) as (reader, writer):
+            before = {op: count(op) for op in ("GetData", "Transaction")}
+            await writer.create("/timed", b"0")
+            await writer.multi([("set", ("/timed", b"1", 0))])
+            assert (await reader.get("/timed")).value == b"1"
+            with contextlib.suppress(NoNodeError):
+                await reader.get("/timed-missing")
+            assert count("GetData") - before["GetData"] == 2
+            assert count("Transaction") - before["Transaction"] == 1
+            total = REGISTRY.get_sample_value("blobstore_zk_request_seconds_sum", {"op": "GetData"})
+            assert total is not None and total > 0
+
+    _run(main())
