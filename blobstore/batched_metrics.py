@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.registry import Collector
 
 from blobstore.sampled_gauge import PUBLISH_INTERVAL_S
@@ -97,6 +97,26 @@ class BatchedHistogram:
         if any(counts):
             fold_histogram(self._child, total, counts)
         self._next_publish = time.monotonic() + PUBLISH_INTERVAL_S
+
+
+_CHILDREN: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def batched_counter(metric: Counter, *labels: str) -> BatchedCounter:
+    """`metric.labels(*labels)`, batched: one per label set, made on first use (a
+    labels() lookup costs more than the update it serves)."""
+    child = _CHILDREN.get((id(metric), labels))
+    if child is None:
+        child = _CHILDREN[(id(metric), labels)] = BatchedCounter(metric.labels(*labels))
+    return child
+
+
+def batched_histogram(metric: Histogram, *labels: str) -> BatchedHistogram:
+    """`metric.labels(*labels)`, batched, as `batched_counter`."""
+    child = _CHILDREN.get((id(metric), labels))
+    if child is None:
+        child = _CHILDREN[(id(metric), labels)] = BatchedHistogram(metric.labels(*labels))
+    return child
 
 
 def publish_all() -> None:

@@ -38,7 +38,12 @@ from typing import Any, cast
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from blobstore.batched_metrics import BatchedCounter, BatchedHistogram
+from blobstore.batched_metrics import (
+    BatchedCounter,
+    BatchedHistogram,
+    batched_counter,
+    batched_histogram,
+)
 from blobstore.sampled_gauge import SampledGauge
 from bookie import protocol
 from bookie.protocol import Op, Status
@@ -72,26 +77,16 @@ IN_FLIGHT = SampledGauge(
     Gauge("blobstore_bookie_client_in_flight", "Bookie requests awaiting an answer")
 )
 
-_LABELLED: dict[tuple[str, ...], Any] = {}
 _STATUS_NAMES = {int(status): status.name for status in Status}
 
 
 def _requests(op: str, outcome: str) -> BatchedCounter:
-    """REQUESTS.labels(op, outcome), cached and batched (every answer counts here: label
-    lookups cost more than the increment, and an increment more than the batch's)."""
-    key = ("requests", op, outcome)
-    child = _LABELLED.get(key)
-    if child is None:
-        child = _LABELLED[key] = BatchedCounter(REQUESTS.labels(op, outcome))
-    return child
+    """REQUESTS of (op, outcome), batched: every answer counts here."""
+    return batched_counter(REQUESTS, op, outcome)
 
 
 def _request_seconds(op: str) -> BatchedHistogram:
-    key = ("seconds", op)
-    child = _LABELLED.get(key)
-    if child is None:
-        child = _LABELLED[key] = BatchedHistogram(REQUEST_SECONDS.labels(op))
-    return child
+    return batched_histogram(REQUEST_SECONDS, op)
 
 
 _NO_MASTER_KEY = bytes(protocol.MASTER_KEY_BYTES)  # a plain read proves no key

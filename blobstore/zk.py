@@ -45,7 +45,7 @@ from kazoo.security import OPEN_ACL_UNSAFE
 from prometheus_client import Counter, Histogram
 
 from blobstore.aio import wait_shielded
-from blobstore.batched_metrics import BatchedCounter, BatchedHistogram
+from blobstore.batched_metrics import batched_counter, batched_histogram
 from blobstore.errors import UsageError
 from blobstore.zk_session import ZooKeeperSession
 
@@ -74,14 +74,6 @@ REQUEST_SECONDS = Histogram(
     ["op"],
     buckets=(0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0),
 )
-_REQUEST_SECONDS: dict[str, BatchedHistogram] = {}
-
-
-def _request_seconds(op: str) -> BatchedHistogram:
-    histogram = _REQUEST_SECONDS.get(op)
-    if histogram is None:
-        histogram = _REQUEST_SECONDS[op] = BatchedHistogram(REQUEST_SECONDS.labels(op))
-    return histogram
 
 
 SESSION_TIMEOUT_S_DEFAULT = 15.0
@@ -167,7 +159,8 @@ class ZooKeeperClient:
         try:
             return await wait_shielded(future, timeout_s or self.operation_timeout_s)
         finally:
-            _request_seconds(type(request).__name__).observe(time.monotonic() - started)
+            elapsed = time.monotonic() - started
+            batched_histogram(REQUEST_SECONDS, type(request).__name__).observe(elapsed)
             if not future.done():
                 future.cancel()  # a late reply then finds it done
             elif not future.cancelled():
@@ -400,18 +393,6 @@ async def started_client(hosts: str, timeout_s: float, **settings: Any) -> ZooKe
 _READ_CANCELLED = object()  # a shared read's result when its reader was cancelled
 
 
-_LOOKUPS: dict[tuple[str, str], BatchedCounter] = {}
-
-
-def _cache_lookups(name: str, result: str) -> BatchedCounter:
-    """CACHE_LOOKUPS of one cache name and result, batched (a lookup per catalog read),
-    one per label set however many caches share the name."""
-    counter = _LOOKUPS.get((name, result))
-    if counter is None:
-        counter = _LOOKUPS[(name, result)] = BatchedCounter(CACHE_LOOKUPS.labels(name, result))
-    return counter
-
-
 class WatchedCache(Generic[V]):
     """Values decoded from znodes, each kept while its ZooKeeper data watch says the znode
     is unchanged (at most `capacity`, least recently used out first).
@@ -433,8 +414,10 @@ class WatchedCache(Generic[V]):
     ) -> None:
         assert capacity > 0
         self.zk = zk
-        self._hits = _cache_lookups(name, "hit")
-        self._misses = _cache_lookups(name, "miss")
+        # Batched (a lookup per catalog read), one per label set however many caches
+        # share the name.
+        self._hits = batched_counter(CACHE_LOOKUPS, name, "hit")
+        self._misses = batched_counter(CACHE_LOOKUPS, name, "miss")
         self._invalidations = CACHE_INVALIDATIONS.labels(name)
         self.decode = decode
         self.capacity = capacity
@@ -447,7 +430,7 @@ class WatchedCache(Generic[V]):
         self._reading: dict[str, list[int]] = {}
         # Plain reads (no view, not fresh) in flight, shared by concurrent misses.
         self._unviewed: dict[str, asyncio.Future[object]] = {}
-        self._shared = _cache_lookups(name, "shared")
+        self._shared = batched_counter(CACHE_LOOKUPS, name, "shared")
         zk.add_state_listener(self._state_changed)
 
     def __len__(self) -> int:

@@ -65,7 +65,7 @@ from typing import Any, Self
 
 import crc32c
 
-from blobstore.batched_metrics import BatchedCounter, BatchedHistogram
+from blobstore.batched_metrics import BatchedHistogram, batched_counter
 from bookie import protocol
 from bookie.metrics import METRICS
 
@@ -75,14 +75,6 @@ logger = logging.getLogger(__name__)
 FSYNC_SECONDS = BatchedHistogram(METRICS.journal_fsync_seconds)
 BATCH_ENTRIES = BatchedHistogram(METRICS.journal_batch_entries)
 BATCH_BYTES = BatchedHistogram(METRICS.journal_batch_bytes)
-_FLUSHES: dict[str, BatchedCounter] = {}
-
-
-def _flushes(reason: str) -> BatchedCounter:
-    counter = _FLUSHES.get(reason)
-    if counter is None:
-        counter = _FLUSHES[reason] = BatchedCounter(METRICS.journal_flush_reason.labels(reason))
-    return counter
 
 
 FILE_MAGIC = b"BKJN"
@@ -680,7 +672,7 @@ class Journal:
         batch_bytes: int,
     ) -> None:
         records = sum(len(item[0]) for item in items) // 2
-        _flushes(reason).inc()
+        batched_counter(METRICS.journal_flush_reason, reason).inc()
         FSYNC_SECONDS.observe(took)
         if took > SLOW_SYNC_S:
             logger.warning(

@@ -7,7 +7,13 @@ import random
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 
-from blobstore.batched_metrics import BatchedCounter, BatchedHistogram, publish_all
+from blobstore.batched_metrics import (
+    BatchedCounter,
+    BatchedHistogram,
+    batched_counter,
+    batched_histogram,
+    publish_all,
+)
 
 BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1)
 
@@ -72,3 +78,19 @@ def test_collecting_the_default_registry_publishes_first() -> None:
     assert 'batched_collect_seconds_bucket{le="0.005"} 3.0' in text
     assert "batched_collect_seconds_count 3.0" in text
     assert "batched_collect_things_total 3.0" in text
+
+
+def test_labelled_children_are_made_once_per_label_set() -> None:
+    registry = CollectorRegistry()
+    counter = Counter("batched_labelled", "l", ["kind"], registry=registry)
+    histogram = Histogram(
+        "batched_labelled_seconds", "l", ["op"], buckets=BUCKETS, registry=registry
+    )
+    assert batched_counter(counter, "a") is batched_counter(counter, "a")
+    assert batched_counter(counter, "a") is not batched_counter(counter, "b")
+    assert batched_histogram(histogram, "x") is batched_histogram(histogram, "x")
+    batched_counter(counter, "a").inc(3)
+    batched_histogram(histogram, "x").observe(0.002)
+    publish_all()
+    assert _samples(registry, "batched_labelled")['_total{kind="a"}'] == 3
+    assert _samples(registry, "batched_labelled_seconds")['_count{op="x"}'] == 1
