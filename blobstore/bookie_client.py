@@ -46,7 +46,7 @@ from blobstore.batched_metrics import (
 )
 from blobstore.sampled_gauge import SampledGauge
 from bookie import protocol
-from bookie.protocol import Op, Status
+from bookie.protocol import STATUS_NAMES, Op, Status
 from bookie.receive_buffer import ReceiveBuffer
 
 logger = logging.getLogger(__name__)
@@ -76,8 +76,6 @@ CONNECTS = Counter(
 IN_FLIGHT = SampledGauge(
     Gauge("blobstore_bookie_client_in_flight", "Bookie requests awaiting an answer")
 )
-
-_STATUS_NAMES = {int(status): status.name for status in Status}
 
 
 def _requests(op: str, outcome: str) -> BatchedCounter:
@@ -740,7 +738,7 @@ class BookieClientPool:
         """Count an answer (latency, status); an answer to another op is an error."""
         _request_seconds(op.name).observe(self._clock() - started)
         status = frame.flags_or_status
-        _requests(op.name, _STATUS_NAMES.get(status) or str(status)).inc()
+        _requests(op.name, STATUS_NAMES.get(status) or str(status)).inc()
         if frame.op != op:
             return BookieUnavailableError(
                 f"bookie={bookie_id} answered op={frame.op} to op={op.name}", bookie_id=bookie_id

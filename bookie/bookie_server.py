@@ -24,12 +24,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from blobstore.batched_metrics import BatchedCounter, BatchedHistogram
+from blobstore.batched_metrics import BatchedCounter, BatchedHistogram, batched_counter
 from bookie import protocol
 from bookie.journal import Journal, RecordKind, encode_parts
 from bookie.ledger_storage import LedgerState, LedgerStorage, ReadWouldWait
 from bookie.metrics import METRICS
-from bookie.protocol import Op, Status
+from bookie.protocol import STATUS_NAMES, Op, Status
 from bookie.receive_buffer import ReceiveBuffer
 
 logger = logging.getLogger(__name__)
@@ -40,7 +40,6 @@ ENTRY_BYTES_MAX = protocol.ENTRY_PAYLOAD_BYTES_MAX + protocol.ENTRY_HEADER_BYTES
 RESPONSE_HEADER = struct.Struct(">IBBHQ")
 ADD_RESPONSE = struct.Struct(">IBBHQQQ")  # frame header + AddResponse (ledger_id, entry_id)
 OPS = frozenset(int(op) for op in Op)
-STATUS_NAMES = {int(s): s.name for s in Status}
 # Per-request updates, batched (blobstore.batched_metrics): a prometheus_client update
 # per add or read was a visible share of a bookie's CPU.
 ADDS_OK = BatchedCounter(METRICS.adds.labels(Status.OK.name))
@@ -75,12 +74,12 @@ INLINE_OUT_BYTES_MAX = 4 << 20
 def _request_counter(op: Op, status: int) -> BatchedCounter:
     """The bookie_requests_total child of (op, status), resolved once (labels() per
     request is a visible share of a bookie's CPU under small reads) and batched."""
-    return BatchedCounter(METRICS.requests.labels(op.name, STATUS_NAMES[int(status)]))
+    return batched_counter(METRICS.requests, op.name, STATUS_NAMES[int(status)])
 
 
 @functools.cache
 def _read_counter(status: int) -> BatchedCounter:
-    return BatchedCounter(METRICS.reads.labels(STATUS_NAMES[int(status)]))
+    return batched_counter(METRICS.reads, STATUS_NAMES[int(status)])
 
 
 def _wanted_entry(state: LedgerState, entry_id: int) -> int:

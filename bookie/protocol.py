@@ -80,6 +80,11 @@ class Status(enum.IntEnum):
     INTERNAL_ERROR = 11
 
 
+# Status value -> name, for metric labels on the request paths (Status(value).name builds
+# an enum member per call).
+STATUS_NAMES = {int(status): status.name for status in Status}
+
+
 class AddFlag(enum.IntFlag):
     NONE = 0
     RECOVERY_ADD = 1  # allowed on a fenced ledger: written by the recovery of that ledger
