@@ -121,7 +121,7 @@ class Gateway:
             self.started = False
             loop_lag.stop()
             publisher.cancel()
-            metrics.TALLY.publish()
+            metrics.publish()
             ACCESS_LOG.flush()
             await self.store.close()
             logger.info("event=gateway_worker_stopped pid=%d", os.getpid())
@@ -129,10 +129,11 @@ class Gateway:
     @staticmethod
     async def _publish_metrics() -> None:
         """Once a second: what requests and background work counted (requests publish
-        on their own when the worker is idle; this covers work between requests)."""
+        on their own when the worker is idle; this covers a busy worker, whose batched
+        metrics would otherwise wait for their next update or a scrape it answers)."""
         while True:
             await asyncio.sleep(PUBLISH_INTERVAL_S)
-            metrics.TALLY.publish()
+            metrics.publish()
 
     def _write_ready_file(self) -> None:
         if not self.config.ready_file:

@@ -9,9 +9,7 @@ counters and histograms are summed, gauges use their `multiprocess_mode`.
 
 from __future__ import annotations
 
-import bisect
 import os
-import time
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -24,9 +22,14 @@ from prometheus_client import (
 )
 
 from blobstore import batched_metrics, deferred_metrics
-from blobstore.batched_metrics import fold_histogram
+from blobstore.batched_metrics import (
+    BatchedCounter,
+    BatchedHistogram,
+    batched_counter,
+    batched_histogram,
+)
 from blobstore.loop_lag import LAG_BUCKETS_S
-from blobstore.sampled_gauge import PUBLISH_INTERVAL_S, SampledGauge
+from blobstore.sampled_gauge import SampledGauge
 
 REQUESTS = Counter(
     "s3_requests_total", "S3 requests by operation and HTTP status", ["operation", "status"]
@@ -56,13 +59,14 @@ IN_FLIGHT = SampledGauge(
 
 
 class RequestTally:
-    """Per-request samples (request count, latency, bytes) added up in plain numbers and
-    published at most once a second, and whenever no request is in flight.
+    """Per-request samples (request count, latency, bytes) added up in plain numbers
+    (`blobstore.batched_metrics` children) and published at most once a second, and
+    whenever no request is in flight.
 
     In a multi-worker gateway every prometheus_client update takes a lock and writes an
     mmap'd file: five per request (count, histogram sum and bucket, bytes in and out),
-    a tenth of a small GET's CPU. Here a request adds to dicts; `publish()` moves the
-    sums into the Prometheus children, so scrapes see the same totals, at most a
+    a tenth of a small GET's CPU. Here a request adds to its operation's batched
+    children (one dict lookup finds all four), so scrapes see the same totals, at most a
     second late under load and exact when the worker is idle.
     """
 
@@ -72,11 +76,8 @@ class RequestTally:
         "bytes_in",
         "bytes_out",
         "in_flight",
-        "_bounds",
-        "_counts",
-        "_latency",
-        "_bytes",
-        "_next_publish",
+        "_children",
+        "_touched",
     )
 
     def __init__(
@@ -92,54 +93,56 @@ class RequestTally:
         self.bytes_in = bytes_in
         self.bytes_out = bytes_out
         self.in_flight = in_flight
-        self._bounds = tuple(seconds._upper_bounds)  # ends with +Inf
-        self._counts: dict[tuple[str, str], int] = {}
-        # operation -> [sum of seconds, count in bucket 0, 1, ...]
-        self._latency: dict[str, list[float]] = {}
-        self._bytes: dict[str, list[int]] = {}  # operation -> [in, out]
-        self._next_publish = 0.0
+        # (operation, status) -> (count, latency, bytes in, bytes out)
+        self._children: dict[
+            tuple[str, str],
+            tuple[BatchedCounter, BatchedHistogram, BatchedCounter, BatchedCounter],
+        ] = {}
+        self._touched: set[tuple[str, str]] = set()  # added to since the last publish
 
     def add(
         self, operation: str, status: str, seconds: float, bytes_in: int, bytes_out: int
     ) -> None:
-        key = (operation, status)
-        self._counts[key] = self._counts.get(key, 0) + 1
-        latency = self._latency.get(operation)
-        if latency is None:
-            latency = self._latency[operation] = [0.0] * (len(self._bounds) + 1)
-        latency[0] += seconds
-        latency[1 + bisect.bisect_left(self._bounds, seconds)] += 1
+        children = self._children.get((operation, status))
+        if children is None:
+            children = self._children[(operation, status)] = (
+                batched_counter(self.requests, operation, status),
+                batched_histogram(self.seconds, operation),
+                batched_counter(self.bytes_in, operation),
+                batched_counter(self.bytes_out, operation),
+            )
+        self._touched.add((operation, status))
+        count, latency, sizes_in, sizes_out = children
+        count.inc()
+        latency.observe(seconds)
         if bytes_in or bytes_out:
-            sizes = self._bytes.get(operation)
-            if sizes is None:
-                sizes = self._bytes[operation] = [0, 0]
-            sizes[0] += bytes_in
-            sizes[1] += bytes_out
-        if self.in_flight.value == 0 or time.monotonic() >= self._next_publish:
+            sizes_in.inc(bytes_in)
+            sizes_out.inc(bytes_out)
+        if self.in_flight.value == 0:
             self.publish()
 
     def publish(self) -> None:
-        counts, self._counts = self._counts, {}
-        latencies, self._latency = self._latency, {}
-        sizes, self._bytes = self._bytes, {}
-        for (operation, status), n in counts.items():
-            self.requests.labels(operation=operation, status=status).inc(n)
-        for operation, latency in latencies.items():
-            fold_histogram(self.seconds.labels(operation=operation), latency[0], latency[1:])
-        for operation, (bytes_in, bytes_out) in sizes.items():
-            self.bytes_in.labels(operation=operation).inc(bytes_in)
-            self.bytes_out.labels(operation=operation).inc(bytes_out)
-        self._next_publish = time.monotonic() + PUBLISH_INTERVAL_S
+        touched, self._touched = self._touched, set()
+        for key in touched:
+            for child in self._children[key]:
+                child.publish()
         deferred_metrics.flush()  # and what the libraries below counted meanwhile
 
 
 TALLY = RequestTally(REQUESTS, REQUEST_SECONDS, BYTES_IN, BYTES_OUT, IN_FLIGHT)
 
 
+def publish() -> None:
+    """Every batched update of this worker, the requests' and the libraries', into the
+    Prometheus values (and, with several workers, their files): before an exposition,
+    once a second while the worker is busy, and at shutdown."""
+    batched_metrics.publish_all()
+    deferred_metrics.flush()
+
+
 def exposition() -> tuple[bytes, str]:
     """The metrics text and its content type (all workers' when in multiprocess mode)."""
-    batched_metrics.publish_all()  # the libraries' batched updates, then
-    TALLY.publish()  # this worker's, and every value into its file
+    publish()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
