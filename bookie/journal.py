@@ -87,6 +87,9 @@ RECORD_PREFIX = struct.Struct(f">IIBQq{protocol.MASTER_KEY_BYTES}s")
 RECORD_BODY_BYTES_MAX = RECORD_BODY.size + protocol.FRAME_BYTES_MAX
 IOVECS_MAX = 512  # below every platform's IOV_MAX (1024 on Linux)
 PAGE_BYTES = 4096
+# The largest folio the page cache may hold a file's pages in (a PMD: 2 MiB on x86-64
+# and arm64 with 4 KiB pages; ext4 and XFS use large folios for buffered writes).
+FOLIO_BYTES_MAX = 2 << 20
 
 # Zero-ahead writes zeros in chunks of a quarter of its window, at most this much.
 ZERO_AHEAD_CHUNK_MAX = 1 << 20
@@ -739,16 +742,23 @@ class Journal:
             # Whole pages only: the last, partial one is written again by the next batch.
             synced_pages_end = self._offset - self._offset % PAGE_BYTES
             if synced_pages_end > self._cached_from:
-                os.posix_fadvise(
-                    self._fd,
-                    self._cached_from,
-                    synced_pages_end - self._cached_from,
-                    os.POSIX_FADV_DONTNEED,
+                self._cached_from = drop_from_page_cache(
+                    self._fd, self._cached_from, synced_pages_end
                 )
-                self._cached_from = synced_pages_end
         if self._offset >= self.file_bytes_max:
             self.open_new_file()
         return (self.journal_id, self._offset)
+
+
+def drop_from_page_cache(fd: int, dropped_end: int, end: int) -> int:
+    """Drop the (clean, synced) cached pages of a file below `end`, the pages below
+    `dropped_end` having been dropped by the previous call; returns `end`, the next
+    call's `dropped_end`. The kernel drops a large folio only when the range covers it
+    whole: a folio holding the previous call's end was left, so the range starts that
+    folio's largest size earlier."""
+    start = dropped_end - dropped_end % FOLIO_BYTES_MAX
+    os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+    return end
 
 
 def pwritev_all(fd: int, pieces: list[bytes], offset: int) -> None:

@@ -17,6 +17,7 @@ import pytest
 from bookie import protocol
 from bookie.journal import (
     FILE_HEADER_BYTES,
+    FOLIO_BYTES_MAX,
     Journal,
     JournalCorruptError,
     JournalRecord,
@@ -27,6 +28,7 @@ from bookie.journal import (
     replay,
     zero_ahead_start,
 )
+from tests.bookie.page_cache import resident_pages
 
 KEY = protocol.master_key(b"pw")
 
@@ -110,6 +112,7 @@ def run_journal(
     records: list[JournalRecord],
     file_bytes_max: int = 1 << 20,
     remove_from_page_cache: bool = True,
+    zero_ahead_bytes: int = 0,
 ) -> tuple[int, int]:
     async def main() -> tuple[int, int]:
         journal = Journal(
@@ -119,6 +122,7 @@ def run_journal(
             file_bytes_max=file_bytes_max,
             queue_entries_max=100_000,
             remove_from_page_cache=remove_from_page_cache,
+            zero_ahead_bytes=zero_ahead_bytes,
         )
         journal.open_new_file()
         journal.start()
@@ -217,7 +221,7 @@ def test_synced_pages_leave_the_page_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, remove: bool
 ) -> None:
     """After each fsync the journal drops the whole pages it has synced from the page
-    cache, each page once, file by file; with the setting off it drops nothing."""
+    cache, file by file; with the setting off it drops nothing."""
     dropped: dict[int, list[tuple[int, int]]] = {}
     real = os.posix_fadvise
 
@@ -231,19 +235,44 @@ def test_synced_pages_leave_the_page_cache(
         JournalRecord(RecordKind.ADD, 7, i, KEY, entry(7, i, os.urandom(5000))) for i in range(60)
     ]
     run_journal(tmp_path, records, file_bytes_max=96 * 1024, remove_from_page_cache=remove)
+    # The synced pages left the cache: at most each file's last, partial page stays.
+    resident = {path: sum(resident_pages(path)) for path in tmp_path.iterdir()}
     assert [r for r, _ in replay(str(tmp_path), (0, 0))] == records
     if not remove:
         assert dropped == {}
+        assert any(pages > 1 for pages in resident.values()), "the kernel kept them"
         return
     assert len(dropped) >= 2, "files rolled, each dropped on its own"
     sizes = {os.stat(path).st_ino: os.stat(path).st_size for path in tmp_path.iterdir()}
     for inode, ranges in dropped.items():
         assert ranges[0][0] == 0
         for (offset, length), (next_offset, _) in zip(ranges, ranges[1:], strict=False):
-            assert offset + length == next_offset, "contiguous, no page twice"
+            # Each range goes on from the previous one's end, restarting at the largest
+            # folio boundary below it: a large folio is dropped only when covered whole.
+            assert next_offset == (offset + length) // FOLIO_BYTES_MAX * FOLIO_BYTES_MAX
         end = ranges[-1][0] + ranges[-1][1]
         assert all(o % 4096 == 0 and n % 4096 == 0 for o, n in ranges)
         assert end == sizes[inode] - sizes[inode] % 4096, "every whole synced page"
+    assert all(pages <= 1 for pages in resident.values()), resident
+
+
+def test_synced_pages_leave_the_page_cache_behind_zero_ahead(tmp_path: Path) -> None:
+    """Zero-ahead writes the file ahead of the writer in 1 MiB chunks, which the page
+    cache holds in large folios; the writer's small synced ranges never cover one whole,
+    so each drop reaches back to the largest folio boundary below its start. Every page
+    more than a folio behind the synced end leaves the cache."""
+    records = [
+        JournalRecord(RecordKind.ADD, 7, i, KEY, entry(7, i, os.urandom(5000)))
+        for i in range(1000)
+    ]
+    synced_file, synced_end = run_journal(
+        tmp_path, records, file_bytes_max=64 << 20, zero_ahead_bytes=4 << 20
+    )
+    (path,) = tmp_path.iterdir()
+    resident = resident_pages(path)
+    behind = (synced_end - FOLIO_BYTES_MAX) // 4096
+    assert behind > 256, "the test writes several folios' worth"
+    assert sum(resident[:behind]) == 0, f"{sum(resident[:behind])} of {behind} pages still cached"
 
 
 def test_a_slow_group_commit_is_logged(
