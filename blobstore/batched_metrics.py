@@ -17,14 +17,18 @@ such registry in this process (the gateway's multiprocess one reads every worker
 files) calls `publish_all()` first. So a scrape
 sees every update made before it, and a process's files at most a second behind.
 
-Updates are for one thread (an event loop), like `SampledGauge`; a collection from
-another thread (prometheus_client's own HTTP server) may miss an update made at that very
-moment, a count, never a value of another metric.
+Updates are for one thread (an event loop), like `SampledGauge`; publishing may happen on
+any thread (prometheus_client's own HTTP server collects on its own). The updating thread
+only adds to running totals, which nothing else writes; a publisher (under a lock, since
+several may run at once) folds in what the totals gained since the last publication. So
+an update racing a collection is published by this collection or the next, never lost
+and never counted twice.
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -35,6 +39,9 @@ from prometheus_client.registry import Collector
 from blobstore.sampled_gauge import PUBLISH_INTERVAL_S
 
 _ALL: list[BatchedCounter | BatchedHistogram] = []
+# Publishers may run on several threads at once (an update's once-a-second publication
+# on the loop, a collection on prometheus_client's server thread); updates take no lock.
+_PUBLISHING = threading.Lock()
 
 
 def fold_histogram(child: Any, total: float, counts: Iterable[float]) -> None:
@@ -51,37 +58,52 @@ def fold_histogram(child: Any, total: float, counts: Iterable[float]) -> None:
 class BatchedCounter:
     """A prometheus Counter child fed in batches."""
 
-    __slots__ = ("_child", "_pending", "_next_publish")
+    __slots__ = ("_child", "_total", "_published", "_next_publish")
 
     def __init__(self, child: Any) -> None:
         self._child = child
-        self._pending = 0.0
+        self._total = 0.0  # written by the updating thread only
+        self._published = 0.0  # written by publishers only, under _PUBLISHING
         self._next_publish = 0.0
         _ALL.append(self)
 
     def inc(self, amount: float = 1) -> None:
-        self._pending += amount
+        self._total += amount
         if time.monotonic() >= self._next_publish:
             self.publish()
 
     def publish(self) -> None:
-        pending, self._pending = self._pending, 0.0
-        if pending:
-            self._child.inc(pending)
-        self._next_publish = time.monotonic() + PUBLISH_INTERVAL_S
+        with _PUBLISHING:
+            total = self._total
+            if total != self._published:
+                self._child.inc(total - self._published)
+                self._published = total
+            self._next_publish = time.monotonic() + PUBLISH_INTERVAL_S
 
 
 class BatchedHistogram:
     """A prometheus Histogram child (one without labels, or one label set's) fed in
     batches."""
 
-    __slots__ = ("_child", "_bounds", "_counts", "_sum", "_next_publish")
+    __slots__ = (
+        "_child",
+        "_bounds",
+        "_counts",
+        "_sum",
+        "_published_counts",
+        "_published_sum",
+        "_next_publish",
+    )
 
     def __init__(self, child: Any) -> None:
         self._child = child
         self._bounds = tuple(child._upper_bounds)  # ends with +Inf
+        # Running totals, written by the updating thread only ...
         self._counts = [0] * len(self._bounds)
         self._sum = 0.0
+        # ... and what publishers (under _PUBLISHING) have folded into the child.
+        self._published_counts = [0] * len(self._bounds)
+        self._published_sum = 0.0
         self._next_publish = 0.0
         _ALL.append(self)
 
@@ -92,11 +114,18 @@ class BatchedHistogram:
             self.publish()
 
     def publish(self) -> None:
-        counts, self._counts = self._counts, [0] * len(self._bounds)
-        total, self._sum = self._sum, 0.0
-        if any(counts):
-            fold_histogram(self._child, total, counts)
-        self._next_publish = time.monotonic() + PUBLISH_INTERVAL_S
+        with _PUBLISHING:
+            # The sum is read after the counts: an observation between the two reads has
+            # its value published now and its count next time, never either twice.
+            counts = list(self._counts)
+            total = self._sum
+            published = self._published_counts
+            new = [now - before for now, before in zip(counts, published, strict=True)]
+            if any(new) or total != self._published_sum:
+                fold_histogram(self._child, total - self._published_sum, new)
+                self._published_counts = counts
+                self._published_sum = total
+            self._next_publish = time.monotonic() + PUBLISH_INTERVAL_S
 
 
 _CHILDREN: dict[tuple[int, tuple[str, ...]], Any] = {}

@@ -4,6 +4,8 @@ would have, and a collection of the default registry sees every update made befo
 from __future__ import annotations
 
 import random
+import sys
+import threading
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -94,3 +96,50 @@ def test_labelled_children_are_made_once_per_label_set() -> None:
     publish_all()
     assert _samples(registry, "batched_labelled")['_total{kind="a"}'] == 3
     assert _samples(registry, "batched_labelled_seconds")['_count{op="x"}'] == 1
+
+
+def test_publishing_on_other_threads_loses_and_repeats_nothing() -> None:
+    """One thread updates (an event loop's role) while two others publish as fast as they
+    can (a scrape on prometheus_client's server thread, another collection): the
+    published totals end exactly at the updates made. The interpreter switches threads
+    every microsecond here, so a publication lands inside updates many times over."""
+    registry = CollectorRegistry()
+    counter = BatchedCounter(Counter("raced_things", "t", registry=registry))
+    histogram = BatchedHistogram(
+        Histogram("raced_seconds", "s", buckets=BUCKETS, registry=registry)
+    )
+    # One per bucket, powers of two: every sum and difference of them is exact.
+    values = [2**-11, 2**-8, 2**-7, 2**-5, 2**-4, 2**-1]
+    rounds = 30_000
+    done = threading.Event()
+
+    def publish() -> None:
+        while not done.is_set():
+            counter.publish()
+            histogram.publish()
+
+    def update() -> None:
+        for i in range(rounds):
+            counter.inc()
+            histogram.observe(values[i % len(values)])
+
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    publishers = [threading.Thread(target=publish) for _ in range(2)]
+    try:
+        for thread in publishers:
+            thread.start()
+        updater = threading.Thread(target=update)
+        updater.start()
+        updater.join()
+    finally:
+        done.set()
+        for thread in publishers:
+            thread.join()
+        sys.setswitchinterval(switch_interval)
+    publish_all()
+    assert _samples(registry, "raced_things")["_total"] == rounds
+    seconds = _samples(registry, "raced_seconds")
+    assert seconds["_count"] == rounds
+    assert seconds['_bucket{le="0.001"}'] == rounds // len(values)
+    assert seconds["_sum"] == sum(values[i % len(values)] for i in range(rounds))

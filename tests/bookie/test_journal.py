@@ -262,10 +262,9 @@ def test_synced_pages_leave_the_page_cache_behind_zero_ahead(tmp_path: Path) -> 
     so each drop reaches back to the largest folio boundary below its start. Every page
     more than a folio behind the synced end leaves the cache."""
     records = [
-        JournalRecord(RecordKind.ADD, 7, i, KEY, entry(7, i, os.urandom(5000)))
-        for i in range(1000)
+        JournalRecord(RecordKind.ADD, 7, i, KEY, entry(7, i, os.urandom(5000))) for i in range(1000)
     ]
-    synced_file, synced_end = run_journal(
+    _, synced_end = run_journal(
         tmp_path, records, file_bytes_max=64 << 20, zero_ahead_bytes=4 << 20
     )
     (path,) = tmp_path.iterdir()
