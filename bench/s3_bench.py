@@ -26,6 +26,7 @@ import random
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -66,6 +67,7 @@ PACED_PUT_RATE = 1000.0
 # splits and the workers' caches.
 WARM_UP_S = 10.0
 PACED_PUT = "put 4KiB paced"
+PACED_PUT_RUNS = 3
 SCATTERED_PUT = "put 4KiB scattered keys"
 KIB = 1 << 10
 MIB = 1 << 20
@@ -279,16 +281,18 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
     small = phase("put 4KiB", put_op(BUCKET, 4 * KIB, "small-"), 16, endpoint, duration_s=duration)
     out.append((small, "concurrency 16"))
     # The aim's rate offered open loop (latency from when each PUT was due): the p99 of
-    # 1,000 PUTs/s, not of a closed loop that saturates the machine and queues.
-    paced = phase(
-        PACED_PUT,
-        put_op(BUCKET, 4 * KIB, "paced-"),
-        64,
-        endpoint,
-        duration_s=duration,
-        rate=PACED_PUT_RATE,
-    )
-    out.append((paced, f"open loop at {PACED_PUT_RATE:,.0f}/s, at most 64 in flight"))
+    # 1,000 PUTs/s, not of a closed loop that saturates the machine and queues. Three runs:
+    # one 8 s p99 swings with the machine; the aim is judged on their median.
+    for run in range(1, PACED_PUT_RUNS + 1):
+        paced = phase(
+            f"{PACED_PUT} {run}/{PACED_PUT_RUNS}",
+            put_op(BUCKET, 4 * KIB, f"paced{run}-"),
+            64,
+            endpoint,
+            duration_s=duration,
+            rate=PACED_PUT_RATE,
+        )
+        out.append((paced, f"open loop at {PACED_PUT_RATE:,.0f}/s, at most 64 in flight"))
     # Keys above sort in write order, so each PUT lands on the bucket's last index page
     # and one catalog write carries many commits. Keys that start with a hash (uuid-like
     # names, as warp writes) land on a different page each time: one page rewrite each.
@@ -517,6 +521,21 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   commit (half its requests to ZooKeeper) was tried and dropped: ZooKeeper 3.8 keeps one watch mode per
   connection and path, so the page cache's own one-shot watch on the same page turned the
   persistent watch back into a one-shot one (ZooKeeper 3.9 lifts this).
+- **Two workers, one hot page.** Keys that sort in write order put every PUT on the
+  bucket's last index page, and both workers commit to it. A trace of every commit batch
+  slower than 15 ms at 1,000 PUTs/s (200-600 such batches per 15 s run) found about half
+  had lost a compare-and-set, often several times in a row: the worker that has just
+  written holds the page and writes again at once, while the loser backs off, reads the
+  page and writes, by which time the winner has moved it on again. One batch lost seven
+  times and took 97 ms, 28 ms of it in one backoff sleep. One worker alone had half the
+  p50 (5 vs 10 ms) at the same rate. Routing each page's commits to one worker (an owner
+  by hash; mutations sent over a Unix socket and committed in the owner's batches) was
+  built and measured: conflicts fell from 260-450 to 0-12 per run and slow batches by
+  half, but PUT latency did not improve (p50 15-22 vs 12-22 ms, p99 73-126 vs 78-98 ms,
+  four alternated pairs): the owner's loop did every commit of the hot page (its worker
+  at 55% of a core, the other at 28%) and half the PUTs paid two more process hops. Not
+  kept; on machines with cores to spare it is worth measuring again. A backoff capped at
+  4 ms instead of 50 made no difference either (eight pairs).
 - **Large PUT and multipart are bound by CPU, mostly the bookies', mostly the kernel's.**
   Under 16 MiB PUT x4 the three bookies use ~40% of a core each and the gateway ~55%
   (MD5 for the ETag, entry encoding, two copies of each byte to the bookies): the two
@@ -613,6 +632,8 @@ def verdicts(
 ) -> list[str]:
     """The issue's aims and the RGW figures beside this run's results, as ratios."""
     by_name = {result.name: result for result, _ in results}
+    paced_p99s = [result.p99_ms for result, _ in results if result.name.startswith(PACED_PUT)]
+    paced_p99 = statistics.median(paced_p99s)
     # The ledger issue's bound with every bookie on one disk: each replica writes a byte
     # twice (journal, then entry log), WQ=2 replicas; its aim is 70% of that.
     replication_bound = numbers["disk"] / (2 * 2)
@@ -636,11 +657,13 @@ def verdicts(
             None,
         ),
         (
-            "4 KiB PUT p99 <= 15 ms at 1,000/s offered (ratio = aim / measured)",
-            by_name[PACED_PUT].p99_ms,
+            "4 KiB PUT p99 <= 15 ms at 1,000/s offered, median of "
+            f"{len(paced_p99s)} runs ({', '.join(f'{p:.1f}' for p in paced_p99s)} ms) "
+            "(ratio = aim / measured)",
+            paced_p99,
             15.0,
             "ms",
-            15.0 / max(0.001, by_name[PACED_PUT].p99_ms),
+            15.0 / max(0.001, paced_p99),
         ),
         (
             "4 KiB PUT p99 <= 15 ms at concurrency 16, saturated (ratio = aim / measured)",
