@@ -534,8 +534,13 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   half, but PUT latency did not improve (p50 15-22 vs 12-22 ms, p99 73-126 vs 78-98 ms,
   four alternated pairs): the owner's loop did every commit of the hot page (its worker
   at 55% of a core, the other at 28%) and half the PUTs paid two more process hops. Not
-  kept; on machines with cores to spare it is worth measuring again. A backoff capped at
-  4 ms instead of 50 made no difference either (eight pairs).
+  kept; on machines with cores to spare it is worth measuring again. Turn-taking between
+  the workers instead (one that loses a compare-and-set claims the page for 20 ms in a
+  shared-memory table; the other waits for its write) ended the storms (at most two
+  conflicts per slow batch) without moving latency either: what remains in the slow
+  batches is single ZooKeeper reads and writes of 3-10 ms on the loaded machine and the
+  queue behind them. A backoff capped at 4 ms instead of 50 made no difference (eight
+  pairs).
 - **Large PUT and multipart are bound by CPU, mostly the bookies', mostly the kernel's.**
   Under 16 MiB PUT x4 the three bookies use ~40% of a core each and the gateway ~55%
   (MD5 for the ETag, entry encoding, two copies of each byte to the bookies): the two
