@@ -157,8 +157,13 @@ def test_several_workers_share_the_port_and_metrics(
         assert len(put_lines) == 12, put_lines
         assert all(" INFO s3api.access: request_id=" in line for line in put_lines)
         assert "uvicorn.access" not in multi.log_text()
-        # Each worker listens on its own SO_REUSEPORT socket: new connections reach both.
-        assert len(_host_ids(multi, 32)) == 2
+        # Each worker listens on its own SO_REUSEPORT socket: new connections reach both,
+        # once both serve (the ready file is the first worker's; a worker joins the port's
+        # group when its startup is done).
+        deadline = time.monotonic() + 60
+        while len(_host_ids(multi, 32)) < 2:
+            assert time.monotonic() < deadline, "no new connection reached the second worker"
+            time.sleep(0.2)
         # A worker killed with -9 is replaced; the gateway answers throughout.
         workers = _children(multi.managed.pid)  # type: ignore[union-attr]
         assert len(workers) == 2, workers
