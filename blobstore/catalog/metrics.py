@@ -50,6 +50,14 @@ BATCH_SIZE = BatchedHistogram(
         buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
     )
 )
+COMMIT_ATTEMPTS = BatchedHistogram(
+    Histogram(
+        "blobstore_catalog_commit_attempts",
+        "Tries a page's batch of mutations took: 1, plus one per retry after a "
+        "compare-and-set conflict, a moved page or an unknown outcome",
+        buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 50),
+    )
+)
 PAGE_READS = Counter(
     "blobstore_catalog_page_reads_total",
     "Index page reads: transferred, or cached (kept copy, its data watch silent)",

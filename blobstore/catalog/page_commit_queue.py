@@ -42,6 +42,7 @@ from blobstore.catalog.errors import (
 )
 from blobstore.catalog.page import IndexPage, PageMap, encode_versions, pack_page
 from blobstore.catalog.records import BucketRecord
+from blobstore.catalog.retry import CasRetry
 
 if TYPE_CHECKING:
     from blobstore.catalog.object_index import ObjectIndex
@@ -241,8 +242,14 @@ class PageCommitQueue:
     # ------------------------------------------------------------------ one batch
 
     async def _commit(self, batch: list[Mutation]) -> None:
+        retry = self.index.retry_policy.start()
+        try:
+            await self._attempt(batch, retry)
+        finally:
+            metrics.COMMIT_ATTEMPTS.observe(retry.attempt)
+
+    async def _attempt(self, batch: list[Mutation], retry: CasRetry) -> None:
         index = self.index
-        retry = index.retry_policy.start()
         record_bytes_max = index.config.record_bytes_max
         page: IndexPage | None = None
         pending = [m for m in batch if not m.future.done()]

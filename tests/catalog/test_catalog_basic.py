@@ -620,6 +620,44 @@ def test_a_page_written_elsewhere_is_read_again_before_the_next_commit(zk_connec
     asyncio.run(asyncio.wait_for(main(), 60))
 
 
+def test_commit_attempts_count_the_retry_after_a_stale_copy(zk_connect: str) -> None:
+    """`blobstore_catalog_commit_attempts` observes each batch's tries: 1 for a commit
+    that went through, 2 for one whose kept copy of the page was stale (another session
+    wrote the page after this queue's single write, which keeps no watch)."""
+    from blobstore.batched_metrics import publish_all
+    from blobstore.catalog import CatalogConfig
+    from blobstore.catalog import metrics as catalog_metrics
+
+    config = CatalogConfig(page_cache_s=60)
+
+    def observed() -> tuple[float, float]:
+        publish_all()
+        (family,) = catalog_metrics.COMMIT_ATTEMPTS._child.collect()  # type: ignore[attr-defined]
+        values = {sample.name: sample.value for sample in family.samples}
+        return values["blobstore_catalog_commit_attempts_count"], values[
+            "blobstore_catalog_commit_attempts_sum"
+        ]
+
+    async def main() -> None:
+        async with (
+            open_catalog(zk_connect, config) as one,
+            open_catalog(zk_connect, config) as two,
+        ):
+            await one.create_bucket("attempts", "alice")
+            count, total = observed()
+            await one.put_object(object_record("attempts", "a", 1))
+            await two.put_object(object_record("attempts", "b", 2))
+            assert observed() == (count + 2, total + 2)
+            conflicts = catalog_metrics.CAS_CONFLICTS._value.get()  # type: ignore[attr-defined]
+            await one.put_object(object_record("attempts", "c", 3))  # from the stale copy
+            assert catalog_metrics.CAS_CONFLICTS._value.get() == conflicts + 1  # type: ignore[attr-defined]
+            assert observed() == (count + 3, total + 4)
+            listed = [r.key for r in (await two.list_objects("attempts")).contents]
+            assert listed == ["a", "b", "c"]
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
 def test_an_idle_queue_lets_its_page_and_watch_go_after_page_cache_s(zk_connect: str) -> None:
     """Idle commit queues hold their copy, and the server their watch, for at most
     page_cache_s: memory and watches follow the recent writes, not every page written.
