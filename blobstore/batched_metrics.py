@@ -28,6 +28,8 @@ and never counted twice.
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 import threading
 import time
 from collections.abc import Iterable
@@ -42,17 +44,6 @@ _ALL: list[BatchedCounter | BatchedHistogram] = []
 # Publishers may run on several threads at once (an update's once-a-second publication
 # on the loop, a collection on prometheus_client's server thread); updates take no lock.
 _PUBLISHING = threading.Lock()
-
-
-def fold_histogram(child: Any, total: float, counts: Iterable[float]) -> None:
-    """Add `counts[i]` observations to bucket i of a prometheus Histogram child, and
-    `total` to its sum: what that many `observe` calls would have added (observe adds
-    to the first bucket whose bound holds the value; exposition cumulates them)."""
-    child._sum.inc(total)
-    buckets = child._buckets
-    for i, observed in enumerate(counts):
-        if observed:
-            buckets[i].inc(observed)
 
 
 class BatchedCounter:
@@ -92,6 +83,7 @@ class BatchedHistogram:
         "_sum",
         "_published_counts",
         "_published_sum",
+        "_indexes",
         "_next_publish",
     )
 
@@ -104,6 +96,7 @@ class BatchedHistogram:
         # ... and what publishers (under _PUBLISHING) have folded into the child.
         self._published_counts = [0] * len(self._bounds)
         self._published_sum = 0.0
+        self._indexes = range(len(self._bounds))
         self._next_publish = 0.0
         _ALL.append(self)
 
@@ -115,15 +108,22 @@ class BatchedHistogram:
 
     def publish(self) -> None:
         with _PUBLISHING:
-            # The sum is read after the counts: an observation between the two reads has
-            # its value published now and its count next time, never either twice.
+            # Into the child what the running totals gained: per bucket (observe adds to
+            # the first bucket whose bound holds the value; exposition cumulates them),
+            # then the sum. The sum is read after the counts: an observation between the
+            # two reads has its value published now and its count next time, never
+            # either twice.
             counts = list(self._counts)
-            total = self._sum
             published = self._published_counts
-            new = [now - before for now, before in zip(counts, published, strict=True)]
-            if any(new) or total != self._published_sum:
-                fold_histogram(self._child, total - self._published_sum, new)
+            if counts != published:
+                buckets = self._child._buckets
+                gained = list(map(operator.sub, counts, published))
+                for i in itertools.compress(self._indexes, gained):  # the buckets that grew
+                    buckets[i].inc(gained[i])
                 self._published_counts = counts
+            total = self._sum
+            if total != self._published_sum:
+                self._child._sum.inc(total - self._published_sum)
                 self._published_sum = total
             self._next_publish = time.monotonic() + PUBLISH_INTERVAL_S
 
