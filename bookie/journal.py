@@ -742,23 +742,20 @@ class Journal:
             # Whole pages only: the last, partial one is written again by the next batch.
             synced_pages_end = self._offset - self._offset % PAGE_BYTES
             if synced_pages_end > self._cached_from:
-                self._cached_from = drop_from_page_cache(
-                    self._fd, self._cached_from, synced_pages_end
-                )
+                drop_from_page_cache(self._fd, self._cached_from, synced_pages_end)
+                self._cached_from = synced_pages_end
         if self._offset >= self.file_bytes_max:
             self.open_new_file()
         return (self.journal_id, self._offset)
 
 
-def drop_from_page_cache(fd: int, dropped_end: int, end: int) -> int:
+def drop_from_page_cache(fd: int, dropped_end: int, end: int) -> None:
     """Drop the (clean, synced) cached pages of a file below `end`, the pages below
-    `dropped_end` having been dropped by the previous call; returns `end`, the next
-    call's `dropped_end`. The kernel drops a large folio only when the range covers it
-    whole: a folio holding the previous call's end was left, so the range starts that
-    folio's largest size earlier."""
+    `dropped_end` having been dropped by the previous call. The kernel drops a large
+    folio only when the range covers it whole: a folio holding the previous call's end
+    was left, so the range starts that folio's largest size earlier."""
     start = dropped_end - dropped_end % FOLIO_BYTES_MAX
     os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
-    return end
 
 
 def pwritev_all(fd: int, pieces: list[bytes], offset: int) -> None:
