@@ -19,6 +19,7 @@ import math
 import os
 import platform
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -95,6 +96,119 @@ def sequential_mb_per_s(directory: Path, seconds: float, chunk_bytes: int = 4 * 
         os.close(fd)
         path.unlink()
     return written / (time.monotonic() - started) / 1e6
+
+
+ROUND_TRIP_REQUEST_BYTES = 4 * KIB
+ROUND_TRIP_REPLY_BYTES = 64
+
+# The far end of `process_round_trip`: reads requests of a fixed size, answers each.
+_ECHO_CHILD = """
+import os, socket, sys
+cpu = int(sys.argv[2])
+if cpu >= 0:
+    os.sched_setaffinity(0, {cpu})
+size, reply = int(sys.argv[3]), b"r" * int(sys.argv[4])
+with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as connection:
+    connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    while True:
+        got = 0
+        while got < size:
+            n = connection.recv_into(view[got:])
+            if not n:
+                sys.exit(0)
+            got += n
+        connection.sendall(reply)
+"""
+
+
+@dataclass
+class RoundTrips:
+    per_s: float
+    cpu_us: float  # both processes' CPU per round trip
+
+
+def process_round_trip(seconds: float, same_cpu: bool = False) -> RoundTrips:
+    """Two processes taking turns over loopback TCP (4 KiB request, 64 B reply, one at a
+    time): what every hop of an add or a PUT between client, gateway, bookies and
+    ZooKeeper pays at least. Each turn wakes the other process; on different CPUs that is
+    a wake-up of an idle CPU, which some virtual machines make dear. `same_cpu` pins both
+    to one CPU, where no CPU sleeps and wakes: the difference is that cost."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    cpus = sorted(os.sched_getaffinity(0))
+    saved = set(cpus)
+    child_cpu = cpus[0] if same_cpu else -1
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _ECHO_CHILD,
+            str(listener.getsockname()[1]),
+            str(child_cpu),
+            str(ROUND_TRIP_REQUEST_BYTES),
+            str(ROUND_TRIP_REPLY_BYTES),
+        ],
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        listener.settimeout(30)
+        connection, _ = listener.accept()
+        connection.settimeout(30)
+        if same_cpu:
+            os.sched_setaffinity(0, {cpus[0]})
+        with connection:
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            request = os.urandom(ROUND_TRIP_REQUEST_BYTES)
+            ticks = os.sysconf("SC_CLK_TCK")
+
+            def child_cpu_s() -> float:
+                fields = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / ticks
+
+            count = 0
+            child_before = child_cpu_s()
+            cpu_before = time.process_time()
+            started = time.monotonic()
+            while time.monotonic() - started < seconds:
+                connection.sendall(request)
+                got = 0
+                while got < ROUND_TRIP_REPLY_BYTES:
+                    piece = connection.recv(ROUND_TRIP_REPLY_BYTES - got)
+                    if not piece:
+                        raise ConnectionError("round-trip probe: the echo process went away")
+                    got += len(piece)
+                count += 1
+            elapsed = time.monotonic() - started
+            cpu = time.process_time() - cpu_before + child_cpu_s() - child_before
+    finally:
+        os.sched_setaffinity(0, saved)
+        listener.close()
+        child.kill()
+        child.wait()
+    return RoundTrips(count / elapsed, cpu / max(count, 1) * 1e6)
+
+
+def round_trip_rows() -> list[tuple[str, str, str]]:
+    """The round-trip probe as (probe, result, notes) rows for a limits table."""
+    apart = process_round_trip(1.5)
+    together = process_round_trip(1.5, same_cpu=True)
+    return [
+        (
+            "process round trip, loopback TCP",
+            f"{apart.per_s:,.0f} /s",
+            f"4 KiB request, 64 B reply, one at a time between two processes; "
+            f"{apart.cpu_us:.0f} µs of CPU per round trip (both processes)",
+        ),
+        (
+            "the same, both processes on one CPU",
+            f"{together.per_s:,.0f} /s",
+            f"{together.cpu_us:.0f} µs of CPU per round trip; the difference from the row "
+            "above is the cost of waking a process on another, idle CPU",
+        ),
+    ]
 
 
 # --------------------------------------------------------------------------- bookies
@@ -464,6 +578,7 @@ def write_report(
     fsync_zeroed: float,
     disk_mb_per_s: float,
     seconds: float,
+    round_trips: list[tuple[str, str, str]],
 ) -> None:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = os.getloadavg()[0]
@@ -481,11 +596,12 @@ def write_report(
         "",
         "## Machine limits (same disk, same run)",
         "",
-        "| probe | result |",
-        "|---|---|",
-        f"| 4 KiB write + fdatasync, appending | {fsync_rate:,.0f} /s |",
-        f"| 4 KiB write + fdatasync over zeros (journal zero-ahead) | {fsync_zeroed:,.0f} /s |",
-        f"| sequential 4 MiB write + fdatasync | {disk_mb_per_s:,.0f} MB/s |",
+        "| probe | result | notes |",
+        "|---|---|---|",
+        f"| 4 KiB write + fdatasync, appending | {fsync_rate:,.0f} /s | |",
+        f"| 4 KiB write + fdatasync over zeros (journal zero-ahead) | {fsync_zeroed:,.0f} /s | |",
+        f"| sequential 4 MiB write + fdatasync | {disk_mb_per_s:,.0f} MB/s | |",
+        *[f"| {probe} | {result} | {notes} |" for probe, result, notes in round_trips],
         "",
         "## Appends",
         "",
@@ -547,9 +663,12 @@ def main() -> int:
         fsync_rate = fsync_rate_4k(work, args.probe_seconds)
         fsync_zeroed = fsync_rate_4k(work, args.probe_seconds, over_zeros=True)
         disk_mb_per_s = sequential_mb_per_s(work, args.probe_seconds)
+        round_trips = round_trip_rows()
         print(
             f"fsync 4k: {fsync_rate:,.0f}/s appending, {fsync_zeroed:,.0f}/s over zeros  "
             f"sequential: {disk_mb_per_s:,.0f} MB/s",
+            *[f"{probe}: {result} ({notes})" for probe, result, notes in round_trips],
+            sep="\n",
             flush=True,
         )
         zk_server = start_zookeeper(work / "zk", free_port(), heap_mb=256)
@@ -570,7 +689,13 @@ def main() -> int:
                 flush=True,
             )
         write_report(
-            Path(args.output), results, fsync_rate, fsync_zeroed, disk_mb_per_s, args.seconds
+            Path(args.output),
+            results,
+            fsync_rate,
+            fsync_zeroed,
+            disk_mb_per_s,
+            args.seconds,
+            round_trips,
         )
         print(f"wrote {args.output}")
     finally:

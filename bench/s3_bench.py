@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import crc32c  # noqa: E402
 from awscrt import checksums  # noqa: E402
-from ledger_bench import sequential_mb_per_s  # noqa: E402
+from ledger_bench import round_trip_rows, sequential_mb_per_s  # noqa: E402
 from s3_load import (  # noqa: E402
     PhaseResult,
     create_bucket,
@@ -737,6 +737,7 @@ def run(args: argparse.Namespace) -> str:
             "this disk",
         ),
         ("loopback TCP", f"{numbers['loopback']:,.0f} MB/s", "one connection"),
+        *round_trip_rows(),
         *[(f"{name} one core", f"{value:,.0f} MB/s", "") for name, value in hashes],
     ]
     probe_dir.rmdir()

@@ -55,3 +55,15 @@ def test_rows_at_the_aims_rate_are_marked_and_repeated_below_saturation() -> Non
     assert ledger_bench.paced_rates(22_311) == [5_600, 10_000, 10_000, 10_000, 11_200, 16_700]
     # At or past saturation the aim's rate would measure a backlog, not a latency.
     assert ledger_bench.paced_rates(9_000) == [2_200, 4_500, 6_800]
+
+
+def test_round_trip_probe_counts_both_processes_and_restores_affinity() -> None:
+    """The machine-limits probe between two processes: turns are counted, both sides'
+    CPU is charged, and pinning for the one-CPU variant does not outlive the probe."""
+    affinity = ledger_bench.os.sched_getaffinity(0)
+    for same_cpu in (False, True):
+        probe = ledger_bench.process_round_trip(0.3, same_cpu=same_cpu)
+        assert probe.per_s > 100
+        # A turn is at least a send and a receive on each side: never free.
+        assert 0 < probe.cpu_us < 1e6 / probe.per_s * len(affinity)
+        assert ledger_bench.os.sched_getaffinity(0) == affinity
