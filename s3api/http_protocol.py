@@ -6,17 +6,51 @@ work) and its own TCP segment. For a 4 KiB GET those sends were a visible share 
 gateway's CPU. Here small writes made during one loop turn are gathered and written
 together at the end of the turn; a large write (a streamed body chunk) goes through at
 once, after what is gathered, so flow control still sees the real buffer.
+
+The protocol also accepts a request head that repeats Content-Length with one value
+(`collapse_content_length`), as S3 does, where llhttp alone would answer 400.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 # Writes up to this size wait for the end of the loop turn; larger ones go at once.
 GATHER_BYTES_MAX = 64 * 1024
+# A request head arriving in pieces is held back until its end, up to this size; a
+# longer one goes to the parser as it comes.
+HEAD_BYTES_MAX = 64 * 1024
+
+# A Content-Length field line of a request head: group 1 is its value without the
+# surrounding blanks. (A field line never contains CR or LF, so this cannot match
+# inside another field or the request line.)
+_CONTENT_LENGTH_FIELD = re.compile(rb"\r\ncontent-length:[ \t]*([^\r\n]*?)[ \t]*(?=\r\n)", re.I)
+
+
+def collapse_content_length(head: bytes) -> bytes:
+    """`head` (a request head through its blank line) with repeated Content-Length
+    fields that all carry the same decimal value reduced to the first one.
+
+    RFC 9110 (section 8.6) lets a recipient do so, and Amazon S3 does: rclone before
+    1.59 sent every single-part upload as a presigned PUT carrying the field twice, the
+    HTTP library's own and the signed copy. llhttp rejects any repeated Content-Length.
+    Repeats with different values are left alone, for the parser to reject (400).
+    """
+    fields = list(_CONTENT_LENGTH_FIELD.finditer(head))
+    if len(fields) < 2:
+        return head
+    value = fields[0].group(1)
+    if not value.isdigit() or any(field.group(1) != value for field in fields[1:]):
+        return head
+    kept = [head[: fields[1].start()]]
+    for index, field in enumerate(fields[1:], start=1):
+        end = fields[index + 1].start() if index + 1 < len(fields) else len(head)
+        kept.append(head[field.end() : end])
+    return b"".join(kept)
 
 
 class _GatheringTransport:
@@ -60,6 +94,38 @@ class _GatheringTransport:
 
 
 class GatheringHttpToolsProtocol(HttpToolsProtocol):
+    # True while no request is being parsed: the next byte received starts a head.
+    _between_requests = True
+    # The first bytes of a request head whose end has not arrived yet.
+    _head_start = b""
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses: no isinstance check.
         super().connection_made(_GatheringTransport(transport, self.loop))  # type: ignore[arg-type]
+
+    def data_received(self, data: bytes) -> None:
+        if self._between_requests:
+            # A request starts here: its head is looked at whole before the parser sees
+            # it. (Clients send a request once the previous response arrived, so heads
+            # start reads; a head pipelined behind another request in the same read goes
+            # to the parser unchanged.)
+            if self._head_start:
+                data = self._head_start + data
+                self._head_start = b""
+            end = data.find(b"\r\n\r\n")
+            if end < 0:
+                if len(data) < HEAD_BYTES_MAX:
+                    self._head_start = data
+                    self._unset_keepalive_if_required()
+                    return
+            elif len(_CONTENT_LENGTH_FIELD.findall(data, 0, end + 2)) > 1:
+                data = collapse_content_length(data[: end + 4]) + data[end + 4 :]
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        self._between_requests = False
+        super().on_message_begin()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._between_requests = True

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what blobstore needs, idempotently and without reading stdin:
-#   - Debian packages: zookeeper and a JDK (only when missing)
+#   - Debian packages: zookeeper, a JDK and rclone (only when missing)
 #   - a virtual environment in .venv with the pinned Python dependencies
 #   - the s3a jars (hadoop-aws 3.3.1 + aws-java-sdk-bundle 1.11.901) in .deps/jars
 set -euo pipefail
@@ -19,6 +19,7 @@ if ! command -v java >/dev/null 2>&1; then apt_missing+=(default-jre-headless); 
 if ! ls /usr/share/java/zookeeper-3*.jar >/dev/null 2>&1 && [ -z "${ZOOKEEPER_HOME:-}" ]; then
     apt_missing+=(zookeeper)
 fi
+if ! command -v rclone >/dev/null 2>&1; then apt_missing+=(rclone); fi
 if [ ${#apt_missing[@]} -gt 0 ]; then
     log "installing Debian packages: ${apt_missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

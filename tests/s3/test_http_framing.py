@@ -1,0 +1,119 @@
+"""Request heads that repeat Content-Length with one value are accepted, as S3 accepts
+them: rclone before 1.59 sent every single-part upload as a presigned PUT with the field
+twice (and 1.59+ still does with --s3-use-presigned-request). Repeats that disagree are
+still refused, and only the head is ever changed, never a body."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.parse
+from typing import Any
+
+import pytest
+
+from s3api.http_protocol import collapse_content_length
+from tests.cluster.gateway import GatewayProcess
+
+
+def test_collapse_content_length_keeps_one_of_equal_fields() -> None:
+    head = (
+        b"PUT /b/k HTTP/1.1\r\nHost: h\r\nContent-Length: 12\r\nx-a: 1\r\n"
+        b"content-length:12 \r\nCONTENT-LENGTH:\t12\r\n\r\n"
+    )
+    assert collapse_content_length(head) == (
+        b"PUT /b/k HTTP/1.1\r\nHost: h\r\nContent-Length: 12\r\nx-a: 1\r\n\r\n"
+    )
+    for unchanged in (
+        b"PUT /b/k HTTP/1.1\r\nHost: h\r\nContent-Length: 12\r\n\r\n",
+        b"PUT /b/k HTTP/1.1\r\nContent-Length: 12\r\ncontent-length: 13\r\n\r\n",
+        b"PUT /b/k HTTP/1.1\r\nContent-Length: -1\r\ncontent-length: -1\r\n\r\n",
+        b"PUT /b/k HTTP/1.1\r\nContent-Length: 1,1\r\ncontent-length: 1,1\r\n\r\n",
+        b"PUT /b/k HTTP/1.1\r\nx-content-length: 1\r\nContent-Length: 1\r\n\r\n",
+    ):
+        assert collapse_content_length(unchanged) == unchanged
+
+
+def read_response(sock: socket.socket, buffered: bytearray) -> tuple[int, bytes]:
+    """One HTTP/1.1 response (Content-Length framed) from `sock`."""
+    while b"\r\n\r\n" not in buffered:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed before a response"
+        buffered += chunk
+    end = buffered.index(b"\r\n\r\n")
+    head = bytes(buffered[:end]).decode("latin-1").split("\r\n")
+    status = int(head[0].split()[1])
+    length = 0
+    for line in head[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value)
+    while len(buffered) < end + 4 + length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed inside a response body"
+        buffered += chunk
+    body = bytes(buffered[end + 4 : end + 4 + length])
+    del buffered[: end + 4 + length]
+    return status, body
+
+
+def presigned_put(s3: Any, bucket: str, key: str) -> str:
+    url = s3.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": key})
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.path}?{parts.query}"
+
+
+def put_head(target: str, port: int, *length_fields: str) -> bytes:
+    fields = "".join(f"{field}\r\n" for field in length_fields)
+    return f"PUT {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{fields}\r\n".encode()
+
+
+@pytest.fixture
+def connection(gateway: GatewayProcess) -> Any:
+    sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    yield sock
+    sock.close()
+
+
+def test_repeated_equal_content_length_is_accepted(
+    gateway: GatewayProcess, s3: Any, bucket: str, connection: socket.socket
+) -> None:
+    buffered = bytearray()
+    # The body holds what looks like head fields: bodies are never touched.
+    body = b"data\r\ncontent-length: 9\r\ncontent-length: 9\r\n\r\nmore"
+    length = f"Content-Length: {len(body)}"
+    target = presigned_put(s3, bucket, "twice")
+    connection.sendall(put_head(target, gateway.port, length, length.lower()) + body)
+    assert read_response(connection, buffered)[0] == 200
+    assert s3.get_object(Bucket=bucket, Key="twice")["Body"].read() == body
+
+    # The next request on the same connection, its head and body in several sends.
+    target = presigned_put(s3, bucket, "thrice")
+    message = put_head(
+        target, gateway.port, "Content-Length: 3", "content-length: 3", "CONTENT-LENGTH:3"
+    )
+    message += b"abc"
+    for start in range(0, len(message), 40):
+        connection.sendall(message[start : start + 40])
+        time.sleep(0.01)
+    assert read_response(connection, buffered)[0] == 200
+    assert s3.get_object(Bucket=bucket, Key="thrice")["Body"].read() == b"abc"
+
+    # Still one request per head: an ordinary one follows.
+    target = presigned_put(s3, bucket, "once")
+    connection.sendall(put_head(target, gateway.port, "Content-Length: 2") + b"ok")
+    assert read_response(connection, buffered)[0] == 200
+    assert s3.get_object(Bucket=bucket, Key="once")["Body"].read() == b"ok"
+
+
+def test_repeated_different_content_length_is_refused(
+    gateway: GatewayProcess, s3: Any, bucket: str, connection: socket.socket
+) -> None:
+    target = presigned_put(s3, bucket, "ambiguous")
+    connection.sendall(
+        put_head(target, gateway.port, "Content-Length: 3", "Content-Length: 4") + b"abcd"
+    )
+    status, _ = read_response(connection, bytearray())
+    assert status == 400
+    assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0

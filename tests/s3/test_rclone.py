@@ -1,0 +1,305 @@
+"""rclone against the gateway, configured by environment only (no config file): buckets
+with mkdir/rmdir, a tree with small files, odd names and a 40 MiB file (multipart upload
+in 5 MiB chunks) copied up, verified with `rclone check` (MD5 hashes, then downloaded
+bytes), listed with lsjson/ls/size, read with cat (whole and ranged), copied server side
+(multipart copy), synced after local changes, then deleted and purged."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.cluster.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess
+
+MIB = 1024 * 1024
+BIG_FILE_BYTES = 40 * MIB
+CHUNK = "5M"
+REMOTE = "blobstore"
+# Keys that need care in URLs and signatures.
+ODD_NAMES = [
+    "docs/deep/name with spaces & ünïcode.txt",
+    "docs/a+b=c%20d.txt",
+    "docs/q?mark#hash;semi.txt",
+    "docs/tilde~star*paren(1)!.txt",
+]
+
+
+def rclone_env(gateway: GatewayProcess, home: Path) -> dict[str, str]:
+    prefix = f"RCLONE_CONFIG_{REMOTE.upper()}_"
+    # Nothing from the caller's rclone or AWS settings: an AWS_CA_BUNDLE, for one, makes
+    # rclone 1.60 refuse to build its HTTP client.
+    env = {
+        key: value for key, value in os.environ.items() if not key.startswith(("RCLONE_", "AWS_"))
+    }
+    env.update(
+        {
+            "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "RCLONE_CONFIG": "",  # no config file: the remote is defined below
+            f"{prefix}TYPE": "s3",
+            f"{prefix}PROVIDER": "Other",
+            f"{prefix}ENDPOINT": gateway.endpoint,
+            f"{prefix}ACCESS_KEY_ID": ACCESS_KEY,
+            f"{prefix}SECRET_ACCESS_KEY": SECRET_KEY,
+            f"{prefix}REGION": "us-east-1",
+        }
+    )
+    return env
+
+
+@pytest.fixture
+def rclone(
+    gateway: GatewayProcess, tmp_path: Path
+) -> Callable[..., subprocess.CompletedProcess[bytes]]:
+    binary = shutil.which("rclone")
+    assert binary is not None, "rclone is missing: run `make setup` (Debian package rclone)"
+    home = tmp_path / "home"
+    home.mkdir()
+    env = rclone_env(gateway, home)
+
+    def run(
+        *args: str, ok: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess[bytes]:
+        # One try per operation: a gateway error must fail the command, not be retried away.
+        result = subprocess.run(
+            [binary, "--retries", "1", "--low-level-retries", "1", *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            env=env,
+            cwd=tmp_path,
+        )
+        if ok:
+            assert result.returncode == 0, (args, result.stderr.decode(errors="replace"))
+            assert b"ERROR" not in result.stderr, result.stderr.decode(errors="replace")
+        return result
+
+    return run
+
+
+def md5_hex(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()
+
+
+def local_tree(root: Path) -> dict[str, bytes]:
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def parse_rclone_time(text: str) -> float:
+    """RFC 3339 with up to nanoseconds, as rclone prints it, to a POSIX timestamp."""
+    match = re.fullmatch(r"(.*T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", text)
+    assert match, text
+    whole, fraction, zone = match.groups()
+    seconds = datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone)).timestamp()
+    return seconds + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
+
+
+def remote_listing(rclone: Callable[..., Any], path: str) -> dict[str, dict[str, Any]]:
+    listed = rclone("lsjson", "--recursive", "--files-only", "--hash", path)
+    return {item["Path"]: item for item in json.loads(listed.stdout)}
+
+
+def test_rclone_mkdir_lsd_and_rmdir_buckets(
+    rclone: Callable[..., subprocess.CompletedProcess[bytes]],
+    s3: Any,
+    bucket_name: Callable[[], str],
+) -> None:
+    name = bucket_name()
+    rclone("mkdir", f"{REMOTE}:{name}")
+    rclone("mkdir", f"{REMOTE}:{name}")  # already there: still success
+    s3.head_bucket(Bucket=name)
+    buckets = rclone("lsd", f"{REMOTE}:").stdout.decode()
+    assert name in [line.split()[-1] for line in buckets.splitlines()]
+
+    s3.put_object(Bucket=name, Key="keep/me.txt", Body=b"still here")
+    refused = rclone("rmdir", f"{REMOTE}:{name}", ok=False)
+    assert refused.returncode != 0
+    assert b"BucketNotEmpty" in refused.stderr, refused.stderr
+    s3.head_bucket(Bucket=name)
+
+    rclone("delete", f"{REMOTE}:{name}")
+    assert s3.list_objects_v2(Bucket=name)["KeyCount"] == 0
+    rclone("rmdir", f"{REMOTE}:{name}")
+    with pytest.raises(ClientError) as gone:
+        s3.head_bucket(Bucket=name)
+    assert gone.value.response["Error"]["Code"] == "404"
+    listed = rclone("lsd", f"{REMOTE}:").stdout.decode()
+    assert name not in [line.split()[-1] for line in listed.splitlines()]
+
+
+def test_rclone_copy_check_sync_cat_delete_and_purge(
+    rclone: Callable[..., subprocess.CompletedProcess[bytes]],
+    s3: Any,
+    bucket_name: Callable[[], str],
+    tmp_path: Path,
+) -> None:
+    rng = random.Random(11)
+    tree = tmp_path / "tree"
+    (tree / "docs" / "deep").mkdir(parents=True)
+    big = rng.randbytes(BIG_FILE_BYTES)
+    (tree / "big.bin").write_bytes(big)
+    for index in range(12):
+        (tree / "docs" / f"note-{index}.txt").write_bytes(rng.randbytes(rng.randrange(0, 70_000)))
+    (tree / "docs" / "deep" / "empty").write_bytes(b"")
+    for name in ODD_NAMES:
+        (tree / name).write_text(f"the file called {name}\n")
+    bucket = bucket_name()
+    target = f"{REMOTE}:{bucket}/tree"
+
+    rclone("mkdir", f"{REMOTE}:{bucket}")
+    rclone(
+        "copy",
+        str(tree),
+        target,
+        "--s3-upload-cutoff",
+        CHUNK,
+        "--s3-chunk-size",
+        CHUNK,
+        "--transfers",
+        "4",
+    )
+
+    # The big file went up as a multipart upload of 5 MiB parts, with its MD5 kept in
+    # metadata (a multipart ETag is not an MD5); small files are single PUTs.
+    head = s3.head_object(Bucket=bucket, Key="tree/big.bin")
+    assert head["ContentLength"] == BIG_FILE_BYTES
+    assert head["ETag"].strip('"').endswith(f"-{BIG_FILE_BYTES // (5 * MIB)}")
+    assert base64.b64decode(head["Metadata"]["md5chksum"]).hex() == md5_hex(big)
+    small = s3.head_object(Bucket=bucket, Key="tree/docs/note-3.txt")
+    assert small["ETag"].strip('"') == md5_hex((tree / "docs" / "note-3.txt").read_bytes())
+    odd = s3.get_object(Bucket=bucket, Key=f"tree/{ODD_NAMES[2]}")["Body"].read()
+    assert odd == (tree / ODD_NAMES[2]).read_bytes()
+
+    # check compares sizes and MD5 hashes; --download compares the bytes themselves.
+    local = local_tree(tree)
+    for extra in ((), ("--download",)):
+        checked = rclone("check", str(tree), target, *extra)
+        assert b"0 differences found" in checked.stderr, checked.stderr
+        assert f"{len(local)} matching files".encode() in checked.stderr, checked.stderr
+
+    listing = remote_listing(rclone, target)
+    assert {path: item["Size"] for path, item in listing.items()} == {
+        path: len(data) for path, data in local.items()
+    }
+    assert {path: item["Hashes"]["md5"] for path, item in listing.items()} == {
+        path: md5_hex(data) for path, data in local.items()
+    }
+    for path, item in listing.items():
+        local_mtime = (tree / path).stat().st_mtime_ns / 1e9
+        assert abs(parse_rclone_time(item["ModTime"]) - local_mtime) < 1e-3, path
+
+    ls_lines = rclone("ls", target).stdout.decode().splitlines()
+    assert {line.split(maxsplit=1)[1]: int(line.split()[0]) for line in ls_lines} == {
+        path: len(data) for path, data in local.items()
+    }
+    size = json.loads(rclone("size", "--json", target).stdout)
+    assert (size["count"], size["bytes"]) == (len(local), sum(map(len, local.values())))
+
+    # cat: whole objects (with odd names) and a range across part boundaries.
+    for path in ("docs/note-7.txt", ODD_NAMES[0], ODD_NAMES[1], ODD_NAMES[3]):
+        assert rclone("cat", f"{target}/{path}").stdout == local[path]
+    offset = 5 * MIB - 1000
+    ranged = rclone("cat", "--offset", str(offset), "--count", "300000", f"{target}/big.bin")
+    assert ranged.stdout == big[offset : offset + 300_000]
+
+    # Server-side copy; above the copy cutoff rclone copies in parts (UploadPartCopy).
+    rclone(
+        "copyto",
+        f"{target}/big.bin",
+        f"{REMOTE}:{bucket}/copies/big.bin",
+        "--s3-copy-cutoff",
+        CHUNK,
+    )
+    copied = s3.get_object(Bucket=bucket, Key="copies/big.bin")
+    assert copied["ETag"].strip('"').endswith(f"-{BIG_FILE_BYTES // (5 * MIB)}")
+    assert hashlib.sha256(copied["Body"].read()).digest() == hashlib.sha256(big).digest()
+    rclone("copyto", f"{target}/docs/note-5.txt", f"{REMOTE}:{bucket}/copies/note-5.txt")
+    assert rclone("cat", f"{REMOTE}:{bucket}/copies/note-5.txt").stdout == local["docs/note-5.txt"]
+
+    # sync: a changed file is uploaded again, a removed one deleted, a new one added, and a
+    # file whose time alone changed gets its time updated in place.
+    (tree / "docs" / "note-0.txt").write_bytes(b"changed and longer than before " * 1000)
+    (tree / "docs" / "note-1.txt").unlink()
+    (tree / "docs" / "new.txt").write_text("new file\n")
+    touched = tree / "docs" / "note-2.txt"
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns - 3600 * 10**9))
+    synced = rclone("sync", str(tree), target, "-v", "--s3-upload-cutoff", CHUNK)
+    log = synced.stderr.decode()
+    assert re.search(r"docs/note-0\.txt: Copied \(replaced existing\)", log), log
+    assert re.search(r"docs/new\.txt: Copied \(new\)", log), log
+    assert re.search(r"docs/note-1\.txt: Deleted", log), log
+    assert re.search(r"docs/note-2\.txt: Updated modification time in destination", log), log
+    assert "big.bin" not in log
+    local = local_tree(tree)
+    checked = rclone("check", str(tree), target)
+    assert b"0 differences found" in checked.stderr, checked.stderr
+    listing = remote_listing(rclone, target)
+    assert sorted(listing) == sorted(local)
+    assert (
+        abs(
+            parse_rclone_time(listing["docs/note-2.txt"]["ModTime"])
+            - touched.stat().st_mtime_ns / 1e9
+        )
+        < 1e-3
+    )
+    assert rclone("cat", f"{target}/docs/note-0.txt").stdout == local["docs/note-0.txt"]
+
+    # delete removes matching files only; purge removes a whole directory.
+    rclone("delete", target, "--include", "*.txt")
+    assert sorted(remote_listing(rclone, target)) == ["big.bin", "docs/deep/empty"]
+    rclone("purge", target)
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="tree/")["KeyCount"] == 0
+    assert sorted(remote_listing(rclone, f"{REMOTE}:{bucket}")) == [
+        "copies/big.bin",
+        "copies/note-5.txt",
+    ]
+    # A missing object is, to rclone on a bucket store, an empty directory.
+    assert rclone("cat", f"{target}/big.bin").stdout == b""
+
+    rclone("purge", f"{REMOTE}:{bucket}")
+    with pytest.raises(ClientError) as gone:
+        s3.head_bucket(Bucket=bucket)
+    assert gone.value.response["Error"]["Code"] == "404"
+
+
+def test_rclone_presigned_single_part_uploads(
+    rclone: Callable[..., subprocess.CompletedProcess[bytes]],
+    s3: Any,
+    bucket: str,
+    tmp_path: Path,
+) -> None:
+    """--s3-use-presigned-request: how rclone before 1.59 uploaded every small file. The
+    PUT carries Content-Length twice (Go's own and the signed copy)."""
+    rng = random.Random(12)
+    tree = tmp_path / "small"
+    tree.mkdir()
+    for index in range(5):
+        (tree / f"f{index} +?.bin").write_bytes(rng.randbytes(rng.randrange(1, 200_000)))
+    (tree / "empty").write_bytes(b"")
+    target = f"{REMOTE}:{bucket}/small"
+    rclone("copy", "--s3-use-presigned-request", str(tree), target)
+    checked = rclone("check", "--download", str(tree), target)
+    assert b"0 differences found" in checked.stderr, checked.stderr
+    assert b"6 matching files" in checked.stderr, checked.stderr
+    for path, data in local_tree(tree).items():
+        head = s3.head_object(Bucket=bucket, Key=f"small/{path}")
+        assert head["ETag"].strip('"') == md5_hex(data)
+        assert "mtime" in head["Metadata"]
