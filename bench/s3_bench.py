@@ -401,6 +401,21 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   it, the workers spend about 0.34 ms of CPU, ZooKeeper 0.05 ms (its share of a
   sync), the three bookies 0.06 ms together and the generator 0.045 ms: 3,400-3,800
   GETs/s in such windows.
+- **The paced PUT's tail is the CPUs', not the disk's.** With the bookies' journals on
+  tmpfs and ZooKeeper's log unsynced (an experiment, never a configuration), PUTs at
+  1,000/s still had p99 of 10-37 ms against 14-45 ms with both on disk (two alternated
+  pairs of two runs each, one cluster per pair); p50 went from 6-7.5 to 3.3-4.9 ms.
+  At that rate the two CPUs are 80-85% busy (1.6 ms of CPU per PUT: workers 0.77,
+  bookies 0.45, ZooKeeper 0.26, generator 0.11), and in a 100 ms window where most
+  PUTs were slow, both halves of a PUT (ledger append and catalog commit) were slow
+  together: the processes waited on the run queue. Each hop between processes costs
+  more here than the code on either side suggests: the round-trip rows of the limits
+  table show a turn between two processes on different CPUs at ~18,000/s and ~44 µs
+  of CPU, against ~55,000/s and ~18 µs when both share one CPU. The difference is
+  waking a process on an idle CPU, which this virtual machine makes dear (it runs with
+  guest halt polling off; with it on, the same probe measured 58,500 turns/s at 22 µs).
+  A 4 KiB PUT takes about ten such hops between and inside processes (generator,
+  worker, two bookies and their journal threads, ZooKeeper's request pipeline, back).
 - **A small GET runs without tasks of its own below the handler.** A one-entry read
   used to create three tasks (the object reader's read-ahead, the ledger's read
   window, the replica read) plus an `asyncio.wait` and two timeout contexts. Now a
