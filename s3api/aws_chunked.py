@@ -361,7 +361,8 @@ class PayloadReader:
     x-amz-checksum-* (header or trailer). After a normal end, `digest` holds the result.
 
     headers is looked up with lowercase names (starlette Headers or a lowercase dict).
-    extra_algorithms: checksums to compute although the request named none.
+    extra_algorithms: checksums to compute although the request named none;
+    default_algorithm: the one to compute when neither names any (`BodyHasher`).
     """
 
     __slots__ = (
@@ -385,12 +386,15 @@ class PayloadReader:
         *,
         size_max: int = PUT_OBJECT_SIZE_MAX,
         extra_algorithms: Iterable[str] = (),
+        default_algorithm: str | None = None,
     ) -> None:
         self._source = source
         self._auth = auth
         self._size_max = size_max
         self.expect = RequestChecksums.from_headers(headers)
-        self._hasher = BodyHasher(self.expect, extra_algorithms=extra_algorithms)
+        self._hasher = BodyHasher(
+            self.expect, extra_algorithms=extra_algorithms, default_algorithm=default_algorithm
+        )
         self.digest: BodyDigest | None = None
         if auth is not None:
             mode, declared = auth.payload_mode, auth.declared_payload_hash

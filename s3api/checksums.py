@@ -21,6 +21,7 @@ from s3api.errors import S3Error
 
 __all__ = [
     "ALGORITHMS",
+    "DEFAULT_ALGORITHM",
     "BodyDigest",
     "BodyHasher",
     "COMPOSITE",
@@ -42,6 +43,9 @@ __all__ = [
 ALGORITHMS = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
 COMPOSITE = "COMPOSITE"
 FULL_OBJECT = "FULL_OBJECT"
+# The checksum S3 adds to an object (and each part of a multipart upload) uploaded
+# without one: recorded and returned like one the client sent, as a FULL_OBJECT checksum.
+DEFAULT_ALGORITHM = "CRC64NVME"
 _DIGEST_SIZES = {"CRC32": 4, "CRC32C": 4, "CRC64NVME": 8, "SHA1": 20, "SHA256": 32}
 _CRC_FUNCTIONS: dict[str, Callable[[bytes, int], int]] = {
     "CRC32": crt.crc32,
@@ -284,17 +288,26 @@ class BodyHasher:
     """Hashes a body as it streams and checks it against RequestChecksums at the end.
 
     extra_algorithms adds checksums to compute without an expectation (e.g. the
-    algorithm a multipart upload was created with when the part request named none).
+    algorithm a multipart upload was created with when the part request named none);
+    default_algorithm is computed when neither the request nor extra_algorithms name one.
     """
 
     __slots__ = ("_expect", "_md5", "_checksums", "_size")
 
-    def __init__(self, expect: RequestChecksums, *, extra_algorithms: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        expect: RequestChecksums,
+        *,
+        extra_algorithms: Iterable[str] = (),
+        default_algorithm: str | None = None,
+    ) -> None:
         self._expect = expect
         self._md5 = hashlib.md5()
         algorithms = {*extra_algorithms}
         if expect.algorithm is not None:
             algorithms.add(expect.algorithm)
+        if not algorithms and default_algorithm is not None:
+            algorithms.add(default_algorithm)
         self._checksums = [new_checksum(a) for a in sorted(algorithms)]
         self._size = 0
 

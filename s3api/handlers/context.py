@@ -113,7 +113,12 @@ class S3Context:
             if chunk:
                 yield chunk
 
-    def payload(self, size_max: int, extra_algorithms: Iterable[str] = ()) -> PayloadReader:
+    def payload(
+        self,
+        size_max: int,
+        extra_algorithms: Iterable[str] = (),
+        default_algorithm: str | None = None,
+    ) -> PayloadReader:
         """The body, decoded (aws-chunked) and verified (signatures, SHA-256, Content-MD5,
         checksums) before its iteration ends."""
         return PayloadReader(
@@ -122,6 +127,7 @@ class S3Context:
             self._stream(),
             size_max=size_max,
             extra_algorithms=extra_algorithms,
+            default_algorithm=default_algorithm,
         )
 
     async def small_body(self, size_max: int = REQUEST_XML_BYTES_MAX) -> bytes:

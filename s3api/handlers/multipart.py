@@ -14,6 +14,7 @@ from blobstore.objects import Verdict, WrittenData
 from s3api import xml as s3xml
 from s3api.checksums import (
     COMPOSITE,
+    DEFAULT_ALGORITHM,
     FULL_OBJECT,
     combine_full_object,
     composite_checksum,
@@ -98,7 +99,9 @@ async def upload_part(ctx: S3Context) -> Response:
     await ctx.owned_bucket()
     upload = await _upload(ctx)
     extra = [upload.checksum_algorithm] if upload.checksum_algorithm else []
-    reader = ctx.payload(PART_SIZE_MAX, extra_algorithms=extra)
+    # An upload created without an algorithm: each part gets S3's default checksum, and
+    # the object the combination of them (`complete_multipart_upload`).
+    reader = ctx.payload(PART_SIZE_MAX, extra_algorithms=extra, default_algorithm=DEFAULT_ALGORITHM)
 
     async def finish(data: WrittenData) -> Verdict:
         verdict = body_checksums(reader)
@@ -178,7 +181,16 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
                     raise S3Error("InvalidPart", PartNumber=part.part_number)
         algorithm = upload.checksum_algorithm
         if not algorithm:
-            return {}
+            # S3's default checksum, when every part has it (a part copied from another
+            # object has none: its bytes are shared, not read).
+            defaults = [p.checksums.get(DEFAULT_ALGORITHM) for p in parts]
+            if not parts or any(v is None for v in defaults):
+                return {}
+            value = combine_full_object(
+                DEFAULT_ALGORITHM,
+                [(v, p.size) for v, p in zip(defaults, parts, strict=True) if v is not None],
+            )
+            return {DEFAULT_ALGORITHM: value, "type": FULL_OBJECT}
         values = [p.checksums.get(algorithm) for p in parts]
         if any(v is None for v in values):
             raise S3Error("InvalidPart", f"A part was uploaded without its {algorithm} checksum")

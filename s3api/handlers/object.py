@@ -15,7 +15,7 @@ from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, BucketRecord, Object
 from blobstore.objects import Verdict, WrittenData
 from s3api import xml as s3xml
 from s3api.aws_chunked import PayloadReader, strip_aws_chunked
-from s3api.checksums import FULL_OBJECT, header_name
+from s3api.checksums import DEFAULT_ALGORITHM, FULL_OBJECT, header_name
 from s3api.conditions import (
     check_copy_source_conditions,
     check_read_conditions,
@@ -249,7 +249,8 @@ async def put_object(ctx: S3Context) -> Response:
         tags=parse_tagging_header(ctx.headers.get("x-amz-tagging")),
     )
     if_match, if_none_match = parse_write_conditions(ctx.headers)
-    reader = ctx.payload(PUT_OBJECT_SIZE_MAX)
+    # An object uploaded without a checksum gets S3's default one.
+    reader = ctx.payload(PUT_OBJECT_SIZE_MAX, default_algorithm=DEFAULT_ALGORITHM)
 
     async def finish(data: WrittenData) -> Verdict:
         return body_checksums(reader)

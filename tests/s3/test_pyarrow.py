@@ -2,15 +2,24 @@
 creates buckets and directories, writes a partitioned Parquet dataset with
 `pyarrow.dataset.write_dataset` and reads it back, lists with selectors, reads a
 multi-MiB object at random offsets, writes an object large enough for a multipart upload,
-copies, moves and deletes, and reads a CSV written by boto3. Values are compared, not
-only calls."""
+copies, moves and deletes, and reads a CSV written by boto3. The same client over https
+(the gateway's self-signed certificate given as `tls_ca_file_path`) writes objects
+through both upload paths and a Parquet dataset: the SDK frames every body as
+aws-chunked with a CRC64NVME trailer, and the stored objects must hold exactly the bytes
+written, with the checksums the trailers carried. Values are compared, not only calls."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
+import http.client
 import random
+import re
+import ssl
+import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -20,6 +29,10 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
+from awscrt import checksums as crt
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from tests.cluster.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess
@@ -29,11 +42,14 @@ REGIONS = ["africa", "americas", "asia", "europe"]
 
 
 def s3_filesystem(gateway: GatewayProcess, **options: Any) -> pafs.S3FileSystem:
+    if gateway.tls:
+        # The gateway's self-signed certificate is its own CA.
+        options.setdefault("tls_ca_file_path", str(gateway.tls[0]))
     return pafs.S3FileSystem(
         access_key=ACCESS_KEY,
         secret_key=SECRET_KEY,
         region="us-east-1",
-        scheme="http",
+        scheme=gateway.scheme,
         endpoint_override=f"127.0.0.1:{gateway.port}",
         connect_timeout=10,
         request_timeout=60,
@@ -41,13 +57,25 @@ def s3_filesystem(gateway: GatewayProcess, **options: Any) -> pafs.S3FileSystem:
     )
 
 
-@pytest.fixture(scope="module")
-def fs(gateway: GatewayProcess) -> Iterator[pafs.S3FileSystem]:
+@contextmanager
+def no_metadata_service() -> Iterator[None]:
     # The AWS SDK must not look for credentials or a region on an instance metadata
     # service: everything it needs is given, and nothing but the gateway is reachable.
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        yield
+
+
+@pytest.fixture(scope="module")
+def fs(gateway: GatewayProcess) -> Iterator[pafs.S3FileSystem]:
+    with no_metadata_service():
         yield s3_filesystem(gateway, allow_bucket_creation=True, allow_bucket_deletion=True)
+
+
+@pytest.fixture(scope="module")
+def tls_fs(tls_gateway: GatewayProcess) -> Iterator[pafs.S3FileSystem]:
+    with no_metadata_service():
+        yield s3_filesystem(tls_gateway, allow_bucket_creation=True, allow_bucket_deletion=True)
 
 
 def keys(s3: Any, bucket: str, prefix: str = "") -> list[str]:
@@ -452,3 +480,296 @@ def test_read_csv_written_by_boto3(fs: pafs.S3FileSystem, s3: Any, bucket: str) 
     ]
     rows = [tuple(row.values()) for row in dataset.to_table().to_pylist()]
     assert sorted(rows) == sorted(people * 2)
+
+
+# ---------------------------------------------------------------------------- https
+#
+# What PyArrow 26 (AWS SDK for C++ 1.11) sends, seen on the wire: every body it uploads,
+# PutObject and UploadPart alike, goes with `Content-Encoding: aws-chunked`,
+# `Transfer-Encoding: chunked`, `x-amz-content-sha256: STREAMING-UNSIGNED-PAYLOAD-TRAILER`,
+# `x-amz-decoded-content-length` and `x-amz-trailer: x-amz-checksum-crc64nvme`: 64 KiB
+# aws-chunked chunks, then the CRC64NVME of the body as a trailer. An empty PutObject
+# (a directory marker, an empty file) has no body to frame and sends
+# `x-amz-checksum-crc64nvme: AAAAAAAAAAA=` as a header instead. CreateMultipartUpload
+# names no checksum algorithm, and CompleteMultipartUpload lists ETags only. GETs ask
+# for checksums (`x-amz-checksum-mode: enabled`).
+
+
+def crc64nvme(data: bytes) -> str:
+    return base64.b64encode(crt.crc64nvme(data, 0).to_bytes(8, "big")).decode()
+
+
+def multipart_etag(parts: list[bytes]) -> str:
+    joined = b"".join(hashlib.md5(part).digest() for part in parts)
+    return f"{hashlib.md5(joined).hexdigest()}-{len(parts)}"
+
+
+ACCESS_LINE = re.compile(
+    r" INFO s3api\.access: request_id=\S+ operation=(?P<operation>\S+) method=\S+ "
+    r"path=(?P<path>.*) status=(?P<status>\d+) bytes_in=(?P<bytes_in>\d+) "
+)
+
+
+def access_log(
+    gateway: GatewayProcess, operation: str, path: str, count: int
+) -> list[dict[str, str]]:
+    """The fields of the gateway's access lines for `count` successful `operation`s on
+    `path`, once all are written (lines go out in batches)."""
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [
+            match.groupdict()
+            for match in map(ACCESS_LINE.search, gateway.log_text().splitlines())
+            if match and match.group("operation", "path", "status") == (operation, path, "200")
+        ]
+        if len(lines) >= count or time.monotonic() > deadline:
+            assert len(lines) == count, (operation, path, lines)
+            return lines
+        time.sleep(0.1)
+
+
+def assert_framed_upload(line: dict[str, str], decoded_bytes: int) -> None:
+    """The request body held more than the data: aws-chunked framing and the trailer."""
+    trailer = len("x-amz-checksum-crc64nvme:") + len(crc64nvme(b""))
+    assert int(line["bytes_in"]) > decoded_bytes + trailer, (line, decoded_bytes)
+
+
+class StreamingTrailerAuth(S3SigV4Auth):
+    """SigV4 declaring the payload as the SDK does: unsigned, with a trailer."""
+
+    def __init__(self) -> None:
+        super().__init__(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1")
+
+    def payload(self, request: AWSRequest) -> str:
+        return "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+
+
+def sdk_framed_put(
+    gateway: GatewayProcess, target: str, data: bytes, trailer_crc64nvme: str
+) -> tuple[int, bytes]:
+    """A PUT framed as the AWS SDK for C++ frames it (above), over https: aws-chunked in
+    64 KiB chunks with the given CRC64NVME trailer, sent with chunked transfer encoding."""
+    headers = {
+        "Content-Encoding": "aws-chunked",
+        "x-amz-decoded-content-length": str(len(data)),
+        "x-amz-trailer": "x-amz-checksum-crc64nvme",
+    }
+    request = AWSRequest(method="PUT", url=f"{gateway.endpoint}{target}", headers=headers)
+    StreamingTrailerAuth().add_auth(request)
+    chunks = [
+        b"%X\r\n%s\r\n" % (len(piece), piece)
+        for piece in (data[i : i + 65536] for i in range(0, len(data), 65536))
+    ]
+    chunks.append(b"0\r\nx-amz-checksum-crc64nvme:%s\r\n\r\n" % trailer_crc64nvme.encode())
+    assert gateway.tls is not None
+    context = ssl.create_default_context(cafile=str(gateway.tls[0]))
+    connection = http.client.HTTPSConnection("127.0.0.1", gateway.port, context=context, timeout=30)
+    try:
+        # No Content-Length and an iterable body: Transfer-Encoding: chunked.
+        connection.request("PUT", target, body=iter(chunks), headers=dict(request.headers.items()))
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def test_https_sdk_framed_trailers_are_verified(
+    tls_gateway: GatewayProcess, bucket_name: Callable[[], str], rng: random.Random
+) -> None:
+    """The trailer is checked against the decoded bytes before anything is committed."""
+    s3 = tls_gateway.client()
+    bucket = bucket_name()
+    s3.create_bucket(Bucket=bucket)
+    data = rng.randbytes(200_000)
+    other = rng.randbytes(150_000)
+    status, content = sdk_framed_put(tls_gateway, f"/{bucket}/k", data, crc64nvme(data))
+    assert status == 200, content
+    stored = s3.get_object(Bucket=bucket, Key="k", ChecksumMode="ENABLED")
+    assert stored["Body"].read() == data
+    assert stored["ChecksumCRC64NVME"] == crc64nvme(data)
+
+    # A trailer that does not match the body: BadDigest, and the object is unchanged.
+    status, content = sdk_framed_put(tls_gateway, f"/{bucket}/k", other, crc64nvme(data))
+    assert status == 400, content
+    assert b"<Code>BadDigest</Code>" in content, content
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == data
+
+    # The same for UploadPart: a refused part is not kept, a good one is.
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key="m")["UploadId"]
+    target = f"/{bucket}/m?partNumber=1&uploadId={upload_id}"
+    status, content = sdk_framed_put(tls_gateway, target, other, crc64nvme(data))
+    assert status == 400, content
+    assert b"<Code>BadDigest</Code>" in content, content
+    assert s3.list_parts(Bucket=bucket, Key="m", UploadId=upload_id).get("Parts", []) == []
+    status, content = sdk_framed_put(tls_gateway, target, other, crc64nvme(other))
+    assert status == 200, content
+    [part] = s3.list_parts(Bucket=bucket, Key="m", UploadId=upload_id)["Parts"]
+    assert (part["Size"], part["ChecksumCRC64NVME"]) == (len(other), crc64nvme(other))
+    assert part["ETag"].strip('"') == hashlib.md5(other).hexdigest()
+    s3.abort_multipart_upload(Bucket=bucket, Key="m", UploadId=upload_id)
+
+
+def test_https_needs_the_gateway_certificate(
+    tls_gateway: GatewayProcess, tls_fs: pafs.S3FileSystem, bucket_name: Callable[[], str]
+) -> None:
+    name = bucket_name()
+    tls_fs.create_dir(name)
+    assert tls_fs.get_file_info(name).type == pafs.FileType.Directory
+    # Without the certificate the SDK refuses the gateway: the connection really is TLS,
+    # verified against the file given.
+    with no_metadata_service():
+        unverified = s3_filesystem(
+            tls_gateway,
+            tls_ca_file_path=None,
+            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1),
+        )
+        with pytest.raises(OSError, match="certificate"):
+            unverified.get_file_info(name)
+
+
+def test_https_uploads_store_the_bytes_without_framing_or_trailer(
+    tls_gateway: GatewayProcess,
+    tls_fs: pafs.S3FileSystem,
+    bucket_name: Callable[[], str],
+    rng: random.Random,
+) -> None:
+    s3 = tls_gateway.client()
+    bucket = bucket_name()
+    tls_fs.create_dir(bucket)
+
+    # An output stream opens a multipart upload before it knows the size: a small object
+    # is one UploadPart, its body framed with the trailer.
+    small = b"small and simple, over https\n"
+    with tls_fs.open_output_stream(f"{bucket}/small.txt") as out:
+        out.write(small)
+    got = s3.get_object(Bucket=bucket, Key="small.txt", ChecksumMode="ENABLED")
+    assert got["Body"].read() == small
+    assert got["ContentLength"] == len(small)
+    assert got["ETag"].strip('"') == multipart_etag([small])
+    part = s3.head_object(Bucket=bucket, Key="small.txt", PartNumber=1, ChecksumMode="ENABLED")
+    assert part["ContentLength"] == len(small)
+    assert part["ChecksumCRC64NVME"] == crc64nvme(small)
+    [upload] = access_log(tls_gateway, "UploadPart", f"/{bucket}/small.txt", 1)
+    assert_framed_upload(upload, len(small))
+
+    # With delayed open, a small stream is one PutObject, framed the same way; its
+    # trailer becomes the object's full-object checksum.
+    put_body = rng.randbytes(200_000)
+    with no_metadata_service():
+        delayed = s3_filesystem(tls_gateway, allow_delayed_open=True)
+        with delayed.open_output_stream(f"{bucket}/put.bin") as out:
+            out.write(put_body)
+        with delayed.open_output_stream(f"{bucket}/empty.bin"):
+            pass
+    for head in (
+        s3.head_object(Bucket=bucket, Key="put.bin", ChecksumMode="ENABLED"),
+        s3.get_object(Bucket=bucket, Key="put.bin", ChecksumMode="ENABLED"),
+    ):
+        assert head["ContentLength"] == len(put_body)
+        assert head["ETag"].strip('"') == hashlib.md5(put_body).hexdigest()
+        assert head["ChecksumCRC64NVME"] == crc64nvme(put_body)
+        assert head["ChecksumType"] == "FULL_OBJECT"
+        assert "ContentEncoding" not in head  # aws-chunked is not stored
+    assert s3.get_object(Bucket=bucket, Key="put.bin")["Body"].read() == put_body
+    with tls_fs.open_input_stream(f"{bucket}/put.bin") as stream:
+        assert stream.read() == put_body
+    [put] = access_log(tls_gateway, "PutObject", f"/{bucket}/put.bin", 1)
+    assert_framed_upload(put, len(put_body))
+    # The empty file: no body, the checksum as a header.
+    empty = s3.head_object(Bucket=bucket, Key="empty.bin", ChecksumMode="ENABLED")
+    assert empty["ContentLength"] == 0
+    assert empty["ChecksumCRC64NVME"] == crc64nvme(b"") == "AAAAAAAAAAA="
+    [put_empty] = access_log(tls_gateway, "PutObject", f"/{bucket}/empty.bin", 1)
+    assert put_empty["bytes_in"] == "0"
+
+    # A large stream, written in uneven pieces: several UploadParts in the background.
+    body = rng.randbytes(26 * MIB + 777)
+    with tls_fs.open_output_stream(f"{bucket}/big.bin") as out:
+        view = memoryview(body)
+        position = 0
+        while position < len(body):
+            step = rng.randrange(1, 3 * MIB)
+            out.write(view[position : position + step])
+            position += step
+    head = s3.head_object(Bucket=bucket, Key="big.bin", ChecksumMode="ENABLED")
+    assert head["ContentLength"] == len(body)
+    count = int(head["ETag"].strip('"').rsplit("-", 1)[1])
+    assert count >= 2, head
+    parts: list[bytes] = []
+    for number in range(1, count + 1):
+        part = s3.head_object(
+            Bucket=bucket, Key="big.bin", PartNumber=number, ChecksumMode="ENABLED"
+        )
+        start = sum(map(len, parts))
+        data = body[start : start + part["ContentLength"]]
+        assert part["PartsCount"] == count
+        assert part["ChecksumCRC64NVME"] == crc64nvme(data), number
+        parts.append(data)
+    assert b"".join(parts) == body
+    assert head["ETag"].strip('"') == multipart_etag(parts)
+    # The upload named no checksum algorithm: the object gets S3's default one, the
+    # CRC64NVME of the whole object combined from its parts'.
+    assert head["ChecksumCRC64NVME"] == crc64nvme(body)
+    assert head["ChecksumType"] == "FULL_OBJECT"
+    got_body = s3.get_object(Bucket=bucket, Key="big.bin")["Body"].read()
+    assert hashlib.sha256(got_body).digest() == hashlib.sha256(body).digest()
+    with tls_fs.open_input_file(f"{bucket}/big.bin") as f:
+        assert f.size() == len(body)
+        boundary = len(parts[0])
+        assert f.read_at(1000, boundary - 500) == body[boundary - 500 : boundary + 500]
+        f.seek(0)
+        assert hashlib.sha256(f.read()).digest() == hashlib.sha256(body).digest()
+    # Each UploadPart body was longer than its part (paired by size: framing only adds).
+    uploads = access_log(tls_gateway, "UploadPart", f"/{bucket}/big.bin", count)
+    for line, data in zip(
+        sorted(uploads, key=lambda line: int(line["bytes_in"])),
+        sorted(parts, key=len),
+        strict=True,
+    ):
+        assert_framed_upload(line, len(data))
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_https_parquet_dataset_round_trip(
+    tls_gateway: GatewayProcess,
+    tls_fs: pafs.S3FileSystem,
+    bucket_name: Callable[[], str],
+    rng: random.Random,
+) -> None:
+    s3 = tls_gateway.client()
+    bucket = bucket_name()
+    tls_fs.create_dir(bucket)
+    table = sample_table(8_000, rng)
+    base = f"{bucket}/warehouse/events"
+    ds.write_dataset(
+        table,
+        base,
+        filesystem=tls_fs,
+        format="parquet",
+        partitioning=["region"],
+        partitioning_flavor="hive",
+        max_rows_per_file=1_000,
+        max_rows_per_group=250,
+        basename_template="part-{i}.parquet",
+    )
+
+    data_files = [key for key in keys(s3, bucket, "warehouse/") if key.endswith(".parquet")]
+    assert len(data_files) == 8, data_files
+    rows = 0
+    for key in data_files:
+        stored = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        # A Parquet file begins and ends with its magic: nothing was appended.
+        assert stored[:4] == stored[-4:] == b"PAR1", key
+        rows += pq.read_table(pa.BufferReader(stored)).num_rows
+        part = s3.head_object(Bucket=bucket, Key=key, PartNumber=1, ChecksumMode="ENABLED")
+        assert part["ContentLength"] == len(stored)
+        assert part["ChecksumCRC64NVME"] == crc64nvme(stored), key
+        assert tls_fs.get_file_info(f"{bucket}/{key}").size == len(stored)
+    assert rows == table.num_rows
+
+    dataset = ds.dataset(base, filesystem=tls_fs, format="parquet", partitioning="hive")
+    assert sorted(dataset.files) == sorted(f"{bucket}/{key}" for key in data_files)
+    assert dataset.to_table().select(table.column_names).sort_by("id").equals(table)
+    americas = dataset.to_table(filter=pc.field("region") == "americas")
+    expected = table.filter(pc.field("region") == "americas")
+    assert americas.select(table.column_names).sort_by("id").equals(expected)

@@ -1,0 +1,142 @@
+"""S3's default checksum: an object uploaded without a checksum gets a CRC64NVME of its
+bytes (FULL_OBJECT), recorded and returned like one the client sent; so does each part
+of a multipart upload created without an algorithm, and the completed object the
+combination of its parts'. Clients are set to send checksums only when required, so
+the gateway sees requests without any (boto3's default would add a CRC32)."""
+
+from __future__ import annotations
+
+import base64
+import random
+from typing import Any
+
+import pytest
+from awscrt import checksums as crt
+
+from tests.cluster.gateway import GatewayProcess
+from tests.s3.conftest import ENTRY_SIZE_BYTES, PART_BYTES_MIN
+
+
+def crc64nvme(data: bytes) -> str:
+    return base64.b64encode(crt.crc64nvme(data).to_bytes(8, "big")).decode()
+
+
+@pytest.fixture(scope="module")
+def plain_s3(gateway: GatewayProcess) -> Any:
+    return gateway.client(
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+
+
+@pytest.fixture
+def plain_bucket(plain_s3: Any, bucket: str) -> str:
+    return bucket
+
+
+def test_put_without_checksum_gets_crc64nvme(
+    plain_s3: Any, plain_bucket: str, rng: random.Random
+) -> None:
+    data = rng.randbytes(3 * ENTRY_SIZE_BYTES + 5)
+    put = plain_s3.put_object(Bucket=plain_bucket, Key="plain", Body=data)
+    assert put["ChecksumCRC64NVME"] == crc64nvme(data)
+    assert put["ChecksumType"] == "FULL_OBJECT"
+    head = plain_s3.head_object(Bucket=plain_bucket, Key="plain", ChecksumMode="ENABLED")
+    assert head["ChecksumCRC64NVME"] == crc64nvme(data)
+    assert head["ChecksumType"] == "FULL_OBJECT"
+    got = plain_s3.get_object(Bucket=plain_bucket, Key="plain", ChecksumMode="ENABLED")
+    assert got["ChecksumCRC64NVME"] == crc64nvme(data)
+    assert got["Body"].read() == data
+    # Without the checksum mode, no checksum header (as S3).
+    assert "ChecksumCRC64NVME" not in plain_s3.head_object(Bucket=plain_bucket, Key="plain")
+    listed = plain_s3.list_objects_v2(Bucket=plain_bucket)["Contents"]
+    assert listed[0]["ChecksumAlgorithm"] == ["CRC64NVME"]
+    attributes = plain_s3.get_object_attributes(
+        Bucket=plain_bucket, Key="plain", ObjectAttributes=["Checksum"]
+    )
+    assert attributes["Checksum"]["ChecksumCRC64NVME"] == crc64nvme(data)
+    # An empty object has one too.
+    empty = plain_s3.put_object(Bucket=plain_bucket, Key="empty", Body=b"")
+    assert empty["ChecksumCRC64NVME"] == crc64nvme(b"") == "AAAAAAAAAAA="
+
+
+def test_a_named_checksum_is_the_only_one(
+    plain_s3: Any, plain_bucket: str, rng: random.Random
+) -> None:
+    data = rng.randbytes(1000)
+    plain_s3.put_object(Bucket=plain_bucket, Key="crc32", Body=data, ChecksumAlgorithm="CRC32")
+    head = plain_s3.head_object(Bucket=plain_bucket, Key="crc32", ChecksumMode="ENABLED")
+    assert "ChecksumCRC32" in head
+    assert "ChecksumCRC64NVME" not in head
+
+
+def test_multipart_without_algorithm_gets_combined_crc64nvme(
+    plain_s3: Any, plain_bucket: str, rng: random.Random
+) -> None:
+    datas = [rng.randbytes(PART_BYTES_MIN + 3 * ENTRY_SIZE_BYTES + 7), rng.randbytes(999)]
+    upload_id = plain_s3.create_multipart_upload(Bucket=plain_bucket, Key="mp")["UploadId"]
+    parts = []
+    for number, data in enumerate(datas, start=1):
+        answer = plain_s3.upload_part(
+            Bucket=plain_bucket, Key="mp", UploadId=upload_id, PartNumber=number, Body=data
+        )
+        assert answer["ChecksumCRC64NVME"] == crc64nvme(data)
+        parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+    listed = plain_s3.list_parts(Bucket=plain_bucket, Key="mp", UploadId=upload_id)["Parts"]
+    assert [p["ChecksumCRC64NVME"] for p in listed] == [crc64nvme(d) for d in datas]
+    done = plain_s3.complete_multipart_upload(
+        Bucket=plain_bucket, Key="mp", UploadId=upload_id, MultipartUpload={"Parts": parts}
+    )
+    whole = b"".join(datas)
+    assert done["ChecksumCRC64NVME"] == crc64nvme(whole)
+    head = plain_s3.head_object(Bucket=plain_bucket, Key="mp", ChecksumMode="ENABLED")
+    assert head["ChecksumCRC64NVME"] == crc64nvme(whole)
+    assert head["ChecksumType"] == "FULL_OBJECT"
+
+
+def test_boto3_defaults_validate_downloads_against_the_default_checksum(
+    gateway: GatewayProcess, plain_s3: Any, plain_bucket: str, rng: random.Random
+) -> None:
+    """boto3's default client asks for checksums on GET and checks the body against
+    them: objects uploaded without one are now checked too (CRC64NVME)."""
+    data = rng.randbytes(2 * ENTRY_SIZE_BYTES + 1)
+    plain_s3.put_object(Bucket=plain_bucket, Key="checked", Body=data)
+    s3 = gateway.client()
+    got = s3.get_object(Bucket=plain_bucket, Key="checked")
+    assert got["ChecksumCRC64NVME"] == crc64nvme(data)
+    assert got["Body"].read() == data
+
+
+def test_multipart_with_a_copied_part_has_no_default_checksum(
+    plain_s3: Any, plain_bucket: str, rng: random.Random
+) -> None:
+    """A part copied from another object shares its entries unread: no checksum of its
+    bytes, so the object gets none (every part's is needed to combine them)."""
+    source = rng.randbytes(PART_BYTES_MIN + 10)
+    plain_s3.put_object(Bucket=plain_bucket, Key="source", Body=source)
+    upload_id = plain_s3.create_multipart_upload(Bucket=plain_bucket, Key="mixed")["UploadId"]
+    copied = plain_s3.upload_part_copy(
+        Bucket=plain_bucket,
+        Key="mixed",
+        UploadId=upload_id,
+        PartNumber=1,
+        CopySource={"Bucket": plain_bucket, "Key": "source"},
+    )["CopyPartResult"]
+    tail = plain_s3.upload_part(
+        Bucket=plain_bucket, Key="mixed", UploadId=upload_id, PartNumber=2, Body=b"tail"
+    )
+    plain_s3.complete_multipart_upload(
+        Bucket=plain_bucket,
+        Key="mixed",
+        UploadId=upload_id,
+        MultipartUpload={
+            "Parts": [
+                {"PartNumber": 1, "ETag": copied["ETag"]},
+                {"PartNumber": 2, "ETag": tail["ETag"]},
+            ]
+        },
+    )
+    head = plain_s3.head_object(Bucket=plain_bucket, Key="mixed", ChecksumMode="ENABLED")
+    assert "ChecksumCRC64NVME" not in head
+    got = plain_s3.get_object(Bucket=plain_bucket, Key="mixed")["Body"].read()
+    assert got == source + b"tail"
