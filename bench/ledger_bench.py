@@ -20,6 +20,7 @@ import os
 import platform
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -482,6 +483,7 @@ async def _single_bookie(
 def aims_table(results: list[Result], disk_mb_per_s: float) -> list[str]:
     """The issue's aims beside this run (ratio = measured / aim; >= 1 meets it)."""
     rows: list[tuple[str, str, float]] = []  # aim, measured as shown, ratio
+    at_aim_p99s: list[float] = []
     for r in results:
         if r.ensemble != "E3/WQ2/AQ2":
             continue
@@ -497,6 +499,18 @@ def aims_table(results: list[Result], disk_mb_per_s: float) -> list[str]:
                 (f"1 KiB p99 <= {AIM_P99_MS:g} ms at {r.label}{at_aim} (ratio = aim / measured)",
                  f"{p99_ms:.2f} ms", AIM_P99_MS / max(p99_ms, 1e-9))
             )  # fmt: skip
+            if at_aim:
+                at_aim_p99s.append(p99_ms)
+                if len(at_aim_p99s) == AIM_REPEATS:
+                    # One 10 s row's p99 swings with the machine: the aim is judged on
+                    # the median of the repeats (as the S3 benchmark's paced PUTs).
+                    median = statistics.median(at_aim_p99s)
+                    shown = ", ".join(f"{v:.2f}" for v in at_aim_p99s)
+                    rows.append(
+                        (f"1 KiB p99 <= {AIM_P99_MS:g} ms at {r.label}, median of the "
+                         f"{AIM_REPEATS} rows ({shown} ms) (ratio = aim / measured)",
+                         f"{median:.2f} ms", AIM_P99_MS / max(median, 1e-9))
+                    )  # fmt: skip
         elif r.entry_bytes == MIB:
             aim = 0.7 * disk_mb_per_s / (2 * 2)
             rows.append(
