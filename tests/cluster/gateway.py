@@ -7,7 +7,9 @@ environment, as an operator would.
 
 from __future__ import annotations
 
+import re
 import subprocess
+import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -169,3 +171,28 @@ class GatewayProcess:
             verify=str(self.tls[0]) if self.tls else None,
             config=Config(**settings),
         )
+
+
+# A gateway access line, up to the fields the helpers below read.
+ACCESS_LINE = re.compile(
+    r" INFO s3api\.access: request_id=\S+ operation=(?P<operation>\S+) method=\S+ "
+    r"path=(?P<path>.*) status=(?P<status>\d+) bytes_in=(?P<bytes_in>\d+) "
+)
+
+
+def access_log(
+    gateway: GatewayProcess, operation: str, path: str, count: int
+) -> list[dict[str, str]]:
+    """The fields of the gateway's access lines for `count` successful `operation`s on
+    `path`, once all are written (lines go out in batches)."""
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [
+            match.groupdict()
+            for match in map(ACCESS_LINE.search, gateway.log_text().splitlines())
+            if match and match.group("operation", "path", "status") == (operation, path, "200")
+        ]
+        if len(lines) >= count or time.monotonic() > deadline:
+            assert len(lines) == count, (operation, path, lines)
+            return lines
+        time.sleep(0.1)

@@ -15,9 +15,7 @@ import gzip
 import hashlib
 import http.client
 import random
-import re
 import ssl
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -35,7 +33,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from tests.cluster.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess
+from tests.cluster.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess, access_log
 
 MIB = 1024 * 1024
 REGIONS = ["africa", "americas", "asia", "europe"]
@@ -502,30 +500,6 @@ def crc64nvme(data: bytes) -> str:
 def multipart_etag(parts: list[bytes]) -> str:
     joined = b"".join(hashlib.md5(part).digest() for part in parts)
     return f"{hashlib.md5(joined).hexdigest()}-{len(parts)}"
-
-
-ACCESS_LINE = re.compile(
-    r" INFO s3api\.access: request_id=\S+ operation=(?P<operation>\S+) method=\S+ "
-    r"path=(?P<path>.*) status=(?P<status>\d+) bytes_in=(?P<bytes_in>\d+) "
-)
-
-
-def access_log(
-    gateway: GatewayProcess, operation: str, path: str, count: int
-) -> list[dict[str, str]]:
-    """The fields of the gateway's access lines for `count` successful `operation`s on
-    `path`, once all are written (lines go out in batches)."""
-    deadline = time.monotonic() + 10
-    while True:
-        lines = [
-            match.groupdict()
-            for match in map(ACCESS_LINE.search, gateway.log_text().splitlines())
-            if match and match.group("operation", "path", "status") == (operation, path, "200")
-        ]
-        if len(lines) >= count or time.monotonic() > deadline:
-            assert len(lines) == count, (operation, path, lines)
-            return lines
-        time.sleep(0.1)
 
 
 def assert_framed_upload(line: dict[str, str], decoded_bytes: int) -> None:

@@ -16,7 +16,6 @@ import random
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.cluster.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess
+from tests.cluster.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess, access_log
 
 MIB = 1024 * 1024
 BIG_FILE_BYTES = 40 * MIB
@@ -321,30 +320,6 @@ def test_rclone_presigned_single_part_uploads(
         head = s3.head_object(Bucket=bucket, Key=f"small/{path}")
         assert head["ETag"].strip('"') == md5_hex(data)
         assert "mtime" in head["Metadata"]
-
-
-ACCESS_LINE = re.compile(
-    r" INFO s3api\.access: request_id=\S+ operation=(?P<operation>\S+) method=\S+ "
-    r"path=(?P<path>.*) status=(?P<status>\d+) bytes_in=(?P<bytes_in>\d+) "
-)
-
-
-def access_log(
-    gateway: GatewayProcess, operation: str, path: str, count: int
-) -> list[dict[str, str]]:
-    """The fields of the gateway's access lines for `count` successful `operation`s on
-    `path`, once all are written (lines go out in batches)."""
-    deadline = time.monotonic() + 10
-    while True:
-        lines = [
-            match.groupdict()
-            for match in map(ACCESS_LINE.search, gateway.log_text().splitlines())
-            if match and match.group("operation", "path", "status") == (operation, path, "200")
-        ]
-        if len(lines) >= count or time.monotonic() > deadline:
-            assert len(lines) == count, (operation, path, lines)
-            return lines
-        time.sleep(0.1)
 
 
 def test_rclone_over_https_copy_check_and_cat(
