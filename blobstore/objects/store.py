@@ -54,6 +54,9 @@ from blobstore.objects.writer_pool import LedgerWriterPool
 from blobstore.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)
+# The "type" an object's checksums record when the object checksum is made of its
+# parts' checksums (S3's COMPOSITE); its parts' own checksums are then kept too.
+COMPOSITE_CHECKSUM = "COMPOSITE"
 
 READ_RECORD_RETRIES_MAX = 2
 HASH_THREADS = 2
@@ -400,7 +403,18 @@ class ObjectStore:
             checksums=checksums,
             storage_class=upload.storage_class,
             extents=tuple(extent for part in parts for extent in part.extents),
-            parts=tuple(PartInfo(p.part_number, p.size, p.etag, dict(p.checksums)) for p in parts),
+            # A part's own checksums only for a COMPOSITE checksum (GetObject?partNumber
+            # returns them, as S3); a FULL_OBJECT one covers the object alone, and every
+            # byte of the record counts against record_bytes_max (the part count).
+            parts=tuple(
+                PartInfo(
+                    p.part_number,
+                    p.size,
+                    p.etag,
+                    dict(p.checksums) if checksums.get("type") == COMPOSITE_CHECKSUM else {},
+                )
+                for p in parts
+            ),
             owner=upload.owner,
             tags=dict(upload.tags),
         )

@@ -4,7 +4,7 @@ body (verified as it streams) and to load the bucket the request names."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -15,6 +15,7 @@ from blobstore.catalog.errors import NoSuchBucketError
 from blobstore.catalog.records import BucketRecord
 from blobstore.objects import ObjectStore
 from s3api.aws_chunked import PayloadReader
+from s3api.checksums import ALGORITHMS, header_name
 from s3api.config import GatewayConfig, User
 from s3api.errors import S3Error
 from s3api.names import REQUEST_XML_BYTES_MAX
@@ -130,8 +131,16 @@ class S3Context:
             default_algorithm=default_algorithm,
         )
 
-    async def small_body(self, size_max: int = REQUEST_XML_BYTES_MAX) -> bytes:
-        """A whole (small, e.g. XML) request body, verified."""
-        reader = self.payload(size_max)
+    async def small_body(
+        self, size_max: int = REQUEST_XML_BYTES_MAX, *, checksum_headers_are_the_body: bool = True
+    ) -> bytes:
+        """A whole (small, e.g. XML) request body, verified. Where the request's
+        x-amz-checksum-* headers describe something else (CompleteMultipartUpload: the
+        whole object), they are not checked against the body."""
+        headers: Mapping[str, str] = self.headers
+        if not checksum_headers_are_the_body:
+            names = {header_name(a) for a in ALGORITHMS}
+            headers = {k: v for k, v in self.headers.items() if k not in names}
+        reader = PayloadReader(self.auth, headers, self._stream(), size_max=size_max)
         pieces = [piece async for piece in reader]
         return b"".join(pieces)

@@ -126,12 +126,13 @@ async def upload_part_copy(ctx: S3Context) -> Response:
     first, last = (byte_range.first, byte_range.last) if byte_range else (0, source.size - 1)
     if last - first + 1 > PART_SIZE_MAX:
         raise S3Error("EntityTooLarge", ProposedSize=last - first + 1, MaxSizeAllowed=PART_SIZE_MAX)
-    checksum = new_checksum(upload.checksum_algorithm) if upload.checksum_algorithm else None
-    observe: Callable[[bytes], None] | None = checksum.update if checksum else None
+    # The upload's algorithm, or S3's default: the copied bytes are read (for the part's
+    # MD5) even when the part shares the source's entries.
+    checksum = new_checksum(upload.checksum_algorithm or DEFAULT_ALGORITHM)
+    observe: Callable[[bytes], None] | None = checksum.update
 
     async def finish(data: WrittenData) -> Verdict:
-        checksums = {checksum.algorithm: checksum.b64()} if checksum else {}
-        return Verdict(checksums)
+        return Verdict({checksum.algorithm: checksum.b64()})
 
     if source.size == 0:
         part = PartRecord(
@@ -139,7 +140,7 @@ async def upload_part_copy(ctx: S3Context) -> Response:
             0,
             "d41d8cd98f00b204e9800998ecf8427e",
             time.time(),
-            {checksum.algorithm: checksum.b64()} if checksum else {},
+            {checksum.algorithm: checksum.b64()},
             (),
         )
         await ctx.store.catalog.put_part(ctx.bucket, upload.upload_id, part)
@@ -166,9 +167,26 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     bucket = await ctx.owned_bucket()
     upload = await _upload(ctx)
-    requested = s3xml.parse_complete_multipart_upload(await ctx.small_body())
+    # Its x-amz-checksum-* header is the whole object's (checked in `finish`).
+    body = await ctx.small_body(checksum_headers_are_the_body=False)
+    requested = s3xml.parse_complete_multipart_upload(body)
     if_match, if_none_match = parse_write_conditions(ctx.headers)
     by_number = {p.part_number: p for p in requested}
+
+    def full_object(
+        algorithm: str, values: list[str | None], parts: list[PartRecord]
+    ) -> dict[str, str]:
+        """The whole object's checksum combined from its parts', checked against the
+        value the request declares for it, if any."""
+        value = combine_full_object(
+            algorithm, [(v, p.size) for v, p in zip(values, parts, strict=True) if v is not None]
+        )
+        declared = ctx.headers.get(header_name(algorithm))
+        if declared is not None and decode_checksum_value(
+            algorithm, declared
+        ) != decode_checksum_value(algorithm, value):
+            raise mismatch_error(algorithm)
+        return {algorithm: value, "type": FULL_OBJECT}
 
     async def finish(upload: UploadRecord, parts: list[PartRecord]) -> dict[str, str]:
         total = sum(p.size for p in parts)
@@ -181,30 +199,17 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
                     raise S3Error("InvalidPart", PartNumber=part.part_number)
         algorithm = upload.checksum_algorithm
         if not algorithm:
-            # S3's default checksum, when every part has it (a part copied from another
-            # object has none: its bytes are shared, not read).
+            # S3's default checksum, when every part has it (a part uploaded with another
+            # named checksum has not).
             defaults = [p.checksums.get(DEFAULT_ALGORITHM) for p in parts]
             if not parts or any(v is None for v in defaults):
                 return {}
-            value = combine_full_object(
-                DEFAULT_ALGORITHM,
-                [(v, p.size) for v, p in zip(defaults, parts, strict=True) if v is not None],
-            )
-            return {DEFAULT_ALGORITHM: value, "type": FULL_OBJECT}
+            return full_object(DEFAULT_ALGORITHM, defaults, parts)
         values = [p.checksums.get(algorithm) for p in parts]
         if any(v is None for v in values):
             raise S3Error("InvalidPart", f"A part was uploaded without its {algorithm} checksum")
         if upload.checksum_type == FULL_OBJECT:
-            value = combine_full_object(
-                algorithm,
-                [(v, p.size) for v, p in zip(values, parts, strict=True) if v is not None],
-            )
-            declared = ctx.headers.get(header_name(algorithm))
-            if declared is not None and decode_checksum_value(
-                algorithm, declared
-            ) != decode_checksum_value(algorithm, value):
-                raise mismatch_error(algorithm)
-            return {algorithm: value, "type": FULL_OBJECT}
+            return full_object(algorithm, values, parts)
         return {algorithm: composite_checksum(algorithm, values), "type": COMPOSITE}  # type: ignore[arg-type]
 
     result = await ctx.store.complete_upload(

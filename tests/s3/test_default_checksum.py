@@ -1,8 +1,9 @@
 """S3's default checksum: an object uploaded without a checksum gets a CRC64NVME of its
 bytes (FULL_OBJECT), recorded and returned like one the client sent; so does each part
-of a multipart upload created without an algorithm, and the completed object the
-combination of its parts'. Clients are set to send checksums only when required, so
-the gateway sees requests without any (boto3's default would add a CRC32)."""
+of a multipart upload created without an algorithm (uploaded or copied), and the
+completed object the combination of its parts'. Clients are set to send checksums only
+when required, so the gateway sees requests without any (boto3's default would add a
+CRC32)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 from awscrt import checksums as crt
+from botocore.exceptions import ClientError
 
 from tests.cluster.gateway import GatewayProcess
 from tests.s3.conftest import ENTRY_SIZE_BYTES, PART_BYTES_MIN
@@ -107,11 +109,12 @@ def test_boto3_defaults_validate_downloads_against_the_default_checksum(
     assert got["Body"].read() == data
 
 
-def test_multipart_with_a_copied_part_has_no_default_checksum(
+def test_multipart_with_a_copied_part_gets_the_default_checksum(
     plain_s3: Any, plain_bucket: str, rng: random.Random
 ) -> None:
-    """A part copied from another object shares its entries unread: no checksum of its
-    bytes, so the object gets none (every part's is needed to combine them)."""
+    """A part copied from another object (its bytes read for its MD5 even where it
+    shares the source's entries) has the default checksum too, and the object the
+    combination; a declared whole-object checksum that differs is refused."""
     source = rng.randbytes(PART_BYTES_MIN + 10)
     plain_s3.put_object(Bucket=plain_bucket, Key="source", Body=source)
     upload_id = plain_s3.create_multipart_upload(Bucket=plain_bucket, Key="mixed")["UploadId"]
@@ -122,21 +125,38 @@ def test_multipart_with_a_copied_part_has_no_default_checksum(
         PartNumber=1,
         CopySource={"Bucket": plain_bucket, "Key": "source"},
     )["CopyPartResult"]
+    assert copied["ChecksumCRC64NVME"] == crc64nvme(source)
     tail = plain_s3.upload_part(
         Bucket=plain_bucket, Key="mixed", UploadId=upload_id, PartNumber=2, Body=b"tail"
     )
+    parts = {
+        "Parts": [
+            {"PartNumber": 1, "ETag": copied["ETag"]},
+            {"PartNumber": 2, "ETag": tail["ETag"]},
+        ]
+    }
+    with pytest.raises(ClientError) as refused:
+        plain_s3.complete_multipart_upload(
+            Bucket=plain_bucket,
+            Key="mixed",
+            UploadId=upload_id,
+            MultipartUpload=parts,
+            ChecksumCRC64NVME=crc64nvme(b"something else"),
+        )
+    assert refused.value.response["Error"]["Code"] == "BadDigest"
     plain_s3.complete_multipart_upload(
         Bucket=plain_bucket,
         Key="mixed",
         UploadId=upload_id,
-        MultipartUpload={
-            "Parts": [
-                {"PartNumber": 1, "ETag": copied["ETag"]},
-                {"PartNumber": 2, "ETag": tail["ETag"]},
-            ]
-        },
+        MultipartUpload=parts,
+        ChecksumCRC64NVME=crc64nvme(source + b"tail"),
     )
     head = plain_s3.head_object(Bucket=plain_bucket, Key="mixed", ChecksumMode="ENABLED")
-    assert "ChecksumCRC64NVME" not in head
+    assert head["ChecksumCRC64NVME"] == crc64nvme(source + b"tail")
+    # FULL_OBJECT: a part read by number carries no checksum of its own (as S3).
+    part = plain_s3.head_object(
+        Bucket=plain_bucket, Key="mixed", PartNumber=1, ChecksumMode="ENABLED"
+    )
+    assert "ChecksumCRC64NVME" not in part
     got = plain_s3.get_object(Bucket=plain_bucket, Key="mixed")["Body"].read()
     assert got == source + b"tail"
