@@ -136,30 +136,35 @@ def process_round_trip(seconds: float, same_cpu: bool = False) -> RoundTrips:
     ZooKeeper pays at least. Each turn wakes the other process; on different CPUs that is
     a wake-up of an idle CPU, which some virtual machines make dear. `same_cpu` pins both
     to one CPU, where no CPU sleeps and wakes: the difference is that cost."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
     cpus = sorted(os.sched_getaffinity(0))
     saved = set(cpus)
-    child_cpu = cpus[0] if same_cpu else -1
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _ECHO_CHILD,
-            str(listener.getsockname()[1]),
-            str(child_cpu),
-            str(ROUND_TRIP_REQUEST_BYTES),
-            str(ROUND_TRIP_REPLY_BYTES),
-        ],
-        stdin=subprocess.DEVNULL,
-    )
+    # Apart: one CPU each (else the scheduler may put both on one under load).
+    own_cpu = cpus[0]
+    child_cpu = cpus[0] if same_cpu or len(cpus) < 2 else cpus[1]
+    listener = socket.socket()
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _ECHO_CHILD,
+                str(listener.getsockname()[1]),
+                str(child_cpu),
+                str(ROUND_TRIP_REQUEST_BYTES),
+                str(ROUND_TRIP_REPLY_BYTES),
+            ],
+            stdin=subprocess.DEVNULL,
+        )
+    except BaseException:
+        listener.close()
+        raise
     try:
         listener.settimeout(30)
         connection, _ = listener.accept()
         connection.settimeout(30)
-        if same_cpu:
-            os.sched_setaffinity(0, {cpus[0]})
+        os.sched_setaffinity(0, {own_cpu})
         with connection:
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             request = os.urandom(ROUND_TRIP_REQUEST_BYTES)
@@ -198,7 +203,7 @@ def round_trip_rows() -> list[tuple[str, str, str]]:
     together = process_round_trip(1.5, same_cpu=True)
     return [
         (
-            "process round trip, loopback TCP",
+            "process round trip, loopback TCP, one CPU each",
             f"{apart.per_s:,.0f} /s",
             f"4 KiB request, 64 B reply, one at a time between two processes; "
             f"{apart.cpu_us:.0f} µs of CPU per round trip (both processes)",
@@ -484,6 +489,7 @@ def aims_table(results: list[Result], disk_mb_per_s: float) -> list[str]:
     """The issue's aims beside this run (ratio = measured / aim; >= 1 meets it)."""
     rows: list[tuple[str, str, float]] = []  # aim, measured as shown, ratio
     at_aim_p99s: list[float] = []
+    median_at = 0
     for r in results:
         if r.ensemble != "E3/WQ2/AQ2":
             continue
@@ -501,22 +507,24 @@ def aims_table(results: list[Result], disk_mb_per_s: float) -> list[str]:
             )  # fmt: skip
             if at_aim:
                 at_aim_p99s.append(p99_ms)
-                if len(at_aim_p99s) == AIM_REPEATS:
-                    # One 10 s row's p99 swings with the machine: the aim is judged on
-                    # the median of the repeats (as the S3 benchmark's paced PUTs).
-                    median = statistics.median(at_aim_p99s)
-                    shown = ", ".join(f"{v:.2f}" for v in at_aim_p99s)
-                    rows.append(
-                        (f"1 KiB p99 <= {AIM_P99_MS:g} ms at {r.label}, median of the "
-                         f"{AIM_REPEATS} rows ({shown} ms) (ratio = aim / measured)",
-                         f"{median:.2f} ms", AIM_P99_MS / max(median, 1e-9))
-                    )  # fmt: skip
+                median_at = len(rows)  # after the last row at the aim's rate
         elif r.entry_bytes == MIB:
             aim = 0.7 * disk_mb_per_s / (2 * 2)
             rows.append(
                 (f"1 MiB MB/s >= 70% of disk / (2 x WQ) = {aim:,.0f} MB/s",
                  f"{r.mb_per_s:,.0f} MB/s", r.mb_per_s / aim)
             )  # fmt: skip
+    if len(at_aim_p99s) > 1:
+        # One 10 s row's p99 swings with the machine: the aim is judged on the median of
+        # the rows at its rate (as the S3 benchmark's paced PUTs).
+        median = statistics.median(at_aim_p99s)
+        shown = ", ".join(f"{v:.2f}" for v in at_aim_p99s)
+        rows.insert(
+            median_at,
+            (f"1 KiB p99 <= {AIM_P99_MS:g} ms at paced {AIM_ADDS_PER_S:,.0f}/s, median of "
+             f"the {len(at_aim_p99s)} rows ({shown} ms) (ratio = aim / measured)",
+             f"{median:.2f} ms", AIM_P99_MS / max(median, 1e-9)),
+        )  # fmt: skip
     lines = [
         "",
         "## Against the aims (ratio >= 1 meets it)",
@@ -574,7 +582,7 @@ def aims_table(results: list[Result], disk_mb_per_s: float) -> list[str]:
             "median 32 -> 21 ms, adds over 10 ms halved. Every add crosses processes and",
             "threads (client, two bookies' event loops and journal threads, back), and the",
             "round-trip rows of the limits table price each crossing: a turn between",
-            "processes on different CPUs costs ~2.5x the CPU of one between processes",
+            "processes on different CPUs costs ~3x the CPU of one between processes",
             "sharing a CPU, the price of waking an idle CPU on this virtual machine.",
             "",
             "| paced row | add p99 ms | journal write+fsync p99 ms (at most) |",

@@ -410,8 +410,9 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   PUTs were slow, both halves of a PUT (ledger append and catalog commit) were slow
   together: the processes waited on the run queue. Each hop between processes costs
   more here than the code on either side suggests: the round-trip rows of the limits
-  table show a turn between two processes on different CPUs at ~18,000/s and ~44 µs
-  of CPU, against ~55,000/s and ~18 µs when both share one CPU. The difference is
+  table show a turn between two processes on different CPUs at 15,000-18,000/s and
+  44-56 µs of CPU (runs of this day), against ~55,000/s and ~18 µs when both share one
+  CPU. The difference is
   waking a process on an idle CPU, which this virtual machine makes dear (it runs with
   guest halt polling off; with it on, the same probe measured 58,500 turns/s at 22 µs).
   A 4 KiB PUT takes about ten such hops between and inside processes (generator,
