@@ -185,3 +185,36 @@ def test_upload_part_copy(
             CopySourceRange=f"bytes=0-{len(source)}",
         )
     assert error_code(e) == "InvalidRequest"
+
+
+@pytest.fixture(scope="module")
+def small_record_gateway(s3_cluster: Any) -> GatewayProcess:
+    """A gateway whose index records hold ~40 parts (instead of ~1,600)."""
+    return s3_cluster.start_gateway(
+        "gateway-small-records", env={"BLOBSTORE_CATALOG_RECORD_BYTES_MAX": "4096"}
+    )
+
+
+def test_more_parts_than_a_record_holds_is_refused_and_the_upload_stays_open(
+    small_record_gateway: GatewayProcess, rng: random.Random
+) -> None:
+    """An object whose part list does not fit in its index record: CompleteMultipartUpload
+    says so (InvalidRequest), nothing is committed, and the upload can still be completed
+    with fewer parts."""
+    s3 = small_record_gateway.client()
+    bucket = f"many-parts-{rng.randrange(1 << 30)}"
+    s3.create_bucket(Bucket=bucket)
+    datas = [rng.randbytes(PART_BYTES_MIN) for _ in range(60)]
+    upload_id, parts = upload_parts(s3, bucket, "many", datas)
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(
+            Bucket=bucket, Key="many", UploadId=upload_id, MultipartUpload={"Parts": parts}
+        )
+    assert error_code(e) == "InvalidRequest"
+    assert "fewer, larger parts" in e.value.response["Error"]["Message"]
+    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+    assert len(s3.list_parts(Bucket=bucket, Key="many", UploadId=upload_id)["Parts"]) == 60
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key="many", UploadId=upload_id, MultipartUpload={"Parts": parts[:10]}
+    )
+    assert s3.get_object(Bucket=bucket, Key="many")["Body"].read() == b"".join(datas[:10])
