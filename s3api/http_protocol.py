@@ -96,8 +96,8 @@ class _GatheringTransport:
 class GatheringHttpToolsProtocol(HttpToolsProtocol):
     # True while no request is being parsed: the next byte received starts a head.
     _between_requests = True
-    # The first bytes of a request head whose end has not arrived yet.
-    _head_start = b""
+    # The first bytes of a request head whose end has not arrived yet, if any.
+    _head_start: bytearray | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses: no isinstance check.
@@ -109,16 +109,26 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             # it. (Clients send a request once the previous response arrived, so heads
             # start reads; a head pipelined behind another request in the same read goes
             # to the parser unchanged.)
-            if self._head_start:
-                data = self._head_start + data
-                self._head_start = b""
-            end = data.find(b"\r\n\r\n")
-            if end < 0:
-                if len(data) < HEAD_BYTES_MAX:
-                    self._head_start = data
-                    self._unset_keepalive_if_required()
-                    return
-            elif len(_CONTENT_LENGTH_FIELD.findall(data, 0, end + 2)) > 1:
+            held = self._head_start
+            # Only the new bytes are searched (with the 3 before them), and a held head
+            # grows in place: one trickling in a byte at a time costs linear work.
+            start = 0
+            if held is not None:
+                start = max(0, len(held) - 3)
+                held += data
+            buffer = held if held is not None else data
+            end = buffer.find(b"\r\n\r\n", start)
+            # A head ending in bare LFs is not one S3 clients send: the parser answers it
+            # at once rather than it waiting here for more.
+            if end < 0 and len(buffer) < HEAD_BYTES_MAX and buffer.find(b"\n\n", start) < 0:
+                if held is None:
+                    self._head_start = bytearray(data)
+                self._unset_keepalive_if_required()
+                return
+            self._head_start = None
+            if held is not None:
+                data = bytes(held)
+            if end >= 0 and len(_CONTENT_LENGTH_FIELD.findall(data, 0, end + 2)) > 1:
                 data = collapse_content_length(data[: end + 4]) + data[end + 4 :]
         super().data_received(data)
 

@@ -117,3 +117,26 @@ def test_repeated_different_content_length_is_refused(
     status, _ = read_response(connection, bytearray())
     assert status == 400
     assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+
+
+def test_a_head_trickling_in_byte_by_byte_is_read_whole(
+    gateway: GatewayProcess, s3: Any, bucket: str, connection: socket.socket
+) -> None:
+    """Every split of the head's end (CR LF CR LF) across reads is found."""
+    target = presigned_put(s3, bucket, "trickle")
+    message = put_head(target, gateway.port, "Content-Length: 3", "content-length: 3") + b"xyz"
+    for index in range(len(message)):
+        connection.sendall(message[index : index + 1])
+    assert read_response(connection, bytearray())[0] == 200
+    assert s3.get_object(Bucket=bucket, Key="trickle")["Body"].read() == b"xyz"
+
+
+def test_a_head_ending_in_bare_line_feeds_is_answered_at_once(
+    gateway: GatewayProcess, connection: socket.socket
+) -> None:
+    """Not held waiting for a CR LF CR LF that never comes: the parser answers it."""
+    started = time.monotonic()
+    connection.sendall(b"GET /health HTTP/1.1\nHost: 127.0.0.1\n\n")
+    status, _ = read_response(connection, bytearray())
+    assert status in (200, 400)
+    assert time.monotonic() - started < 10
