@@ -76,7 +76,9 @@ class Extent:
 
 @dataclass(frozen=True, slots=True)
 class PartInfo:
-    """One part of a completed multipart object (for GetObject?partNumber and ETags)."""
+    """One part of a completed multipart object (for GetObject?partNumber and
+    GetObjectAttributes). `etag` names the part when a completion is asked for; the
+    committed record keeps it empty (`Catalog.complete_upload`)."""
 
     part_number: int
     size: int

@@ -224,7 +224,7 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
         )
     except RecordTooLargeError as e:
         # The object's record holds every part and extent and must fit in an index page
-        # (record_bytes_max): ~1,600 parts of one extent each. The upload stays open: it
+        # (record_bytes_max): ~2,800 parts of one extent each. The upload stays open: it
         # can be completed with fewer parts or aborted.
         raise S3Error(
             "InvalidRequest",

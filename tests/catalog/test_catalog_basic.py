@@ -218,6 +218,9 @@ def test_multipart_upload(zk_connect: str) -> None:
         )
         assert {g.size for g in done.garbage} == {5, 6}  # unused parts 2 and 3
         assert (await catalog.get_object("mpu", "big")).etag == record.etag
+        # The part's ETag was checked, and is not kept in the object's record.
+        assert (await catalog.get_object("mpu", "big")).parts == (PartInfo(1, 5, ""),)
+        assert done.record.parts == (PartInfo(1, 5, ""),)
         with pytest.raises(NoSuchUploadError):
             await catalog.get_upload("mpu", upload.upload_id)
         aborted = await catalog.abort_upload("mpu", other.upload_id)

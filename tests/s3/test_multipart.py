@@ -189,9 +189,9 @@ def test_upload_part_copy(
 
 @pytest.fixture(scope="module")
 def small_record_gateway(s3_cluster: Any) -> GatewayProcess:
-    """A gateway whose index records hold ~40 parts (instead of ~1,600)."""
+    """A gateway whose index records hold ~35 parts (instead of ~2,800)."""
     return s3_cluster.start_gateway(
-        "gateway-small-records", env={"BLOBSTORE_CATALOG_RECORD_BYTES_MAX": "4096"}
+        "gateway-small-records", env={"BLOBSTORE_CATALOG_RECORD_BYTES_MAX": "2048"}
     )
 
 
