@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from awscrt import checksums as crt
 
+from blobstore.catalog.records import COMPOSITE, FULL_OBJECT
 from s3api.errors import S3Error
 
 __all__ = [
@@ -41,8 +42,6 @@ __all__ = [
 ]
 
 ALGORITHMS = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
-COMPOSITE = "COMPOSITE"
-FULL_OBJECT = "FULL_OBJECT"
 # The checksum S3 adds to an object (and each part of a multipart upload) uploaded
 # without one: recorded and returned like one the client sent, as a FULL_OBJECT checksum.
 DEFAULT_ALGORITHM = "CRC64NVME"

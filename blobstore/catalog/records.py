@@ -26,6 +26,10 @@ VERSIONING_SUSPENDED = "Suspended"
 VERSIONING_STATES = (VERSIONING_UNSET, VERSIONING_ENABLED, VERSIONING_SUSPENDED)
 STORAGE_CLASS_DEFAULT = "STANDARD"
 CONTENT_TYPE_DEFAULT = "binary/octet-stream"
+# The "type" entry of a record's checksums: the object checksum is of the whole object,
+# or a checksum of its parts' checksums (whose own checksums the record then keeps).
+FULL_OBJECT = "FULL_OBJECT"
+COMPOSITE = "COMPOSITE"
 
 
 def _dumps(value: Any) -> bytes:

@@ -27,6 +27,7 @@ from kazoo.protocol.states import KazooState
 
 from blobstore.catalog import Catalog
 from blobstore.catalog.records import (
+    COMPOSITE,
     CommitResult,
     ObjectRecord,
     PartInfo,
@@ -54,9 +55,6 @@ from blobstore.objects.writer_pool import LedgerWriterPool
 from blobstore.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)
-# The "type" an object's checksums record when the object checksum is made of its
-# parts' checksums (S3's COMPOSITE); its parts' own checksums are then kept too.
-COMPOSITE_CHECKSUM = "COMPOSITE"
 
 READ_RECORD_RETRIES_MAX = 2
 HASH_THREADS = 2
@@ -411,7 +409,7 @@ class ObjectStore:
                     p.part_number,
                     p.size,
                     p.etag,
-                    dict(p.checksums) if checksums.get("type") == COMPOSITE_CHECKSUM else {},
+                    dict(p.checksums) if checksums.get("type") == COMPOSITE else {},
                 )
                 for p in parts
             ),
