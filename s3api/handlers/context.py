@@ -119,12 +119,13 @@ class S3Context:
         size_max: int,
         extra_algorithms: Iterable[str] = (),
         default_algorithm: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> PayloadReader:
         """The body, decoded (aws-chunked) and verified (signatures, SHA-256, Content-MD5,
-        checksums) before its iteration ends."""
+        checksums) before its iteration ends; `headers` in place of the request's."""
         return PayloadReader(
             self.auth,
-            self.headers,
+            self.headers if headers is None else headers,
             self._stream(),
             size_max=size_max,
             extra_algorithms=extra_algorithms,
@@ -137,10 +138,10 @@ class S3Context:
         """A whole (small, e.g. XML) request body, verified. Where the request's
         x-amz-checksum-* headers describe something else (CompleteMultipartUpload: the
         whole object), they are not checked against the body."""
-        headers: Mapping[str, str] = self.headers
+        headers = None
         if not checksum_headers_are_the_body:
             names = {header_name(a) for a in ALGORITHMS}
             headers = {k: v for k, v in self.headers.items() if k not in names}
-        reader = PayloadReader(self.auth, headers, self._stream(), size_max=size_max)
+        reader = self.payload(size_max, headers=headers)
         pieces = [piece async for piece in reader]
         return b"".join(pieces)

@@ -5,7 +5,6 @@ extents into one object record without copying a byte."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from starlette.responses import Response
 
@@ -130,7 +129,6 @@ async def upload_part_copy(ctx: S3Context) -> Response:
     # The upload's algorithm, or S3's default: the copied bytes are read (for the part's
     # MD5) even when the part shares the source's entries.
     checksum = new_checksum(upload.checksum_algorithm or DEFAULT_ALGORITHM)
-    observe: Callable[[bytes], None] | None = checksum.update
 
     async def finish(data: WrittenData) -> Verdict:
         return Verdict({checksum.algorithm: checksum.b64()})
@@ -153,7 +151,7 @@ async def upload_part_copy(ctx: S3Context) -> Response:
             source,
             first,
             last,
-            observe=observe,
+            observe=checksum.update,
             finish=finish,
         )
     headers = {}
