@@ -129,11 +129,10 @@ def test_create_dir_creates_buckets_and_directory_markers(
     assert gone.value.response["Error"]["Code"] == "404"
 
 
-def test_partitioned_parquet_dataset_round_trip(
-    gateway: GatewayProcess, fs: pafs.S3FileSystem, s3: Any, bucket: str, rng: random.Random
+def write_events(
+    fs: pafs.S3FileSystem, base: str, table: pa.Table, *, rows_per_file: int, rows_per_group: int
 ) -> None:
-    table = sample_table(20_000, rng)
-    base = f"{bucket}/warehouse/events"
+    """`table` as a hive-partitioned Parquet dataset (by region) under `base`."""
     ds.write_dataset(
         table,
         base,
@@ -141,10 +140,18 @@ def test_partitioned_parquet_dataset_round_trip(
         format="parquet",
         partitioning=["region"],
         partitioning_flavor="hive",
-        max_rows_per_file=2_000,
-        max_rows_per_group=500,
+        max_rows_per_file=rows_per_file,
+        max_rows_per_group=rows_per_group,
         basename_template="part-{i}.parquet",
     )
+
+
+def test_partitioned_parquet_dataset_round_trip(
+    gateway: GatewayProcess, fs: pafs.S3FileSystem, s3: Any, bucket: str, rng: random.Random
+) -> None:
+    table = sample_table(20_000, rng)
+    base = f"{bucket}/warehouse/events"
+    write_events(fs, base, table, rows_per_file=2_000, rows_per_group=500)
 
     written = keys(s3, bucket, "warehouse/events/")
     data_files = [key for key in written if key.endswith(".parquet")]
@@ -718,17 +725,7 @@ def test_https_parquet_dataset_round_trip(
     tls_fs.create_dir(bucket)
     table = sample_table(8_000, rng)
     base = f"{bucket}/warehouse/events"
-    ds.write_dataset(
-        table,
-        base,
-        filesystem=tls_fs,
-        format="parquet",
-        partitioning=["region"],
-        partitioning_flavor="hive",
-        max_rows_per_file=1_000,
-        max_rows_per_group=250,
-        basename_template="part-{i}.parquet",
-    )
+    write_events(tls_fs, base, table, rows_per_file=1_000, rows_per_group=250)
 
     data_files = [key for key in keys(s3, bucket, "warehouse/") if key.endswith(".parquet")]
     assert len(data_files) == 8, data_files

@@ -94,6 +94,12 @@ def rclone_runner(
     return run
 
 
+def copy_up(tree: Path, target: str) -> tuple[str, ...]:
+    """`rclone copy` of a local tree, files over CHUNK in CHUNK-sized parts."""
+    cutoff = ("--s3-upload-cutoff", CHUNK, "--s3-chunk-size", CHUNK)
+    return ("copy", str(tree), target, *cutoff, "--transfers", "4")
+
+
 @pytest.fixture
 def rclone(
     gateway: GatewayProcess, tmp_path: Path
@@ -182,17 +188,7 @@ def test_rclone_copy_check_sync_cat_delete_and_purge(
     target = f"{REMOTE}:{bucket}/tree"
 
     rclone("mkdir", f"{REMOTE}:{bucket}")
-    rclone(
-        "copy",
-        str(tree),
-        target,
-        "--s3-upload-cutoff",
-        CHUNK,
-        "--s3-chunk-size",
-        CHUNK,
-        "--transfers",
-        "4",
-    )
+    rclone(*copy_up(tree, target))
 
     # The big file went up as a multipart upload of 5 MiB parts, with its MD5 kept in
     # metadata (a multipart ETag is not an MD5); small files are single PUTs.
@@ -348,17 +344,7 @@ def test_rclone_over_https_copy_check_and_cat(
 
     rclone_tls("mkdir", f"{REMOTE}:{bucket}")
     s3.head_bucket(Bucket=bucket)
-    rclone_tls(
-        "copy",
-        str(tree),
-        target,
-        "--s3-upload-cutoff",
-        CHUNK,
-        "--s3-chunk-size",
-        CHUNK,
-        "--transfers",
-        "4",
-    )
+    rclone_tls(*copy_up(tree, target))
     local = local_tree(tree)
 
     # big.bin: three parts of 5, 5 and 2 MiB, each stored as exactly its bytes.
