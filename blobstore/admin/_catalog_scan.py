@@ -2,7 +2,11 @@
 part of every multipart upload in progress, with the extents that hold their bytes.
 
 The walk reads through the public `Catalog` API only (pages in key order, uploads and
-their parts), so it sees what a gateway sees. It is not a snapshot: objects written or
+their parts), so it sees what a gateway sees. A record whose part list lives in a
+manifest (blobstore.objects.manifest) is resolved: its extents are the manifest's own
+entries and every extent the manifest names. A manifest that cannot be read is reported
+(`Found.manifest_error`), never skipped: its extents are then unknown, so no ledger may be
+called unreferenced. It is not a snapshot: objects written or
 deleted during the walk may or may not be seen; callers that report a problem confirm it
 by reading the record again (`still_references`).
 """
@@ -10,6 +14,7 @@ by reading the record again (`still_references`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -24,8 +29,16 @@ from blobstore.catalog.errors import (
 )
 from blobstore.catalog.records import Extent, ObjectRecord
 from blobstore.errors import UsageError
+from blobstore.ledger import LedgerClient, LedgerError
+from blobstore.objects.config import READ_WINDOW_ENTRIES_MAX
+from blobstore.objects.manifest import ManifestError, ManifestReader
+from blobstore.objects.read_object_op import ReadHandleCache, ShortEntryError
+from blobstore.zk import ZooKeeperClient
 
 UPLOADS_PAGE_MAX = 1000
+MANIFEST_HANDLES_MAX = 64
+# What reading a manifest may fail with (besides the bookies' own errors).
+MANIFEST_READ_ERRORS = (ManifestError, LedgerError, ShortEntryError, TimeoutError)
 
 T = TypeVar("T")
 
@@ -63,6 +76,25 @@ class Found:
     extents: tuple[Extent, ...]
     record: ObjectRecord | None = None
     is_current: bool = False  # the newest version of its key and not a delete marker
+    manifest_error: str = ""  # the record's manifest could not be read: extents partial
+
+
+@contextlib.asynccontextmanager
+async def manifest_reader(zk: ZooKeeperClient) -> AsyncIterator[ManifestReader]:
+    """A reader of manifests through a ledger client of this session (read-only)."""
+    client = LedgerClient(zk)
+    await client.start()
+    try:
+        yield ManifestReader(ReadHandleCache(client, MANIFEST_HANDLES_MAX), READ_WINDOW_ENTRIES_MAX)
+    finally:
+        await client.close()
+
+
+async def _resolved(manifests: ManifestReader, record: ObjectRecord) -> tuple[ObjectRecord, str]:
+    try:
+        return await manifests.resolve(record), ""
+    except MANIFEST_READ_ERRORS as e:
+        return record, f"{type(e).__name__}: {e}"
 
 
 async def bucket_names(catalog: Catalog, only: str | None) -> list[str]:
@@ -75,19 +107,23 @@ async def bucket_names(catalog: Catalog, only: str | None) -> list[str]:
     return sorted(b.name for b in await catalog.list_buckets())
 
 
-async def walk_bucket(catalog: Catalog, bucket: str) -> AsyncIterator[Found]:
+async def walk_bucket(
+    catalog: Catalog, manifests: ManifestReader, bucket: str
+) -> AsyncIterator[Found]:
     """Every object version (newest first per key) then every part of every upload."""
     previous_key: str | None = None
     try:
         async for record in catalog.iter_objects(bucket, all_versions=True):
             newest = record.key != previous_key
             previous_key = record.key
+            record, error = await _resolved(manifests, record)
             yield Found(
                 holder=Holder(bucket, record.key, version_id=record.version_id),
                 size=record.size,
-                extents=tuple(record.extents),
+                extents=(*record.manifest, *record.extents),
                 record=record,
                 is_current=newest and not record.is_delete_marker,
+                manifest_error=error,
             )
         key_marker, upload_id_marker = "", ""
         while True:
@@ -120,8 +156,11 @@ async def walk_bucket(catalog: Catalog, bucket: str) -> AsyncIterator[Found]:
         return  # deleted while we walked
 
 
-async def still_references(catalog: Catalog, holder: Holder, extent: Extent) -> bool:
-    """Whether the holder still exists and still names this extent (read again now)."""
+async def still_references(
+    catalog: Catalog, manifests: ManifestReader, holder: Holder, extent: Extent
+) -> bool:
+    """Whether the holder still exists and still names this extent (read again now; a
+    holder whose manifest cannot be read is taken to name it)."""
     if holder.upload_id:
         try:
             parts = await catalog.get_parts(holder.bucket, holder.upload_id)
@@ -134,7 +173,10 @@ async def still_references(catalog: Catalog, holder: Holder, extent: Extent) -> 
         return False
     except (NoSuchKeyError, NoSuchVersionError, NoSuchBucketError):
         return False
-    return extent in record.extents
+    if extent in record.manifest:
+        return True
+    record, error = await _resolved(manifests, record)
+    return bool(error) or extent in record.extents
 
 
 async def for_each(

@@ -15,7 +15,7 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
-from blobstore.admin._catalog_scan import bucket_names, walk_bucket
+from blobstore.admin._catalog_scan import bucket_names, manifest_reader, walk_bucket
 from blobstore.admin._output import (
     Output,
     add_common_arguments,
@@ -28,6 +28,7 @@ from blobstore.catalog.records import BucketRecord
 from blobstore.ledger.errors import NoSuchLedgerError
 from blobstore.ledger.ledger_manager import LedgerManager
 from blobstore.ledger.ledger_metadata import LedgerMetadata, MetadataFormatError
+from blobstore.objects.manifest import ManifestReader
 from blobstore.zk import ZooKeeperClient
 
 
@@ -49,6 +50,7 @@ class BucketUsage:
     upload_parts: int = 0
     upload_bytes: int = 0
     missing_ledger_bytes: int = 0  # referenced bytes whose ledger is gone (see fsck)
+    unreadable_manifests: int = 0  # versions whose part list could not be read (see fsck)
     ledgers: dict[int, int] = field(default_factory=dict)  # ledger id -> bytes referenced
 
     def to_json(self) -> dict[str, Any]:
@@ -64,6 +66,7 @@ class BucketUsage:
             "upload_parts": self.upload_parts,
             "upload_bytes": self.upload_bytes,
             "missing_ledger_bytes": self.missing_ledger_bytes,
+            "unreadable_manifests": self.unreadable_manifests,
             "ledgers_used": len(self.ledgers),
         }
 
@@ -85,12 +88,13 @@ class UsageScan:
                 self._metadata[ledger_id] = None
         return self._metadata[ledger_id]
 
-    async def bucket_usage(self, bucket: str) -> BucketUsage:
+    async def bucket_usage(self, manifests: ManifestReader, bucket: str) -> BucketUsage:
         usage = BucketUsage(bucket)
         uploads: set[str] = set()
         with self._output.progress(f"bucket {bucket}", None) as advance:
-            async for found in walk_bucket(self.catalog, bucket):
+            async for found in walk_bucket(self.catalog, manifests, bucket):
                 advance(1)
+                usage.unreadable_manifests += int(bool(found.manifest_error))
                 if found.holder.upload_id:
                     uploads.add(found.holder.upload_id)
                     usage.upload_parts += 1
@@ -146,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
             try:
                 names = await bucket_names(scan.catalog, args.bucket)
                 records = [await scan.catalog.get_bucket(name) for name in names]
-                usages = [await scan.bucket_usage(name) for name in names]
+                async with manifest_reader(zk) as manifests:
+                    usages = [await scan.bucket_usage(manifests, name) for name in names]
                 ledgers = scan.ledger_rows(usages[0]) if args.bucket and usages else []
             finally:
                 await scan.catalog.close()
@@ -289,6 +294,12 @@ def _du(
     missing = sum(u.missing_ledger_bytes for u in usages)
     if missing:
         output.note(f"warning: {human_bytes(missing)} referenced in missing ledgers: run fsck")
+    unreadable = sum(u.unreadable_manifests for u in usages)
+    if unreadable:
+        output.note(
+            f"warning: {unreadable} object versions whose part list could not be read are "
+            "counted without their data: run fsck"
+        )
     if ledgers:
         output.table(
             f"ledgers used by {usages[0].bucket}",

@@ -12,6 +12,9 @@ ledger and entry ids). Findings:
 - divergent entry: two good copies with different payloads (never expected);
 - unreferenced ledger: a CLOSED ledger that nothing references (garbage the maintenance
   job deletes; reported, but a failure only with --strict);
+- unreadable manifest: an object whose part list (kept in ledger entries, not in its
+  record) cannot be read; its data extents are then unknown, so no ledger is called
+  unreferenced in that pass;
 - open ledger: OPEN or IN_RECOVERY, with its writer and whether that writer is alive
   (a dead writer's ledger is closed by any gateway's sweeper).
 
@@ -36,6 +39,7 @@ from blobstore.admin._catalog_scan import (
     Holder,
     bucket_names,
     for_each,
+    manifest_reader,
     still_references,
     walk_bucket,
 )
@@ -61,6 +65,7 @@ from blobstore.ledger.errors import NoSuchLedgerError as LedgerMissingError
 from blobstore.ledger.ledger_manager import LedgerManager
 from blobstore.ledger.ledger_metadata import LedgerMetadata, MetadataFormatError
 from blobstore.objects.ledger_sweeper import GATEWAYS_PATH
+from blobstore.objects.manifest import ManifestReader
 from blobstore.zk import ZooKeeperClient
 from bookie.protocol import ENTRY_HEADER_BYTES, CorruptEntryError, Entry
 
@@ -156,6 +161,7 @@ class FsckReport:
     bad_metadata: list[dict[str, Any]] = field(default_factory=list)
     unreferenced: list[dict[str, Any]] = field(default_factory=list)
     open_ledgers: list[dict[str, Any]] = field(default_factory=list)
+    unreadable_manifests: list[dict[str, Any]] = field(default_factory=list)
     unreferenced_checked: bool = True
     seconds: float = 0.0
 
@@ -166,6 +172,7 @@ class FsckReport:
             + len(self.under_replicated)
             + len(self.divergent)
             + len(self.bad_metadata)
+            + len(self.unreadable_manifests)
         )
         if self.strict:
             problems += len(self.unreferenced)
@@ -185,6 +192,7 @@ class FsckReport:
             "divergent_entries": len(self.divergent),
             "corrupt_copies": self.corrupt_copies,
             "bad_ledger_metadata": len(self.bad_metadata),
+            "unreadable_manifests": len(self.unreadable_manifests),
             "unreferenced_ledgers": len(self.unreferenced) if self.unreferenced_checked else None,
             "unreferenced_bytes": sum(u["length"] for u in self.unreferenced),
             "open_ledgers": len(self.open_ledgers),
@@ -200,6 +208,7 @@ class FsckReport:
             "under_replicated": [e.to_json() for e in self.under_replicated],
             "divergent": [e.to_json() for e in self.divergent],
             "bad_metadata": self.bad_metadata,
+            "unreadable_manifests": self.unreadable_manifests,
             "unreferenced_ledgers": self.unreferenced,
             "open_ledgers": self.open_ledgers,
         }
@@ -231,14 +240,15 @@ class FsckOp:
         started = time.monotonic()
         await self._catalog.start()
         try:
-            await self._run()
+            async with manifest_reader(self._zk) as manifests:
+                await self._run(manifests)
         finally:
             await self._catalog.close()
             await self._pool.close()
         self.report.seconds = time.monotonic() - started
         return self.report
 
-    async def _run(self) -> None:
+    async def _run(self, manifests: ManifestReader) -> None:
         ledger_ids = await self._manager.list_ledger_ids()
         with self._output.progress("ledger metadata", len(ledger_ids)) as advance:
             await for_each(ledger_ids, self._load_metadata, self._concurrency, advance)
@@ -252,7 +262,12 @@ class FsckOp:
         self.report.buckets = len(names)
         with self._output.progress("catalog", None) as advance:
             for name in names:
-                async for found in walk_bucket(self._catalog, name):
+                async for found in walk_bucket(self._catalog, manifests, name):
+                    if found.manifest_error:
+                        self.report.unreadable_manifests.append(
+                            {**found.holder.to_json(), "error": found.manifest_error}
+                        )
+                        self.report.unreferenced_checked = False  # some extents unknown
                     if found.holder.upload_id:
                         self.report.parts += 1
                     else:
@@ -331,7 +346,7 @@ class FsckOp:
             if (suspect.holder, suspect.extent) in seen:
                 continue
             seen.add((suspect.holder, suspect.extent))
-            if await still_references(self._catalog, suspect.holder, suspect.extent):
+            if await still_references(self._catalog, manifests, suspect.holder, suspect.extent):
                 if suspect.kind == LEDGER_MISSING and await self._ledger_now_exists(
                     suspect.extent.ledger_id
                 ):
@@ -421,7 +436,7 @@ class FsckOp:
                         "purpose": metadata.custom.get("purpose", ""),
                     }
                 )
-            elif self._bucket is None and ledger_id not in referenced:
+            elif self.report.unreferenced_checked and ledger_id not in referenced:
                 self.report.unreferenced.append(
                     {
                         "ledger_id": ledger_id,
@@ -512,6 +527,11 @@ def render(output: Output, report: FsckReport) -> None:
         ("divergent entries", len(report.divergent), _flag(not report.divergent)),
         ("bad ledger metadata", len(report.bad_metadata), _flag(not report.bad_metadata)),
         (
+            "unreadable manifests",
+            len(report.unreadable_manifests),
+            _flag(not report.unreadable_manifests),
+        ),
+        (
             "unreferenced ledgers",
             len(report.unreferenced) if report.unreferenced_checked else "not checked",
             (
@@ -551,6 +571,15 @@ def render(output: Output, report: FsckReport) -> None:
                     for c in checks[:TABLE_ROWS_MAX]
                 ],
             )
+    if report.unreadable_manifests:
+        output.table(
+            "unreadable manifests (their objects' extents are unknown)",
+            ["object", "error"],
+            [
+                (f"{m['bucket']}/{m['key']} version {m['version_id']}", m["error"])
+                for m in report.unreadable_manifests[:TABLE_ROWS_MAX]
+            ],
+        )
     if report.unreferenced:
         output.table(
             "unreferenced ledgers (garbage for `blobstore maintain`)",

@@ -168,12 +168,23 @@ class ObjectRecord:
     owner: str = ""
     tags: dict[str, str] = field(default_factory=dict)
     tier_location: str | None = None
+    # Where the part list lives when it is too long for the index record (a multipart
+    # object of many parts): entries holding `extents` and `parts` (blobstore.objects.
+    # manifest). Such a record stores only this; `extents` and `parts` are empty as read
+    # from the catalog and filled once the manifest is read ("resolved").
+    manifest: tuple[Extent, ...] = ()
     is_latest: bool = False  # filled by reads and listings, never stored
 
     def __post_init__(self) -> None:
         assert self.size >= 0, self.size
         assert isinstance(self.extents, tuple), type(self.extents)
         assert isinstance(self.parts, tuple), type(self.parts)
+        assert isinstance(self.manifest, tuple), type(self.manifest)
+
+    @property
+    def unresolved(self) -> bool:
+        """The part list lives in a manifest not read yet (`extents`, `parts` empty)."""
+        return bool(self.manifest) and not self.parts
 
     def to_dict(self) -> dict[str, Any]:
         """Compact form stored in index pages: defaults are left out, bucket and key too
@@ -196,10 +207,13 @@ class ObjectRecord:
             d["ck"] = self.checksums
         if self.storage_class != STORAGE_CLASS_DEFAULT:
             d["sc"] = self.storage_class
-        if self.extents:
-            d["ext"] = [e.to_list() for e in self.extents]
-        if self.parts:
-            d["parts"] = [p.to_list() for p in self.parts]
+        if self.manifest:
+            d["mf"] = [e.to_list() for e in self.manifest]  # extents and parts live there
+        else:
+            if self.extents:
+                d["ext"] = [e.to_list() for e in self.extents]
+            if self.parts:
+                d["parts"] = [p.to_list() for p in self.parts]
         if self.owner:
             d["owner"] = self.owner
         if self.tags:
@@ -223,6 +237,7 @@ class ObjectRecord:
         get = d.get
         extents = get("ext")
         parts = get("parts")
+        manifest = get("mf")
         _set_field(record, "bucket", bucket)
         _set_field(record, "key", key)
         _set_field(record, "version_id", d["v"])
@@ -242,6 +257,9 @@ class ObjectRecord:
         _set_field(record, "owner", get("owner", ""))
         _set_field(record, "tags", get("tags") or {})
         _set_field(record, "tier_location", get("tier"))
+        _set_field(
+            record, "manifest", tuple([Extent.from_list(e) for e in manifest]) if manifest else ()
+        )
         _set_field(record, "is_latest", is_latest)
         record.__post_init__()
         return record
@@ -267,7 +285,7 @@ class ObjectRecord:
         )
 
 
-assert len(fields(ObjectRecord)) == 18, "ObjectRecord.from_dict sets every field: update it"
+assert len(fields(ObjectRecord)) == 19, "ObjectRecord.from_dict sets every field: update it"
 
 
 @dataclass(frozen=True, slots=True)

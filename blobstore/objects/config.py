@@ -64,6 +64,10 @@ class ObjectStoreConfig:
     recovery_rate_mb_s: float = 50.0
     # Smallest part of a multipart upload, the last one excepted.
     part_bytes_min: int = PART_BYTES_MIN_DEFAULT
+    # A completed multipart object whose part list (extents and parts) encodes to more
+    # than this keeps it in a manifest (ledger entries) instead of its index record
+    # (blobstore.objects.manifest); at most half the catalog's record_bytes_max is used.
+    manifest_bytes_min: int = 16 * 1024
     # Time limit of one wait for a writer ledger from the pool.
     writer_wait_s_max: float = 30.0
     # ZooKeeper session timeout: how soon other gateways notice this one died.
@@ -102,6 +106,8 @@ class ObjectStoreConfig:
             raise bad("lost_bookie_delay_s", "must be >= 0")
         if not 0 <= self.recovery_rate_mb_s < 1e6:
             raise bad("recovery_rate_mb_s", "must be >= 0 (0: no limit)")
+        if not 0 <= self.manifest_bytes_min <= 1 << 20:
+            raise bad("manifest_bytes_min", "must be 0..1048576 (0: every multipart object)")
         if not 1 <= self.part_bytes_min <= PART_BYTES_MAX:
             raise bad("part_bytes_min", f"must be 1..{PART_BYTES_MAX}")
 

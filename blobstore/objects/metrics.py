@@ -29,6 +29,12 @@ COMMITS = Counter(
 PUT_COMMITS = BatchedCounter(COMMITS.labels(kind="put"))
 COPY_COMMITS = BatchedCounter(COMMITS.labels(kind="copy"))
 COMPLETE_COMMITS = BatchedCounter(COMMITS.labels(kind="complete"))
+MANIFEST_OPS = Counter(
+    "blobstore_object_manifests_total",
+    "Part lists kept out of an index record: written (a multipart completion) and read "
+    "(read from ledger entries, not from this process's cache)",
+    ["op"],
+)
 ABANDONED_WRITES = Counter(
     "blobstore_object_writes_abandoned_total",
     "Object writes that appended entries but committed nothing (the entries are garbage)",

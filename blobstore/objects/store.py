@@ -42,9 +42,16 @@ from blobstore.objects.config import PART_BYTES_MAX, ObjectStoreConfig
 from blobstore.objects.errors import ObjectChangedError, ObjectUnavailableError
 from blobstore.objects.extents import plan_read, slice_extents
 from blobstore.objects.ledger_sweeper import GatewayRegistration, LedgerSweeper
+from blobstore.objects.manifest import (
+    MANIFEST_BYTES_MAX,
+    ManifestReader,
+    encode_manifest,
+    part_list_bytes,
+)
 from blobstore.objects.metrics import (
     COMPLETE_COMMITS,
     COPY_COMMITS,
+    MANIFEST_OPS,
     PART_COPIES,
     PUT_COMMITS,
     READ_RETRIES,
@@ -89,6 +96,7 @@ class ObjectStore:
         self._catalog: Catalog | None = None
         self._pool: LedgerWriterPool | None = None
         self._read_handles: ReadHandleCache | None = None
+        self._manifests: ManifestReader | None = None
         self._registration: GatewayRegistration | None = None
         self._sweeper: LedgerSweeper | None = None
         self._auditor: BookieAuditor | None = None
@@ -111,6 +119,7 @@ class ObjectStore:
         self._pool.start()
         self.zk.add_state_listener(self._session_state_changed)
         self._read_handles = ReadHandleCache(self._ledgers, self.config.read_handles_max)
+        self._manifests = ManifestReader(self._read_handles, self.config.read_window_entries)
         self._sweeper = LedgerSweeper(
             self.zk,
             self._ledgers,
@@ -249,6 +258,7 @@ class ObjectStore:
             etag=source.etag,
             extents=source.extents,
             parts=source.parts,
+            manifest=source.manifest,  # shared, as the entries it names
             checksums=dict(source.checksums),
             tier_location=source.tier_location,
             last_modified=time.time(),
@@ -263,12 +273,19 @@ class ObjectStore:
 
     # ------------------------------------------------------------------ reads
 
+    async def resolve(self, record: ObjectRecord) -> ObjectRecord:
+        """The record with its extents and parts, read from its manifest if they live
+        there (blobstore.objects.manifest); the record itself otherwise."""
+        assert self._manifests is not None, "ObjectStore not started"
+        return await self._manifests.resolve(record)
+
     async def read(self, record: ObjectRecord, start: int, end: int) -> AsyncGenerator[bytes, None]:
         """Bytes start..end (inclusive) of the object. When a ledger vanished under the
         reader (compaction moved the object), re-read the record and go on from there."""
         assert self._read_handles is not None, "ObjectStore not started"
         if end < start:
             return
+        record = await self.resolve(record)
         if record.tier_location is not None and not record.extents:
             raise ObjectUnavailableError(
                 f"object {record.key!r} lives in tier {record.tier_location}"
@@ -299,7 +316,7 @@ class ObjectStore:
                 fresh = await self.catalog.get_object(record.bucket, record.key, record.version_id)
                 if fresh.etag != record.etag or fresh.size != record.size:
                     raise ObjectChangedError(f"{record.key!r} changed while being read") from e
-                record = fresh
+                record = await self.resolve(fresh)
 
     # ------------------------------------------------------------------ multipart
 
@@ -341,6 +358,7 @@ class ObjectStore:
         """A part holding bytes start..end of source: shares its entries when the cuts
         fall on entry boundaries, else copies the bytes. `observe` sees every byte."""
         await self.catalog.get_upload(bucket, upload_id)
+        source = await self.resolve(source)
         shared = slice_extents(source.extents, start, end) if source.extents else None
         if shared is not None:
             md5 = hashlib.md5()
@@ -416,6 +434,10 @@ class ObjectStore:
             owner=upload.owner,
             tags=dict(upload.tags),
         )
+        if part_list_bytes(record) > min(
+            self.config.manifest_bytes_min, self.catalog.config.record_bytes_max // 2
+        ):
+            record = await self._with_manifest(record)
         result = await self.catalog.complete_upload(
             bucket, upload_id, record, if_match=if_match, if_none_match=if_none_match
         )
@@ -424,6 +446,27 @@ class ObjectStore:
         return result
 
     # ------------------------------------------------------------------ internals
+
+    async def _with_manifest(self, record: ObjectRecord) -> ObjectRecord:
+        """The record naming a manifest of its part list, written and acknowledged (the
+        record keeps its part list in memory: the catalog checks the parts' ETags)."""
+        stripped = tuple(replace(p, etag="") for p in record.parts)  # as the catalog keeps
+        encoded = encode_manifest(replace(record, parts=stripped))
+
+        async def body() -> AsyncIterator[bytes]:
+            yield encoded
+
+        data = await self.write_data(body(), MANIFEST_BYTES_MAX, compute_md5=False)
+        MANIFEST_OPS.labels(op="written").inc()
+        logger.info(
+            "event=manifest_written bucket=%s key=%s parts=%d bytes=%d ledger_id=%d",
+            record.bucket,
+            record.key,
+            len(record.parts),
+            len(encoded),
+            data.extents[0].ledger_id,
+        )
+        return replace(record, manifest=data.extents)
 
     @staticmethod
     def _log_garbage(result: CommitResult) -> None:

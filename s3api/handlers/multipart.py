@@ -8,7 +8,6 @@ import time
 
 from starlette.responses import Response
 
-from blobstore.catalog.errors import RecordTooLargeError
 from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, PartRecord, UploadRecord
 from blobstore.objects import Verdict, WrittenData
 from s3api import xml as s3xml
@@ -211,24 +210,14 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
             return full_object(algorithm, values, parts)
         return {algorithm: composite_checksum(algorithm, values), "type": COMPOSITE}  # type: ignore[arg-type]
 
-    try:
-        result = await ctx.store.complete_upload(
-            ctx.bucket,
-            upload.upload_id,
-            [(p.part_number, p.etag) for p in requested],
-            finish=finish,
-            if_match=if_match,
-            if_none_match=if_none_match,
-        )
-    except RecordTooLargeError as e:
-        # The object's record holds every part and extent and must fit in an index page
-        # (record_bytes_max): ~2,800 parts of one extent each. The upload stays open: it
-        # can be completed with fewer parts or aborted.
-        raise S3Error(
-            "InvalidRequest",
-            f"An object of {len(requested)} parts is more than this store completes in one "
-            f"record ({e}); upload it in fewer, larger parts",
-        ) from e
+    result = await ctx.store.complete_upload(
+        ctx.bucket,
+        upload.upload_id,
+        [(p.part_number, p.etag) for p in requested],
+        finish=finish,
+        if_match=if_match,
+        if_none_match=if_none_match,
+    )
     record = result.record
     scheme = ctx.config.scheme
     host = ctx.headers.get("host", "")

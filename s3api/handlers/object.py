@@ -345,6 +345,7 @@ async def get_object(ctx: S3Context) -> Response:
                 "InvalidRequest", "Cannot specify both Range header and partNumber query parameter"
             )
         part_number = parse_part_number(part_number_text)
+        record = await ctx.store.resolve(record)  # its part list may live in a manifest
         first, last = _part_range(record, part_number)
         if record.parts:
             status = 206
@@ -563,6 +564,8 @@ async def get_object_attributes(ctx: S3Context) -> Response:
     max_parts = parse_max_count(ctx.headers.get("x-amz-max-parts"), name="max-parts")
     marker_text = ctx.headers.get("x-amz-part-number-marker", "0")
     marker = int(marker_text) if marker_text.isdigit() else 0
+    if "ObjectParts" in wanted:
+        record = await ctx.store.resolve(record)  # its part list may live in a manifest
     parts = [p for p in record.parts if p.part_number > marker]
     shown = parts[:max_parts]
     truncated = len(parts) > len(shown)

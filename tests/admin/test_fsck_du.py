@@ -38,6 +38,11 @@ def test_fsck_healthy_then_reports_a_lost_entry_log(
     assert summary["upload_parts"] == 1
     assert all(o["state"] == "CLOSED" for o in report["open_ledgers"]) is True
     assert report["open_ledgers"] == []
+    # The ledgers named only through a manifest are referenced (not garbage).
+    assert summary["unreadable_manifests"] == 0
+    manifest_named = expected.manifest_ledgers | expected.manifest_data_ledgers
+    unreferenced = {u["ledger_id"] for u in report["unreferenced_ledgers"]}
+    assert manifest_named and not manifest_named & unreferenced, report["unreferenced_ledgers"]
 
     # An unreferenced closed ledger is garbage: listed, not a failure unless --strict.
     garbage = asyncio.run(_closed_ledger(zk_connect))
@@ -59,7 +64,8 @@ def test_fsck_healthy_then_reports_a_lost_entry_log(
         usage = by_bucket[bucket]
         assert usage["versions"] == expected.versions[bucket], usage
         assert usage["logical_bytes"] == expected.logical_bytes[bucket], usage
-        assert usage["stored_bytes"] == 2 * usage["logical_bytes"], usage
+        manifests = expected.manifest_bytes if bucket == "plain" else 0
+        assert usage["stored_bytes"] == 2 * (usage["logical_bytes"] + manifests), usage
         assert usage["upload_parts"] == expected.upload_parts[bucket], usage
         assert usage["ledgers_used"] >= 1
     current = {b for (b, _), body in expected.bodies.items()}
@@ -116,6 +122,17 @@ def test_fsck_healthy_then_reports_a_lost_entry_log(
     assert dangling and all(d["kind"] == "ledger_missing" for d in dangling), dangling
     assert {d["ledger_id"] for d in dangling} == {lost_ledger}
     assert all(d["bucket"] in ("plain", "versioned") and d["key"] for d in dangling)
+
+    # A manifest that cannot be read: reported, and no ledger is called unreferenced
+    # (the extents it names are unknown).
+    for ledger_id in expected.manifest_ledgers - {lost_ledger}:
+        asyncio.run(_delete_ledger(zk_connect, ledger_id))
+    code, report = admin(zk_connect, "fsck")
+    assert code == 1, report
+    unreadable = report["unreadable_manifests"]
+    assert [(m["bucket"], m["key"]) for m in unreadable] == [("plain", "manifested")], unreadable
+    assert report["summary"]["unreferenced_ledgers"] is None, report["summary"]
+    assert report["unreferenced_ledgers"] == []
 
 
 async def _closed_ledger(zk_hosts: str) -> int:

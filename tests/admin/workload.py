@@ -68,6 +68,11 @@ class Expected:
     versions: dict[str, int] = field(default_factory=dict)  # stored versions per bucket
     logical_bytes: dict[str, int] = field(default_factory=dict)  # versions + upload parts
     upload_parts: dict[str, int] = field(default_factory=dict)
+    # The object whose part list lives in a manifest: its manifest's ledger(s) and the
+    # ledgers only it references (written by a store of its own), and manifest bytes.
+    manifest_ledgers: set[int] = field(default_factory=set)
+    manifest_data_ledgers: set[int] = field(default_factory=set)
+    manifest_bytes: int = 0
 
 
 async def put(store: ObjectStore, bucket: str, key: str, body: bytes) -> ObjectRecord:
@@ -124,6 +129,7 @@ async def mixed_workload(zk: str, seed: int) -> Expected:
             "plain", upload.upload_id, [(p.part_number, p.etag) for p in uploaded]
         )
         expected.bodies[("plain", "multi")] = b"".join(parts)
+        await _manifest_object(zk, rng, expected)
         pending = await catalog.create_upload(UploadRecord(bucket="plain", key="pending"))
         pending_body = rng.randbytes(90_000)
         await store.upload_part("plain", pending.upload_id, 1, _chunks(pending_body))
@@ -140,6 +146,32 @@ async def mixed_workload(zk: str, seed: int) -> Expected:
     finally:
         await store.close()
     return expected
+
+
+async def _manifest_object(zk: str, rng: random.Random, expected: Expected) -> None:
+    """plain/manifested: 40 parts whose list is kept in a manifest, written through a store
+    of its own (so its ledgers hold nothing else), closed before returning."""
+    store = ObjectStore(zk, store_config(manifest_bytes_min=0))
+    await store.start()
+    try:
+        upload = await store.catalog.create_upload(UploadRecord(bucket="plain", key="manifested"))
+        parts = [rng.randbytes(rng.randrange(1, 3000)) for _ in range(40)]
+        for number, body in enumerate(parts, start=1):
+            await store.upload_part("plain", upload.upload_id, number, _chunks(body))
+        uploaded = await store.catalog.get_parts("plain", upload.upload_id)
+        result = await store.complete_upload(
+            "plain", upload.upload_id, [(p.part_number, p.etag) for p in uploaded]
+        )
+        record = result.record
+        assert record.manifest and not record.extents and not record.parts, record
+        resolved = await store.resolve(record)
+        assert [p.part_number for p in resolved.parts] == list(range(1, 41))
+        expected.bodies[("plain", "manifested")] = b"".join(parts)
+        expected.manifest_ledgers = {e.ledger_id for e in record.manifest}
+        expected.manifest_data_ledgers = {e.ledger_id for e in resolved.extents}
+        expected.manifest_bytes = sum(e.length for e in record.manifest)
+    finally:
+        await store.close()
 
 
 def _with_versioning(bucket, state: str):  # type: ignore[no-untyped-def]

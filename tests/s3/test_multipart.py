@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import random
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -187,34 +188,159 @@ def test_upload_part_copy(
     assert error_code(e) == "InvalidRequest"
 
 
+MANIFESTS_WRITTEN = 'blobstore_object_manifests_total{op="written"}'
+
+
 @pytest.fixture(scope="module")
-def small_record_gateway(s3_cluster: Any) -> GatewayProcess:
-    """A gateway whose index records hold ~35 parts (instead of ~2,800)."""
+def manifest_gateway(s3_cluster: Any) -> GatewayProcess:
+    """A gateway keeping any part list over 1 KiB (~20 parts) in a manifest, whose index
+    records hold at most 2 KiB (~35 parts inline: 60 used to be refused)."""
     return s3_cluster.start_gateway(
-        "gateway-small-records", env={"BLOBSTORE_CATALOG_RECORD_BYTES_MAX": "2048"}
+        "gateway-manifests",
+        env={"BLOBSTORE_MANIFEST_BYTES_MIN": "1024", "BLOBSTORE_CATALOG_RECORD_BYTES_MAX": "2048"},
     )
 
 
-def test_more_parts_than_a_record_holds_is_refused_and_the_upload_stays_open(
-    small_record_gateway: GatewayProcess, rng: random.Random
+def test_a_long_part_list_lives_in_a_manifest(
+    s3_cluster: Any, manifest_gateway: GatewayProcess, gateway: GatewayProcess, rng: random.Random
 ) -> None:
-    """An object whose part list does not fit in its index record: CompleteMultipartUpload
-    says so (InvalidRequest), nothing is committed, and the upload can still be completed
-    with fewer parts."""
-    s3 = small_record_gateway.client()
-    bucket = f"many-parts-{rng.randrange(1 << 30)}"
+    """60 parts with SHA256 part checksums: the part list goes to a manifest. Every read
+    that needs it (whole and ranged GETs, partNumber, GetObjectAttributes, UploadPartCopy)
+    works, through this gateway and another process; a copy shares the manifest; tags
+    change by compare-and-swap of the small record."""
+    s3 = manifest_gateway.client()
+    other = gateway.client()
+    bucket = f"manifests-{rng.randrange(1 << 30)}"
     s3.create_bucket(Bucket=bucket)
-    datas = [rng.randbytes(PART_BYTES_MIN) for _ in range(60)]
-    upload_id, parts = upload_parts(s3, bucket, "many", datas)
-    with pytest.raises(ClientError) as e:
-        s3.complete_multipart_upload(
-            Bucket=bucket, Key="many", UploadId=upload_id, MultipartUpload={"Parts": parts}
+    datas = [rng.randbytes(PART_BYTES_MIN + rng.randrange(ENTRY_SIZE_BYTES)) for _ in range(59)]
+    datas.append(rng.randbytes(777))
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key="big", ChecksumAlgorithm="SHA256")[
+        "UploadId"
+    ]
+    parts = []
+    for number, data in enumerate(datas, start=1):
+        response = s3.upload_part(
+            Bucket=bucket,
+            Key="big",
+            UploadId=upload_id,
+            PartNumber=number,
+            Body=data,
+            ChecksumAlgorithm="SHA256",
         )
-    assert error_code(e) == "InvalidRequest"
-    assert "fewer, larger parts" in e.value.response["Error"]["Message"]
-    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
-    assert len(s3.list_parts(Bucket=bucket, Key="many", UploadId=upload_id)["Parts"]) == 60
+        parts.append(
+            {
+                "PartNumber": number,
+                "ETag": response["ETag"],
+                "ChecksumSHA256": response["ChecksumSHA256"],
+            }
+        )
+    written = manifest_gateway.metric(MANIFESTS_WRITTEN)
     s3.complete_multipart_upload(
-        Bucket=bucket, Key="many", UploadId=upload_id, MultipartUpload={"Parts": parts[:10]}
+        Bucket=bucket, Key="big", UploadId=upload_id, MultipartUpload={"Parts": parts}
     )
-    assert s3.get_object(Bucket=bucket, Key="many")["Body"].read() == b"".join(datas[:10])
+    assert manifest_gateway.metric(MANIFESTS_WRITTEN) == written + 1
+    whole = b"".join(datas)
+    for client in (s3, other):
+        assert client.get_object(Bucket=bucket, Key="big")["Body"].read() == whole
+        first = rng.randrange(len(whole) // 2)
+        last = first + 3 * PART_BYTES_MIN
+        ranged = client.get_object(Bucket=bucket, Key="big", Range=f"bytes={first}-{last}")
+        assert ranged["Body"].read() == whole[first : last + 1]
+        part = client.get_object(Bucket=bucket, Key="big", PartNumber=37, ChecksumMode="ENABLED")
+        assert part["Body"].read() == datas[36]
+        assert part["PartsCount"] == 60
+        assert part["ChecksumSHA256"] == parts[36]["ChecksumSHA256"]
+        assert client.head_object(Bucket=bucket, Key="big", PartNumber=60)["ContentLength"] == 777
+    attributes = other.get_object_attributes(
+        Bucket=bucket,
+        Key="big",
+        ObjectAttributes=["ObjectParts", "ObjectSize"],
+        MaxParts=25,
+        PartNumberMarker=30,
+    )
+    shown = attributes["ObjectParts"]
+    assert shown["TotalPartsCount"] == 60 and shown["IsTruncated"] is True
+    assert [p["PartNumber"] for p in shown["Parts"]] == list(range(31, 56))
+    assert [p["Size"] for p in shown["Parts"]] == [len(d) for d in datas[30:55]]
+    assert attributes["ObjectSize"] == len(whole)
+
+    # A copy shares the manifest (none is written) and outlives the source.
+    s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "big"})
+    assert manifest_gateway.metric(MANIFESTS_WRITTEN) == written + 1
+    s3.put_object_tagging(
+        Bucket=bucket, Key="big", Tagging={"TagSet": [{"Key": "tier", "Value": "cold"}]}
+    )
+    assert s3.get_object_tagging(Bucket=bucket, Key="big")["TagSet"] == [
+        {"Key": "tier", "Value": "cold"}
+    ]
+    # A part copied out of the middle of it, across part boundaries.
+    start = sum(len(d) for d in datas[:10]) - 5
+    end = start + PART_BYTES_MIN + ENTRY_SIZE_BYTES
+    target = s3.create_multipart_upload(Bucket=bucket, Key="slice")["UploadId"]
+    copied = s3.upload_part_copy(
+        Bucket=bucket,
+        Key="slice",
+        UploadId=target,
+        PartNumber=1,
+        CopySource={"Bucket": bucket, "Key": "big"},
+        CopySourceRange=f"bytes={start}-{end}",
+    )
+    s3.complete_multipart_upload(
+        Bucket=bucket,
+        Key="slice",
+        UploadId=target,
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": copied["CopyPartResult"]["ETag"]}]},
+    )
+    assert s3.get_object(Bucket=bucket, Key="slice")["Body"].read() == whole[start : end + 1]
+    s3.delete_object(Bucket=bucket, Key="big")
+    # Read by a process that never saw the source (nothing cached).
+    fresh = s3_cluster.start_gateway("gateway-manifest-reader").client()
+    assert fresh.get_object(Bucket=bucket, Key="copy")["Body"].read() == whole
+    part = fresh.get_object(Bucket=bucket, Key="copy", PartNumber=60)
+    assert part["Body"].read() == datas[59] and part["PartsCount"] == 60
+
+
+@pytest.fixture(scope="module")
+def tiny_parts_gateway(s3_cluster: Any) -> GatewayProcess:
+    """A gateway taking parts of any size, so that 10,000 parts fit in a test."""
+    return s3_cluster.start_gateway("gateway-tiny-parts", env={"BLOBSTORE_PART_BYTES_MIN": "1"})
+
+
+def test_an_object_of_10000_parts(tiny_parts_gateway: GatewayProcess, rng: random.Random) -> None:
+    """S3's limit: 10,000 parts, listed, completed in one request, read whole and by part."""
+    s3 = tiny_parts_gateway.client(max_pool_connections=16)
+    bucket = f"parts-{rng.randrange(1 << 30)}"
+    s3.create_bucket(Bucket=bucket)
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key="k")["UploadId"]
+    datas = [rng.randbytes(rng.randrange(1, 9)) for _ in range(10_000)]
+
+    def upload(number: int) -> dict[str, Any]:
+        etag = s3.upload_part(
+            Bucket=bucket, Key="k", UploadId=upload_id, PartNumber=number, Body=datas[number - 1]
+        )["ETag"]
+        return {"PartNumber": number, "ETag": etag}
+
+    with ThreadPoolExecutor(12) as pool:
+        parts = list(pool.map(upload, range(1, 10_001)))
+    listed = [
+        p["PartNumber"]
+        for page in s3.get_paginator("list_parts").paginate(
+            Bucket=bucket, Key="k", UploadId=upload_id
+        )
+        for p in page["Parts"]
+    ]
+    assert listed == list(range(1, 10_001))
+    with pytest.raises(ClientError) as e:
+        s3.upload_part(Bucket=bucket, Key="k", UploadId=upload_id, PartNumber=10_001, Body=b"x")
+    assert error_code(e) == "InvalidArgument"
+    done = s3.complete_multipart_upload(
+        Bucket=bucket, Key="k", UploadId=upload_id, MultipartUpload={"Parts": parts}
+    )
+    assert done["ETag"].endswith('-10000"')
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"".join(datas)
+    for number in (1, 5_000, 10_000):
+        part = s3.get_object(Bucket=bucket, Key="k", PartNumber=number)
+        assert part["Body"].read() == datas[number - 1] and part["PartsCount"] == 10_000
+    attributes = s3.get_object_attributes(Bucket=bucket, Key="k", ObjectAttributes=["ObjectParts"])
+    assert attributes["ObjectParts"]["TotalPartsCount"] == 10_000
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
