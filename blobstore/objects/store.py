@@ -246,10 +246,12 @@ class ObjectStore:
         source: ObjectRecord,
         template: ObjectRecord,
         *,
+        checksums: dict[str, str] | None = None,
         if_match: str | None = None,
         if_none_match: bool = False,
     ) -> CommitResult:
-        """A new object sharing source's entries (no byte is copied)."""
+        """A new object sharing source's entries (no byte is copied), with source's
+        checksums or the given ones (of the same bytes)."""
         if source.tier_location is not None and not source.extents and source.size:
             raise ObjectUnavailableError(f"object {source.key!r} lives in a tier")
         record = replace(
@@ -259,7 +261,7 @@ class ObjectStore:
             extents=source.extents,
             parts=source.parts,
             manifest=source.manifest,  # shared, as the entries it names
-            checksums=dict(source.checksums),
+            checksums=dict(source.checksums if checksums is None else checksums),
             tier_location=source.tier_location,
             last_modified=time.time(),
             is_delete_marker=False,

@@ -15,7 +15,13 @@ from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, BucketRecord, Object
 from blobstore.objects import Verdict, WrittenData
 from s3api import xml as s3xml
 from s3api.aws_chunked import PayloadReader, strip_aws_chunked
-from s3api.checksums import DEFAULT_ALGORITHM, FULL_OBJECT, header_name
+from s3api.checksums import (
+    DEFAULT_ALGORITHM,
+    FULL_OBJECT,
+    header_name,
+    new_checksum,
+    parse_algorithm,
+)
 from s3api.conditions import (
     check_copy_source_conditions,
     check_read_conditions,
@@ -37,6 +43,9 @@ from s3api.names import (
     validate_key,
 )
 from s3api.ranges import parse_range
+
+# A copy that computes a checksum hashes pieces this large off the event loop.
+CHECKSUM_OFF_LOOP_BYTES_MIN = 256 * 1024
 
 SYSTEM_METADATA_HEADERS = (
     "Cache-Control",
@@ -494,8 +503,9 @@ async def copy_object(ctx: S3Context) -> Response:
     )
     template = replace(template, storage_class=new_class, owner=ctx.user.name, tags=tags)
     if_match, if_none_match = parse_write_conditions(ctx.headers)
+    checksums = await _copy_checksums(ctx, record, ctx.headers.get("x-amz-checksum-algorithm"))
     result = await ctx.store.copy_object(
-        record, template, if_match=if_match, if_none_match=if_none_match
+        record, template, checksums=checksums, if_match=if_match, if_none_match=if_none_match
     )
     copied = result.record
     headers = version_headers(copied.version_id, bucket.versioning)
@@ -503,6 +513,30 @@ async def copy_object(ctx: S3Context) -> Response:
         headers["x-amz-copy-source-version-id"] = record.version_id
     body = s3xml.copy_object_result(copied.etag, copied.last_modified, copied.checksums)
     return xml_response(body, headers=headers)
+
+
+async def _copy_checksums(
+    ctx: S3Context, source: ObjectRecord, algorithm_text: str | None
+) -> dict[str, str]:
+    """The copy's checksums, as S3 gives them: the source's, unless another algorithm is
+    asked for (x-amz-checksum-algorithm) or the source has none (S3's default is added);
+    then a whole-object checksum of the source's bytes, read here."""
+    algorithm = parse_algorithm(algorithm_text) if algorithm_text else None
+    if algorithm is None:
+        if source.checksums:
+            return dict(source.checksums)
+        algorithm = DEFAULT_ALGORITHM
+    elif source.checksums.get(algorithm) and source.checksums.get("type") == FULL_OBJECT:
+        return dict(source.checksums)
+    checksum = new_checksum(algorithm)
+    if source.size:
+        loop = asyncio.get_running_loop()
+        async for piece in ctx.store.read(source, 0, source.size - 1):
+            if len(piece) >= CHECKSUM_OFF_LOOP_BYTES_MIN:
+                await loop.run_in_executor(None, checksum.update, piece)
+            else:
+                checksum.update(piece)
+    return {algorithm: checksum.b64(), "type": FULL_OBJECT}
 
 
 # ---------------------------------------------------------------------- tagging

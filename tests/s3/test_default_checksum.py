@@ -8,6 +8,7 @@ CRC32)."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import random
 from typing import Any
 
@@ -160,3 +161,57 @@ def test_multipart_with_a_copied_part_gets_the_default_checksum(
     assert "ChecksumCRC64NVME" not in part
     got = plain_s3.get_object(Bucket=plain_bucket, Key="mixed")["Body"].read()
     assert got == source + b"tail"
+
+
+def test_copies_keep_or_compute_checksums_as_s3(
+    plain_s3: Any, plain_bucket: str, rng: random.Random
+) -> None:
+    """CopyObject keeps the source's checksum; with x-amz-checksum-algorithm it computes
+    that one over the source's bytes; a source without any checksum (a multipart object
+    whose parts carried another algorithm) gets S3's default on its copy."""
+    data = rng.randbytes(3 * ENTRY_SIZE_BYTES + 11)
+    plain_s3.put_object(Bucket=plain_bucket, Key="src", Body=data, ChecksumAlgorithm="SHA256")
+    source = {"Bucket": plain_bucket, "Key": "src"}
+    kept = plain_s3.copy_object(Bucket=plain_bucket, Key="kept", CopySource=source)
+    sha256 = base64.b64encode(hashlib.sha256(data).digest()).decode()
+    assert kept["CopyObjectResult"]["ChecksumSHA256"] == sha256
+    changed = plain_s3.copy_object(
+        Bucket=plain_bucket, Key="crc", CopySource=source, ChecksumAlgorithm="CRC64NVME"
+    )
+    assert changed["CopyObjectResult"]["ChecksumCRC64NVME"] == crc64nvme(data)
+    head = plain_s3.head_object(Bucket=plain_bucket, Key="crc", ChecksumMode="ENABLED")
+    assert head["ChecksumCRC64NVME"] == crc64nvme(data) and "ChecksumSHA256" not in head
+
+    # An algorithm S3 does not know (botocore would refuse it: set on the wire).
+    def unknown_algorithm(request: Any, **_: Any) -> None:
+        request.headers["x-amz-checksum-algorithm"] = "MD4"
+
+    plain_s3.meta.events.register_first("before-sign.s3.CopyObject", unknown_algorithm)
+    try:
+        with pytest.raises(ClientError) as refused:
+            plain_s3.copy_object(Bucket=plain_bucket, Key="bad", CopySource=source)
+    finally:
+        plain_s3.meta.events.unregister("before-sign.s3.CopyObject", unknown_algorithm)
+    assert refused.value.response["Error"]["Code"] == "InvalidRequest"
+
+    upload_id = plain_s3.create_multipart_upload(Bucket=plain_bucket, Key="none")["UploadId"]
+    part = plain_s3.upload_part(
+        Bucket=plain_bucket,
+        Key="none",
+        UploadId=upload_id,
+        PartNumber=1,
+        Body=data,
+        ChecksumAlgorithm="CRC32",
+    )
+    plain_s3.complete_multipart_upload(
+        Bucket=plain_bucket,
+        Key="none",
+        UploadId=upload_id,
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]},
+    )
+    bare = plain_s3.head_object(Bucket=plain_bucket, Key="none", ChecksumMode="ENABLED")
+    assert not [k for k in bare if k.startswith("Checksum")], bare
+    copy = plain_s3.copy_object(
+        Bucket=plain_bucket, Key="none-copy", CopySource={"Bucket": plain_bucket, "Key": "none"}
+    )
+    assert copy["CopyObjectResult"]["ChecksumCRC64NVME"] == crc64nvme(data)
