@@ -549,8 +549,8 @@ class Catalog:
         Parts uploaded but not used come back in `garbage` (as records holding their
         extents). Retrying after an unknown outcome finds the object already committed.
         The parts' ETags are checked, not kept: nothing reads them once the object is
-        complete, and they were ~40% of a part's bytes in the record, whose size bounds
-        the number of parts an object can have (`record_bytes_max`).
+        complete, and they were ~40% of a part's bytes. (A record naming a manifest keeps
+        no part list at all: the object layer wrote it to ledger entries beforehand.)
         """
         _existing_bucket_name(bucket)
         assert record.bucket == bucket, (record.bucket, bucket)
