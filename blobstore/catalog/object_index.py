@@ -233,6 +233,24 @@ class ObjectIndex:
             metrics.PAGE_READS_TRANSFERRED.inc()
         return page.copy()
 
+    async def read_page_for_commit(self, bucket: str, page_id: str) -> IndexPage | None:
+        """The page for a commit to rewrite (or None when it is gone): a copy from the read
+        cache when it holds one, otherwise read without a data watch and not kept there.
+        The commit's own write would fire such a watch at once and drop the entry: one
+        notification, one invalidation and a cache slot for nothing, on every commit of a
+        page this queue has not kept. The compare-and-set checks the version anyway."""
+        path = self.paths.page(bucket, page_id)
+        kept = self._pages.peek(path)
+        if kept is not None:
+            metrics.PAGE_READS_CACHED.inc()
+            return kept.copy()
+        try:
+            versioned = await self.zk.get(path)
+        except NoNodeError:
+            return None
+        metrics.PAGE_READS_TRANSFERRED.inc()
+        return IndexPage.decode(page_id, versioned.value, versioned.version)
+
     async def page_containing(
         self, bucket: str, key: str, view: asyncio.Future[None] | None = None
     ) -> IndexPage:

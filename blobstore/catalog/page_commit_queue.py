@@ -272,7 +272,7 @@ class PageCommitQueue:
                         # Decide without a write only on the newest state: after a sync,
                         # this session's server has every write acknowledged anywhere.
                         await index.zk.fresh_view()
-                    page = await index.read_page(self.bucket, self.page_id)
+                    page = await index.read_page_for_commit(self.bucket, self.page_id)
                 if page is None:  # merged away
                     for mutation in pending:
                         index.reroute(mutation)
