@@ -417,6 +417,24 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   guest halt polling off; with it on, the same probe measured 58,500 turns/s at 22 µs).
   A 4 KiB PUT takes about ten such hops between and inside processes (generator,
   worker, two bookies and their journal threads, ZooKeeper's request pipeline, back).
+- **Where a PUT's CPU goes (py-spy, strace, perf at 700 scattered-key PUTs/s, a slow
+  day: ~2.3 ms of CPU per PUT).** Gateway workers ~1.15 ms: a quarter in socket sends,
+  whose cost is waking the process at the other end (bookie adds 11%, ZooKeeper
+  requests 11%, the HTTP response 4%; ~20% of the workers' samples are in the kernel's
+  wake-up path), uvloop's own polling and dispatch 14%, the catalog commit 23% (page
+  compression 7%, the multi 7%, page read and decode 5%, the watch re-arm 3%), the
+  PutObject handler 15% (the ledger append half of it), SigV4 4%. Bookies ~0.16 ms
+  each: per add about four futex calls (journal thread hand-offs, the GIL), half an
+  fdatasync, a pwritev and an fadvise; mostly context switches. ZooKeeper ~0.44 ms:
+  ~2.4 requests per scattered PUT (the multi, a page read on a cache miss, the watch
+  re-arm), each through four server threads, ~17 context switches per PUT. Two ideas
+  that cut CPU were measured and not kept: the bookie's loop writing and fsyncing a
+  journal batch itself when the disk is fast (bookie CPU -15%, two wake-ups less per
+  batch, but 50% more fsyncs, the loop blocked while they run, and no better p99 in
+  four pairs), and ZooKeeper requests of one loop turn sent in one write with the
+  watch re-arm delayed to share it (-3 to -4% in total, within this machine's noise).
+  The aim needs about 40% less CPU per PUT, which means fewer processes on a PUT's
+  path (hops), not faster code between them.
 - **A small GET runs without tasks of its own below the handler.** A one-entry read
   used to create three tasks (the object reader's read-ahead, the ledger's read
   window, the replica read) plus an `asyncio.wait` and two timeout contexts. Now a
