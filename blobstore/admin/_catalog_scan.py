@@ -97,6 +97,24 @@ async def _resolved(manifests: ManifestReader, record: ObjectRecord) -> tuple[Ob
         return record, f"{type(e).__name__}: {e}"
 
 
+async def _resolved_or_gone(
+    catalog: Catalog, manifests: ManifestReader, record: ObjectRecord
+) -> tuple[ObjectRecord, str] | None:
+    """The record resolved; when its manifest cannot be read, the record is read again
+    (None: that version is gone, or now names another manifest: deleted or rewritten
+    during the walk) and the manifest once more before the failure is reported."""
+    resolved, error = await _resolved(manifests, record)
+    if not error:
+        return resolved, ""
+    try:
+        again = await catalog.get_object(record.bucket, record.key, record.version_id)
+    except (DeleteMarkerError, NoSuchKeyError, NoSuchVersionError, NoSuchBucketError):
+        return None
+    if again.manifest != record.manifest:
+        return None
+    return await _resolved(manifests, again)
+
+
 async def bucket_names(catalog: Catalog, only: str | None) -> list[str]:
     if only is not None:
         try:
@@ -116,7 +134,10 @@ async def walk_bucket(
         async for record in catalog.iter_objects(bucket, all_versions=True):
             newest = record.key != previous_key
             previous_key = record.key
-            record, error = await _resolved(manifests, record)
+            outcome = await _resolved_or_gone(catalog, manifests, record)
+            if outcome is None:
+                continue
+            record, error = outcome
             yield Found(
                 holder=Holder(bucket, record.key, version_id=record.version_id),
                 size=record.size,

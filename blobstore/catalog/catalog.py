@@ -360,6 +360,21 @@ class Catalog:
             new.key,
             new.version_id,
         ), "swap_object replaces one version with a record of the same version"
+        if (
+            new.manifest
+            and new.manifest == expected.manifest
+            and (
+                new.extents != expected.extents
+                or new.parts != expected.parts
+                or new.tier_location != expected.tier_location
+            )
+        ):
+            # The record stores the manifest, not the part list: such a swap would
+            # "succeed" and change nothing (and a caller would delete what it still names).
+            raise ValueError(
+                "a record naming a manifest changes where its bytes live only with a new "
+                "manifest (or none)"
+            )
 
         def apply(versions: versioning.VersionList, _bucket: BucketRecord) -> tuple[Any, Any]:
             result, swapped = versioning.apply_swap(versions, expected, new)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import orjson
 
@@ -66,27 +66,46 @@ def encode_manifest(record: ObjectRecord) -> bytes:
     )
 
 
-def decode_manifest(
-    record: ObjectRecord, buf: bytes
-) -> tuple[tuple[Extent, ...], tuple[PartInfo, ...]]:
-    """The extents and parts a manifest holds, checked against the record naming it."""
-    where = f"manifest of {record.bucket}/{record.key} version {record.version_id}"
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """A decoded manifest: the part list, and the object it was written for."""
+
+    etag: str
+    size: int
+    extents: tuple[Extent, ...]
+    parts: tuple[PartInfo, ...]
+
+
+def decode_manifest(buf: bytes) -> Manifest:
+    """A manifest's content, checked for consistency (its extents and parts add up)."""
     try:
         d = orjson.loads(buf)
         if not isinstance(d, dict) or d.get("format_version") != FORMAT_VERSION:
-            raise ManifestError(f"{where}: unknown format")
-        extents = tuple(Extent.from_list(e) for e in d["ext"])
-        parts = tuple(PartInfo.from_list(p) for p in d["parts"])
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AssertionError) as e:
-        raise ManifestError(f"{where}: undecodable ({e!r})") from e
-    if d.get("etag") != record.etag:  # a copy keeps its source's ETag (and manifest)
-        raise ManifestError(f"{where}: of an object whose ETag is {d.get('etag')!r}")
-    size = total_length(extents)
-    if size != record.size or d.get("size") != record.size or not parts:
-        raise ManifestError(f"{where}: holds {size} bytes, the record {record.size}")
-    if sum(p.size for p in parts) != record.size:
-        raise ManifestError(f"{where}: its parts do not add up to {record.size} bytes")
-    return extents, parts
+            raise ManifestError("a manifest of an unknown format")
+        manifest = Manifest(
+            d["etag"],
+            d["size"],
+            tuple(Extent.from_list(e) for e in d["ext"]),
+            tuple(PartInfo.from_list(p) for p in d["parts"]),
+        )
+        if not manifest.parts or not (
+            total_length(manifest.extents) == manifest.size == sum(p.size for p in manifest.parts)
+        ):
+            raise ManifestError(
+                f"a manifest whose extents and parts do not add up to {manifest.size} bytes"
+            )
+    except (orjson.JSONDecodeError, LookupError, TypeError, ValueError, AssertionError) as e:
+        raise ManifestError(f"an undecodable manifest ({e!r})") from e
+    return manifest
+
+
+def check_manifest(record: ObjectRecord, manifest: Manifest) -> None:
+    """Refuse a manifest that is not the part list of `record`."""
+    where = f"manifest of {record.bucket}/{record.key} version {record.version_id}"
+    if manifest.etag != record.etag:  # a copy keeps its source's ETag (and manifest)
+        raise ManifestError(f"{where}: written for an object whose ETag is {manifest.etag!r}")
+    if manifest.size != record.size:
+        raise ManifestError(f"{where}: holds {manifest.size} bytes, the record {record.size}")
 
 
 class ManifestReader:
@@ -95,44 +114,45 @@ class ManifestReader:
     def __init__(self, handles: ReadHandleCache, window_entries: int) -> None:
         self._handles = handles
         self._window = window_entries
-        self._resolved: OrderedDict[
-            tuple[Extent, ...], tuple[tuple[Extent, ...], tuple[PartInfo, ...]]
-        ] = OrderedDict()
-        self._loading: dict[tuple[Extent, ...], asyncio.Future[bytes]] = {}
+        self._resolved: OrderedDict[tuple[Extent, ...], Manifest] = OrderedDict()
+        self._loading: dict[tuple[Extent, ...], asyncio.Future[Manifest]] = {}
 
     async def resolve(self, record: ObjectRecord) -> ObjectRecord:
         """The record with its extents and parts filled (itself when they are)."""
         if not record.unresolved:
             return record
         key = record.manifest
-        cached = self._resolved.get(key)
-        if cached is None:
-            cached = decode_manifest(record, await self._read(key))
-            self._resolved[key] = cached
+        manifest = self._resolved.get(key)
+        if manifest is None:
+            manifest = await self._load(key)
+            self._resolved[key] = manifest
             while len(self._resolved) > RESOLVED_CACHED_MAX:
                 self._resolved.popitem(last=False)
         self._resolved.move_to_end(key)
-        extents, parts = cached
-        return replace(record, extents=extents, parts=parts)
+        check_manifest(record, manifest)
+        return replace(record, extents=manifest.extents, parts=manifest.parts)
 
-    async def _read(self, manifest: tuple[Extent, ...]) -> bytes:
-        """One read of a manifest however many ask for it at once."""
-        loading = self._loading.get(manifest)
+    async def _load(self, location: tuple[Extent, ...]) -> Manifest:
+        """One read and decode of a manifest however many ask for it at once."""
+        loading = self._loading.get(location)
         if loading is None:
-            loading = asyncio.ensure_future(self._read_entries(manifest))
-            self._loading[manifest] = loading
-            loading.add_done_callback(lambda f: self._done_loading(manifest, f))
+            loading = asyncio.ensure_future(self._read_entries(location))
+            self._loading[location] = loading
+            loading.add_done_callback(lambda f: self._done_loading(location, f))
         return await asyncio.shield(loading)
 
-    def _done_loading(self, manifest: tuple[Extent, ...], loading: asyncio.Future[bytes]) -> None:
-        self._loading.pop(manifest, None)
+    def _done_loading(
+        self, location: tuple[Extent, ...], loading: asyncio.Future[Manifest]
+    ) -> None:
+        self._loading.pop(location, None)
         if not loading.cancelled():
             loading.exception()  # retrieved: every waiter may have gone
 
-    async def _read_entries(self, manifest: tuple[Extent, ...]) -> bytes:
-        length = total_length(manifest)
+    async def _read_entries(self, location: tuple[Extent, ...]) -> Manifest:
+        length = total_length(location)
         if not 0 < length <= MANIFEST_BYTES_MAX:
             raise ManifestError(f"a manifest of {length} bytes (at most {MANIFEST_BYTES_MAX})")
-        spans = plan_read(manifest, 0, length - 1)
+        spans = plan_read(location, 0, length - 1)
         MANIFEST_OPS.labels(op="read").inc()
-        return b"".join([piece async for piece in iter_spans(self._handles, spans, self._window)])
+        pieces = [piece async for piece in iter_spans(self._handles, spans, self._window)]
+        return decode_manifest(b"".join(pieces))

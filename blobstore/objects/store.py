@@ -230,6 +230,7 @@ class ObjectStore:
             etag=verdict.md5_hex,
             extents=data.extents,
             parts=(),
+            manifest=(),
             checksums=verdict.checksums,
             last_modified=time.time(),
             is_delete_marker=False,
@@ -436,10 +437,11 @@ class ObjectStore:
             owner=upload.owner,
             tags=dict(upload.tags),
         )
-        if part_list_bytes(record) > min(
+        stored = replace(record, parts=tuple(replace(p, etag="") for p in record.parts))
+        if part_list_bytes(stored) > min(  # as the catalog keeps it: without part ETags
             self.config.manifest_bytes_min, self.catalog.config.record_bytes_max // 2
         ):
-            record = await self._with_manifest(record)
+            record = await self._with_manifest(record, encode_manifest(stored))
         result = await self.catalog.complete_upload(
             bucket, upload_id, record, if_match=if_match, if_none_match=if_none_match
         )
@@ -449,11 +451,9 @@ class ObjectStore:
 
     # ------------------------------------------------------------------ internals
 
-    async def _with_manifest(self, record: ObjectRecord) -> ObjectRecord:
-        """The record naming a manifest of its part list, written and acknowledged (the
-        record keeps its part list in memory: the catalog checks the parts' ETags)."""
-        stripped = tuple(replace(p, etag="") for p in record.parts)  # as the catalog keeps
-        encoded = encode_manifest(replace(record, parts=stripped))
+    async def _with_manifest(self, record: ObjectRecord, encoded: bytes) -> ObjectRecord:
+        """The record naming `encoded`, its manifest, written and acknowledged (the record
+        keeps its part list in memory: the catalog checks the parts' ETags)."""
 
         async def body() -> AsyncIterator[bytes]:
             yield encoded

@@ -8,6 +8,7 @@ import time
 
 from starlette.responses import Response
 
+from blobstore.catalog.errors import RecordTooLargeError
 from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, PartRecord, UploadRecord
 from blobstore.objects import Verdict, WrittenData
 from s3api import xml as s3xml
@@ -210,14 +211,23 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
             return full_object(algorithm, values, parts)
         return {algorithm: composite_checksum(algorithm, values), "type": COMPOSITE}  # type: ignore[arg-type]
 
-    result = await ctx.store.complete_upload(
-        ctx.bucket,
-        upload.upload_id,
-        [(p.part_number, p.etag) for p in requested],
-        finish=finish,
-        if_match=if_match,
-        if_none_match=if_none_match,
-    )
+    try:
+        result = await ctx.store.complete_upload(
+            ctx.bucket,
+            upload.upload_id,
+            [(p.part_number, p.etag) for p in requested],
+            finish=finish,
+            if_match=if_match,
+            if_none_match=if_none_match,
+        )
+    except RecordTooLargeError as e:
+        # Long part lists go to a manifest, so this is the key's versions together (a
+        # versioned key's record line holds every version): not the user's metadata.
+        raise S3Error(
+            "InvalidRequest",
+            f"The object's catalog record is too large to complete ({e}); delete old "
+            "versions of this key, or complete the upload under another key",
+        ) from e
     record = result.record
     scheme = ctx.config.scheme
     host = ctx.headers.get("host", "")

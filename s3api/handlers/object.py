@@ -4,6 +4,7 @@ tagging and GetObjectAttributes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from urllib.parse import parse_qsl, unquote
@@ -531,11 +532,12 @@ async def _copy_checksums(
     checksum = new_checksum(algorithm)
     if source.size:
         loop = asyncio.get_running_loop()
-        async for piece in ctx.store.read(source, 0, source.size - 1):
-            if len(piece) >= CHECKSUM_OFF_LOOP_BYTES_MIN:
-                await loop.run_in_executor(None, checksum.update, piece)
-            else:
-                checksum.update(piece)
+        async with contextlib.aclosing(ctx.store.read(source, 0, source.size - 1)) as pieces:
+            async for piece in pieces:
+                if len(piece) >= CHECKSUM_OFF_LOOP_BYTES_MIN:
+                    await loop.run_in_executor(None, checksum.update, piece)
+                else:
+                    checksum.update(piece)
     return {algorithm: checksum.b64(), "type": FULL_OBJECT}
 
 
