@@ -344,3 +344,29 @@ def test_an_object_of_10000_parts(tiny_parts_gateway: GatewayProcess, rng: rando
     attributes = s3.get_object_attributes(Bucket=bucket, Key="k", ObjectAttributes=["ObjectParts"])
     assert attributes["ObjectParts"]["TotalPartsCount"] == 10_000
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_a_completion_past_the_keys_versions_limit_is_invalid_request(
+    manifest_gateway: GatewayProcess, rng: random.Random
+) -> None:
+    """All versions of a key share one index line (at most twice record_bytes_max: 4 KiB
+    on this gateway). A completion that would pass it is refused as InvalidRequest (the
+    part list itself is never the cause: it goes to a manifest), and commits nothing."""
+    s3 = manifest_gateway.client()
+    bucket = f"versions-{rng.randrange(1 << 30)}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    pad = {"pad": "x" * 1500}
+    for _ in range(2):
+        s3.put_object(Bucket=bucket, Key="k", Body=b"v", Metadata=pad)
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key="k", Metadata=pad)["UploadId"]
+    etag = s3.upload_part(Bucket=bucket, Key="k", UploadId=upload_id, PartNumber=1, Body=b"p")
+    parts = [{"PartNumber": 1, "ETag": etag["ETag"]}]
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(
+            Bucket=bucket, Key="k", UploadId=upload_id, MultipartUpload={"Parts": parts}
+        )
+    assert error_code(e) == "InvalidRequest", e.value.response
+    assert "delete old versions" in e.value.response["Error"]["Message"]
+    assert len(s3.list_object_versions(Bucket=bucket)["Versions"]) == 2
+    s3.abort_multipart_upload(Bucket=bucket, Key="k", UploadId=upload_id)
