@@ -17,6 +17,7 @@ from blobstore.objects import Verdict, WrittenData
 from s3api import xml as s3xml
 from s3api.aws_chunked import PayloadReader, strip_aws_chunked
 from s3api.checksums import (
+    COMPOSITE,
     DEFAULT_ALGORITHM,
     FULL_OBJECT,
     header_name,
@@ -363,7 +364,9 @@ async def get_object(ctx: S3Context) -> Response:
             headers["Content-Range"] = (
                 f"bytes {first}-{last}/{record.size}" if record.size else f"bytes */{record.size}"
             )
-            if checksum_mode:
+            if checksum_mode and record.checksums.get("type") == COMPOSITE:
+                # A part's own checksum exists only under a COMPOSITE object checksum (a
+                # copy given a FULL_OBJECT one of another algorithm keeps old part lists).
                 part = next(p for p in record.parts if p.part_number == part_number)
                 headers.update(checksum_headers(part.checksums))
         elif checksum_mode:

@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 
 from tests.cluster.gateway import GatewayProcess
 from tests.s3.conftest import ENTRY_SIZE_BYTES, PART_BYTES_MIN
+from tests.s3.test_default_checksum import crc64nvme
 from tests.s3.test_objects import error_code
 
 
@@ -267,6 +268,18 @@ def test_a_long_part_list_lives_in_a_manifest(
     # A copy shares the manifest (none is written) and outlives the source.
     s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "big"})
     assert manifest_gateway.metric(MANIFESTS_WRITTEN) == written + 1
+    # A copy asked for another algorithm: a whole-object CRC64NVME read through the
+    # manifest; its parts, read by number, then carry no checksum of their own.
+    recrc = s3.copy_object(
+        Bucket=bucket,
+        Key="crc",
+        CopySource={"Bucket": bucket, "Key": "big"},
+        ChecksumAlgorithm="CRC64NVME",
+    )
+    assert recrc["CopyObjectResult"]["ChecksumCRC64NVME"] == crc64nvme(whole)
+    part = other.get_object(Bucket=bucket, Key="crc", PartNumber=37, ChecksumMode="ENABLED")
+    assert part["Body"].read() == datas[36]
+    assert "ChecksumSHA256" not in part and "ChecksumCRC64NVME" not in part
     s3.put_object_tagging(
         Bucket=bucket, Key="big", Tagging={"TagSet": [{"Key": "tier", "Value": "cold"}]}
     )
