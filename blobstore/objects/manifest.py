@@ -16,7 +16,8 @@ are: a copy (CopyObject) shares it, and it becomes garbage with its record, for 
 collector and by the same rule (a ledger no record references, `blobstore fsck`). Whoever
 needs the extents or parts (reads, UploadPartCopy, GetObject?partNumber, catalog scans)
 resolves the record first; reading a large object pays one more entry read, once (the
-resolved part lists are cached, keyed by the manifest's location, which never changes).
+resolved part lists are cached, keyed by the manifest's location, which never changes,
+up to RESOLVED_CACHED_BYTES_MAX of manifests).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from blobstore.objects.read_object_op import ReadHandleCache, iter_spans
 FORMAT_VERSION = 1
 # 10,000 parts with two checksums each come to ~1.2 MB; anything much larger is not ours.
 MANIFEST_BYTES_MAX = 16 << 20
-RESOLVED_CACHED_MAX = 8  # part lists kept resolved (~3 MB of objects for 10,000 parts)
+# Part lists kept decoded, by the bytes of their manifests: ~13 of 10,000 parts with
+# checksums (~3 MB of Python objects each), or ~1,000 of ~330 parts.
+RESOLVED_CACHED_BYTES_MAX = 16 << 20
 
 
 class ManifestError(ObjectLayerError):
@@ -109,12 +112,14 @@ def check_manifest(record: ObjectRecord, manifest: Manifest) -> None:
 
 
 class ManifestReader:
-    """Resolves records whose part list lives in a manifest; caches a few part lists."""
+    """Resolves records whose part list lives in a manifest; keeps the part lists of the
+    manifests read last (up to RESOLVED_CACHED_BYTES_MAX of manifests)."""
 
     def __init__(self, handles: ReadHandleCache, window_entries: int) -> None:
         self._handles = handles
         self._window = window_entries
         self._resolved: OrderedDict[tuple[Extent, ...], Manifest] = OrderedDict()
+        self._resolved_bytes = 0  # manifest bytes of the part lists in _resolved
         self._loading: dict[tuple[Extent, ...], asyncio.Future[Manifest]] = {}
 
     async def resolve(self, record: ObjectRecord) -> ObjectRecord:
@@ -125,9 +130,12 @@ class ManifestReader:
         manifest = self._resolved.get(key)
         if manifest is None:
             manifest = await self._load(key)
-            self._resolved[key] = manifest
-            while len(self._resolved) > RESOLVED_CACHED_MAX:
-                self._resolved.popitem(last=False)
+            if key not in self._resolved:  # (another reader may have put it there)
+                self._resolved[key] = manifest
+                self._resolved_bytes += total_length(key)
+            while self._resolved_bytes > RESOLVED_CACHED_BYTES_MAX and len(self._resolved) > 1:
+                evicted, _ = self._resolved.popitem(last=False)
+                self._resolved_bytes -= total_length(evicted)
         self._resolved.move_to_end(key)
         check_manifest(record, manifest)
         return replace(record, extents=manifest.extents, parts=manifest.parts)

@@ -49,6 +49,7 @@ from blobstore.objects.manifest import (
     part_list_bytes,
 )
 from blobstore.objects.metrics import (
+    ABANDONED_WRITES,
     COMPLETE_COMMITS,
     COPY_COMMITS,
     MANIFEST_OPS,
@@ -442,9 +443,21 @@ class ObjectStore:
             self.config.manifest_bytes_min, self.catalog.config.record_bytes_max // 2
         ):
             record = await self._with_manifest(record, encode_manifest(stored))
-        result = await self.catalog.complete_upload(
-            bucket, upload_id, record, if_match=if_match, if_none_match=if_none_match
-        )
+        try:
+            result = await self.catalog.complete_upload(
+                bucket, upload_id, record, if_match=if_match, if_none_match=if_none_match
+            )
+        except BaseException as e:
+            if record.manifest:  # written for nothing: garbage, like an abandoned write
+                ABANDONED_WRITES.inc()
+                logger.info(
+                    "event=manifest_abandoned bucket=%s key=%s ledger_id=%d error=%r",
+                    bucket,
+                    record.key,
+                    record.manifest[0].ledger_id,
+                    e,
+                )
+            raise
         COMPLETE_COMMITS.inc()
         self._log_garbage(result)
         return result

@@ -383,3 +383,30 @@ def test_a_completion_past_the_keys_versions_limit_is_invalid_request(
     assert "delete old versions" in e.value.response["Error"]["Message"]
     assert len(s3.list_object_versions(Bucket=bucket)["Versions"]) == 2
     s3.abort_multipart_upload(Bucket=bucket, Key="k", UploadId=upload_id)
+
+
+def test_a_manifest_whose_completion_fails_is_counted_abandoned(
+    manifest_gateway: GatewayProcess, rng: random.Random
+) -> None:
+    """The manifest is written before the commit; a completion refused there (If-None-Match
+    on a key that exists) leaves it unreferenced, counted as an abandoned write."""
+    s3 = manifest_gateway.client()
+    bucket = f"abandoned-{rng.randrange(1 << 30)}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="taken", Body=b"first")
+    datas = [rng.randbytes(PART_BYTES_MIN) for _ in range(40)]
+    upload_id, parts = upload_parts(s3, bucket, "taken", datas)
+    written = manifest_gateway.metric(MANIFESTS_WRITTEN)
+    abandoned = manifest_gateway.metric("blobstore_object_writes_abandoned_total")
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(
+            Bucket=bucket,
+            Key="taken",
+            UploadId=upload_id,
+            MultipartUpload={"Parts": parts},
+            IfNoneMatch="*",
+        )
+    assert error_code(e) == "PreconditionFailed"
+    assert manifest_gateway.metric(MANIFESTS_WRITTEN) == written + 1
+    assert manifest_gateway.metric("blobstore_object_writes_abandoned_total") == abandoned + 1
+    assert s3.get_object(Bucket=bucket, Key="taken")["Body"].read() == b"first"
