@@ -573,10 +573,7 @@ class Catalog:
         if not record.last_modified:
             record = replace(record, last_modified=time.time())
         candidate = replace(
-            record,
-            version_id=versioning.new_version_id(),
-            is_latest=False,
-            parts=tuple(replace(info, etag="") for info in record.parts),
+            record.without_part_etags(), version_id=versioning.new_version_id(), is_latest=False
         )
         candidate_dict = candidate.to_dict()
         retry = self.index.retry_policy.start()

@@ -10,7 +10,7 @@ default value are left out; the page header carries the format version).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, NamedTuple, Self
 
@@ -275,6 +275,11 @@ class ObjectRecord:
     def decode(cls, buf: bytes) -> Self:
         d = _loads_versioned(buf, "object record")
         return cls.from_dict(d["bucket"], d["key"], d)
+
+    def without_part_etags(self) -> ObjectRecord:
+        """As a completed object keeps its parts: their ETags are checked at completion
+        (`Catalog.complete_upload`) and read by nothing after it."""
+        return replace(self, parts=tuple([replace(p, etag="") for p in self.parts]))
 
     def same_version(self, other: ObjectRecord) -> bool:
         """Equal as stored (ignores `is_latest`, which listings fill in)."""

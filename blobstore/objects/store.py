@@ -289,7 +289,8 @@ class ObjectStore:
         assert self._read_handles is not None, "ObjectStore not started"
         if end < start:
             return
-        record = await self.resolve(record)
+        if record.unresolved:
+            record = await self.resolve(record)
         if record.tier_location is not None and not record.extents:
             raise ObjectUnavailableError(
                 f"object {record.key!r} lives in tier {record.tier_location}"
@@ -438,8 +439,8 @@ class ObjectStore:
             owner=upload.owner,
             tags=dict(upload.tags),
         )
-        stored = replace(record, parts=tuple(replace(p, etag="") for p in record.parts))
-        if part_list_bytes(stored) > min(  # as the catalog keeps it: without part ETags
+        stored = record.without_part_etags()  # as the catalog keeps it
+        if part_list_bytes(stored) > min(
             self.config.manifest_bytes_min, self.catalog.config.record_bytes_max // 2
         ):
             record = await self._with_manifest(record, encode_manifest(stored))

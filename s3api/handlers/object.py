@@ -46,9 +46,6 @@ from s3api.names import (
 )
 from s3api.ranges import parse_range
 
-# A copy that computes a checksum hashes pieces this large off the event loop.
-CHECKSUM_OFF_LOOP_BYTES_MIN = 256 * 1024
-
 SYSTEM_METADATA_HEADERS = (
     "Cache-Control",
     "Content-Disposition",
@@ -532,15 +529,11 @@ async def _copy_checksums(
         algorithm = DEFAULT_ALGORITHM
     elif source.checksums.get(algorithm) and source.checksums.get("type") == FULL_OBJECT:
         return dict(source.checksums)
-    checksum = new_checksum(algorithm)
+    checksum = new_checksum(algorithm)  # hashed as it streams, as a PUT's body is
     if source.size:
-        loop = asyncio.get_running_loop()
         async with contextlib.aclosing(ctx.store.read(source, 0, source.size - 1)) as pieces:
             async for piece in pieces:
-                if len(piece) >= CHECKSUM_OFF_LOOP_BYTES_MIN:
-                    await loop.run_in_executor(None, checksum.update, piece)
-                else:
-                    checksum.update(piece)
+                checksum.update(piece)
     return {algorithm: checksum.b64(), "type": FULL_OBJECT}
 
 
