@@ -769,3 +769,47 @@ def test_commits_queued_across_a_split_stay_on_their_page(
         ]
 
     run_with_catalog(zk_connect, body, config)
+
+
+def test_a_write_that_follows_another_gathers_first(zk_connect: str) -> None:
+    """Under load (a page's next batch waiting when its write ends) the queue waits
+    commit_gather_ms before taking that batch, so mutations arriving meanwhile share its
+    write: here c (queued during b's write) and d (queued after b was acknowledged) go
+    in one ZooKeeper write. A page's first write after it went idle takes what is there
+    at once (a and b: one write each)."""
+    from blobstore.batched_metrics import publish_all
+    from blobstore.catalog import CatalogConfig
+    from blobstore.catalog import metrics as catalog_metrics
+
+    def batches() -> tuple[float, float]:
+        publish_all()
+        (family,) = catalog_metrics.BATCH_SIZE._child.collect()  # type: ignore[attr-defined]
+        values = {sample.name: sample.value for sample in family.samples}
+        return values["blobstore_catalog_commit_batch_size_count"], values[
+            "blobstore_catalog_commit_batch_size_sum"
+        ]
+
+    async def main() -> None:
+        config = CatalogConfig(commit_gather_ms=100)
+        async with open_catalog(zk_connect, config) as one:
+            await one.create_bucket("gathering", "alice")
+            count, total = batches()
+            await one.put_object(object_record("gathering", "a", 1))  # idle page: at once
+            assert batches() == (count + 1, total + 1)
+            (queue,) = one.index._queues.values()
+            b = asyncio.ensure_future(one.put_object(object_record("gathering", "b", 2)))
+            for _ in range(10_000):  # loop turns, not time: b's write takes a few ms
+                if queue._task is not None and not queue._waiting:
+                    break
+                await asyncio.sleep(0)
+            assert queue._task is not None and not queue._waiting, "b is being written"
+            c = asyncio.ensure_future(one.put_object(object_record("gathering", "c", 3)))
+            await b
+            assert not c.done() and len(queue._waiting) == 1, "c gathers, not yet written"
+            d = asyncio.ensure_future(one.put_object(object_record("gathering", "d", 4)))
+            await asyncio.gather(c, d)
+            assert batches() == (count + 3, total + 4), "a, b, then c and d in one write"
+            keys = [r.key for r in (await one.list_objects("gathering")).contents]
+            assert keys == ["a", "b", "c", "d"]
+
+    asyncio.run(asyncio.wait_for(main(), 60))
