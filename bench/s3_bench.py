@@ -65,7 +65,9 @@ PACED_PUT_RATE = 1000.0
 # seconds under load (~3 s of compiler CPU here): a freshly started server took 0.6 ms of
 # CPU per small PUT, a warm one 0.3 ms. Also the writer ledgers, the index page's first
 # splits and the workers' caches.
-WARM_UP_S = 10.0
+WARM_UP_S = 30.0
+# The second gateway measured on the same cluster warms only its own caches and ledgers.
+WARM_UP_AGAIN_S = 10.0
 PACED_PUT = "put 4KiB paced"
 PACED_PUT_RUNS = 3
 SCATTERED_PUT = "put 4KiB scattered keys"
@@ -194,12 +196,14 @@ def cli(*args: str) -> list[str]:
 class Cluster:
     """ZooKeeper, 3 bookies and a gateway in child processes, under one temporary dir."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, compare_workers: int = 0) -> None:
         self.work = Path(tempfile.mkdtemp(prefix="s3-bench-"))
         self.workers = workers
+        self.compare_workers = compare_workers
         self.children: list[subprocess.Popen[bytes]] = []
         self.zookeeper = None
         self.endpoint = ""
+        self.compare_endpoint = ""
         self.gateway_pid = 0
 
     def __enter__(self) -> Cluster:
@@ -224,23 +228,32 @@ class Cluster:
                     env,
                 )
                 self.children.append(process)
-            process, ready = start_child(
-                cli(
-                    "gateway",
-                    *("--zk", zk, "--port", "0", "--workers", str(self.workers)),
-                    *("--ready-file", str(self.work / "gateway.json")),
-                ),
-                self.work / "gateway.log",
-                self.work / "gateway.json",
-                env,
-            )
-            self.children.append(process)
+            process, ready = self._gateway(zk, self.workers, "gateway", env)
             self.gateway_pid = process.pid
             self.endpoint = f"http://127.0.0.1:{ready['port']}"
+            if self.compare_workers:
+                _, ready = self._gateway(zk, self.compare_workers, "gateway-compare", env)
+                self.compare_endpoint = f"http://127.0.0.1:{ready['port']}"
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def _gateway(
+        self, zk: str, workers: int, name: str, env: dict[str, str]
+    ) -> tuple[subprocess.Popen[bytes], dict[str, object]]:
+        process, ready = start_child(
+            cli(
+                "gateway",
+                *("--zk", zk, "--port", "0", "--workers", str(workers)),
+                *("--ready-file", str(self.work / f"{name}.json")),
+            ),
+            self.work / f"{name}.log",
+            self.work / f"{name}.json",
+            env,
+        )
+        self.children.append(process)
+        return process, ready
 
     def __exit__(self, *exc: object) -> None:
         for child in reversed(self.children):
@@ -272,13 +285,15 @@ def phase(name: str, factory: object, concurrency: int, endpoint: str, **kw: obj
     return result
 
 
-def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]]:
-    """All phases in order; returns (result, note) pairs."""
-    create_bucket(endpoint, ACCESS_KEY, SECRET_KEY, BUCKET)
+def run_workload(
+    endpoint: str, duration: float, warm_up_s: float, bucket: str = BUCKET
+) -> list[tuple[PhaseResult, str]]:
+    """All phases in order, in a bucket of their own; returns (result, note) pairs."""
+    create_bucket(endpoint, ACCESS_KEY, SECRET_KEY, bucket)
     out: list[tuple[PhaseResult, str]] = []
-    phase("warm-up (untimed)", put_op(BUCKET, 4 * KIB, "warm-"), 16, endpoint, duration_s=WARM_UP_S)
+    phase("warm-up (untimed)", put_op(bucket, 4 * KIB, "warm-"), 16, endpoint, duration_s=warm_up_s)
 
-    small = phase("put 4KiB", put_op(BUCKET, 4 * KIB, "small-"), 16, endpoint, duration_s=duration)
+    small = phase("put 4KiB", put_op(bucket, 4 * KIB, "small-"), 16, endpoint, duration_s=duration)
     out.append((small, "concurrency 16"))
     # The aim's rate offered open loop (latency from when each PUT was due): the p99 of
     # 1,000 PUTs/s, not of a closed loop that saturates the machine and queues. Three runs:
@@ -286,7 +301,7 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
     for run in range(1, PACED_PUT_RUNS + 1):
         paced = phase(
             f"{PACED_PUT} {run}/{PACED_PUT_RUNS}",
-            put_op(BUCKET, 4 * KIB, f"paced{run}-"),
+            put_op(bucket, 4 * KIB, f"paced{run}-"),
             64,
             endpoint,
             duration_s=duration,
@@ -298,7 +313,7 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
     # names, as warp writes) land on a different page each time: one page rewrite each.
     scattered = phase(
         SCATTERED_PUT,
-        put_op(BUCKET, 4 * KIB, "scattered-", scattered=True),
+        put_op(bucket, 4 * KIB, "scattered-", scattered=True),
         16,
         endpoint,
         duration_s=duration,
@@ -309,7 +324,7 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
         (
             phase(
                 "get 4KiB",
-                get_op(BUCKET, small_count, "small-"),
+                get_op(bucket, small_count, "small-"),
                 16,
                 endpoint,
                 duration_s=duration,
@@ -318,14 +333,14 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
         )
     )
 
-    large = phase("put 16MiB", put_op(BUCKET, 16 * MIB, "large-"), 4, endpoint, duration_s=duration)
+    large = phase("put 16MiB", put_op(bucket, 16 * MIB, "large-"), 4, endpoint, duration_s=duration)
     out.append((large, "concurrency 4"))
     large_count = max(1, large.ops)
     out.append(
         (
             phase(
                 "get 16MiB",
-                get_op(BUCKET, large_count, "large-"),
+                get_op(bucket, large_count, "large-"),
                 4,
                 endpoint,
                 duration_s=duration,
@@ -338,7 +353,7 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
         (
             phase(
                 "multipart 256MiB",
-                multipart_op(BUCKET, 256 * MIB, 16 * MIB, part_concurrency=4),
+                multipart_op(bucket, 256 * MIB, 16 * MIB, part_concurrency=4),
                 1,
                 endpoint,
                 count=1,
@@ -354,7 +369,7 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
     def ranged_factory(client: object) -> object:
         async def op(connection: object, sequence: int) -> int:
             start = rng.randrange(16) * MIB
-            inner = get_op(BUCKET, large_count, "large-", (start, start + MIB - 1))(client)
+            inner = get_op(bucket, large_count, "large-", (start, start + MIB - 1))(client)
             return await inner(connection, rng.randrange(large_count))
 
         return op
@@ -367,11 +382,11 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
     )
 
     # Listing and DeleteObjects: 5,000 keys of their own (prepared here, not timed).
-    phase("prepare 5000 keys", put_op(BUCKET, 1, "list-"), 16, endpoint, count=LIST_KEYS)
+    phase("prepare 5000 keys", put_op(bucket, 1, "list-"), 16, endpoint, count=LIST_KEYS)
     passes = 3
     list_result = phase(
         "list 5000 keys",
-        list_op(BUCKET, "list-", 1000),
+        list_op(bucket, "list-", 1000),
         1,
         endpoint,
         count=passes * LIST_KEYS // 1000,
@@ -380,7 +395,7 @@ def run_workload(endpoint: str, duration: float) -> list[tuple[PhaseResult, str]
     batches = LIST_KEYS // 1000
     delete_result = phase(
         "delete-objects",
-        delete_objects_op(BUCKET, "list-", 1000),
+        delete_objects_op(bucket, "list-", 1000),
         batches,
         endpoint,
         count=batches,
@@ -609,23 +624,8 @@ def rate_text(result: PhaseResult) -> str:
     return f"{result.ops_per_s:,.0f}/s"
 
 
-def report(
-    args: argparse.Namespace,
-    results: list[tuple[PhaseResult, str]],
-    ceilings: list[PhaseResult],
-    limits: list[tuple[str, str, str]],
-    numbers: dict[str, float],
-) -> str:
+def results_table(results: list[tuple[PhaseResult, str]]) -> list[str]:
     lines = [
-        "# S3 gateway benchmark",
-        "",
-        f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
-        f"({os.cpu_count()} CPUs, Python {platform.python_version()}): ZooKeeper, 3 bookies "
-        f"(E/WQ/AQ 3/2/2), the gateway (workers={args.workers}) and the load generator "
-        "(`bench/s3_load.py`, asyncio + httptools, SigV4 UNSIGNED-PAYLOAD) all share the "
-        f"machine. Timed phases run {args.duration:g} s each, after {WARM_UP_S:g} s of untimed "
-        "4 KiB PUTs on the freshly started cluster. `bench/s3_bench.py` regenerates this file.",
-        "",
         "| phase | ops | ops/s | MB/s | p50 ms | p99 ms | errors | generator CPU/op | "
         "headline | Ceph RGW | notes |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -637,6 +637,41 @@ def report(
             f"| {result.client_cpu_us_per_op:,.0f} us | {rate_text(result)} "
             f"| {RGW.get(result.name, '')} | {note} |"
         )
+    return lines
+
+
+def report(
+    args: argparse.Namespace,
+    results: list[tuple[PhaseResult, str]],
+    compared: list[tuple[PhaseResult, str]],
+    ceilings: list[PhaseResult],
+    limits: list[tuple[str, str, str]],
+    numbers: dict[str, float],
+) -> str:
+    lines = [
+        "# S3 gateway benchmark",
+        "",
+        f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
+        f"({os.cpu_count()} CPUs, Python {platform.python_version()}): ZooKeeper, 3 bookies "
+        f"(E/WQ/AQ 3/2/2), the gateway (workers={args.workers}, as `blobstore standalone` "
+        "runs it on a host it shares with its bookies and ZooKeeper) and the load generator "
+        "(`bench/s3_load.py`, asyncio + httptools, SigV4 UNSIGNED-PAYLOAD) all share the "
+        f"machine. Timed phases run {args.duration:g} s each, after {WARM_UP_S:g} s of untimed "
+        "4 KiB PUTs on the freshly started cluster (ZooKeeper's JIT compiles its request path "
+        "in the first minute under load, halving its CPU per request). "
+        "`bench/s3_bench.py` regenerates this file.",
+        "",
+    ]
+    if compared:
+        lines += [
+            f"The same workload also ran first, on the same cluster, through a second gateway "
+            f"with workers={args.compare_workers} (one per CPU, a dedicated gateway host's "
+            "sizing): see the section after the analysis. This run's tables are for "
+            f"workers={args.workers}, measured second (on a cluster holding the first run's "
+            "objects).",
+            "",
+        ]
+    lines += results_table(results)
     lines += [
         "",
         "Generator ceiling, same run (same generator and concurrency against a trivial HTTP "
@@ -663,6 +698,22 @@ def report(
         "",
         ANALYSIS,
     ]
+    if compared:
+        lines += [
+            f"## The same workload through a gateway with workers={args.compare_workers}",
+            "",
+            "Measured first, on the same cluster (after its "
+            f"{WARM_UP_S:g} s warm-up; {WARM_UP_AGAIN_S:g} s of untimed PUTs before the "
+            f"workers={args.workers} run). Each worker process commits to an index page on its "
+            "own, so with keys that sort in write order the workers take turns on the bucket's "
+            "last page (see *Two workers, one hot page* above), and on two CPUs the second "
+            "worker adds one more process to share them with the bookies and ZooKeeper; "
+            "large objects gain from the second worker's CPU.",
+            "",
+            *results_table(compared),
+            "",
+            *[line.replace("## ", "### ", 1) for line in verdicts(compared, ceilings, numbers)],
+        ]
     return "\n".join(lines)
 
 
@@ -784,9 +835,17 @@ def run(args: argparse.Namespace) -> str:
     ]
     for ceiling in ceilings:
         print(f"{ceiling.name}: {ceiling.ops_per_s:.0f}/s {ceiling.mb_per_s:.0f} MB/s", flush=True)
-    with Cluster(args.workers) as cluster:
-        results = run_workload(cluster.endpoint, args.duration)
-    return report(args, results, ceilings, limits, numbers)
+    compare = args.compare_workers if args.compare_workers != args.workers else 0
+    with Cluster(args.workers, compare) as cluster:
+        compared: list[tuple[PhaseResult, str]] = []
+        warm_up_s = WARM_UP_S
+        if compare:
+            print(f"gateway with workers={compare}, first", flush=True)
+            compared = run_workload(cluster.compare_endpoint, args.duration, warm_up_s, "bench-b")
+            warm_up_s = WARM_UP_AGAIN_S
+        print(f"gateway with workers={args.workers}", flush=True)
+        results = run_workload(cluster.endpoint, args.duration, warm_up_s)
+    return report(args, results, compared, ceilings, limits, numbers)
 
 
 def main() -> int:
@@ -795,8 +854,17 @@ def main() -> int:
     parser.add_argument(
         "--workers",
         type=int,
+        default=1,
+        help="gateway worker processes (default 1, as `blobstore standalone` runs the gateway "
+        "on a host it shares with the bookies and ZooKeeper)",
+    )
+    parser.add_argument(
+        "--compare-workers",
+        type=int,
         default=os.cpu_count() or 1,
-        help="gateway worker processes (default: one per CPU, as a gateway host is sized)",
+        help="also run the workload first through a second gateway on the same cluster with "
+        "this many workers (default: one per CPU, a dedicated gateway host's sizing; equal "
+        "to --workers: no second run)",
     )
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "s3.md"))
     parser.add_argument(
