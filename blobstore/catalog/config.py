@@ -67,6 +67,11 @@ class CatalogConfig:
     # again (a stale copy only costs one failed compare-and-set); idle queues beyond
     # commit_queues_max are dropped.
     page_cache_s: float = 0.5
+    # A queue that lost a compare-and-set on its page to another writer (worker or
+    # gateway) keeps the page it writes under a data watch for this long after, so the
+    # other's writes drop its copy at once instead of failing its next compare-and-set.
+    # A page only this queue writes is not watched: the watch cost a request per write.
+    commit_watch_s: float = 10.0
     commit_queues_max: int = 4096
     # zlib level of the page znodes (1-9; 0 writes them plain). A page rewritten on
     # every commit is mostly repeated field names and keys: compressed it is about a
@@ -121,6 +126,8 @@ class CatalogConfig:
             raise bad("commit_group_wait_ms", "must be in [0, 100]")
         if not 0 <= self.commit_gather_ms <= 100:
             raise bad("commit_gather_ms", "must be in [0, 100]")
+        if self.commit_watch_s < 0:
+            raise bad("commit_watch_s", "must be >= 0")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> CatalogConfig:

@@ -97,6 +97,7 @@ class PageCommitQueue:
         self._expiry: asyncio.TimerHandle | None = None
         self._forgotten = 0  # forget() calls: an exists answered after one is undone
         self._watched = False  # a watch of this queue's may be armed on the page
+        self._contended_until = 0.0  # lost a compare-and-set recently: watch the page
 
     @property
     def idle(self) -> bool:
@@ -111,21 +112,25 @@ class PageCommitQueue:
         return self.page
 
     def _remember(self, page: IndexPage) -> None:
-        """Keep the page this queue just wrote for its next batch. A page this queue
-        writes again and again (its previous write was within page_cache_s) is kept
-        under a data watch: a write of it by anyone else (another worker or gateway)
-        drops the copy as soon as its event arrives, so the next batch reads the page
-        instead of failing its compare-and-set, backing off and reading it then. The
-        watch is armed by an `exists` sent without waiting; its reply drops the copy
-        when the page moved on in between. A page written once in a while gets no watch:
-        its copy is seldom used before it expires, and arming and removing a watch
-        would add two requests to its commit. The copy is never shown to readers: it
-        may be behind the server."""
+        """Keep the page this queue just wrote for its next batch. The copy is never
+        shown to readers (it may be behind the server): a stale one costs one failed
+        compare-and-set, after which the page is read again.
+
+        A page this queue writes again and again (its previous write was within
+        page_cache_s) while another writer also writes it (this queue lost a
+        compare-and-set on it within commit_watch_s) is kept under a data watch: the
+        other's write drops the copy as soon as its event arrives, so the next batch
+        reads the page instead of failing its compare-and-set, backing off and reading
+        it then. The watch is armed by an `exists` sent without waiting; its reply drops
+        the copy when the page moved on in between. Every write fires the watch, so it
+        is armed again after each: one more ZooKeeper request per write, which only a
+        page with two writers pays back. A page with one writer (one gateway worker on a
+        bucket's last page) or written once in a while gets no watch."""
         now = time.monotonic()
         recent = now - self._page_written_at <= self.index.config.page_cache_s
         self.page = page
         self._page_written_at = now
-        if not recent:
+        if not recent or now >= self._contended_until:
             return
         self._watched = True
         reply = self.index.zk.watch_started(self._path(), self._page_changed)
@@ -332,8 +337,11 @@ class PageCommitQueue:
                     return
                 self.page = None
                 # The multi's first operation checks the bucket record's version; when
-                # another operation failed, the cached record is still good.
+                # another operation failed, the cached record is still good, and another
+                # writer moved the page (or its map): watch it for a while.
                 fresh_bucket = getattr(e, "operation_index", 0) == 0
+                if not fresh_bucket:
+                    self._contended_until = time.monotonic() + index.config.commit_watch_s
                 if not await retry.backoff("conflict"):
                     self._fail_all(
                         pending,

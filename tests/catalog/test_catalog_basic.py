@@ -564,10 +564,12 @@ def test_listing_more_uploads_than_remembered_lists_them_all(
 
 
 def test_a_page_written_elsewhere_is_read_again_before_the_next_commit(zk_connect: str) -> None:
-    """A commit queue keeps the page it wrote under a data watch: once another session
-    (another worker or gateway) writes that page, the watch drops the copy and the next
-    commit reads the page instead of failing a compare-and-set on the stale copy. A
-    queue discarded while idle takes its watch with it."""
+    """A page one queue alone writes is not watched (a watch costs a request per write):
+    another session's write is found by one failed compare-and-set. From then on (for
+    commit_watch_s) the queue keeps the page it wrote under a data watch: once the other
+    session (another worker or gateway) writes that page, the watch drops the copy and
+    the next commit reads the page instead of failing a compare-and-set on the stale
+    copy. A queue discarded while idle takes its watch with it."""
     from blobstore.catalog import CatalogConfig
     from blobstore.catalog import metrics as catalog_metrics
 
@@ -582,12 +584,26 @@ def test_a_page_written_elsewhere_is_read_again_before_the_next_commit(zk_connec
             open_catalog(zk_connect, config) as two,
         ):
             await one.create_bucket("watched", "alice")
-            # A page a queue writes again within page_cache_s gets the watch.
+            session = one.index.zk._session
+            # One writer: the page is written again within page_cache_s, not watched.
             await one.put_object(object_record("watched", "a", 1))
             await one.put_object(object_record("watched", "a2", 1))
+            (queue,) = one.index._queues.values()
+            path = session.chrooted(one.index.paths.page("watched", queue.page_id))
+            await one.index.zk.fresh_view()
+            assert queue._page_changed not in session._data_watches.get(path, set())
+            before = conflicts()
             await two.put_object(object_record("watched", "b", 2))
             await two.put_object(object_record("watched", "b2", 2))
-            (queue,) = one.index._queues.values()
+            assert queue.page is not None, "unwatched: the stale copy is kept"
+            await one.put_object(object_record("watched", "a3", 1))  # fails once, retried
+            assert conflicts() == before + 1
+            await _until(
+                lambda: queue._page_changed in session._data_watches.get(path, set()),
+                "no watch armed after losing a compare-and-set",
+            )
+            await two.put_object(object_record("watched", "b3", 2))  # two loses once too
+            assert conflicts() == before + 2
             # The watch event of two's write.
             await _until(lambda: queue.page is None, "the page written elsewhere was kept")
             before = conflicts()
@@ -602,15 +618,13 @@ def test_a_page_written_elsewhere_is_read_again_before_the_next_commit(zk_connec
                 )
             assert conflicts() == before
             listed = [r.key for r in (await two.list_objects("watched")).contents]
-            assert listed == ["a", "a2", "b", "b2"] + [f"k{n}" for n in range(3, 9)]
+            assert listed == ["a", "a2", "a3", "b", "b2", "b3"] + [f"k{n}" for n in range(3, 9)]
             assert conflicts() == before
 
             # A second bucket's queue pushes the idle one out (commit_queues_max=1): its
             # watch goes, so the session keeps no callback of a discarded queue.
             await one.put_object(object_record("watched", "k9", 9))
             assert queue.page is not None
-            session = one.index.zk._session
-            path = session.chrooted(one.index.paths.page("watched", queue.page_id))
             await _until(
                 lambda: queue._page_changed in session._data_watches.get(path, set()),
                 "no watch armed on the page written",
@@ -664,11 +678,14 @@ def test_commit_attempts_count_the_retry_after_a_stale_copy(zk_connect: str) -> 
 def test_an_idle_queue_lets_its_page_and_watch_go_after_page_cache_s(zk_connect: str) -> None:
     """Idle commit queues hold their copy, and the server their watch, for at most
     page_cache_s: memory and watches follow the recent writes, not every page written.
-    Only a page the queue writes again within page_cache_s is watched at all."""
+    Only a page the queue writes again within page_cache_s, and lost a compare-and-set
+    on, is watched at all."""
     from blobstore.catalog import CatalogConfig
 
+    config = CatalogConfig(page_cache_s=2.0, commit_watch_s=60)
+
     async def main() -> None:
-        async with open_catalog(zk_connect, CatalogConfig(page_cache_s=2.0)) as one:
+        async with open_catalog(zk_connect, config) as one, open_catalog(zk_connect) as two:
             await one.create_bucket("expiring", "alice")
             await one.put_object(object_record("expiring", "a", 1))
             (queue,) = one.index._queues.values()
@@ -678,7 +695,8 @@ def test_an_idle_queue_lets_its_page_and_watch_go_after_page_cache_s(zk_connect:
             assert queue.page is not None
             # Written once in a while: no watch (it would cost two requests a commit).
             assert queue._page_changed not in session._data_watches.get(path, set())
-            await one.put_object(object_record("expiring", "a2", 1))  # again: watched
+            await two.put_object(object_record("expiring", "b0", 1))
+            await one.put_object(object_record("expiring", "a2", 1))  # lost once: watched
             await _until(
                 lambda: queue._page_changed in session._data_watches.get(path, set()),
                 "no watch armed on the page written",
@@ -695,7 +713,7 @@ def test_an_idle_queue_lets_its_page_and_watch_go_after_page_cache_s(zk_connect:
             assert queue._page_changed not in session._data_watches.get(path, set())
             await one.put_object(object_record("expiring", "b", 2))  # still works
             keys = [r.key for r in (await one.list_objects("expiring")).contents]
-            assert keys == ["a", "a2", "a3", "a4", "b"]
+            assert keys == ["a", "a2", "a3", "a4", "b", "b0"]
 
     asyncio.run(asyncio.wait_for(main(), 60))
 
@@ -705,11 +723,14 @@ def test_a_watch_left_without_a_page_copy_still_expires(zk_connect: str) -> None
     missing key is decided on a fresh read) still removes its watch once idle."""
     from blobstore.catalog import CatalogConfig
 
+    config = CatalogConfig(page_cache_s=1.0, commit_watch_s=60)
+
     async def main() -> None:
-        async with open_catalog(zk_connect, CatalogConfig(page_cache_s=1.0)) as one:
+        async with open_catalog(zk_connect, config) as one, open_catalog(zk_connect) as two:
             await one.create_bucket("unwatched", "alice")
             await one.put_object(object_record("unwatched", "a", 1))
-            await one.put_object(object_record("unwatched", "b", 1))  # watched
+            await two.put_object(object_record("unwatched", "a0", 1))
+            await one.put_object(object_record("unwatched", "b", 1))  # lost once: watched
             (queue,) = one.index._queues.values()
             session = one.index.zk._session
             path = session.chrooted(one.index.paths.page("unwatched", queue.page_id))

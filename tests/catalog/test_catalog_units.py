@@ -304,6 +304,7 @@ def test_conditional_put_rules() -> None:
         ("cas_deadline_s", 0),
         ("commit_group_wait_ms", 500),
         ("commit_gather_ms", -1),
+        ("commit_watch_s", -1),
         ("page_compression_level", 10),
         ("page_compression_level", -1),
     ],
