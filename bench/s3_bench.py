@@ -414,11 +414,12 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   the same cluster. On these two cores the second worker costs small PUTs more than it
   gives: both workers commit to a bucket's last index page and take turns on it (a
   page read and often a failed compare-and-set per batch, see *Two workers, one hot
-  page* below), and one more process shares the CPUs with five others. In the run that
-  wrote this file, one worker against two: paced 4 KiB PUT p50 4-6 ms against 7-9 ms
-  and p99 15-24 ms against 29-60 ms, closed-loop 4 KiB PUTs 1,649/s against 1,374/s,
-  GETs 3,543/s against 3,176/s; two workers move large objects a little faster (ranged
-  1 MiB GETs 821 against 712 MB/s). A dedicated gateway host runs one worker per CPU.
+  page* below), and one more process shares the CPUs with five others. Over the two
+  runs of this file's day (2026-11-25), one worker against two: paced 4 KiB PUT p50
+  4-6 ms against 7-15 ms and p99 15-24 ms against 29-82 ms, closed-loop 4 KiB PUTs
+  1,649-1,720/s against 999-1,374/s; small GETs alike (3,176-3,761/s); two workers move
+  large objects about as fast or a little faster. A dedicated gateway host runs one
+  worker per CPU.
 - **A page's next write gathers for 1 ms.** When a page's commit queue still holds
   work as its ZooKeeper write returns (the page is busy), it waits `commit_gather_ms`
   before taking the next batch. At 1,000 sequential PUTs/s through one worker that took
@@ -426,6 +427,14 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   ZooKeeper requests per PUT from 0.39 to 0.31 or 0.24; total CPU per PUT moved 1-5%,
   inside this machine's noise, and the p99 of 1 ms was lower than without in five of
   six alternated pairs (two gateways on one cluster).
+- **A page with one writer is not watched.** A commit queue used to re-arm a data watch
+  on its page (an `exists`) after every write of a busy page, to hear of other writers
+  early; with one worker on a bucket's last page that was half of all ZooKeeper
+  requests (1.0 per PUT at 1,000/s). It now watches only after losing a
+  compare-and-set to another writer (for `commit_watch_s`, 10 s): 0.55 requests per
+  PUT and ~7% less CPU per PUT (four alternated pairs); two workers lose one
+  compare-and-set each before their watches and then behave as before (same conflict
+  and page-read rates per PUT, three alternated pairs).
 - **Small objects are bound by CPU, the gateway's first.** The two cores are shared by
   the gateway, ZooKeeper, three bookies and the generator, and at 4 KiB x16 they are
   full. The machine's speed changes by up to twice from hour to hour (fsync
