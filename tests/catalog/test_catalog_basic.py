@@ -32,6 +32,16 @@ from blobstore.catalog.records import (
 from tests.catalog.helpers import object_record, open_catalog, run_with_catalog
 
 
+def _count_and_sum(histogram: Any) -> tuple[float, float]:
+    """A batched catalog histogram's (count, sum), published first."""
+    from blobstore.batched_metrics import publish_all
+
+    publish_all()
+    (family,) = histogram._child.collect()
+    values = {sample.name: sample.value for sample in family.samples}
+    return values[f"{family.name}_count"], values[f"{family.name}_sum"]
+
+
 async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
     """Wait for `condition` (an event delivered by ZooKeeper, a timer), failing with `what`."""
     deadline = asyncio.get_running_loop().time() + timeout_s
@@ -641,19 +651,13 @@ def test_commit_attempts_count_the_retry_after_a_stale_copy(zk_connect: str) -> 
     """`blobstore_catalog_commit_attempts` observes each batch's tries: 1 for a commit
     that went through, 2 for one whose kept copy of the page was stale (another session
     wrote the page after this queue's single write, which keeps no watch)."""
-    from blobstore.batched_metrics import publish_all
     from blobstore.catalog import CatalogConfig
     from blobstore.catalog import metrics as catalog_metrics
 
     config = CatalogConfig(page_cache_s=60)
 
     def observed() -> tuple[float, float]:
-        publish_all()
-        (family,) = catalog_metrics.COMMIT_ATTEMPTS._child.collect()  # type: ignore[attr-defined]
-        values = {sample.name: sample.value for sample in family.samples}
-        return values["blobstore_catalog_commit_attempts_count"], values[
-            "blobstore_catalog_commit_attempts_sum"
-        ]
+        return _count_and_sum(catalog_metrics.COMMIT_ATTEMPTS)
 
     async def main() -> None:
         async with (
@@ -798,17 +802,11 @@ def test_a_write_that_follows_another_gathers_first(zk_connect: str) -> None:
     write: here c (queued during b's write) and d (queued after b was acknowledged) go
     in one ZooKeeper write. A page's first write after it went idle takes what is there
     at once (a and b: one write each)."""
-    from blobstore.batched_metrics import publish_all
     from blobstore.catalog import CatalogConfig
     from blobstore.catalog import metrics as catalog_metrics
 
     def batches() -> tuple[float, float]:
-        publish_all()
-        (family,) = catalog_metrics.BATCH_SIZE._child.collect()  # type: ignore[attr-defined]
-        values = {sample.name: sample.value for sample in family.samples}
-        return values["blobstore_catalog_commit_batch_size_count"], values[
-            "blobstore_catalog_commit_batch_size_sum"
-        ]
+        return _count_and_sum(catalog_metrics.BATCH_SIZE)
 
     async def main() -> None:
         config = CatalogConfig(commit_gather_ms=100)
