@@ -739,15 +739,19 @@ def report(
             "",
             *results_table(compared),
             "",
-            *[line.replace("## ", "### ", 1) for line in verdicts(compared, ceilings, numbers)],
+            *verdicts(compared, ceilings, numbers, heading="###"),
         ]
     return "\n".join(lines)
 
 
 def verdicts(
-    results: list[tuple[PhaseResult, str]], ceilings: list[PhaseResult], numbers: dict[str, float]
+    results: list[tuple[PhaseResult, str]],
+    ceilings: list[PhaseResult],
+    numbers: dict[str, float],
+    heading: str = "##",
 ) -> list[str]:
-    """The issue's aims and the RGW figures beside this run's results, as ratios."""
+    """The issue's aims and the RGW figures beside this run's results, as ratios, under
+    headings of level `heading`."""
     by_name = {result.name: result for result, _ in results}
     paced_p99s = [result.p99_ms for result, _ in results if result.name.startswith(PACED_PUT)]
     paced_p99 = statistics.median(paced_p99s)
@@ -804,7 +808,7 @@ def verdicts(
     ]
     small_ceiling = min(c.ops_per_s for c in ceilings[:2])
     lines = [
-        "## Against the aims (ratio = measured / aim; >= 1 meets it)",
+        f"{heading} Against the aims (ratio = measured / aim; >= 1 meets it)",
         "",
         "| aim | measured | aim value | ratio |",
         "|---|---|---|---|",
@@ -814,7 +818,7 @@ def verdicts(
         lines.append(f"| {text} | {measured:,.1f} | {aim:,.1f} {unit} | {ratio:.2f} |")
     lines += [
         "",
-        "## Against Ceph RGW (single node, 3 OSDs, replication 3, same kind of machine)",
+        f"{heading} Against Ceph RGW (single node, 3 OSDs, replication 3, same kind of machine)",
         "",
         "| phase | blobstore | RGW | ratio |",
         "|---|---|---|---|",
