@@ -598,21 +598,24 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   connection and path, so the page cache's own one-shot watch on the same page turned the
   persistent watch back into a one-shot one (ZooKeeper 3.9 lifts this).
 - **The paced tail comes in episodes, and the catalog commit carries it.** A trace of
-  every commit batch at 800 PUTs/s (one worker, 2026-11-26, a slower day: paced p99 at
-  1,000/s 24-67 ms, at 600/s 9-24 ms) put the ledger append's p99 under 5-10 ms and the
-  commit's at 15-30 ms, while a ZooKeeper multi alone had p99 under 5-20 ms. Slow commits
-  were not spread evenly: for 0.1-2 s at a time every multi took 4-10 ms instead of ~1,
-  each batch waited one such write before its own (queue waits of 7-15 ms, up to 38),
-  and batches grew to 6-28 mutations. ZooKeeper's young collections (4-6 ms each, every
-  5-10 s under this load) did not line up with them. The three bookies' checkpoints do
-  in part: each writes ~26 MiB of entry log every 10 s, in about half a second, and
-  fsyncs it, on the disk that holds the journals and ZooKeeper's log, so every log flush
-  meanwhile carries more. With checkpoints every 300 s instead of 10 (an experiment: replay and write-cache
+  every commit batch at 800 and 1,000 PUTs/s (one worker, 2026-11-26, a slower day:
+  paced p99 at 1,000/s 24-67 ms, at 600/s 9-24 ms) put the ledger append's p99 under
+  5-10 ms and the commit's at 15-30 ms, while a ZooKeeper multi alone had p99 under
+  5-20 ms. Slow commits were not spread evenly (the slow PUTs of the earlier reading
+  above touched most tenths of a second because such episodes come every few seconds):
+  for 0.1-2 s at a time every multi took 4-10 ms instead of ~1, each batch waited one
+  such write before its own (queue waits of 7-15 ms, up to 38), and batches grew to
+  6-28 mutations. ZooKeeper's young collections (4-6 ms each, every 5-10 s under this
+  load) did not line up with them. The three bookies' checkpoints are part of them
+  (shown by the experiment below, not traced one by one): each writes ~26 MiB of entry
+  log every 10 s, in about half a second, and fsyncs it, on the disk that holds the
+  journals and ZooKeeper's log, so every log flush meanwhile carries more. With
+  checkpoints every 300 s instead of 10 (an experiment: replay time and write-cache
   memory grow with the interval), paced p99 in four runs was 30-59 ms (median ~40)
   against 47-67 ms (median ~54) with the default, the same hour. Page splits (one batch
-  in 17-60) cost one multi of about twice the usual time and are not the tail. Next: pace
-  checkpoint writeback more gently on shared disks, and measure commits from a dedicated
-  ZooKeeper log disk, as ZooKeeper's own deployment guidance asks.
+  in 17-60) cost one multi of about twice the usual time and are not the tail. Next:
+  pace checkpoint writeback more gently on shared disks, and measure commits from a
+  dedicated ZooKeeper log disk, as ZooKeeper's own deployment guidance asks.
 - **Two workers, one hot page.** Keys that sort in write order put every PUT on the
   bucket's last index page, and both workers commit to it. A trace of every commit batch
   slower than 15 ms at 1,000 PUTs/s (200-600 such batches per 15 s run) found about half
