@@ -32,7 +32,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
@@ -45,7 +44,7 @@ from s3api.access_log import AccessLog
 from s3api.config import CONFIG_ENV, GatewayConfig
 from s3api.errors import S3Error, render_error, to_s3_error
 from s3api.handlers import HANDLERS
-from s3api.handlers.context import S3Context, parse_query
+from s3api.handlers.context import GatewayRequest, S3Context, parse_query
 from s3api.handlers.cors import cors_response_headers, preflight
 from s3api.routes import resolve_address, resolve_operation
 from s3api.sigv4 import authenticate
@@ -213,7 +212,7 @@ class Gateway:
         host_id: str,
         state: dict[str, Any],
     ) -> None:
-        request = Request(scope, receive)
+        request = GatewayRequest(scope, receive)
         method = scope["method"]
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
         raw_path = raw_path.split(b"?", 1)[0]

@@ -50,6 +50,8 @@ class GatewayConfig:
     limit_concurrency: int = 1024
     timeout_graceful_shutdown_s: int = 30
     timeout_keep_alive_s: int = 5
+    # A request body that stalls this long gets RequestTimeout (it holds a writer ledger).
+    body_idle_timeout_s: float = 60.0
     backlog: int = 2048
     objects: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
 
@@ -73,6 +75,10 @@ class GatewayConfig:
             raise UsageError(f"BLOBSTORE_GATEWAY_BACKLOG={self.backlog}: must be 1..65535")
         if self.timeout_graceful_shutdown_s < 0 or self.timeout_keep_alive_s < 0:
             raise UsageError("BLOBSTORE_GATEWAY_GRACEFUL_SHUTDOWN_S and _KEEP_ALIVE_S must be >= 0")
+        if not 0 < self.body_idle_timeout_s <= 3600:
+            raise UsageError(
+                f"BLOBSTORE_GATEWAY_BODY_IDLE_TIMEOUT_S={self.body_idle_timeout_s}: must be in (0, 3600]"
+            )
         if not 1 <= self.limit_concurrency <= 1_000_000:
             raise UsageError(
                 f"BLOBSTORE_GATEWAY_LIMIT_CONCURRENCY={self.limit_concurrency}: must be 1..1000000"
@@ -139,6 +145,16 @@ def _env_int(environ: Mapping[str, str], name: str, default: int) -> int:
         raise UsageError(f"{name}={raw!r}: not an integer") from None
 
 
+def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise UsageError(f"{name}={raw!r}: not a number") from None
+
+
 def config_from_args(args: Any, environ: Mapping[str, str] | None = None) -> GatewayConfig:
     environ = os.environ if environ is None else environ
     return GatewayConfig(
@@ -156,6 +172,7 @@ def config_from_args(args: Any, environ: Mapping[str, str] | None = None) -> Gat
         limit_concurrency=_env_int(environ, "BLOBSTORE_GATEWAY_LIMIT_CONCURRENCY", 1024),
         timeout_graceful_shutdown_s=_env_int(environ, "BLOBSTORE_GATEWAY_GRACEFUL_SHUTDOWN_S", 30),
         timeout_keep_alive_s=_env_int(environ, "BLOBSTORE_GATEWAY_KEEP_ALIVE_S", 5),
+        body_idle_timeout_s=_env_float(environ, "BLOBSTORE_GATEWAY_BODY_IDLE_TIMEOUT_S", 60.0),
         backlog=_env_int(environ, "BLOBSTORE_GATEWAY_BACKLOG", 2048),
         objects=ObjectStoreConfig.from_env(environ),
     )

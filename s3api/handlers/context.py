@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar, overload
 from urllib.parse import unquote
 
 from starlette.datastructures import Headers
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
+from starlette.types import Scope
 
+from blobstore.aio import IdleWatchdog
 from blobstore.catalog.errors import NoSuchBucketError
 from blobstore.catalog.records import BucketRecord
 from blobstore.objects import ObjectStore
@@ -21,8 +24,9 @@ from s3api.errors import S3Error
 from s3api.names import REQUEST_XML_BYTES_MAX
 from s3api.sigv4 import AuthContext
 
+T = TypeVar("T")
+
 QUERY_PARAMETERS_MAX = 128
-BODY_IDLE_TIMEOUT_S = 60.0
 
 
 def parse_query(query_string: bytes) -> dict[str, str]:
@@ -44,9 +48,49 @@ def parse_query(query_string: bytes) -> dict[str, str]:
     return result
 
 
+class RequestHeaders(Headers):
+    """A request's headers with dictionary lookups. Starlette's `Headers` scans the whole
+    list for each `get`, `[]` and `in`, and a PUT looks up some twenty names. Lookups
+    answer the first value of a name, as `Headers` does; `items()`, `getlist()` and the
+    rest still see every field as sent."""
+
+    def __init__(self, scope: Scope) -> None:
+        super().__init__(scope=scope)
+        first: dict[str, str] = {}
+        for name, value in reversed(self._list):
+            first[name.decode("latin-1").lower()] = value.decode("latin-1")
+        self._first = first
+
+    def __getitem__(self, key: str) -> str:
+        return self._first[key.lower()]
+
+    def __contains__(self, key: Any) -> bool:
+        return isinstance(key, str) and key.lower() in self._first
+
+    @overload
+    def get(self, key: str) -> str | None: ...
+    @overload
+    def get(self, key: str, default: str) -> str: ...
+    @overload
+    def get(self, key: str, default: T) -> str | T: ...
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._first.get(key.lower(), default)
+
+
+class GatewayRequest(Request):
+    """Starlette's `Request` with `RequestHeaders`."""
+
+    @property
+    def headers(self) -> RequestHeaders:
+        headers = self.__dict__.get("_headers")
+        if headers is None:
+            headers = self._headers = RequestHeaders(self.scope)
+        return headers
+
+
 @dataclass(slots=True)
 class S3Context:
-    request: Request
+    request: GatewayRequest
     request_id: str
     bucket: str
     key: str
@@ -68,7 +112,7 @@ class S3Context:
         return self._view
 
     @property
-    def headers(self) -> Headers:
+    def headers(self) -> RequestHeaders:
         return self.request.headers
 
     @property
@@ -98,21 +142,33 @@ class S3Context:
         return record
 
     async def _stream(self) -> AsyncIterator[bytes]:
-        """The raw body; a client silent for BODY_IDLE_TIMEOUT_S gets RequestTimeout (a
-        stalled upload must not hold a writer ledger forever)."""
-        chunks = self.request.stream().__aiter__()
-        while True:
-            try:
-                async with asyncio.timeout(BODY_IDLE_TIMEOUT_S):
-                    chunk = await anext(chunks)
-            except StopAsyncIteration:
-                return
-            except TimeoutError:
-                raise S3Error("RequestTimeout") from None
-            except ClientDisconnect:
-                raise S3Error("IncompleteBody", "The client closed the connection") from None
-            if chunk:
-                yield chunk
+        """The raw body, read from the ASGI `receive` (Starlette's `Request.stream` is one
+        more generator per chunk for nothing here); a client silent for the
+        body idle timeout gets RequestTimeout (a stalled upload must not hold a writer
+        ledger forever; `GatewayConfig.body_idle_timeout_s`). The time between reads, when
+        the consumer is writing what it got, is not counted."""
+        receive = self.request.receive
+        watchdog = IdleWatchdog(self.config.body_idle_timeout_s)
+        try:
+            while True:
+                watchdog.waiting()
+                try:
+                    message = await receive()
+                except asyncio.CancelledError:
+                    if watchdog.expired():
+                        raise S3Error("RequestTimeout") from None
+                    raise
+                watchdog.progressed()
+                if message["type"] != "http.request":
+                    raise S3Error("IncompleteBody", "The client closed the connection")
+                body = message.get("body")
+                more = message.get("more_body", False)
+                if body:
+                    yield body
+                if not more:
+                    return
+        finally:
+            watchdog.close()
 
     def payload(
         self,

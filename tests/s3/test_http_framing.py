@@ -14,6 +14,7 @@ import pytest
 
 from s3api.http_protocol import collapse_content_length
 from tests.cluster.gateway import GatewayProcess
+from tests.s3.conftest import S3Cluster
 
 
 def test_collapse_content_length_keeps_one_of_equal_fields() -> None:
@@ -140,3 +141,37 @@ def test_a_head_ending_in_bare_line_feeds_is_answered_at_once(
     status, _ = read_response(connection, bytearray())
     assert status in (200, 400)
     assert time.monotonic() - started < 10
+
+
+def test_a_stalled_body_is_answered_request_timeout_and_commits_nothing(
+    s3_cluster: S3Cluster, s3: Any, bucket: str
+) -> None:
+    gateway = s3_cluster.start_gateway(
+        "gateway-body-timeout", env={"BLOBSTORE_GATEWAY_BODY_IDLE_TIMEOUT_S": "1"}
+    )
+    signer = gateway.client()  # a presigned URL signs the Host it names
+    sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=30)
+    try:
+        # A body sent in pieces 0.6 s apart takes longer than the timeout in all, and
+        # each wait is shorter: it is stored.
+        target = presigned_put(signer, bucket, "slow")
+        sock.sendall(put_head(target, gateway.port, "Content-Length: 12"))
+        for piece in (b"abcd", b"efgh", b"ijkl"):
+            time.sleep(0.6)
+            sock.sendall(piece)
+        assert read_response(sock, bytearray())[0] == 200
+        assert s3.get_object(Bucket=bucket, Key="slow")["Body"].read() == b"abcdefghijkl"
+
+        # A body that stops short waits one timeout, is refused, and is not stored.
+        target = presigned_put(signer, bucket, "stalled")
+        sock.sendall(put_head(target, gateway.port, "Content-Length: 100") + b"x" * 10)
+        started = time.monotonic()
+        buffered = bytearray()
+        status, body = read_response(sock, buffered)
+        assert time.monotonic() - started >= 0.9
+        assert status == 400 and b"<Code>RequestTimeout</Code>" in body
+        assert sock.recv(1) == b"", "the connection ends: the rest of the body is unread"
+    finally:
+        sock.close()
+    listed = s3.list_objects_v2(Bucket=bucket)["Contents"]
+    assert [entry["Key"] for entry in listed] == ["slow"]
