@@ -506,3 +506,52 @@ def test_pending_read_on_the_fast_path_speculates_skips_bad_copies_and_frees_slo
         await b.stop()
 
     run(scenario())
+
+
+def test_a_frame_queued_in_the_next_loop_iteration_joins_the_same_send() -> None:
+    """Frames are written once the loop has polled and run one more iteration after the
+    first: an add started by a callback of that iteration shares the first add's send."""
+
+    async def scenario() -> None:
+        async def handler(frame: protocol.Frame) -> tuple[int, bytes]:
+            request = protocol.AddRequest.decode(frame.body)
+            return Status.OK, protocol.AddResponse(request.ledger_id, request.entry_id).encode()
+
+        server = FrameServer(handler)
+        bookie_id = await server.start()
+        async with BookieClientPool(request_timeout_s=5) as pool:
+            key = protocol.master_key(b"")
+            entries = [protocol.Entry(7, e, e - 1, e + 1, b"x").encode() for e in range(4)]
+            await pool.add_entry(bookie_id, 7, 0, key, entries[0])  # connected now
+            transport = pool._connections[bookie_id]._protocol.transport  # type: ignore[union-attr]
+            writes: list[int] = []
+            write_lines = transport.writelines
+
+            def counting(frames: list[bytes]) -> None:
+                writes.append(len(frames))
+                write_lines(frames)
+
+            transport.writelines = counting
+            loop = asyncio.get_running_loop()
+            answered: list[asyncio.Future[BaseException | None]] = []
+
+            def add(entry_id: int) -> None:
+                future = loop.create_future()
+                answered.append(future)
+                sent = pool.add_entry_nowait(
+                    bookie_id, 7, entry_id, key, entries[entry_id], future.set_result
+                )
+                assert sent
+
+            add(1)
+            loop.call_soon(add, 2)  # runs in the next iteration, before the write
+            assert await answered[0] is None  # answered: the write has gone out
+            assert len(answered) == 2 and await answered[1] is None
+            assert len(writes) == 1, writes  # one send for both adds
+            # An add queued once the write went out gets a send of its own.
+            add(3)
+            await answered[-1]
+            assert len(writes) == 2, writes
+        await server.stop()
+
+    run(scenario())
