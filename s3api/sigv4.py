@@ -61,6 +61,10 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 CLOCK_SKEW_SECONDS_MAX = 15 * 60
 SIGNING_KEY_CACHE_ENTRIES_MAX = 4096
 AUTHORIZATION_HEADER_BYTES_MAX = 8192
+# Parsed credential scopes and Authorization headers (without their signature) kept.
+PARSED_AUTH_CACHE_ENTRIES_MAX = 1024
+_SIGNATURE_FIELD = "Signature="
+_SIGNATURE_HEX = re.compile(r"[0-9a-f]{64}\Z")
 
 _STREAMING_ECDSA = (
     "STREAMING-AWS4-ECDSA-P256-SHA256-PAYLOAD",
@@ -254,6 +258,15 @@ class _Credential:
 def _parse_credential(
     text: str, timestamp: str, region: str | None, error_code: str
 ) -> _Credential:
+    return _parse_credential_of_day(text, timestamp[:8], region, error_code)
+
+
+@functools.lru_cache(maxsize=PARSED_AUTH_CACHE_ENTRIES_MAX)
+def _parse_credential_of_day(
+    text: str, day: str, region: str | None, error_code: str
+) -> _Credential:
+    """`_parse_credential` for a timestamp of `day` (a client sends the same credential
+    all day: parsed once; a failure raises again each time, it is not cached)."""
     parts = text.rsplit("/", 4)
     if len(parts) != 5 or not parts[0]:
         raise S3Error(
@@ -282,11 +295,11 @@ def _parse_credential(
             f"{prefix}the region '{cred_region}' is wrong; expecting '{region}'",
             Region=region,
         )
-    if date != timestamp[:8]:
+    if date != day:
         raise S3Error(
             error_code,
             f'{prefix}Invalid credential date "{date}". This date is not the same as '
-            'X-Amz-Date: "' + timestamp[:8] + '".',
+            'X-Amz-Date: "' + day + '".',
         )
     return _Credential(access_key, date, cred_region, service)
 
@@ -294,6 +307,29 @@ def _parse_credential(
 def _parse_authorization(value: str) -> tuple[str, tuple[str, ...], str]:
     if len(value) > AUTHORIZATION_HEADER_BYTES_MAX:
         raise S3Error("AuthorizationHeaderMalformed", "The authorization header is too long.")
+    # SDKs end the header with the signature; what comes before it (algorithm,
+    # credential, signed headers) repeats for a client all day and is parsed once. Any
+    # other shape, and any error, goes through the full parse below.
+    head, found, signature = value.rpartition(_SIGNATURE_FIELD)
+    if found and _SIGNATURE_HEX.match(signature) and head.endswith(", "):
+        parsed = _authorization_head(head)
+        if parsed is not None:
+            return parsed[0], parsed[1], signature
+    return _parse_authorization_fields(value)
+
+
+@functools.lru_cache(maxsize=PARSED_AUTH_CACHE_ENTRIES_MAX)
+def _authorization_head(head: str) -> tuple[str, tuple[str, ...]] | None:
+    """Credential and signed headers of an Authorization header that is `head` followed
+    by a signature; None when the full parse fails (it then runs again and raises)."""
+    try:
+        credential, signed, _ = _parse_authorization_fields(head + _SIGNATURE_FIELD + "0")
+    except S3Error:
+        return None
+    return credential, signed
+
+
+def _parse_authorization_fields(value: str) -> tuple[str, tuple[str, ...], str]:
     algorithm, _, rest = value.strip().partition(" ")
     if algorithm != ALGORITHM:
         raise S3Error(

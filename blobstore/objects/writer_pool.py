@@ -78,7 +78,9 @@ class LedgerWriterPool:
             raise WriterPoolExhaustedError("writer pool is closed")
         try:
             if self._slots.locked():
-                await asyncio.wait_for(self._slots.acquire(), self._config.writer_wait_s_max)
+                # A timeout scope, not wait_for: no task per waiting PUT.
+                async with asyncio.timeout(self._config.writer_wait_s_max):
+                    await self._slots.acquire()
             else:
                 await self._slots.acquire()  # free: taken without waiting (no task per PUT)
         except TimeoutError:

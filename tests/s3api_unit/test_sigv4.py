@@ -214,6 +214,16 @@ def test_anonymous_request_is_none() -> None:
             "SignedHeaders=x-amz-date, Signature=" + "0" * 64,
             "AccessDenied",
         ),
+        (
+            "AWS4-HMAC-SHA256 Credential=AK/20130524/us-east-1/s3/aws4_request, "
+            "Signature=" + "1" * 64 + ", SignedHeaders=host;x-amz-date, Signature=" + "0" * 64,
+            "AuthorizationHeaderMalformed",
+        ),
+        (
+            "AWS4-HMAC-SHA256 Credential=AK/20130524/us-east-1/s3/aws4_request, "
+            "SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature=" + "0" * 63,
+            "InvalidAccessKeyId",
+        ),
     ],
 )
 def test_malformed_authorization(authorization: str, code: str) -> None:
@@ -224,9 +234,24 @@ def test_malformed_authorization(authorization: str, code: str) -> None:
         (b"authorization", authorization.encode()),
     ]
     now = calendar.timegm((2013, 5, 24, 0, 0, 0))
+    # Twice: the second time the parsed parts of the header may come from the caches of
+    # `_parse_authorization`, and a failure must be found again, never cached.
+    for _ in range(2):
+        with pytest.raises(S3Error) as caught:
+            authenticate("GET", b"/b/k", b"", headers, SECRETS.get, now)
+        assert caught.value.code == code
+
+
+def test_parsed_authorization_head_is_reused_with_each_signature(capture: CaptureClient) -> None:
+    request = capture.capture(lambda c: c.head_object(Bucket="bucket-1", Key="k"))
+    verify(request)
+    authorization = dict(request.headers)[b"authorization"].decode()
+    head, _, signature = authorization.rpartition("Signature=")
+    forged = "0" * 64 if signature != "0" * 64 else "1" * 64
     with pytest.raises(S3Error) as caught:
-        authenticate("GET", b"/b/k", b"", headers, SECRETS.get, now)
-    assert caught.value.code == code
+        verify(request.replace_header("authorization", head + "Signature=" + forged))
+    assert caught.value.code == "SignatureDoesNotMatch"
+    assert verify(request).access_key == ACCESS_KEY
 
 
 def test_missing_and_bad_content_sha256(capture: CaptureClient) -> None:
