@@ -14,7 +14,23 @@ as_root() {
         log "need root to run: $*"; return 1; fi
 }
 
+# The interpreter of .venv: $PYTHON when set, else the distribution's python3 when it is
+# 3.11 or newer, else python3 from PATH. Distributions build CPython with profile-guided
+# and link-time optimization; a plain source build (pyenv's default, which may come first
+# on PATH) ran the gateway's Python ~40% slower here (docs/operations.md, "Interpreter").
+python_ok() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
+if [ -n "${PYTHON:-}" ]; then
+    :
+elif [ -x /usr/bin/python3 ] && python_ok /usr/bin/python3; then
+    PYTHON=/usr/bin/python3
+else
+    PYTHON=python3
+fi
+
 apt_missing=()
+if ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1 && [ "$PYTHON" = /usr/bin/python3 ]; then
+    apt_missing+=(python3-venv)
+fi
 if ! command -v java >/dev/null 2>&1; then apt_missing+=(default-jre-headless); fi
 if ! ls /usr/share/java/zookeeper-3*.jar >/dev/null 2>&1 && [ -z "${ZOOKEEPER_HOME:-}" ]; then
     apt_missing+=(zookeeper)
@@ -27,10 +43,15 @@ if [ ${#apt_missing[@]} -gt 0 ]; then
     as_root apt-get install -y -q --no-install-recommends "${apt_missing[@]}" >/dev/null
 fi
 
-PYTHON="${PYTHON:-python3}"
+base=$(command -v "$PYTHON")
+if [ -x .venv/bin/python ] && [ "$(cat .venv/.base-python 2>/dev/null)" != "$base" ]; then
+    log "recreating .venv for $base"
+    rm -rf .venv
+fi
 if [ ! -x .venv/bin/python ]; then
-    log "creating .venv"
-    "$PYTHON" -m venv .venv
+    log "creating .venv with $base ($("$base" --version 2>&1))"
+    "$base" -m venv .venv
+    echo "$base" > .venv/.base-python
 fi
 stamp=.venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
