@@ -616,6 +616,25 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   in 17-60) cost one multi of about twice the usual time and are not the tail. Next:
   pace checkpoint writeback more gently on shared disks, and measure commits from a
   dedicated ZooKeeper log disk, as ZooKeeper's own deployment guidance asks.
+- **What the slow tenths of a second have in common: a busy worker.** A trace at 1,000
+  PUTs/s (one worker, a warm cluster, 2026-11-27) put each PUT's latency beside, per
+  100 ms, every process's CPU, the disk's counters and a probe writing 4 KiB and
+  fdatasyncing it every 5 ms on the same disk. Windows where most PUTs took over 25 ms
+  came every 1-3 s, one to three windows long. In a few the probe's fsync took 8-14 ms
+  (0.3-3 ms otherwise); in a few ZooKeeper used 0.4-0.9 of a core for 0.1-0.4 s and the
+  machine was 100% busy; in most, neither: the CPUs 62-80% busy, the disk writing less
+  than usual, every fsync normal. In every window the gateway worker used 60-90% of a
+  core. A loop that busy turns a stall of a few milliseconds anywhere on a PUT's path
+  into a backlog it works off with the 10-40% of a core it has spare, and every PUT
+  behind it waits: the lever is the worker's CPU per PUT. By /proc accounting that CPU
+  is 92% user time (~0.79 ms per PUT) and 8% system time, so it is the gateway's own
+  code, not system calls; the same uvicorn, generator and rate against a trivial ASGI
+  application cost 0.14 ms per request. Three tunings changed neither CPU nor latency
+  beyond this machine's spread (alternated clusters, two pairs each): the journal
+  gathering for 1 ms (BookKeeper's journalFlushWhenQueueEmpty=false), 64 writer
+  ledgers per worker instead of 16, and checkpoint slices of 256 KiB instead of 4 MiB.
+  Building .venv from the distribution's PGO/LTO-built Python instead of a plain source
+  build cut the worker's CPU per PUT by ~4% (docs/operations.md, Interpreter).
 - **Two workers, one hot page.** Keys that sort in write order put every PUT on the
   bucket's last index page, and both workers commit to it. A trace of every commit batch
   slower than 15 ms at 1,000 PUTs/s (200-600 such batches per 15 s run) found about half
@@ -652,10 +671,10 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
 - **Large and ranged GET** decode and CRC-check 1 MiB entries, cut from the bookie
   connections' buffers, and copy them into the responses. The generator is far from its own limit (its 16 MiB
   GET ceiling is in the table above).
-- **Next steps, by expected gain:** CPU per small PUT, which sets its tail here (the
-  workers' 0.7 ms is spread thin: uvicorn, SigV4, the catalog commit, and the sends to
-  two bookies and ZooKeeper, each a loopback system call that also runs the receiver's
-  TCP path); route a page's commits to one writer (or give pages with heavy traffic a
+- **Next steps, by expected gain:** CPU per small PUT in the worker, which sets its tail
+  here (~0.8 ms, ~1,200 Python calls per PUT spread thin: the request and response
+  layers, SigV4, header parsing, the ledger append and the bookie client, the catalog
+  commit, metrics; no single part above a tenth); route a page's commits to one writer (or give pages with heavy traffic a
   short write lease) so workers and gateways stop redoing each other's
   compare-and-sets; O_DIRECT journal and entry log writes in the bookies; more workers
   where there are more cores.
