@@ -622,9 +622,11 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   fdatasyncing it every 5 ms on the same disk. Windows where most PUTs took over 25 ms
   came every 1-3 s, one to three windows long. In a few the probe's fsync took 8-14 ms
   (0.3-3 ms otherwise); in a few ZooKeeper used 0.4-0.9 of a core for 0.1-0.4 s and the
-  machine was 100% busy; in most, neither: the CPUs 62-80% busy, the disk writing less
-  than usual, every fsync normal. In every window the gateway worker used 60-90% of a
-  core. A loop that busy turns a stall of a few milliseconds anywhere on a PUT's path
+  machine was 100% busy (a 40 s trace by thread: its JIT compiler threads, still at work
+  in a fresh server's first one to two minutes under load, then quiet); in most,
+  neither: the CPUs 62-80% busy and every fsync normal, later in a run often while the
+  bookies' checkpoints wrote (the disk at 40-100 MB/s instead of ~20), by a mechanism
+  not traced. In every window the gateway worker used 60-90% of a core. A loop that busy turns a stall of a few milliseconds anywhere on a PUT's path
   into a backlog it works off with the 10-40% of a core it has spare, and every PUT
   behind it waits: the lever is the worker's CPU per PUT. By /proc accounting that CPU
   is 92% user time (~0.79 ms per PUT) and 8% system time, so it is the gateway's own
