@@ -157,7 +157,11 @@ class ZooKeeperClient:
         started = time.monotonic()
         future = self._session.submit(request, watch)
         try:
-            return await wait_shielded(future, timeout_s or self.operation_timeout_s)
+            # The reply's future is awaited itself (no shield: a caller that gives up
+            # cancels it below anyway), so the reply wakes the caller in the next loop
+            # iteration, not one later through a chained callback.
+            async with asyncio.timeout(timeout_s or self.operation_timeout_s):
+                return await future
         finally:
             elapsed = time.monotonic() - started
             batched_histogram(REQUEST_SECONDS, type(request).__name__).observe(elapsed)

@@ -3,9 +3,11 @@
 uvicorn writes a response's status line and headers, then its body, with two
 `transport.write` calls; each is a send syscall (and, on loopback, the peer's receive
 work) and its own TCP segment. For a 4 KiB GET those sends were a visible share of the
-gateway's CPU. Here small writes made during one loop turn are gathered and written
-together at the end of the turn; a large write (a streamed body chunk) goes through at
-once, after what is gathered, so flow control still sees the real buffer.
+gateway's CPU. Here small writes are gathered and written together when the response
+is complete (the same step, so the client waits for no other work of the loop), or at
+the end of the loop turn for a response still streaming; a large write (a streamed body
+chunk) goes through at once, after what is gathered, so flow control still sees the
+real buffer.
 
 The protocol also accepts a request head that repeats Content-Length with one value
 (`collapse_content_length`), as S3 does, where llhttp alone would answer 400.
@@ -76,6 +78,11 @@ class _GatheringTransport:
         else:
             self._gathered.append(bytes(data))
 
+    def flush(self) -> None:
+        """Write what was gathered now (the response it belongs to is complete)."""
+        if self._gathered is not None:
+            self._flush()
+
     def _flush(self) -> None:
         gathered, self._gathered = self._gathered, None
         if gathered and not self._transport.is_closing():
@@ -139,3 +146,9 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._between_requests = True
+
+    def on_response_complete(self) -> None:
+        transport = self.transport
+        if isinstance(transport, _GatheringTransport):
+            transport.flush()
+        super().on_response_complete()

@@ -162,11 +162,15 @@ class LedgerHandle:
                 f"ledger_id={self.ledger_id} is closed", ledger_id=self.ledger_id
             )
 
-    def append(self, payload: bytes) -> asyncio.Future[int]:
+    def append(
+        self, payload: bytes, waiter: asyncio.Future[int] | None = None
+    ) -> asyncio.Future[int]:
         """Send the next entry; the future resolves with its id once AQ bookies have it.
 
         Futures resolve in entry order. Raises PendingAddsFullError (nothing sent) when the
-        handle's bound of adds in flight is reached.
+        handle's bound of adds in flight is reached. `waiter`, when given, is resolved in
+        the same step as the returned future; the caller may await or cancel it freely
+        (the returned future must not be cancelled: see PendingAddOp).
         """
         self._check_writable()
         if len(payload) > protocol.ENTRY_PAYLOAD_BYTES_MAX:
@@ -186,7 +190,7 @@ class LedgerHandle:
         entry = protocol.Entry(
             self.ledger_id, entry_id, self.last_add_confirmed, ledger_length, bytes(payload)
         ).encode()
-        return self._push(entry_id, entry, len(payload), ledger_length)
+        return self._push(entry_id, entry, len(payload), ledger_length, waiter)
 
     def append_entry_bytes(self, entry: protocol.Entry, raw: bytes) -> asyncio.Future[int]:
         """Recovery: re-add an entry read from a bookie, byte for byte."""
@@ -196,7 +200,12 @@ class LedgerHandle:
         return self._push(entry.entry_id, raw, len(entry.payload), entry.ledger_length)
 
     def _push(
-        self, entry_id: int, entry: bytes, payload_bytes: int, ledger_length: int
+        self,
+        entry_id: int,
+        entry: bytes,
+        payload_bytes: int,
+        ledger_length: int,
+        waiter: asyncio.Future[int] | None = None,
     ) -> asyncio.Future[int]:
         metadata = self.metadata
         assert entry_id >= metadata.ensembles[-1][0], (entry_id, metadata.ensembles[-1][0])
@@ -209,6 +218,7 @@ class LedgerHandle:
             ledger_length,
             AckSet(slots, metadata.ack_quorum),
             future,
+            waiter,
         )
         self._last_add_pushed = entry_id
         self._pushed_length = ledger_length
@@ -341,8 +351,7 @@ class LedgerHandle:
             completed += 1
             completed_bytes += op.payload_bytes
             metrics.ADD_SECONDS.observe(now - op.started)
-            if not op.future.done():
-                op.future.set_result(op.entry_id)
+            op.succeed()
         if completed:  # one update for all the adds one ack completed
             metrics.PENDING_ADDS.add(-completed)
             metrics.ADDS_OK.inc(completed)
@@ -367,9 +376,7 @@ class LedgerHandle:
         for op in pending:
             metrics.PENDING_ADDS.add(-1)
             metrics.ADDS_UNKNOWN.inc()
-            if not op.future.done():
-                op.future.set_exception(self._error)
-                op.future.exception()  # retrieved here: callers may drop futures
+            op.fail(self._error)
         self._capacity.set()
 
     # ------------------------------------------------------------------ ensemble change

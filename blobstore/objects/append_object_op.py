@@ -73,7 +73,8 @@ class AppendObjectOp:
         self._size_max = size_max
         self._md5 = hashlib.md5() if compute_md5 else None
         self._writer: WriterLedger | None = None
-        self._pending: deque[asyncio.Future[int]] = deque()
+        # (the add's own future, this op's waiter for it): see PendingAddOp
+        self._pending: deque[tuple[asyncio.Future[int], asyncio.Future[int]]] = deque()
         self._first_entry = -1
         self._last_entry = -1
         self._appended_bytes = 0
@@ -139,9 +140,10 @@ class AppendObjectOp:
             self._writer = await self._pool.acquire()
             self._ledger_id = self._writer.handle.ledger_id
         handle = self._writer.handle
+        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         while True:
             try:
-                future = handle.append(payload)
+                future = handle.append(payload, waiter)
                 break
             except PendingAddsFullError:
                 await asyncio.wait_for(handle.wait_for_capacity(), APPEND_TIMEOUT_S)
@@ -149,7 +151,7 @@ class AppendObjectOp:
                 # Closed, fenced or failed handle: never hand it out again.
                 self._writer.failed = True
                 raise
-        self._pending.append(future)
+        self._pending.append((future, waiter))
         self._writer.bytes_appended += len(payload)
         self._appended_bytes += len(payload)
         OBJECT_BYTES_WRITTEN.inc(len(payload))
@@ -160,10 +162,15 @@ class AppendObjectOp:
         while self._pending:
             await self._acknowledged(self._pending.popleft())
 
-    async def _acknowledged(self, future: asyncio.Future[int]) -> None:
+    async def _acknowledged(self, add: tuple[asyncio.Future[int], asyncio.Future[int]]) -> None:
+        """Wait for one add. The waiter, not the add's own future, is awaited: it wakes
+        this task in the loop iteration after the acknowledgement (a callback chained to
+        the add's future would take one more), and a timeout or a cancelled request
+        cancels only the waiter; `_abandon` learns the add's fate from its future."""
         assert self._writer is not None
         try:
-            entry_id = await wait_shielded(future, APPEND_TIMEOUT_S)
+            async with asyncio.timeout(APPEND_TIMEOUT_S):
+                entry_id = await add[1]
         except BaseException:
             self._writer.failed = True
             raise
@@ -179,7 +186,7 @@ class AppendObjectOp:
         if self._writer is None:
             return
         ABANDONED_WRITES.inc()
-        pending = list(self._pending)
+        pending = [future for future, _ in self._pending]
         self._pending.clear()
         if pending:
             results = await asyncio.gather(
