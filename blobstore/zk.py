@@ -352,7 +352,8 @@ class ZooKeeperClient:
         """Run a ZooKeeper `multi`: all operations or none.
 
         `operations` is a list of (kind, args) with kind one of "create" (path, value),
-        "set" (path, value, version), "delete" (path, version), "check" (path, version).
+        "create_ephemeral" (path, value), "set" (path, value, version), "delete" (path,
+        version), "check" (path, version).
         Returns kazoo's per-operation results; raises the first failure's exception
         (e.g. BadVersionError) when the transaction was rolled back, with the index of
         the operation that failed as its `operation_index` attribute.
@@ -363,6 +364,8 @@ class ZooKeeperClient:
             if kind == "create":
                 value = rest[0] if rest else b""
                 requests.append(Create(path, value, OPEN_ACL_UNSAFE, 0))
+            elif kind == "create_ephemeral":
+                requests.append(Create(path, rest[0] if rest else b"", OPEN_ACL_UNSAFE, 1))
             elif kind == "set":
                 requests.append(SetData(path, rest[0], rest[1] if len(rest) > 1 else -1))
             elif kind == "delete":

@@ -90,7 +90,12 @@ class Catalog:
     async def start(self) -> None:
         self.index.start()
         with zookeeper_errors("create catalog root"):
-            for path in (self.paths.buckets, self.paths.index, self.paths.uploads):
+            for path in (
+                self.paths.buckets,
+                self.paths.index,
+                self.paths.uploads,
+                self.paths.fences,
+            ):
                 await self.zk.ensure_path(path)
 
     async def close(self) -> None:

@@ -8,6 +8,7 @@ Znode layout under `root` (default /catalog):
     index/<bucket>/pages/<page id>        one leaf page of the object index
     uploads/<bucket>/<upload id>          UploadRecord JSON
     uploads/<bucket>/<upload id>/part-NNNNN   PartRecord JSON
+    fences/<session>-<n>                  a commit queue's write fence (ephemeral, empty)
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ class CatalogConfig:
     # (each a request through four server threads and a log fsync) for the same PUTs.
     # A page's first write after it went idle is not delayed (0: off).
     commit_gather_ms: float = 1.0
+    # Writes of one busy page in flight at once (1: each write waits for the previous
+    # one's answer). A write sent behind another applies its batch to the page as the
+    # one ahead will leave it and expects the version that one makes; a fence (an
+    # ephemeral znode of the queue that every such write bumps in the same multi) makes
+    # it fail whenever the one ahead failed, so it can never apply over another
+    # writer's change. ZooKeeper applies one session's requests in order.
+    commit_pipeline_depth: int = 2
     # Compare-and-set retry: attempt cap, deadline, jittered exponential backoff.
     cas_attempts_max: int = 50
     cas_deadline_s: float = 10.0
@@ -112,6 +120,7 @@ class CatalogConfig:
             "cas_attempts_max",
             "reroutes_max",
             "commit_queues_max",
+            "commit_pipeline_depth",
             "page_read_cache_pages",
             "map_shard_cache_shards",
         ):
@@ -171,6 +180,13 @@ class CatalogPaths:
     @property
     def uploads(self) -> str:
         return f"{self.root}/uploads"
+
+    @property
+    def fences(self) -> str:
+        return f"{self.root}/fences"
+
+    def fence(self, name: str) -> str:
+        return f"{self.root}/fences/{name}"
 
     def bucket(self, bucket: str) -> str:
         return f"{self.root}/buckets/{bucket}"

@@ -67,5 +67,11 @@ PAGE_READS = Counter(
 # Children of the hot paths, resolved once (a labels() lookup costs as much as the inc)
 # and batched (blobstore.batched_metrics), as are the updates per mutation above.
 PAGE_COMMITS = BatchedCounter(COMMITS.labels("page"))
+PIPELINED_WRITES = BatchedCounter(
+    Counter(
+        "blobstore_catalog_pipelined_writes_total",
+        "Index page writes sent while another write of the same page was unanswered",
+    )
+)
 PAGE_READS_CACHED = BatchedCounter(PAGE_READS.labels("cached"))
 PAGE_READS_TRANSFERRED = BatchedCounter(PAGE_READS.labels("transferred"))

@@ -93,6 +93,10 @@ class ObjectIndex:
         for queue in self._queues.values():
             queue.forget()  # no expiry timer outlives the index
 
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
     def track(self, task: asyncio.Task[Any]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -19,13 +19,31 @@ backoff, an attempt cap and a deadline; mutations that arrived meanwhile join th
 (two processes writing one page then write fewer, larger batches). A page grown past
 page_split_bytes is split in the same write: one multi sets this page, creates the new
 pages and sets the page map, with version checks on the page and the map.
+
+A busy page's writes are pipelined (commit_pipeline_depth, default 2 in flight): the
+next batch is applied to the page as the write ahead of it will leave it and sent
+before that write is answered, expecting the version it makes. Waiting for the answer
+first was most of a commit's latency under load (a batch waited for the write ahead,
+then its own), and all of it in ZooKeeper's slow moments. A version check alone could
+let such a write succeed where the one ahead failed: another writer's single write
+makes the very version it expects, and it would then overwrite that writer's change.
+So every write of a busy page also sets the queue's fence, an ephemeral znode of its
+own (catalog `fences/`), expecting the fence version the write ahead makes: when that
+write failed, the fence never moved and the follower fails too. ZooKeeper applies one
+session's requests in order. Any failure ends the pipeline: the fence is dropped (a
+new one is made by the next busy write), later batches fail and retry in order, each
+after the ones ahead of it have finished, and no new batch follows until they have.
+Splits, merges, a contended page (under a watch) and batches with extra operations are
+never pipelined.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable
@@ -98,6 +116,15 @@ class PageCommitQueue:
         self._forgotten = 0  # forget() calls: an exists answered after one is undone
         self._watched = False  # a watch of this queue's may be armed on the page
         self._contended_until = 0.0  # lost a compare-and-set recently: watch the page
+        # Batches whose commit runs (a task each), in the order their writes are sent.
+        self._inflight: deque[asyncio.Task[None]] = deque()
+        self._sent: asyncio.Future[None] | None = None  # the newest batch's write left
+        self._arrival: asyncio.Future[None] | None = None  # a mutation was submitted
+        self._retrying = 0  # batches between a failed attempt and their end
+        self._busy_at_end = False  # mutations were waiting when the last batch ended
+        self._chain = False  # the newest write sent carries the fence: one may follow it
+        self._fence: str | None = None  # this queue's fence znode, once a write made it
+        self._fence_version = 0  # the version the next fenced write expects
 
     @property
     def idle(self) -> bool:
@@ -126,6 +153,8 @@ class PageCommitQueue:
         is armed again after each: one more ZooKeeper request per write, which only a
         page with two writers pays back. A page with one writer (one gateway worker on a
         bucket's last page) or written once in a while gets no watch."""
+        if self.page is not None and self.page.version > page.version:
+            return  # a write sent behind this one already left a newer copy
         now = time.monotonic()
         recent = now - self._page_written_at <= self.index.config.page_cache_s
         self.page = page
@@ -170,6 +199,21 @@ class PageCommitQueue:
             self._expiry.cancel()
             self._expiry = None
         self.index.zk.forget_data_watch(self._path(), self._page_changed)
+        self._drop_fence()
+
+    def _drop_fence(self) -> None:
+        """Stop using the fence (a write failed, or the queue is idle): the next busy
+        write makes a new one. The old one is deleted in the background (a closing
+        index leaves it to the end of its session, which removes it)."""
+        fence, self._fence = self._fence, None
+        self._chain = False
+        if fence is None or self.index.closing:
+            return
+        self.index.track(asyncio.ensure_future(self._delete_fence(fence)))
+
+    async def _delete_fence(self, fence: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.index.zk.delete(fence)
 
     def submit(self, mutation: Mutation) -> None:
         if len(self._waiting) >= self.index.config.commit_queue_max:
@@ -177,35 +221,64 @@ class PageCommitQueue:
             mutation.fail(CatalogBusyError(f"commit queue of bucket {self.bucket!r} is full"))
             return
         self._waiting.append(mutation)
+        arrival = self._arrival
+        if arrival is not None and not arrival.done():
+            arrival.set_result(None)
         if self._task is None:
             self._task = asyncio.ensure_future(self._drain())
             self.index.track(self._task)
 
     async def _drain(self) -> None:
         config = self.index.config
+        loop = asyncio.get_running_loop()
+        inflight = self._inflight
+        self._busy_at_end = False
         try:
-            following = False
-            while self._waiting:
-                wait_ms = config.commit_gather_ms if following else config.commit_group_wait_ms
-                if wait_ms > 0:
-                    await asyncio.sleep(wait_ms / 1000.0)
-                following = True
-                batch = self._take_batch(config.commit_batch_max)
-                try:
-                    await self._commit(batch)
-                except Exception as e:  # noqa: BLE001 - a bug must not strand the waiters
-                    logger.exception(
-                        "catalog commit failed bucket=%s page=%s", self.bucket, self.page_id
-                    )
-                    for mutation in batch:
-                        mutation.fail(e)
+            while self._waiting or inflight:
+                if self._waiting and (not inflight or self._may_follow()):
+                    # A batch that follows a write (one in flight, or one that ended
+                    # with work waiting: the page is busy) gathers first; a page's first
+                    # write after it went idle is not delayed.
+                    following = bool(inflight) or self._busy_at_end
+                    wait_ms = config.commit_gather_ms if following else config.commit_group_wait_ms
+                    if wait_ms > 0:
+                        await asyncio.sleep(wait_ms / 1000.0)
+                    if not self._waiting or (inflight and not self._may_follow()):
+                        continue  # the write ahead failed meanwhile: wait for it
+                    batch = self._take_batch(config.commit_batch_max)
+                    sent = loop.create_future()
+                    self._sent = sent
+                    task = asyncio.ensure_future(self._commit_batch(batch))
+                    self.index.track(task)
+                    inflight.append(task)
+                    # The next batch may be applied once this one's write has left
+                    # (the page it leaves is then this queue's copy).
+                    await asyncio.wait((task, sent), return_when=asyncio.FIRST_COMPLETED)
+                    self._sent = None
+                else:
+                    waits: set[asyncio.Future[Any]] = set(inflight)
+                    if not self._waiting:
+                        self._arrival = loop.create_future()
+                        waits.add(self._arrival)
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                    self._arrival = None
+                if any(task.done() for task in inflight):
+                    remaining = [task for task in inflight if not task.done()]
+                    inflight.clear()
+                    inflight.extend(remaining)
+        except BaseException:
+            for task in inflight:
+                task.cancel()
+            raise
         finally:
             self._task = None
             if self._waiting:  # cancelled while work was waiting
                 for mutation in self._waiting:
                     mutation.fail(CatalogBusyError("catalog is closing"))
                 self._waiting.clear()
-            if (self.page is not None or self._watched) and self._expiry is None:
+            if (
+                self.page is not None or self._watched or self._fence is not None
+            ) and self._expiry is None:
                 # An idle queue holds its copy (and the server its watch) for at most
                 # page_cache_s: memory and watches follow the recent write rate, not
                 # the number of pages ever written.
@@ -216,13 +289,60 @@ class PageCommitQueue:
 
     def _expire(self) -> None:
         self._expiry = None
-        if (self.page is None and not self._watched) or self._task is not None:
+        if (self.page is None and not self._watched and self._fence is None) or (
+            self._task is not None
+        ):
             return  # gone already, or in use (the drain's end schedules it again)
         left = self._page_written_at + self.index.config.page_cache_s - time.monotonic()
         if left > 0:
             self._expiry = asyncio.get_running_loop().call_later(left, self._expire)
             return
         self.forget()
+
+    def _may_follow(self) -> bool:
+        """Whether the next batch may be sent before the writes in flight are answered."""
+        return (
+            self._chain
+            and not self._retrying
+            and len(self._inflight) < self.index.config.commit_pipeline_depth
+            and not self._waiting[0].extra_operations
+            and time.monotonic() >= self._contended_until
+        )
+
+    async def _commit_batch(self, batch: list[Mutation]) -> None:
+        try:
+            await self._commit(batch)
+            self._busy_at_end = bool(self._waiting)
+        except asyncio.CancelledError:
+            for mutation in batch:
+                mutation.fail(CatalogBusyError("catalog is closing"))
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug must not strand the waiters
+            logger.exception("catalog commit failed bucket=%s page=%s", self.bucket, self.page_id)
+            for mutation in batch:
+                mutation.fail(e)
+
+    def _others_in_flight(self) -> bool:
+        """Whether another batch of this queue (not the caller's) is still running."""
+        me = asyncio.current_task()
+        return any(not task.done() for task in self._inflight if task is not me)
+
+    def _attempt_failed(self, retry: CasRetry) -> None:
+        """A batch's attempt failed: no batch follows the writes in flight until it ends."""
+        if not retry.failures:
+            self._retrying += 1
+        retry.failures += 1
+        self._chain = False
+
+    async def _after_writes_ahead(self) -> None:
+        """Before a retry: wait until every batch sent before this one has finished (so
+        retries go in order, each on what the ones ahead left)."""
+        me = asyncio.current_task()
+        for task in list(self._inflight):
+            if task is me:
+                return
+            if not task.done():
+                await asyncio.wait((task,))
 
     def _top_up(self, batch: list[Mutation], pending: list[Mutation]) -> list[Mutation]:
         """Before a retry: mutations that arrived since the batch was taken join it (in
@@ -259,6 +379,8 @@ class PageCommitQueue:
             await self._attempt(batch, retry)
         finally:
             metrics.COMMIT_ATTEMPTS.observe(retry.attempt)
+            if retry.failures:
+                self._retrying -= 1
 
     async def _attempt(self, batch: list[Mutation], retry: CasRetry) -> None:
         index = self.index
@@ -271,6 +393,7 @@ class PageCommitQueue:
         while pending:
             try:
                 if retry.attempt > 1:
+                    await self._after_writes_ahead()
                     pending += self._top_up(batch, pending)
                 bucket, bucket_version = await index.bucket_state(self.bucket, fresh=fresh_bucket)
                 page = self._cached_page()
@@ -332,6 +455,7 @@ class PageCommitQueue:
                     return
                 written = await self._write(page, work, bucket_version, [m for m, _ in applied])
             except BadVersionError as e:
+                self._attempt_failed(retry)
                 metrics.CAS_CONFLICTS.inc()
                 if await self._extra_operations_failed(pending, page):
                     return
@@ -350,6 +474,7 @@ class PageCommitQueue:
                     return
                 continue
             except NoNodeError:
+                self._attempt_failed(retry)
                 self.page = None
                 if not await self._bucket_exists():
                     self._fail_all(pending, NoSuchBucketError(self.bucket))
@@ -371,6 +496,7 @@ class PageCommitQueue:
             except UNKNOWN_OUTCOME_ERRORS as e:
                 # The write may have happened. Every mutation is idempotent, so trying
                 # again finds its own result when it did.
+                self._attempt_failed(retry)
                 unknown_outcome = True
                 self.page = None
                 if not await retry.backoff("unavailable"):
@@ -394,6 +520,7 @@ class PageCommitQueue:
                 written < index.config.page_merge_bytes
                 and page is not None
                 and work.encoded_size() < page.encoded_size()
+                and not self._others_in_flight()
             ):
                 # Only a page that shrank (keys or versions removed) may merge. One small
                 # because it is new, the bucket's last page after an append split, has
@@ -441,12 +568,32 @@ class PageCommitQueue:
             operations.append(
                 ("set", (paths.page(self.bucket, work.page_id), stored, page.version))
             )
-            await index.zk.multi(operations)
-            metrics.PAGE_COMMITS.inc()
+            followed = self._others_in_flight()  # sent behind an unanswered write?
+            fenced = self._fence_operation(operations, batch, followed)
             work.version = page.version + 1
+            if fenced:
+                # The next batch may apply to what this write leaves, before its answer.
+                self.page = work
+                self._page_written_at = time.monotonic()
+                self._chain = True
+            else:
+                self._chain = False
+            if followed:
+                metrics.PIPELINED_WRITES.inc()
+            if self._sent is not None and not self._sent.done():
+                self._sent.set_result(None)
+            try:
+                await index.zk.multi(operations)
+            except BaseException:
+                if self.page is work:
+                    self.page = None
+                self._drop_fence()
+                raise
+            metrics.PAGE_COMMITS.inc()
             self._remember(work)
             return len(encoded)
         assert page_map is not None
+        self._chain = False  # nothing follows a split before its answer
         for piece in pieces:
             piece.check()
         # One piece keeps this page's id (the first, or the last after an append split)
@@ -489,6 +636,28 @@ class PageCommitQueue:
             "index page split bucket=%s page=%s pieces=%d", self.bucket, work.page_id, len(pieces)
         )
         return len(kept_encoded)
+
+    def _fence_operation(
+        self, operations: list[tuple[str, tuple[Any, ...]]], batch: list[Mutation], followed: bool
+    ) -> bool:
+        """Add the fence to a write of a busy page (one written within page_cache_s, or
+        with a write of this queue unanswered); True when it was added. A write sent
+        behind another always carries it (it expects the version the one ahead makes)."""
+        config = self.index.config
+        if config.commit_pipeline_depth < 2 or any(m.extra_operations for m in batch):
+            assert not followed, "only fenced writes are sent behind another"
+            return False
+        busy = time.monotonic() - self._page_written_at <= config.page_cache_s
+        if not (busy or followed):
+            return False
+        if self._fence is None:
+            self._fence = self.index.paths.fence(secrets.token_hex(8))
+            self._fence_version = 0
+            operations.append(("create_ephemeral", (self._fence, b"")))
+        else:
+            operations.append(("set", (self._fence, b"", self._fence_version)))
+            self._fence_version += 1
+        return True
 
     async def _map_operations(
         self, page_map: PageMap, new_map: PageMap

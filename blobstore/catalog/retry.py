@@ -39,6 +39,7 @@ class CasRetry:
     sleep: Callable[[float], Awaitable[None]]
     deadline: float
     attempt: int = 1
+    failures: int = 0  # failed attempts the caller counted (backoff does not)
 
     async def backoff(self, reason: str) -> bool:
         if self.attempt >= self.policy.attempts_max:

@@ -641,7 +641,12 @@ def test_a_page_written_elsewhere_is_read_again_before_the_next_commit(zk_connec
             )
             await one.create_bucket("other", "alice")
             await one.put_object(object_record("other", "x", 1))
-            assert ("watched", queue.page_id) not in one.index._queues
+            # (The new queue goes idle, and pushes the other out, as its drain ends: in
+            # the loop iteration after the commit's answer woke the caller.)
+            await _until(
+                lambda: ("watched", queue.page_id) not in one.index._queues,
+                "the idle queue was kept",
+            )
             assert queue._page_changed not in session._data_watches.get(path, set())
 
     asyncio.run(asyncio.wait_for(main(), 60))
@@ -796,6 +801,68 @@ def test_commits_queued_across_a_split_stay_on_their_page(
     run_with_catalog(zk_connect, body, config)
 
 
+async def _pipelined_behind_a_stale_write(zk_connect: str, fence: bool) -> list[str]:
+    """One session's queue holds a stale copy of its page (another session wrote it
+    since) and sends two writes of it back to back: the first, on the stale copy, fails
+    its compare-and-set; the second expects exactly the version the other session's
+    write made. Returns the keys listed afterwards."""
+    from blobstore.catalog import CatalogConfig
+    from blobstore.catalog import metrics as catalog_metrics
+
+    config = CatalogConfig(page_cache_s=60, commit_gather_ms=0)
+    async with (
+        open_catalog(zk_connect, config) as one,
+        open_catalog(zk_connect, config) as two,
+    ):
+        await one.create_bucket("fenced", "alice")
+        await one.put_object(object_record("fenced", "a", 1))  # one caches the page
+        (queue,) = one.index._queues.values()
+        if not fence:
+            # The experiment the fence exists for: the same writes without it.
+            def no_fence(operations: Any, batch: Any, followed: bool) -> bool:
+                return True
+
+            queue._fence_operation = no_fence  # type: ignore[method-assign]
+        await two.put_object(object_record("fenced", "x", 2))  # one's copy is stale now
+        assert queue.page is not None, "one still holds its (stale) copy"
+        pipelined = catalog_metrics.PIPELINED_WRITES._total
+        p = asyncio.ensure_future(one.put_object(object_record("fenced", "p", 3)))
+
+        def p_sent() -> bool:  # p's write has left and is not answered yet
+            return queue._chain and any(not t.done() for t in queue._inflight)
+
+        for _ in range(10_000):
+            if p_sent():
+                break
+            await asyncio.sleep(0)
+        assert p_sent(), "p's write is in flight"
+        q = asyncio.ensure_future(one.put_object(object_record("fenced", "q", 4)))
+        await asyncio.gather(p, q)
+        assert catalog_metrics.PIPELINED_WRITES._total > pipelined, "q was sent behind p"
+        listed = await two.list_objects("fenced")
+        return [r.key for r in listed.contents]
+
+
+def test_a_write_sent_behind_a_failed_one_fails_too(zk_connect: str) -> None:
+    """Writes of a busy page are pipelined; the fence makes a write sent behind one that
+    fails its compare-and-set fail as well, though its own version check would pass
+    (the other session's write made that version), so neither overwrites the other
+    session's key; both retry in order and every key is there."""
+    keys = asyncio.run(asyncio.wait_for(_pipelined_behind_a_stale_write(zk_connect, True), 60))
+    assert keys == ["a", "p", "q", "x"]
+
+
+def test_without_the_fence_the_write_behind_would_lose_another_writers_key(
+    zk_connect: str,
+) -> None:
+    """The scenario above really races: with the fence taken out, the write sent behind
+    the failed one succeeds on its version check and the other session's key is gone
+    (what the fence prevents)."""
+    keys = asyncio.run(asyncio.wait_for(_pipelined_behind_a_stale_write(zk_connect, False), 60))
+    assert "x" not in keys, keys
+    assert {"a", "p", "q"} <= set(keys)
+
+
 def test_a_write_that_follows_another_gathers_first(zk_connect: str) -> None:
     """Under load (a page's next batch waiting when its write ends) the queue waits
     commit_gather_ms before taking that batch, so mutations arriving meanwhile share its
@@ -817,11 +884,15 @@ def test_a_write_that_follows_another_gathers_first(zk_connect: str) -> None:
             assert batches() == (count + 1, total + 1)
             (queue,) = one.index._queues.values()
             b = asyncio.ensure_future(one.put_object(object_record("gathering", "b", 2)))
+
+            def b_is_being_written() -> bool:
+                return any(not t.done() for t in queue._inflight) and not queue._waiting
+
             for _ in range(10_000):  # loop turns, not time: b's write takes a few ms
-                if queue._task is not None and not queue._waiting:
+                if b_is_being_written():
                     break
                 await asyncio.sleep(0)
-            assert queue._task is not None and not queue._waiting, "b is being written"
+            assert b_is_being_written(), "b is being written"
             c = asyncio.ensure_future(one.put_object(object_record("gathering", "c", 3)))
             await b
             assert not c.done() and len(queue._waiting) == 1, "c gathers, not yet written"
