@@ -274,3 +274,41 @@ def test_config_from_env_and_validation() -> None:
         LedgerConfig.from_env({"BLOBSTORE_LEDGER_PENDING_ADDS_MAX": "0"})
     with pytest.raises(BadLedgerConfigError, match="READ_REPLICA_ORDER"):
         LedgerConfig(read_replica_order="sideways").validate()
+
+
+def test_pending_add_waiter_follows_the_add_and_its_cancellation_leaves_the_add_alone() -> None:
+    """The waiter an appender awaits resolves in the same step as the add's own future;
+    cancelling it (a timeout, a cancelled request) neither completes nor fails the add,
+    whose future the handle's bookkeeping relies on."""
+    import asyncio
+
+    from blobstore.ledger.errors import AddOutcomeUnknownError
+    from blobstore.ledger.pending_add_op import PendingAddOp
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def op() -> PendingAddOp:
+            return PendingAddOp(
+                7, b"entry", 5, 5, AckSet([0, 1], 2), loop.create_future(), loop.create_future()
+            )
+
+        done = op()
+        done.succeed()
+        assert done.future.result() == 7 and done.waiter is not None
+        assert done.waiter.result() == 7
+
+        cancelled = op()
+        assert cancelled.waiter is not None
+        cancelled.waiter.cancel()
+        assert not cancelled.done, "the add is still in flight"
+        cancelled.succeed()
+        assert cancelled.done and cancelled.future.result() == 7
+
+        failed = op()
+        assert failed.waiter is not None
+        failed.fail(AddOutcomeUnknownError("ledger_id=1 gone", ledger_id=1))
+        for future in (failed.future, failed.waiter):
+            assert isinstance(future.exception(), AddOutcomeUnknownError)
+
+    asyncio.run(main())
