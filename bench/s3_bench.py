@@ -637,6 +637,36 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   ledgers per worker instead of 16, and checkpoint slices of 256 KiB instead of 4 MiB.
   Building .venv from the distribution's PGO/LTO-built Python instead of a plain source
   build cut the worker's CPU per PUT by ~4% (docs/operations.md, Interpreter).
+- **A PUT's latency is mostly waits inside the worker, and two of them are gone.** At
+  1,000 PUTs/s (one worker, 2026-11-27) the gateway's own PUT p50 was 6-9 ms while a
+  bookie add took ~1.5 ms and a ZooKeeper multi ~1.2 ms: the rest is waiting on the
+  worker's event loop (each hand-off between callbacks waits for the next loop
+  iteration, a good part of a millisecond under load) and in the page's commit queue.
+  A trace of every commit split its 3.9 ms p50 (21 ms at its slowest 1%) into 1.4 ms
+  (11) waiting for the write ahead of it and the gathering wait, 0.2 preparing the
+  write, 1.5 (7) in ZooKeeper, and 0.6 (2.5) for the loop to wake the drain and then
+  the PUT. Two changes: (1) hand-offs that bought nothing are gone (an add's caller
+  awaits a waiter the ledger handle resolves in the same step instead of a callback
+  chained to the add's future; a ZooKeeper call awaits its reply directly; a complete
+  response is sent at once, not at the end of the loop turn), worth ~1 ms of p50; (2) a
+  busy page's next write no longer waits for the answer of the one ahead: up to two are
+  in flight, the second applied to the page as the first will leave it and fenced
+  (docs/catalog.md) so it can never overwrite another writer's change. Steady load
+  pipelines few writes (~4%: the write ahead is usually answered within the 1 ms
+  gathering wait), but they are the ones that queued behind a slow write. Three
+  alternated pairs of gateways on one cluster, 15 s each at 1,000 PUTs/s: commit p99
+  14.4 / 16.7 / 13.2 ms against 18.9 / 17.5 / 18.0, the gateway's PUT p99 24.0 / 27.5 /
+  19.1 against 43.8 / 28.5 / 29.6, the client's p99 25.9 / 29.7 / 21.1 against 47.1 /
+  31.2 / 36.6 ms. The pipelining alone (one build, `commit_pipeline_depth` 2 against
+  1, three more pairs): client p99 21.4 / 17.9 / 22.9 against 27.4 / 25.9 / 26.8 ms,
+  commit p99 13.4 / 10.7 / 13.4 against 14.6 / 12.6 / 14.5, and closed-loop PUTs alike
+  (1,302-1,565 against 1,102-1,674/s; 7% of writes pipelined); a depth of 4 was no
+  better than 2 beyond the spread. Measured and not kept: Cython-compiling the 30 modules of the PUT
+  path unchanged (the worker's CPU per PUT rose from ~0.86 to ~0.95 ms: on this
+  Python 3.11 the compiled coroutines and generic attribute lookups lost to the
+  interpreter's specialized bytecode; only SigV4 alone got faster, 25 -> 14 us), a
+  young-generation collector threshold of 20,000 objects instead of 700, and
+  `commit_gather_ms=0`: no change beyond the spread.
 - **Two workers, one hot page.** Keys that sort in write order put every PUT on the
   bucket's last index page, and both workers commit to it. A trace of every commit batch
   slower than 15 ms at 1,000 PUTs/s (200-600 such batches per 15 s run) found about half
@@ -676,7 +706,10 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
 - **Next steps, by expected gain:** CPU per small PUT in the worker, which sets its tail
   here (~0.8 ms, ~1,200 Python calls per PUT spread thin: the request and response
   layers, SigV4, header parsing, the ledger append and the bookie client, the catalog
-  commit, metrics; no single part above a tenth); route a page's commits to one writer (or give pages with heavy traffic a
+  commit, metrics; no single part above a tenth); fewer loop hand-offs still on a PUT's
+  path (the commit queue's drain task between the ZooKeeper answer and the PUT, the
+  bookie client's two-iteration send deferral, the gathering wait when the write ahead
+  is in flight); route a page's commits to one writer (or give pages with heavy traffic a
   short write lease) so workers and gateways stop redoing each other's
   compare-and-sets; O_DIRECT journal and entry log writes in the bookies; more workers
   where there are more cores.
