@@ -152,10 +152,14 @@ class ZooKeeperClient:
     # ------------------------------------------------------------------ plumbing
 
     async def _call(
-        self, request: Any, watch: Callable[[Any], None] | None = None, timeout_s: float = 0.0
+        self,
+        request: Any,
+        watch: Callable[[Any], None] | None = None,
+        timeout_s: float = 0.0,
+        on_result: Callable[[Any], None] | None = None,
     ) -> Any:
         started = time.monotonic()
-        future = self._session.submit(request, watch)
+        future = self._session.submit(request, watch, on_result)
         try:
             # The reply's future is awaited itself (no shield: a caller that gives up
             # cancels it below anyway), so the reply wakes the caller in the next loop
@@ -348,7 +352,11 @@ class ZooKeeperClient:
         """Wait for a view from `fresh_view_started()` (bounded by the operation timeout)."""
         await wait_shielded(view, timeout_s or self.operation_timeout_s)
 
-    async def multi(self, operations: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+    async def multi(
+        self,
+        operations: Sequence[tuple[str, tuple[Any, ...]]],
+        on_success: Callable[[], None] | None = None,
+    ) -> list[Any]:
         """Run a ZooKeeper `multi`: all operations or none.
 
         `operations` is a list of (kind, args) with kind one of "create" (path, value),
@@ -357,6 +365,10 @@ class ZooKeeperClient:
         Returns kazoo's per-operation results; raises the first failure's exception
         (e.g. BadVersionError) when the transaction was rolled back, with the index of
         the operation that failed as its `operation_index` attribute.
+
+        `on_success` runs in the step that reads a successful reply, one loop iteration
+        before this coroutine resumes (what it resolves wakes its waiters that much
+        sooner); it must not raise.
         """
         requests: list[Any] = []
         for kind, args in operations:
@@ -374,7 +386,14 @@ class ZooKeeperClient:
                 requests.append(CheckVersion(path, rest[0]))
             else:
                 raise ValueError(f"unknown multi operation {kind!r}")
-        results = await self._call(Transaction(requests))
+        on_result = None
+        if on_success is not None:
+
+            def on_result(results: Any) -> None:
+                if not any(isinstance(r, Exception) for r in results):
+                    on_success()
+
+        results = await self._call(Transaction(requests), on_result=on_result)
         for index, result in enumerate(results):
             if isinstance(result, Exception) and not isinstance(result, RolledBackError):
                 result.operation_index = index  # type: ignore[attr-defined]

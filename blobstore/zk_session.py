@@ -248,14 +248,19 @@ def set_watches_batches(
 
 
 class _Pending:
-    __slots__ = ("request", "future", "watch", "xid", "body")
+    __slots__ = ("request", "future", "watch", "on_result", "xid", "body")
 
     def __init__(
-        self, request: Any, future: asyncio.Future[Any] | None, watch: WatchCallback | None
+        self,
+        request: Any,
+        future: asyncio.Future[Any] | None,
+        watch: WatchCallback | None,
+        on_result: Callable[[Any], None] | None = None,
     ) -> None:
         self.request = request
         self.future = future
         self.watch = watch
+        self.on_result = on_result
         self.xid = 0
         # Encoded when made, so that a request that cannot be encoded fails its caller
         # and never reaches the connection.
@@ -489,14 +494,21 @@ class ZooKeeperSession:
 
     # ------------------------------------------------------------------ requests
 
-    def submit(self, request: Any, watch: WatchCallback | None = None) -> asyncio.Future[Any]:
+    def submit(
+        self,
+        request: Any,
+        watch: WatchCallback | None = None,
+        on_result: Callable[[Any], None] | None = None,
+    ) -> asyncio.Future[Any]:
         """Send `request` (a kazoo request record with chrooted paths); the future gets
-        its decoded reply or the mapped exception."""
+        its decoded reply or the mapped exception. `on_result`, if given, is called with
+        a reply that is not an error in the step that reads it, before the future is
+        resolved (whose waiters run one loop iteration later); it must not raise."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self._closing:
             future.set_exception(ConnectionClosedError("Connection has been closed"))
             return future
-        pending = _Pending(request, future, watch)  # raises if it cannot be encoded
+        pending = _Pending(request, future, watch, on_result)  # raises if not encodable
         size = len(pending.body) + _REQUEST_HEADER_BYTES
         if size > self.request_bytes_max:
             name = type(request).__name__
@@ -569,6 +581,11 @@ class ZooKeeperSession:
                 result = self.unchrooted(result)
             elif isinstance(request, Transaction):
                 result = [self.unchrooted(r) if isinstance(r, str) else r for r in result]
+        if pending.on_result is not None:
+            try:
+                pending.on_result(result)
+            except Exception:  # noqa: BLE001 - a caller's bug must not break the session
+                logger.exception("zookeeper reply hook failed request=%s", type(request).__name__)
         if future is not None and not future.done():
             future.set_result(result)
 

@@ -453,7 +453,12 @@ class PageCommitQueue:
                     for mutation, result in applied:
                         mutation.succeed(result)
                     return
-                written = await self._write(page, work, bucket_version, [m for m, _ in applied])
+                # The waiters are answered in the step that reads the write's success,
+                # one loop iteration before this task resumes to finish up.
+                answered = functools.partial(_succeed_all, list(applied))
+                written = await self._write(
+                    page, work, bucket_version, [m for m, _ in applied], answered
+                )
             except BadVersionError as e:
                 self._attempt_failed(retry)
                 metrics.CAS_CONFLICTS.inc()
@@ -530,7 +535,12 @@ class PageCommitQueue:
             return
 
     async def _write(
-        self, page: IndexPage, work: IndexPage, bucket_version: int, batch: list[Mutation]
+        self,
+        page: IndexPage,
+        work: IndexPage,
+        bucket_version: int,
+        batch: list[Mutation],
+        answered: Callable[[], None] | None = None,
     ) -> int:
         """One compare-and-set of the page (split when it grew too large); returns the
         encoded size of this page as written."""
@@ -583,7 +593,7 @@ class PageCommitQueue:
             if self._sent is not None and not self._sent.done():
                 self._sent.set_result(None)
             try:
-                await index.zk.multi(operations)
+                await index.zk.multi(operations, answered)
             except BaseException:
                 if self.page is work:
                     self.page = None
@@ -617,7 +627,7 @@ class PageCommitQueue:
             operations.append(("create", (paths.page(self.bucket, piece.page_id), stored)))
         operations.extend(map_operations)
         try:
-            await index.zk.multi(operations)
+            await index.zk.multi(operations, answered)
         except NodeExistsError:  # a new page or shard id collided: retry with fresh ids
             raise BadVersionError() from None
         except BadVersionError:
@@ -737,6 +747,11 @@ class PageCommitQueue:
     def _fail_all(self, pending: list[Mutation], error: CatalogError) -> None:
         for mutation in pending:
             mutation.fail(error)
+
+
+def _succeed_all(applied: list[tuple[Mutation, Any]]) -> None:
+    for mutation, result in applied:
+        mutation.succeed(result)
 
 
 def _check_line_size(

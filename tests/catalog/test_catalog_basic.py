@@ -673,11 +673,13 @@ def test_commit_attempts_count_the_retry_after_a_stale_copy(zk_connect: str) -> 
             count, total = observed()
             await one.put_object(object_record("attempts", "a", 1))
             await two.put_object(object_record("attempts", "b", 2))
-            assert observed() == (count + 2, total + 2)
+            # (A batch's attempts are observed as its commit task ends: in the loop
+            # iteration after the one that answered its callers.)
+            await _until(lambda: observed() == (count + 2, total + 2), "two single tries")
             conflicts = catalog_metrics.CAS_CONFLICTS._value.get()  # type: ignore[attr-defined]
             await one.put_object(object_record("attempts", "c", 3))  # from the stale copy
             assert catalog_metrics.CAS_CONFLICTS._value.get() == conflicts + 1  # type: ignore[attr-defined]
-            assert observed() == (count + 3, total + 4)
+            await _until(lambda: observed() == (count + 3, total + 4), "c tried twice")
             listed = [r.key for r in (await two.list_objects("attempts")).contents]
             assert listed == ["a", "b", "c"]
 
@@ -715,7 +717,10 @@ def test_an_idle_queue_lets_its_page_and_watch_go_after_page_cache_s(zk_connect:
             assert queue._page_changed not in session._data_watches.get(path, set())
             # Forgotten while its exists is unanswered: the reply's watch is undone.
             await one.put_object(object_record("expiring", "a3", 1))
-            await one.put_object(object_record("expiring", "a4", 1))  # exists sent
+            await one.put_object(object_record("expiring", "a4", 1))
+            # (Its commit task ends, sending the exists, one loop iteration after the
+            # PUT was answered; a queue is only discarded once idle.)
+            await _until(lambda: queue.idle, "the queue went idle")
             queue.forget()
             await one.index.zk.fresh_view()
             await asyncio.sleep(0)  # the exists reply's callbacks have run
@@ -881,7 +886,8 @@ def test_a_write_that_follows_another_gathers_first(zk_connect: str) -> None:
             await one.create_bucket("gathering", "alice")
             count, total = batches()
             await one.put_object(object_record("gathering", "a", 1))  # idle page: at once
-            assert batches() == (count + 1, total + 1)
+            # (observed as the commit task ends, an iteration after the PUT's answer)
+            await _until(lambda: batches() == (count + 1, total + 1), "a's write")
             (queue,) = one.index._queues.values()
             b = asyncio.ensure_future(one.put_object(object_record("gathering", "b", 2)))
 
@@ -898,7 +904,9 @@ def test_a_write_that_follows_another_gathers_first(zk_connect: str) -> None:
             assert not c.done() and len(queue._waiting) == 1, "c gathers, not yet written"
             d = asyncio.ensure_future(one.put_object(object_record("gathering", "d", 4)))
             await asyncio.gather(c, d)
-            assert batches() == (count + 3, total + 4), "a, b, then c and d in one write"
+            await _until(
+                lambda: batches() == (count + 3, total + 4), "a, b, then c and d in one write"
+            )
             keys = [r.key for r in (await one.list_objects("gathering")).contents]
             assert keys == ["a", "b", "c", "d"]
 
