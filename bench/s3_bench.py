@@ -648,7 +648,9 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   the PUT. Two changes: (1) hand-offs that bought nothing are gone (an add's caller
   awaits a waiter the ledger handle resolves in the same step instead of a callback
   chained to the add's future; a ZooKeeper call awaits its reply directly; a complete
-  response is sent at once, not at the end of the loop turn), worth ~1 ms of p50; (2) a
+  response is sent at once, not at the end of the loop turn; a commit's callers are
+  answered in the step that reads its write's success, not after the commit task
+  resumed), worth ~1 ms of p50; (2) a
   busy page's next write no longer waits for the answer of the one ahead: up to two are
   in flight, the second applied to the page as the first will leave it and fenced
   (docs/catalog.md) so it can never overwrite another writer's change. Steady load
@@ -707,9 +709,9 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   here (~0.8 ms, ~1,200 Python calls per PUT spread thin: the request and response
   layers, SigV4, header parsing, the ledger append and the bookie client, the catalog
   commit, metrics; no single part above a tenth); fewer loop hand-offs still on a PUT's
-  path (the commit queue's drain task between the ZooKeeper answer and the PUT, the
-  bookie client's two-iteration send deferral, the gathering wait when the write ahead
-  is in flight); route a page's commits to one writer (or give pages with heavy traffic a
+  path (the `asyncio.wait`s of the commit queue's drain, two iterations each; the bookie
+  client's two-iteration send deferral; the gathering wait when the write ahead is in
+  flight); route a page's commits to one writer (or give pages with heavy traffic a
   short write lease) so workers and gateways stop redoing each other's
   compare-and-sets; O_DIRECT journal and entry log writes in the bookies; more workers
   where there are more cores.

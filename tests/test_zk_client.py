@@ -9,7 +9,8 @@ import contextlib
 import random
 from collections.abc import AsyncIterator
 
-from kazoo.exceptions import NoNodeError
+import pytest
+from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.protocol.states import EventType, KeeperState, WatchedEvent
 from prometheus_client import REGISTRY
 
@@ -392,5 +393,29 @@ def test_requests_are_timed_by_type(zk_connect: str) -> None:
             assert count("Transaction") - before["Transaction"] == 1
             total = REGISTRY.get_sample_value("blobstore_zk_request_seconds_sum", {"op": "GetData"})
             assert total is not None and total > 0
+
+    _run(main())
+
+
+def test_multi_on_success_runs_before_the_caller_resumes_and_never_on_failure(
+    zk_connect: str,
+) -> None:
+    """`multi(..., on_success)` is called in the step that reads a successful reply,
+    before the awaiting coroutine resumes; a rolled-back multi never calls it."""
+
+    async def main() -> None:
+        async with _two_sessions(zk_connect) as (zk, _):
+            await zk.ensure_path("/hook")
+            calls: list[str] = []
+            result = await zk.multi(
+                [("create", ("/hook/a", b"1"))], on_success=lambda: calls.append("hook")
+            )
+            calls.append("resumed")
+            assert calls == ["hook", "resumed"] and len(result) == 1
+            with pytest.raises(BadVersionError):
+                await zk.multi(
+                    [("set", ("/hook/a", b"2", 7))], on_success=lambda: calls.append("bad")
+                )
+            assert calls == ["hook", "resumed"]
 
     _run(main())
