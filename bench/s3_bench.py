@@ -648,9 +648,9 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   the PUT. Two changes: (1) hand-offs that bought nothing are gone (an add's caller
   awaits a waiter the ledger handle resolves in the same step instead of a callback
   chained to the add's future; a ZooKeeper call awaits its reply directly; a complete
-  response is sent at once, not at the end of the loop turn; a commit's callers are
-  answered in the step that reads its write's success, not after the commit task
-  resumed), worth ~1 ms of p50; (2) a
+  response is sent at once, not at the end of the loop turn), worth ~1 ms of p50, and
+  since the pairs below, a commit's callers are answered in the step that reads its
+  write's success, not after the commit task resumed; (2) a
   busy page's next write no longer waits for the answer of the one ahead: up to two are
   in flight, the second applied to the page as the first will leave it and fenced
   (docs/catalog.md) so it can never overwrite another writer's change. Steady load
