@@ -62,6 +62,13 @@ def zookeeper_classpath() -> str:
         raise UsageError(
             "ZooKeeper not found: `apt-get install zookeeper` (make setup does) or set ZOOKEEPER_HOME"
         )
+    # zookeeper.jar names its dependencies in its manifest; the SLF4J binding to log4j 1.2
+    # is added by hand, as Debian's own start script does through its conf directory.
+    # (All of /usr/share/java holds several SLF4J bindings, and SLF4J took slf4j-nop's:
+    # the server logged nothing, its warnings included.)
+    logging_jars = ["/usr/share/java/slf4j-log4j12.jar", "/usr/share/java/log4j-1.2.jar"]
+    if all(os.path.exists(jar) for jar in logging_jars):
+        return os.pathsep.join(["/usr/share/java/zookeeper.jar", *logging_jars])
     return "/usr/share/java/*"
 
 
@@ -183,6 +190,19 @@ def write_config(data_dir: Path, host: str, port: int) -> Path:
             ]
         )
     )
+    # The server's own log (log4j 1.2 with Debian's classpath): to standard output, which
+    # start_zookeeper sends to zookeeper.log beside this file.
+    (data_dir / "log4j.properties").write_text(
+        "\n".join(
+            [
+                "log4j.rootLogger=INFO, CONSOLE",
+                "log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender",
+                "log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout",
+                "log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t] %c{1}: %m%n",
+                "",
+            ]
+        )
+    )
     return config
 
 
@@ -213,6 +233,7 @@ def start_zookeeper(
         "-Dzookeeper.nio.numWorkerThreads=0",
         f"-Dzookeeper.log.dir={data_dir}",
         "-Dzookeeper.root.logger=INFO,CONSOLE",
+        f"-Dlog4j.configuration=file:{data_dir / 'log4j.properties'}",
         "-Djute.maxbuffer=4194304",
         "-cp",
         classpath,

@@ -25,6 +25,10 @@ def test_zookeeper_command_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
             assert process.alive(), process.log_tail()
             assert time.monotonic() < deadline, process.log_tail()
             time.sleep(0.1)
+        # The server's own log says what it does (it once logged nothing: SLF4J took a
+        # no-op binding from the classpath).
+        server_log = (tmp_path / "zk" / "zookeeper.log").read_text()
+        assert "Reading configuration from" in server_log, server_log[-2000:]
         process.signal(signal.SIGTERM)
         assert process.process is not None
         assert process.process.wait(timeout=30) == 0, process.log_tail()
