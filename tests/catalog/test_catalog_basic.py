@@ -806,11 +806,13 @@ def test_commits_queued_across_a_split_stay_on_their_page(
     run_with_catalog(zk_connect, body, config)
 
 
-async def _pipelined_behind_a_stale_write(zk_connect: str, fence: bool) -> list[str]:
+async def _pipelined_behind_a_stale_write(zk_connect: str, fence: bool) -> tuple[list[str], float]:
     """One session's queue holds a stale copy of its page (another session wrote it
     since) and sends two writes of it back to back: the first, on the stale copy, fails
     its compare-and-set; the second expects exactly the version the other session's
-    write made. Returns the keys listed afterwards."""
+    write made. The first write's answer is held back (not its request) until the
+    second has left, so the second is always prepared before the failure is known.
+    Returns the keys listed afterwards and the failed attempts retried."""
     from blobstore.catalog import CatalogConfig
     from blobstore.catalog import metrics as catalog_metrics
 
@@ -830,7 +832,32 @@ async def _pipelined_behind_a_stale_write(zk_connect: str, fence: bool) -> list[
             queue._fence_operation = no_fence  # type: ignore[method-assign]
         await two.put_object(object_record("fenced", "x", 2))  # one's copy is stale now
         assert queue.page is not None, "one still holds its (stale) copy"
+        zk = one.index.zk
+        real_multi = zk.multi
+        calls = 0
+        second_sent = asyncio.Event()
+
+        async def gated_multi(operations: Any, on_success: Any = None) -> Any:
+            nonlocal calls
+            calls += 1
+            call = calls
+            sent = asyncio.ensure_future(real_multi(operations, on_success))
+            if call == 1:  # p's write: its answer waits until q's write has left
+                await second_sent.wait()
+            elif call == 2:  # q's write
+                await asyncio.sleep(0)  # its request is submitted
+                second_sent.set()
+            return await sent
+
+        def retries() -> float:  # failed attempts: version conflicts, missing znodes
+            return sum(
+                catalog_metrics.RETRIES.labels(reason)._value.get()  # type: ignore[attr-defined]
+                for reason in ("conflict", "moved", "unavailable")
+            )
+
+        zk.multi = gated_multi  # type: ignore[method-assign]
         pipelined = catalog_metrics.PIPELINED_WRITES._total
+        retried = retries()
         p = asyncio.ensure_future(one.put_object(object_record("fenced", "p", 3)))
 
         def p_sent() -> bool:  # p's write has left and is not answered yet
@@ -845,7 +872,7 @@ async def _pipelined_behind_a_stale_write(zk_connect: str, fence: bool) -> list[
         await asyncio.gather(p, q)
         assert catalog_metrics.PIPELINED_WRITES._total > pipelined, "q was sent behind p"
         listed = await two.list_objects("fenced")
-        return [r.key for r in listed.contents]
+        return [r.key for r in listed.contents], retries() - retried
 
 
 def test_a_write_sent_behind_a_failed_one_fails_too(zk_connect: str) -> None:
@@ -853,17 +880,25 @@ def test_a_write_sent_behind_a_failed_one_fails_too(zk_connect: str) -> None:
     fails its compare-and-set fail as well, though its own version check would pass
     (the other session's write made that version), so neither overwrites the other
     session's key; both retry in order and every key is there."""
-    keys = asyncio.run(asyncio.wait_for(_pipelined_behind_a_stale_write(zk_connect, True), 60))
+    keys, failed = asyncio.run(
+        asyncio.wait_for(_pipelined_behind_a_stale_write(zk_connect, True), 60)
+    )
     assert keys == ["a", "p", "q", "x"]
+    # p failed its version check, q its fence (a set of the fence p's write would have
+    # made: no such znode)
+    assert failed >= 2, failed
 
 
 def test_without_the_fence_the_write_behind_would_lose_another_writers_key(
     zk_connect: str,
 ) -> None:
-    """The scenario above really races: with the fence taken out, the write sent behind
-    the failed one succeeds on its version check and the other session's key is gone
-    (what the fence prevents)."""
-    keys = asyncio.run(asyncio.wait_for(_pipelined_behind_a_stale_write(zk_connect, False), 60))
+    """The scenario above is the race the fence is for: with the fence taken out, the
+    write sent behind the failed one succeeds on its version check and the other
+    session's key is gone."""
+    keys, failed = asyncio.run(
+        asyncio.wait_for(_pipelined_behind_a_stale_write(zk_connect, False), 60)
+    )
+    assert failed == 1, failed  # only p
     assert "x" not in keys, keys
     assert {"a", "p", "q"} <= set(keys)
 
