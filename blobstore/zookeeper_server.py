@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blobstore.errors import UsageError
+from blobstore.pdeathsig import die_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -273,6 +274,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heap-mb", type=int, default=HEAP_MB_DEFAULT, help="JVM heap in MiB")
 
 
+def _dies_with_command() -> None:
+    """preexec_fn of the server `blobstore zookeeper` runs: the kernel kills it when the
+    command dies, even by kill -9 (it would otherwise keep the port and the data
+    directory); a Ctrl-C reaches the command, which stops it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    die_with_parent(signal.SIGKILL)
+
+
 def run(args: argparse.Namespace) -> int:
     """`blobstore zookeeper`: run a local server until SIGINT/SIGTERM."""
     stopping = False
@@ -284,7 +294,9 @@ def run(args: argparse.Namespace) -> int:
     # Installed before the server starts: a stop requested the moment it answers counts.
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    server = start_zookeeper(args.data_dir, args.port, args.host, args.heap_mb)
+    server = start_zookeeper(
+        args.data_dir, args.port, args.host, args.heap_mb, preexec_fn=_dies_with_command
+    )
     print(f"zookeeper ready at {server.connect_string} (data in {server.data_dir})", flush=True)
     while not stopping and server.process.poll() is None:
         time.sleep(0.2)

@@ -37,6 +37,31 @@ def test_zookeeper_command_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         process.kill()
 
 
+def test_zookeeper_command_killed_takes_its_server_with_it(tmp_path: Path) -> None:
+    """kill -9 of `blobstore zookeeper` stops the Java server too (parent-death signal):
+    nothing keeps the port or the data directory."""
+    port = free_port()
+    process = ManagedProcess(
+        "zookeeper",
+        blobstore_command("zookeeper", "--data-dir", str(tmp_path / "zk"), "--port", str(port)),
+        tmp_path / "zk.log",
+    )
+    process.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not is_serving("127.0.0.1", port):
+            assert process.alive(), process.log_tail()
+            assert time.monotonic() < deadline, process.log_tail()
+            time.sleep(0.1)
+        process.kill()
+        deadline = time.monotonic() + 30
+        while is_serving("127.0.0.1", port):
+            assert time.monotonic() < deadline, "the server outlived its command"
+            time.sleep(0.1)
+    finally:
+        process.kill()
+
+
 def test_zookeeper_port_in_use_is_one_clear_line(tmp_path: Path, zk_server) -> None:  # type: ignore[no-untyped-def]
     result = subprocess.run(
         blobstore_command(
