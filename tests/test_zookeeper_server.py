@@ -11,7 +11,8 @@ from blobstore.zookeeper_server import free_port, is_serving
 from tests.cluster.processes import ManagedProcess, blobstore_command
 
 
-def test_zookeeper_command_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+def _started_command(tmp_path: Path) -> tuple[ManagedProcess, int]:
+    """`blobstore zookeeper` on a free port, once its server answers."""
     port = free_port()
     process = ManagedProcess(
         "zookeeper",
@@ -25,6 +26,15 @@ def test_zookeeper_command_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
             assert process.alive(), process.log_tail()
             assert time.monotonic() < deadline, process.log_tail()
             time.sleep(0.1)
+    except BaseException:
+        process.kill()
+        raise
+    return process, port
+
+
+def test_zookeeper_command_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+    process, port = _started_command(tmp_path)
+    try:
         # The server's own log says what it does (it once logged nothing: SLF4J took a
         # no-op binding from the classpath).
         server_log = (tmp_path / "zk" / "zookeeper.log").read_text()
@@ -40,19 +50,8 @@ def test_zookeeper_command_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
 def test_zookeeper_command_killed_takes_its_server_with_it(tmp_path: Path) -> None:
     """kill -9 of `blobstore zookeeper` stops the Java server too (parent-death signal):
     nothing keeps the port or the data directory."""
-    port = free_port()
-    process = ManagedProcess(
-        "zookeeper",
-        blobstore_command("zookeeper", "--data-dir", str(tmp_path / "zk"), "--port", str(port)),
-        tmp_path / "zk.log",
-    )
-    process.start()
+    process, port = _started_command(tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while not is_serving("127.0.0.1", port):
-            assert process.alive(), process.log_tail()
-            assert time.monotonic() < deadline, process.log_tail()
-            time.sleep(0.1)
         process.kill()
         deadline = time.monotonic() + 30
         while is_serving("127.0.0.1", port):
