@@ -214,12 +214,15 @@ def start_zookeeper(
     heap_mb: int = HEAP_MB_DEFAULT,
     ready_timeout_s: float = READY_TIMEOUT_S,
     preexec_fn: Callable[[], None] | None = None,
+    own_session: bool | None = None,
 ) -> ZooKeeperServer:
     """Start ZooKeeper and return once it answers `ruok`; raises UsageError on failure.
 
     Without `preexec_fn` the server gets its own session (tests, `blobstore zookeeper`);
     with one (standalone's die-with-parent hook) it stays in the caller's process group.
     """
+    if own_session is None:
+        own_session = preexec_fn is None
     java = find_java()
     classpath = zookeeper_classpath()
     if not port_is_free(host, port):
@@ -247,10 +250,10 @@ def start_zookeeper(
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            start_new_session=preexec_fn is None,
+            start_new_session=own_session,
             preexec_fn=preexec_fn,  # noqa: PLW1509 - only prctl
         )
-    server = ZooKeeperServer(process, host, port, data_dir, own_group=preexec_fn is None)
+    server = ZooKeeperServer(process, host, port, data_dir, own_group=own_session)
     deadline = time.monotonic() + ready_timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -295,7 +298,14 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     server = start_zookeeper(
-        args.data_dir, args.port, args.host, args.heap_mb, preexec_fn=_dies_with_command
+        args.data_dir,
+        args.port,
+        args.host,
+        args.heap_mb,
+        preexec_fn=_dies_with_command,
+        # Its own process group still: a signal to the command's group (a terminal, a
+        # supervisor) reaches the command, which stops the server in order.
+        own_session=True,
     )
     print(f"zookeeper ready at {server.connect_string} (data in {server.data_dir})", flush=True)
     while not stopping and server.process.poll() is None:
