@@ -669,6 +669,25 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   interpreter's specialized bytecode; only SigV4 alone got faster, 25 -> 14 us), a
   young-generation collector threshold of 20,000 objects instead of 700, and
   `commit_gather_ms=0`: no change beyond the spread.
+- **Where the worker's time per PUT goes as the rate changes (2026-11-27, a slow hour:
+  MD5 425-474 MB/s).** The worker's CPU per PUT falls as the rate rises: 1.63 ms at 250
+  PUTs/s, 1.37 at 500 and 0.84-0.92 at 1,000 (paced; 0.77-0.98 closed-loop at
+  concurrency 16, 707-1,075/s, the same hour), likely because a loop iteration's fixed
+  cost is shared by fewer requests and a worker that sleeps between requests wakes with
+  cold caches (not measured: this machine has no hardware counters). So its share of a core at a given
+  rate says little about its headroom: at 1,000/s it showed 85-95% busy and still
+  served 1,011-1,075 closed-loop PUTs/s that hour. What a PUT waits on is the worker's
+  loop: a bookie add measured by the bookie (receipt to response) had p50 <= 1 ms, p90
+  <= 2 and p99 <= 5, the same adds measured by the worker (request queued to answer
+  handled) p50 <= 5, p90 <= 10 and p99 <= 20 ms (15 s at 1,000/s, Prometheus buckets);
+  a ZooKeeper multi p50 <= 2 ms against a commit's p50 <= 7.5. cProfile counts ~1,200
+  Python-level calls per PUT. Measured and not kept: a cap of 8 requests in progress
+  per worker (an admission queue, so that a loop iteration holds fewer requests' work):
+  client p99 155 / 163 / 234 ms against 82 / 58 / 85 at 800 PUTs/s (three alternated
+  pairs), because a commit then batches fewer PUTs and a slow write holds back
+  everything admitted; pinning the worker to one CPU and the bookies, ZooKeeper and the
+  generator to the other: no difference beyond the spread (p99 29-198 ms either way
+  that hour).
 - **Two workers, one hot page.** Keys that sort in write order put every PUT on the
   bucket's last index page, and both workers commit to it. A trace of every commit batch
   slower than 15 ms at 1,000 PUTs/s (200-600 such batches per 15 s run) found about half
