@@ -748,9 +748,11 @@ def test_a_watch_left_without_a_page_copy_still_expires(zk_connect: str) -> None
             (queue,) = one.index._queues.values()
             session = one.index.zk._session
             path = session.chrooted(one.index.paths.page("unwatched", queue.page_id))
-            await one.index.zk.fresh_view()
-            await asyncio.sleep(0)
-            assert queue._page_changed in session._data_watches.get(path, set())
+            # Its commit task keeps the copy and arms the watch after the PUT's answer.
+            await _until(
+                lambda: queue._page_changed in session._data_watches.get(path, set()),
+                "the page written by two writers was not watched",
+            )
             await one.delete_object("unwatched", "missing")
             assert queue.page is None  # dropped to decide on a fresh read
             await _until(
