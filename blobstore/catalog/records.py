@@ -173,6 +173,9 @@ class ObjectRecord:
     # manifest). Such a record stores only this; `extents` and `parts` are empty as read
     # from the catalog and filled once the manifest is read ("resolved").
     manifest: tuple[Extent, ...] = ()
+    # The multipart upload whose completion made this version ("" otherwise): a repeated
+    # CompleteMultipartUpload (a client's retry after a lost answer) is answered from it.
+    upload_id: str = ""
     is_latest: bool = False  # filled by reads and listings, never stored
 
     def __post_init__(self) -> None:
@@ -220,6 +223,8 @@ class ObjectRecord:
             d["tags"] = self.tags
         if self.tier_location is not None:
             d["tier"] = self.tier_location
+        if self.upload_id:
+            d["up"] = self.upload_id
         return d
 
     @classmethod
@@ -260,6 +265,7 @@ class ObjectRecord:
         _set_field(
             record, "manifest", tuple([Extent.from_list(e) for e in manifest]) if manifest else ()
         )
+        _set_field(record, "upload_id", get("up", ""))
         _set_field(record, "is_latest", is_latest)
         record.__post_init__()
         return record
@@ -290,7 +296,7 @@ class ObjectRecord:
         )
 
 
-assert len(fields(ObjectRecord)) == 19, "ObjectRecord.from_dict sets every field: update it"
+assert len(fields(ObjectRecord)) == 20, "ObjectRecord.from_dict sets every field: update it"
 
 
 @dataclass(frozen=True, slots=True)

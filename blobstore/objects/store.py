@@ -438,6 +438,7 @@ class ObjectStore:
             ),
             owner=upload.owner,
             tags=dict(upload.tags),
+            upload_id=upload_id,
         )
         stored = record.without_part_etags()  # as the catalog keeps it
         if part_list_bytes(stored) > min(

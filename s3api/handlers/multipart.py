@@ -8,11 +8,23 @@ import time
 
 from starlette.responses import Response
 
-from blobstore.catalog.errors import RecordTooLargeError
-from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, PartRecord, UploadRecord
+from blobstore.catalog.errors import (
+    DeleteMarkerError,
+    NoSuchKeyError,
+    NoSuchUploadError,
+    RecordTooLargeError,
+)
+from blobstore.catalog.records import (
+    CONTENT_TYPE_DEFAULT,
+    BucketRecord,
+    ObjectRecord,
+    PartRecord,
+    UploadRecord,
+)
 from blobstore.objects import Verdict, WrittenData
 from s3api import xml as s3xml
 from s3api.checksums import (
+    ALGORITHMS,
     COMPOSITE,
     DEFAULT_ALGORITHM,
     FULL_OBJECT,
@@ -102,6 +114,9 @@ async def upload_part(ctx: S3Context) -> Response:
     # An upload created without an algorithm: each part gets S3's default checksum, and
     # the object the combination of them (`complete_multipart_upload`).
     reader = ctx.payload(PART_SIZE_MAX, extra_algorithms=extra, default_algorithm=DEFAULT_ALGORITHM)
+    declared = reader.expect.algorithm
+    if upload.checksum_algorithm and declared and declared != upload.checksum_algorithm:
+        raise checksum_type_mismatch(upload.checksum_algorithm, declared)
 
     async def finish(data: WrittenData) -> Verdict:
         verdict = body_checksums(reader)
@@ -165,11 +180,24 @@ async def upload_part_copy(ctx: S3Context) -> Response:
 async def complete_multipart_upload(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     bucket = await ctx.owned_bucket()
-    upload = await _upload(ctx)
+    try:
+        upload: UploadRecord | None = await _upload(ctx)
+        gone: S3Error | None = None
+    except NoSuchUploadError:
+        upload, gone = None, S3Error("NoSuchUpload", UploadId=ctx.query.get("uploadId", ""))
+    except S3Error as e:
+        if e.code != "NoSuchUpload":
+            raise
+        upload, gone = None, e
     # Its x-amz-checksum-* header is the whole object's (checked in `finish`).
     body = await ctx.small_body(checksum_headers_are_the_body=False)
+    if upload is None:
+        assert gone is not None
+        return await _completed_before(ctx, bucket, gone)
     requested = s3xml.parse_complete_multipart_upload(body)
     if_match, if_none_match = parse_write_conditions(ctx.headers)
+    _check_completion_checksum_headers(ctx, upload)
+    object_size = _declared_object_size(ctx)
     by_number = {p.part_number: p for p in requested}
 
     def full_object(
@@ -187,10 +215,32 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
             raise mismatch_error(algorithm)
         return {algorithm: value, "type": FULL_OBJECT}
 
+    def composite(algorithm: str, values: list[str]) -> dict[str, str]:
+        """The checksum of the parts' checksums (`<base64>-<parts>`), checked against the
+        value the request declares for it, if any (the part count may be left out)."""
+        value = composite_checksum(algorithm, values)
+        declared = ctx.headers.get(header_name(algorithm))
+        if declared is not None:
+            digest, _, count = value.rpartition("-")
+            declared_digest, dash, declared_count = declared.strip().rpartition("-")
+            if not dash:
+                declared_digest, declared_count = declared.strip(), count
+            if declared_count != count or decode_checksum_value(
+                algorithm, declared_digest
+            ) != decode_checksum_value(algorithm, digest):
+                raise mismatch_error(algorithm)
+        return {algorithm: value, "type": COMPOSITE}
+
     async def finish(upload: UploadRecord, parts: list[PartRecord]) -> dict[str, str]:
         total = sum(p.size for p in parts)
         if total > OBJECT_SIZE_MAX:
             raise S3Error("EntityTooLarge", ProposedSize=total, MaxSizeAllowed=OBJECT_SIZE_MAX)
+        if object_size is not None and object_size != total:
+            raise S3Error(
+                "InvalidRequest",
+                f"The provided 'x-amz-mp-object-size' header value {object_size} does not "
+                f"match what was computed: {total}",
+            )
         for part in parts:
             for algorithm, value in by_number[part.part_number].checksums.items():
                 stored = part.checksums.get(algorithm)
@@ -209,7 +259,7 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
             raise S3Error("InvalidPart", f"A part was uploaded without its {algorithm} checksum")
         if upload.checksum_type == FULL_OBJECT:
             return full_object(algorithm, values, parts)
-        return {algorithm: composite_checksum(algorithm, values), "type": COMPOSITE}  # type: ignore[arg-type]
+        return composite(algorithm, values)  # type: ignore[arg-type]
 
     try:
         result = await ctx.store.complete_upload(
@@ -220,6 +270,11 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
             if_match=if_match,
             if_none_match=if_none_match,
         )
+    except NoSuchUploadError:
+        # Completed (or aborted) by another request since this one found the upload.
+        return await _completed_before(
+            ctx, bucket, S3Error("NoSuchUpload", UploadId=upload.upload_id)
+        )
     except RecordTooLargeError as e:
         # Long part lists go to a manifest, so this is the key's versions together (a
         # versioned key's record line holds every version): not the user's metadata.
@@ -228,16 +283,69 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
             f"The object's catalog record is too large to complete ({e}); delete old "
             "versions of this key, or complete the upload under another key",
         ) from e
-    record = result.record
-    scheme = ctx.config.scheme
-    host = ctx.headers.get("host", "")
-    location = f"{scheme}://{host}/{ctx.bucket}/{ctx.key}"
-    headers = version_headers(record.version_id, bucket.versioning)
+    return _completed_response(ctx, bucket, result.record)
+
+
+def _completed_response(ctx: S3Context, bucket: BucketRecord, record: ObjectRecord) -> Response:
+    location = f"{ctx.config.scheme}://{ctx.headers.get('host', '')}/{ctx.bucket}/{ctx.key}"
     return xml_response(
         s3xml.complete_multipart_upload_result(
             location, ctx.bucket, ctx.key, record.etag, record.checksums
         ),
-        headers=headers,
+        headers=version_headers(record.version_id, bucket.versioning),
+    )
+
+
+async def _completed_before(ctx: S3Context, bucket: BucketRecord, gone: S3Error) -> Response:
+    """A CompleteMultipartUpload of an upload that is no longer in progress: answered as
+    the completion was, as S3 does, while the key's current version is the one that
+    completion made (a client's retry after a lost answer); `gone` otherwise."""
+    upload_id = ctx.query.get("uploadId", "")
+    try:
+        record = await ctx.store.catalog.get_object(ctx.bucket, ctx.key, view=ctx.view())
+    except (NoSuchKeyError, DeleteMarkerError):
+        raise gone from None
+    if not upload_id or record.upload_id != upload_id:
+        raise gone
+    return _completed_response(ctx, bucket, record)
+
+
+def _check_completion_checksum_headers(ctx: S3Context, upload: UploadRecord) -> None:
+    """x-amz-checksum-type, and an x-amz-checksum-* header of another algorithm than the
+    upload's, as S3 checks them: the request must name the upload's own."""
+    mode = upload.checksum_type or FULL_OBJECT  # S3's default checksum is a full-object one
+    declared = ctx.headers.get("x-amz-checksum-type")
+    if declared is not None:
+        if declared.upper() not in (COMPOSITE, FULL_OBJECT):
+            raise S3Error("InvalidRequest", "Value for x-amz-checksum-type header is invalid.")
+        if declared.upper() != mode:
+            raise S3Error(
+                "InvalidRequest",
+                f"The upload was created using the {mode} checksum mode. The complete "
+                "request must use the same checksum mode.",
+            )
+    if upload.checksum_algorithm:
+        for algorithm in ALGORITHMS:
+            if algorithm != upload.checksum_algorithm and header_name(algorithm) in ctx.headers:
+                raise checksum_type_mismatch(upload.checksum_algorithm, algorithm)
+
+
+def _declared_object_size(ctx: S3Context) -> int | None:
+    """x-amz-mp-object-size: the size the client expects the completed object to have."""
+    text = ctx.headers.get("x-amz-mp-object-size")
+    if text is None:
+        return None
+    if not text.strip().isdigit():
+        raise S3Error("InvalidRequest", "Value for x-amz-mp-object-size header is invalid.")
+    return int(text.strip())
+
+
+def checksum_type_mismatch(expected: str, actual: str) -> S3Error:
+    """S3's answer to a checksum of another algorithm than the upload's."""
+    return S3Error(
+        "InvalidRequest",
+        f"Checksum Type mismatch occurred, expected checksum Type: {expected.lower()}, "
+        f"actual checksum Type: {actual.lower()}",
     )
 
 

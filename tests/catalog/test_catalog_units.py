@@ -128,6 +128,7 @@ def test_record_codecs_round_trip() -> None:
         owner="o",
         tags={"t": "v"},
         tier_location="file:///x",
+        upload_id="u1",
     )
     assert ObjectRecord.decode(record.encode()) == record
     bucket = BucketRecord("b", "o", 1.0, versioning="Enabled", cors=[{"a": 1}], lifecycle=[])

@@ -3,6 +3,7 @@ share entries or copy bytes, and range reads across parts of unequal sizes."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import random
 import urllib.request
@@ -93,10 +94,8 @@ def test_complete_errors(s3: Any, bucket: str, rng: random.Random) -> None:
     s3.complete_multipart_upload(
         Bucket=bucket, Key="k", UploadId=upload_id, MultipartUpload={"Parts": parts}
     )
-    with pytest.raises(ClientError) as e:
-        s3.complete_multipart_upload(
-            Bucket=bucket, Key="k", UploadId=upload_id, MultipartUpload={"Parts": parts}
-        )
+    with pytest.raises(ClientError) as e:  # completed: no more parts
+        s3.upload_part(Bucket=bucket, Key="k", UploadId=upload_id, PartNumber=3, Body=b"x")
     assert error_code(e) == "NoSuchUpload"
 
 
@@ -410,3 +409,78 @@ def test_a_manifest_whose_completion_fails_is_counted_abandoned(
     assert manifest_gateway.metric(MANIFESTS_WRITTEN) == written + 1
     assert manifest_gateway.metric("blobstore_object_writes_abandoned_total") == abandoned + 1
     assert s3.get_object(Bucket=bucket, Key="taken")["Body"].read() == b"first"
+
+
+def test_a_repeated_completion_is_answered_as_the_first(
+    s3: Any, bucket: str, rng: random.Random
+) -> None:
+    """A client that lost the answer to its CompleteMultipartUpload and sends it again
+    gets the same answer (S3 does; SDKs retry), while the key's current version is the one
+    the completion made; once the key is overwritten, or for an aborted upload, the upload
+    is gone (NoSuchUpload)."""
+    datas = [rng.randbytes(PART_BYTES_MIN), rng.randbytes(100)]
+    upload_id, parts = upload_parts(s3, bucket, "again", datas)
+    request = {"Bucket": bucket, "Key": "again", "UploadId": upload_id}
+    first = s3.complete_multipart_upload(**request, MultipartUpload={"Parts": parts})
+    second = s3.complete_multipart_upload(**request, MultipartUpload={"Parts": parts})
+    for field in ("ETag", "Location", "Bucket", "Key", "ChecksumCRC64NVME", "ChecksumType"):
+        assert second.get(field) == first.get(field), field
+    assert s3.get_object(Bucket=bucket, Key="again")["Body"].read() == b"".join(datas)
+    # Another upload id of the same key is not this completion's.
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(
+            Bucket=bucket, Key="again", UploadId="0" * 32, MultipartUpload={"Parts": parts}
+        )
+    assert error_code(e) == "NoSuchUpload"
+    s3.put_object(Bucket=bucket, Key="again", Body=b"newer")
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(**request, MultipartUpload={"Parts": parts})
+    assert error_code(e) == "NoSuchUpload"
+    aborted = s3.create_multipart_upload(Bucket=bucket, Key="aborted")["UploadId"]
+    s3.abort_multipart_upload(Bucket=bucket, Key="aborted", UploadId=aborted)
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(
+            Bucket=bucket, Key="aborted", UploadId=aborted, MultipartUpload={"Parts": parts}
+        )
+    assert error_code(e) == "NoSuchUpload"
+
+
+def test_completion_checks_what_the_request_declares(
+    s3: Any, bucket: str, rng: random.Random
+) -> None:
+    """The whole object's checksum (composite too), its checksum type and size
+    (x-amz-mp-object-size), when the request states them; a part's checksum of another
+    algorithm than the upload's is refused, as S3 does."""
+    data = rng.randbytes(1000)
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key="c", ChecksumAlgorithm="SHA256")[
+        "UploadId"
+    ]
+    request = {"Bucket": bucket, "Key": "c", "UploadId": upload_id}
+    with pytest.raises(ClientError) as e:
+        s3.upload_part(**request, PartNumber=1, Body=data, ChecksumAlgorithm="CRC32")
+    assert error_code(e) == "InvalidRequest"
+    assert "expected checksum Type: sha256, actual checksum Type: crc32" in str(e.value)
+    part = s3.upload_part(**request, PartNumber=1, Body=data, ChecksumAlgorithm="SHA256")
+    parts = {"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]}
+    composite = base64.b64encode(hashlib.sha256(hashlib.sha256(data).digest()).digest()).decode()
+    wrong = base64.b64encode(hashlib.sha256(b"other").digest()).decode()
+    refused = [
+        ({"ChecksumSHA256": f"{wrong}-1"}, "BadDigest"),
+        ({"ChecksumSHA256": f"{composite}-2"}, "BadDigest"),
+        ({"ChecksumCRC32": "AAAAAA=="}, "InvalidRequest"),
+        ({"ChecksumType": "FULL_OBJECT"}, "InvalidRequest"),
+        ({"MpuObjectSize": 999}, "InvalidRequest"),
+    ]
+    for extra, code in refused:
+        with pytest.raises(ClientError) as e:
+            s3.complete_multipart_upload(**request, MultipartUpload=parts, **extra)
+        assert error_code(e) == code, extra
+    done = s3.complete_multipart_upload(
+        **request,
+        MultipartUpload=parts,
+        ChecksumSHA256=f"{composite}-1",
+        ChecksumType="COMPOSITE",
+        MpuObjectSize=len(data),
+    )
+    assert done["ChecksumSHA256"] == f"{composite}-1"
+    assert s3.get_object(Bucket=bucket, Key="c")["Body"].read() == data
