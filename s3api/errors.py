@@ -97,6 +97,7 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
         "The list of parts was not in ascending order. The parts list must be specified in "
         "order by part number.",
     ),
+    ("InvalidPartNumber", 416, "The requested partnumber is not satisfiable"),
     ("InvalidRange", 416, "The requested range is not satisfiable"),
     ("InvalidRequest", 400, "Invalid Request"),
     ("InvalidStorageClass", 400, "The storage class you specified is not valid"),

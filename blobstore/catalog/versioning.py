@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from blobstore.catalog.errors import (
+    NoSuchKeyError,
     PreconditionFailedError,
 )
 from blobstore.catalog.records import (
@@ -115,8 +116,10 @@ def apply_put(
     if if_none_match and latest is not None:
         raise PreconditionFailedError(f"{key!r} exists (If-None-Match: *)")
     if if_match is not None:
+        if latest is None:  # nothing to match: S3 answers NoSuchKey, not 412
+            raise NoSuchKeyError(bucket, key)
         expected = if_match.strip().strip('"')
-        if latest is None or (expected != "*" and latest.get("etag", "") != expected):
+        if expected != "*" and latest.get("etag", "") != expected:
             raise PreconditionFailedError(f"{key!r} does not match If-Match {if_match!r}")
     if versioning == VERSIONING_ENABLED:
         new = {**base, "v": _order_before(record.version_id, versions)}

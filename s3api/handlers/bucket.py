@@ -312,7 +312,9 @@ async def delete_objects(ctx: S3Context) -> Response:
                 return s3xml.DeleteError(item.key, error.code, error.message, item.version_id)
         if result.delete_marker and item.version_id is None:
             return s3xml.Deleted(item.key, None, True, result.version_id)
-        return s3xml.Deleted(item.key, item.version_id, result.delete_marker, None)
+        # A delete marker removed by its version id: S3 names it twice.
+        marker_id = item.version_id if result.delete_marker else None
+        return s3xml.Deleted(item.key, item.version_id, result.delete_marker, marker_id)
 
     outcomes = await asyncio.gather(*(delete_one(item) for item in request.objects))
     deleted = [o for o in outcomes if isinstance(o, s3xml.Deleted)]

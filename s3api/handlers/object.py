@@ -99,6 +99,8 @@ def parse_tagging_header(value: str | None) -> dict[str, str]:
             raise S3Error("InvalidTag", "The TagKey or TagValue you have provided is invalid")
         if key in tags:
             raise S3Error("InvalidTag", "Cannot provide multiple Tags with the same key")
+        if key.startswith("aws:"):
+            raise S3Error("InvalidTag", "Your TagKey cannot be prefixed with aws:")
         tags[key] = tag_value
     if len(tags) > OBJECT_TAGS_MAX:
         raise S3Error("InvalidTag", f"Object tags cannot be greater than {OBJECT_TAGS_MAX}")
@@ -287,14 +289,14 @@ def _part_range(record: ObjectRecord, part_number: int) -> tuple[int, int]:
     """Bytes first..last of one part (a non-multipart object is its own part 1)."""
     if not record.parts:
         if part_number != 1:
-            raise S3Error("InvalidRange", "The requested partnumber is not satisfiable")
+            raise S3Error("InvalidPartNumber")
         return 0, record.size - 1
     offset = 0
     for part in record.parts:
         if part.part_number == part_number:
             return offset, offset + part.size - 1
         offset += part.size
-    raise S3Error("InvalidRange", "The requested partnumber is not satisfiable")
+    raise S3Error("InvalidPartNumber")
 
 
 def object_headers(ctx: S3Context, record: ObjectRecord, versioning: str) -> dict[str, str]:
@@ -355,12 +357,15 @@ async def get_object(ctx: S3Context) -> Response:
         part_number = parse_part_number(part_number_text)
         record = await ctx.store.resolve(record)  # its part list may live in a manifest
         first, last = _part_range(record, part_number)
-        if record.parts:
+        if record.parts or record.size:
+            # A ranged read of the part; a single PUT's object is its own part 1 (S3
+            # answers that with 206 too, without a part count).
             status = 206
-            headers["x-amz-mp-parts-count"] = str(len(record.parts))
             headers["Content-Range"] = (
                 f"bytes {first}-{last}/{record.size}" if record.size else f"bytes */{record.size}"
             )
+        if record.parts:
+            headers["x-amz-mp-parts-count"] = str(len(record.parts))
             if checksum_mode and record.checksums.get("type") == COMPOSITE:
                 # A part's own checksum exists only under a COMPOSITE object checksum (a
                 # copy given a FULL_OBJECT one of another algorithm keeps old part lists).
@@ -466,7 +471,8 @@ async def copy_object(ctx: S3Context) -> Response:
         "REPLACE",
     ):
         raise S3Error("InvalidArgument", "Unknown metadata or tagging directive")
-    new_class = storage_class(ctx) if "x-amz-storage-class" in ctx.headers else record.storage_class
+    # Without the header the copy is STANDARD, whatever the source's class (as S3).
+    new_class = storage_class(ctx) if "x-amz-storage-class" in ctx.headers else "STANDARD"
     if (
         source.bucket == ctx.bucket
         and source.key == ctx.key

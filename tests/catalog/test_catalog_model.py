@@ -192,7 +192,10 @@ class CatalogMachine(RuleBasedStateMachine):
         try:
             result = self.run(self.catalog.put_object(record, **kwargs))
         except PreconditionFailedError:
-            assert expect_fail, (key, condition)
+            assert expect_fail and latest is not None, (key, condition)
+            return
+        except NoSuchKeyError:  # If-Match with no live version
+            assert condition == "match" and latest is None, (key, condition)
             return
         except RecordTooLargeError:
             # All versions of one key must fit in 2 x record_bytes_max.

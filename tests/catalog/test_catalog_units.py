@@ -12,6 +12,7 @@ from blobstore.catalog.config import CatalogConfig
 from blobstore.catalog.errors import (
     InvalidBucketNameError,
     InvalidObjectKeyError,
+    NoSuchKeyError,
     PreconditionFailedError,
 )
 from blobstore.catalog.naming import (
@@ -288,7 +289,7 @@ def test_conditional_put_rules() -> None:
     new = object_record("b", "k", 2)
     with pytest.raises(PreconditionFailedError):
         apply_put(existing, new, "", if_match=None, if_none_match=True)
-    with pytest.raises(PreconditionFailedError):
+    with pytest.raises(NoSuchKeyError):
         apply_put([], new, "", if_match='"x"', if_none_match=False)
     etag = existing[0]["etag"]
     ok = apply_put(existing, new, "", if_match=f'"{etag}"', if_none_match=False)

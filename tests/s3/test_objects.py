@@ -295,3 +295,50 @@ def test_server_side_encryption_is_refused_not_pretended(s3: Any, bucket: str) -
     with pytest.raises(ClientError) as raised:
         s3.head_object(Bucket=bucket, Key="sse")
     assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+
+
+def test_details_as_s3_answers_them(s3: Any, bucket: str) -> None:
+    """Smaller points where S3's answer is the one clients are written against."""
+    # If-Match on a key with no current version: NoSuchKey (404), not 412.
+    for condition in ('"0123456789abcdef0123456789abcdef"', "*"):
+        with pytest.raises(ClientError) as e:
+            s3.put_object(Bucket=bucket, Key="absent", Body=b"x", IfMatch=condition)
+        assert (error_code(e), status(e)) == ("NoSuchKey", 404)
+    # A single PUT's object is its own part 1, read as a range (206); no other part.
+    s3.put_object(Bucket=bucket, Key="one", Body=b"0123456789", StorageClass="STANDARD_IA")
+    part = s3.get_object(Bucket=bucket, Key="one", PartNumber=1)
+    assert part["ResponseMetadata"]["HTTPStatusCode"] == 206
+    assert part["ContentRange"] == "bytes 0-9/10"
+    assert "PartsCount" not in part
+    assert part["Body"].read() == b"0123456789"
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="one", PartNumber=2)
+    assert (error_code(e), status(e)) == ("InvalidPartNumber", 416)
+    # A copy without x-amz-storage-class is STANDARD, whatever the source's class.
+    s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "one"})
+    assert "StorageClass" not in s3.head_object(Bucket=bucket, Key="copy")  # STANDARD
+    s3.copy_object(
+        Bucket=bucket,
+        Key="copy-ia",
+        CopySource={"Bucket": bucket, "Key": "one"},
+        StorageClass="STANDARD_IA",
+    )
+    assert s3.head_object(Bucket=bucket, Key="copy-ia")["StorageClass"] == "STANDARD_IA"
+    # The reserved aws: tag prefix, through the header as through the tagging API.
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="tagged", Body=b"x", Tagging="aws%3Ax=1")
+    assert error_code(e) == "InvalidTag"
+
+
+def test_delete_objects_names_a_removed_delete_marker(s3: Any, bucket: str) -> None:
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    marker = s3.delete_object(Bucket=bucket, Key="k")["VersionId"]
+    result = s3.delete_objects(
+        Bucket=bucket, Delete={"Objects": [{"Key": "k", "VersionId": marker}]}
+    )
+    (deleted,) = result["Deleted"]
+    assert deleted["VersionId"] == marker
+    assert deleted["DeleteMarker"] is True
+    assert deleted["DeleteMarkerVersionId"] == marker
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"x"
