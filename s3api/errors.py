@@ -38,6 +38,7 @@ def _specs(*rows: tuple[str, int, str]) -> dict[str, ErrorSpec]:
 
 ERROR_SPECS: dict[str, ErrorSpec] = _specs(
     ("AccessDenied", 403, "Access Denied"),
+    ("AccessForbidden", 403, "CORSResponse: This CORS request is not allowed."),
     ("AuthorizationHeaderMalformed", 400, "The authorization header is malformed."),
     (
         "AuthorizationQueryParametersError",

@@ -46,7 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("BLOBSTORE_GATEWAY_DOMAIN", ""),
         help="virtual-hosted-style base domain, e.g. s3.localhost (default: path-style only)",
     )
-    parser.add_argument("--region", default=os.environ.get("BLOBSTORE_REGION", "us-east-1"))
+    parser.add_argument(
+        "--region",
+        default=os.environ.get("BLOBSTORE_REGION", "us-east-1"),
+        help="region of buckets created without a LocationConstraint (signatures may name any)",
+    )
     parser.add_argument(
         "--users-file",
         default=os.environ.get("BLOBSTORE_USERS_FILE"),

@@ -536,6 +536,8 @@ def _authenticate_presigned(
     if not expires_text.isdigit() or not expires_text.isascii():
         raise S3Error(code, "X-Amz-Expires should be a number")
     expires = int(expires_text)
+    if expires < 1:
+        raise S3Error(code, "X-Amz-Expires must be non-negative and at least 1 second")
     if expires > PRESIGN_EXPIRES_SECONDS_MAX:
         raise S3Error(
             code,

@@ -863,6 +863,13 @@ def parse_cors_configuration(body: bytes) -> list[dict[str, Any]]:
                 rule[name] = values
         if not rule.get("AllowedMethod") or not rule.get("AllowedOrigin"):
             raise _malformed()
+        for name in ("AllowedOrigin", "AllowedHeader"):
+            for value in rule.get(name, ()):
+                if value.count("*") > 1:
+                    raise S3Error(
+                        "InvalidRequest",
+                        f'{name} "{value}" can not have more than one wildcard.',
+                    )
         for method in rule["AllowedMethod"]:
             if method not in _CORS_METHODS:
                 raise S3Error(

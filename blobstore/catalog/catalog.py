@@ -328,8 +328,10 @@ class Catalog:
         return result
 
     async def delete_object(
-        self, bucket: str, key: str, version_id: str | None = None
+        self, bucket: str, key: str, version_id: str | None = None, *, owner: str = ""
     ) -> DeleteResult:
+        """Delete one version, or the key (a delete marker where versioning keeps them,
+        owned by `owner`: the requester, as ListObjectVersions shows it)."""
         _existing_bucket_name(bucket)
         validate_key(key)
         marker_version_id = versioning.new_version_id()
@@ -344,7 +346,7 @@ class Catalog:
                 bucket_record.versioning,
                 marker_version_id,
                 marker_time,
-                "",
+                owner,
             )
             if outcome.record is not None:
                 result = DeleteResult(outcome.record.version_id, True, outcome.garbage)

@@ -303,7 +303,7 @@ async def delete_objects(ctx: S3Context) -> Response:
         async with slots:
             try:
                 result = await ctx.store.catalog.delete_object(
-                    ctx.bucket, item.key, item.version_id
+                    ctx.bucket, item.key, item.version_id, owner=ctx.user.name
                 )
             except (NoSuchKeyError, NoSuchVersionError):
                 return s3xml.Deleted(item.key, item.version_id)

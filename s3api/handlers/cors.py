@@ -64,7 +64,7 @@ async def preflight(store: ObjectStore, bucket: str, request: Request) -> Respon
     method = request.headers.get("access-control-request-method")
     if not origin or not method:
         raise S3Error(
-            "InvalidRequest" if not origin else "AccessDenied",
+            "InvalidRequest" if not origin else "AccessForbidden",
             "Insufficient information. Origin request header needed."
             if not origin
             else "CORSResponse: This CORS request is not allowed.",
@@ -75,9 +75,17 @@ async def preflight(store: ObjectStore, bucket: str, request: Request) -> Respon
         for h in request.headers.get("access-control-request-headers", "").split(",")
         if h.strip()
     ]
+    if not record.cors:
+        raise S3Error("AccessForbidden", "CORSResponse: CORS is not enabled for this bucket.")
     rule = match_rule(record.cors, origin, method, requested)
     if rule is None:
-        raise S3Error("AccessDenied", "CORSResponse: This CORS request is not allowed.")
+        # S3's words, its spelling included.
+        raise S3Error(
+            "AccessForbidden",
+            "CORSResponse: This CORS request is not allowed. This is usually because the "
+            "evalution of Origin, request method / Access-Control-Request-Method or "
+            "Access-Control-Request-Headers are not whitelisted by the resource's CORS spec.",
+        )
     headers = _allow_headers(rule, origin, method)
     if requested:
         headers["Access-Control-Allow-Headers"] = ", ".join(requested)

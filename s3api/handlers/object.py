@@ -441,7 +441,9 @@ async def delete_object(ctx: S3Context) -> Response:
     version_id = ctx.query.get("versionId") or None
     headers: dict[str, str] = {}
     try:
-        result = await ctx.store.catalog.delete_object(ctx.bucket, ctx.key, version_id)
+        result = await ctx.store.catalog.delete_object(
+            ctx.bucket, ctx.key, version_id, owner=ctx.user.name
+        )
     except (NoSuchKeyError, NoSuchVersionError):
         return Response(b"", status_code=204)
     if result.delete_marker:

@@ -183,6 +183,20 @@ def test_cors_configuration_preflight_and_headers(
     with pytest.raises(ClientError) as e:
         s3.get_bucket_cors(Bucket=bucket)
     assert error_code(e) == "NoSuchCORSConfiguration"
+    unconfigured = urllib.request.Request(
+        f"{gateway.endpoint}/{bucket}/k",
+        method="OPTIONS",
+        headers={"Origin": "https://app.example", "Access-Control-Request-Method": "GET"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as http_error:
+        urllib.request.urlopen(unconfigured, timeout=10)
+    assert http_error.value.code == 403
+    assert b"CORS is not enabled for this bucket" in http_error.value.read()
+    for field, value in (("AllowedOrigins", "https://*.*.example"), ("AllowedHeaders", "x-*-*")):
+        wildcards = {"AllowedOrigins": ["*"], "AllowedMethods": ["GET"], field: [value]}
+        with pytest.raises(ClientError) as e:
+            s3.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": [wildcards]})
+        assert error_code(e) == "InvalidRequest"  # at most one wildcard, as S3
     rule = {
         "AllowedOrigins": ["https://app.example"],
         "AllowedMethods": ["GET", "PUT"],
@@ -215,6 +229,7 @@ def test_cors_configuration_preflight_and_headers(
     with pytest.raises(urllib.error.HTTPError) as http_error:
         urllib.request.urlopen(denied, timeout=10)
     assert http_error.value.code == 403
+    assert b"<Code>AccessForbidden</Code>" in http_error.value.read()
     s3.put_object(Bucket=bucket, Key="k", Body=b"x")
     url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"})
     with urllib.request.urlopen(

@@ -334,6 +334,10 @@ def test_delete_objects_names_a_removed_delete_marker(s3: Any, bucket: str) -> N
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     s3.put_object(Bucket=bucket, Key="k", Body=b"x")
     marker = s3.delete_object(Bucket=bucket, Key="k")["VersionId"]
+    listed = s3.list_object_versions(Bucket=bucket, Prefix="k")
+    (version,), (listed_marker,) = listed["Versions"], listed["DeleteMarkers"]
+    assert listed_marker["VersionId"] == marker
+    assert listed_marker["Owner"]["ID"] == version["Owner"]["ID"] != ""  # the requester
     result = s3.delete_objects(
         Bucket=bucket, Delete={"Objects": [{"Key": "k", "VersionId": marker}]}
     )
