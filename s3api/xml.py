@@ -14,6 +14,7 @@ render back to the same XML.
 
 from __future__ import annotations
 
+import datetime
 import re
 import time
 from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
@@ -1018,8 +1019,81 @@ def parse_lifecycle_configuration(body: bytes) -> list[dict[str, Any]]:
         expiration = rule.get("Expiration")
         if expiration is not None and len(expiration) != 1:
             raise _malformed()
+        _check_lifecycle_values(rule)
         rules.append(rule)
     return rules
+
+
+# Where a lifecycle transition may send objects, and the least age for each that has one.
+_TRANSITION_CLASSES = {
+    "GLACIER": 0,
+    "GLACIER_IR": 0,
+    "DEEP_ARCHIVE": 0,
+    "INTELLIGENT_TIERING": 0,
+    "STANDARD_IA": 30,
+    "ONEZONE_IA": 30,
+}
+
+
+def _check_lifecycle_values(rule: dict[str, Any]) -> None:
+    """The values S3 checks in a rule: ages in days (positive for expirations, at least
+    the class's minimum for transitions), dates at midnight UTC, transition classes, and
+    no tag filter with AbortIncompleteMultipartUpload."""
+
+    def positive(value: int | None, field: str, action: str) -> None:
+        if value is not None and value <= 0:
+            raise S3Error(
+                "InvalidArgument", f"'{field}' for {action} action must be a positive integer"
+            )
+
+    expiration = rule.get("Expiration", {})
+    positive(expiration.get("Days"), "Days", "Expiration")
+    positive(
+        rule.get("NoncurrentVersionExpiration", {}).get("NoncurrentDays"),
+        "NoncurrentDays",
+        "NoncurrentVersionExpiration",
+    )
+    positive(
+        rule.get("AbortIncompleteMultipartUpload", {}).get("DaysAfterInitiation"),
+        "DaysAfterInitiation",
+        "AbortIncompleteMultipartUpload",
+    )
+    for date in [expiration.get("Date")] + [t.get("Date") for t in rule.get("Transition", [])]:
+        if date is not None:
+            _midnight_utc(date)
+    transitions = [(t, "Days") for t in rule.get("Transition", [])]
+    transitions += [(t, "NoncurrentDays") for t in rule.get("NoncurrentVersionTransition", [])]
+    for transition, age_field in transitions:
+        target = transition.get("StorageClass")
+        if target not in _TRANSITION_CLASSES:
+            raise _malformed()
+        age = transition.get(age_field)
+        if age is not None and age < _TRANSITION_CLASSES[target]:
+            raise S3Error(
+                "InvalidArgument",
+                f"'{age_field}' in Transition action must be greater than or equal to "
+                f"{_TRANSITION_CLASSES[target]} for storageClass '{target}'",
+            )
+    if "AbortIncompleteMultipartUpload" in rule:
+        lifecycle_filter = rule.get("Filter", {})
+        if "Tag" in lifecycle_filter or lifecycle_filter.get("And", {}).get("Tag"):
+            raise S3Error(
+                "InvalidRequest", "AbortIncompleteMultipartUpload cannot be specified with Tags."
+            )
+
+
+def _midnight_utc(text: str) -> None:
+    """A lifecycle date: ISO 8601, at midnight UTC (InvalidArgument otherwise)."""
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        moment = None
+    if (
+        moment is None
+        or moment.utcoffset() not in (None, datetime.timedelta(0))
+        or (moment.hour, moment.minute, moment.second, moment.microsecond) != (0, 0, 0, 0)
+    ):
+        raise S3Error("InvalidArgument", "'Date' must be at midnight GMT")
 
 
 def parse_delete(body: bytes) -> DeleteRequest:

@@ -392,10 +392,15 @@ LIFECYCLE = wrap(
     "<Status>Enabled</Status><Expiration><Days>30</Days></Expiration>"
     "<Transition><Days>7</Days><StorageClass>GLACIER</StorageClass></Transition>"
     "<NoncurrentVersionExpiration><NoncurrentDays>5</NoncurrentDays></NoncurrentVersionExpiration>"
-    "<AbortIncompleteMultipartUpload><DaysAfterInitiation>2</DaysAfterInitiation>"
-    "</AbortIncompleteMultipartUpload></Rule>"
+    "</Rule>"
     "<Rule><Filter><Prefix></Prefix></Filter><Status>Disabled</Status>"
-    "<Expiration><ExpiredObjectDeleteMarker>true</ExpiredObjectDeleteMarker></Expiration></Rule>",
+    "<Expiration><ExpiredObjectDeleteMarker>true</ExpiredObjectDeleteMarker></Expiration></Rule>"
+    "<Rule><Filter><Prefix>uploads/</Prefix></Filter><Status>Enabled</Status>"
+    "<Expiration><Date>2030-01-01T00:00:00.000Z</Date></Expiration>"
+    "<NoncurrentVersionTransition><NoncurrentDays>30</NoncurrentDays>"
+    "<StorageClass>STANDARD_IA</StorageClass></NoncurrentVersionTransition>"
+    "<AbortIncompleteMultipartUpload><DaysAfterInitiation>2</DaysAfterInitiation>"
+    "</AbortIncompleteMultipartUpload></Rule>",
 )
 
 
@@ -429,6 +434,60 @@ def test_lifecycle_rejects(inner: str) -> None:
     with pytest.raises(S3Error) as caught:
         s3xml.parse_lifecycle_configuration(wrap("LifecycleConfiguration", inner))
     assert caught.value.code == "MalformedXML"
+
+
+def _expiring_rule(
+    actions: str, rule_filter: str = "<Filter><Prefix>p/</Prefix></Filter>"
+) -> bytes:
+    return wrap(
+        "LifecycleConfiguration", f"<Rule>{rule_filter}<Status>Enabled</Status>{actions}</Rule>"
+    )
+
+
+@pytest.mark.parametrize(
+    ("actions", "rule_filter", "code"),
+    [
+        ("<Expiration><Days>0</Days></Expiration>", None, "InvalidArgument"),
+        ("<Expiration><Date>2030-01-01T10:00:00Z</Date></Expiration>", None, "InvalidArgument"),
+        ("<Expiration><Date>2030-99-99garbage</Date></Expiration>", None, "InvalidArgument"),
+        (
+            "<NoncurrentVersionExpiration><NoncurrentDays>0</NoncurrentDays>"
+            "</NoncurrentVersionExpiration>",
+            None,
+            "InvalidArgument",
+        ),
+        (
+            "<AbortIncompleteMultipartUpload><DaysAfterInitiation>0</DaysAfterInitiation>"
+            "</AbortIncompleteMultipartUpload>",
+            None,
+            "InvalidArgument",
+        ),
+        (
+            "<Transition><Days>40</Days><StorageClass>FOO</StorageClass></Transition>",
+            None,
+            "MalformedXML",
+        ),
+        ("<Transition><Days>40</Days></Transition>", None, "MalformedXML"),
+        (
+            "<Transition><Days>10</Days><StorageClass>STANDARD_IA</StorageClass></Transition>",
+            None,
+            "InvalidArgument",
+        ),
+        (
+            "<AbortIncompleteMultipartUpload><DaysAfterInitiation>1</DaysAfterInitiation>"
+            "</AbortIncompleteMultipartUpload>",
+            "<Filter><Tag><Key>a</Key><Value>1</Value></Tag></Filter>",
+            "InvalidRequest",
+        ),
+    ],
+)
+def test_lifecycle_values_as_s3_checks_them(
+    actions: str, rule_filter: str | None, code: str
+) -> None:
+    body = _expiring_rule(actions) if rule_filter is None else _expiring_rule(actions, rule_filter)
+    with pytest.raises(S3Error) as caught:
+        s3xml.parse_lifecycle_configuration(body)
+    assert caught.value.code == code
 
 
 def test_lifecycle_duplicate_ids() -> None:
