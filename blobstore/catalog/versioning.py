@@ -53,6 +53,14 @@ def new_version_id(now_s: float | None = None) -> str:
     return f"{_TIME_MAX - micros:0{_TIME_HEX_DIGITS}x}{token:0{_TOKEN_HEX_DIGITS}x}"
 
 
+def well_formed_version_id(text: str) -> bool:
+    """Whether `text` could name a version: "null", or an id new_version_id() makes."""
+    return text == NULL_VERSION_ID or (
+        len(text) == _TIME_HEX_DIGITS + _TOKEN_HEX_DIGITS
+        and all(c in "0123456789abcdef" for c in text)
+    )
+
+
 def _token(version_id: str) -> str:
     return version_id[-_TOKEN_HEX_DIGITS:]
 

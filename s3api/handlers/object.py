@@ -11,6 +11,7 @@ from urllib.parse import parse_qsl, unquote
 
 from starlette.responses import Response, StreamingResponse
 
+from blobstore.catalog import versioning
 from blobstore.catalog.errors import DeleteMarkerError, NoSuchKeyError, NoSuchVersionError
 from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, BucketRecord, ObjectRecord
 from blobstore.objects import Verdict, WrittenData
@@ -189,6 +190,7 @@ def parse_copy_source(value: str) -> CopySource:
         )
     validate_bucket_name(bucket)
     validate_key(key)
+    check_version_id(version_id)
     return CopySource(bucket, key, version_id)
 
 
@@ -221,6 +223,7 @@ async def load_copy_source(ctx: S3Context) -> tuple[CopySource, ObjectRecord]:
 async def load_version(ctx: S3Context) -> ObjectRecord:
     """The version a GET/HEAD-like request names (latest unless versionId)."""
     version_id = ctx.query.get("versionId") or None
+    check_version_id(version_id)
     try:
         return await ctx.store.catalog.get_object(ctx.bucket, ctx.key, version_id, view=ctx.view())
     except DeleteMarkerError as e:
@@ -234,9 +237,13 @@ async def load_version(ctx: S3Context) -> ObjectRecord:
     except NoSuchKeyError:
         raise S3Error("NoSuchKey", Key=ctx.key) from None
     except NoSuchVersionError:
-        if version_id is not None and version_id != "null" and not version_id.isascii():
-            raise S3Error("InvalidArgument", "Invalid version id specified") from None
         raise S3Error("NoSuchVersion", Key=ctx.key, VersionId=version_id or "") from None
+
+
+def check_version_id(version_id: str | None) -> None:
+    """A versionId no version can have: InvalidArgument, as S3 answers it."""
+    if version_id is not None and not versioning.well_formed_version_id(version_id):
+        raise S3Error("InvalidArgument", "Invalid version id specified")
 
 
 # ---------------------------------------------------------------------- PutObject
@@ -439,6 +446,7 @@ async def delete_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     bucket = await ctx.owned_bucket()
     version_id = ctx.query.get("versionId") or None
+    check_version_id(version_id)
     headers: dict[str, str] = {}
     try:
         result = await ctx.store.catalog.delete_object(

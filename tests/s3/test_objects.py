@@ -324,6 +324,17 @@ def test_details_as_s3_answers_them(s3: Any, bucket: str) -> None:
         StorageClass="STANDARD_IA",
     )
     assert s3.head_object(Bucket=bucket, Key="copy-ia")["StorageClass"] == "STANDARD_IA"
+    # A version id no version can have is InvalidArgument (a well-formed unknown one:
+    # NoSuchVersion for a read, nothing to do for a delete).
+    for call in (s3.get_object, s3.head_object, s3.delete_object):
+        with pytest.raises(ClientError) as e:
+            call(Bucket=bucket, Key="one", VersionId="bogus")
+        assert status(e) == 400
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="one", VersionId="0" * 24)
+    assert error_code(e) == "NoSuchVersion"
+    s3.delete_object(Bucket=bucket, Key="one", VersionId="0" * 24)
+    assert s3.get_object(Bucket=bucket, Key="one")["Body"].read() == b"0123456789"
     # The reserved aws: tag prefix, through the header as through the tagging API.
     with pytest.raises(ClientError) as e:
         s3.put_object(Bucket=bucket, Key="tagged", Body=b"x", Tagging="aws%3Ax=1")

@@ -4,6 +4,8 @@ encodings, ranges, part numbers, aws-chunked framing and headers all get S3 erro
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import http.client
 from typing import Any
 from urllib.parse import urlsplit
@@ -166,3 +168,13 @@ def test_payload_hash_mismatch(gateway: GatewayProcess, s3: Any, bucket: str) ->
     assert status == 400
     assert b"XAmzContentSHA256Mismatch" in content
     assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
+
+
+def test_delete_objects_needs_a_body_checksum(gateway: GatewayProcess, bucket: str) -> None:
+    """As S3: a multi-object delete names its body's Content-MD5 or a checksum."""
+    body = b"<Delete><Object><Key>k</Key></Object></Delete>"
+    status, _, content = signed(gateway, "POST", f"/{bucket}?delete", body)
+    assert status == 400 and b"<Code>InvalidRequest</Code>" in content, content
+    md5 = base64.b64encode(hashlib.md5(body).digest()).decode()
+    status, _, content = signed(gateway, "POST", f"/{bucket}?delete", body, {"Content-MD5": md5})
+    assert status == 200 and b"<Deleted><Key>k</Key></Deleted>" in content, content
