@@ -282,6 +282,9 @@ def _fields(exc: BaseException, code: str) -> dict[str, str | int]:
         value = getattr(exc, attribute, None)
         if isinstance(value, str):
             fields[name] = value
+    details = getattr(exc, "details", None)
+    if isinstance(details, dict):
+        fields.update(details)
     return fields
 
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 
 class ObjectLayerError(Exception):
-    """Base of the object layer's errors."""
+    """Base of the object layer's errors. `details`: what S3 names beside the error
+    code in its answer (PartNumber, ETag, ...), in order."""
+
+    def __init__(self, message: str = "", **details: str | int) -> None:
+        super().__init__(message)
+        self.details: dict[str, str | int] = details
 
 
 class EntityTooLargeError(ObjectLayerError):

@@ -36,12 +36,20 @@ def choose_parts(
         previous = part_number
         part = uploaded.get(part_number)
         if part is None or normalise_etag(etag) != normalise_etag(part.etag):
-            raise InvalidPartError(f"part {part_number} with ETag {etag!r} was not uploaded")
+            raise InvalidPartError(
+                f"part {part_number} with ETag {etag!r} was not uploaded",
+                PartNumber=part_number,
+                ETag=normalise_etag(etag),
+            )
         chosen.append(part)
     for part in chosen[:-1]:
         if part.size < part_bytes_min:
             raise EntityTooSmallError(
-                f"part {part.part_number} is {part.size} bytes; the minimum is {part_bytes_min}"
+                f"part {part.part_number} is {part.size} bytes; the minimum is {part_bytes_min}",
+                ProposedSize=part.size,
+                MinSizeAllowed=part_bytes_min,
+                PartNumber=part.part_number,
+                ETag=part.etag,
             )
     return chosen
 

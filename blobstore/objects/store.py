@@ -39,7 +39,12 @@ from blobstore.ledger.errors import NoSuchLedgerError
 from blobstore.objects.append_object_op import AppendObjectOp, WrittenData
 from blobstore.objects.bookie_auditor import BookieAuditor
 from blobstore.objects.config import PART_BYTES_MAX, ObjectStoreConfig
-from blobstore.objects.errors import ObjectChangedError, ObjectUnavailableError
+from blobstore.objects.errors import (
+    EntityTooSmallError,
+    InvalidPartError,
+    ObjectChangedError,
+    ObjectUnavailableError,
+)
 from blobstore.objects.extents import plan_read, slice_extents
 from blobstore.objects.ledger_sweeper import GatewayRegistration, LedgerSweeper
 from blobstore.objects.manifest import (
@@ -410,7 +415,11 @@ class ObjectStore:
         """Stitch the named parts' extents into the object record: no byte is copied."""
         upload = await self.catalog.get_upload(bucket, upload_id)
         uploaded = {p.part_number: p for p in await self.catalog.get_parts(bucket, upload_id)}
-        parts = choose_parts(requested, uploaded, self.config.part_bytes_min)
+        try:
+            parts = choose_parts(requested, uploaded, self.config.part_bytes_min)
+        except (InvalidPartError, EntityTooSmallError) as e:
+            e.details = {"UploadId": upload_id, **e.details}  # as S3 names them
+            raise
         checksums = await finish(upload, parts) if finish is not None else {}
         record = ObjectRecord(
             bucket=bucket,

@@ -69,6 +69,10 @@ def test_complete_errors(s3: Any, bucket: str, rng: random.Random) -> None:
             Bucket=bucket, Key="k", UploadId=upload_id, MultipartUpload={"Parts": parts}
         )
     assert error_code(e) == "EntityTooSmall"
+    details = e.value.response["Error"]
+    assert (details["ProposedSize"], details["MinSizeAllowed"]) == ("1000", str(PART_BYTES_MIN))
+    assert (details["PartNumber"], details["UploadId"]) == ("1", upload_id)
+    assert f'"{details["ETag"]}"' == parts[0]["ETag"]
     with pytest.raises(ClientError) as e:
         s3.complete_multipart_upload(
             Bucket=bucket, Key="k", UploadId=upload_id, MultipartUpload={"Parts": parts[::-1]}
@@ -80,6 +84,12 @@ def test_complete_errors(s3: Any, bucket: str, rng: random.Random) -> None:
             Bucket=bucket, Key="k", UploadId=upload_id, MultipartUpload={"Parts": bad}
         )
     assert error_code(e) == "InvalidPart"
+    details = e.value.response["Error"]
+    assert (details["UploadId"], details["PartNumber"], details["ETag"]) == (
+        upload_id,
+        "1",
+        "0" * 32,
+    )
     missing = [{"PartNumber": 3, "ETag": parts[0]["ETag"]}]
     with pytest.raises(ClientError) as e:
         s3.complete_multipart_upload(
