@@ -177,21 +177,28 @@ def test_bucket_lifecycle(s3: Any, bucket: str) -> None:
     assert error_code(e) == "NoSuchLifecycleConfiguration"
 
 
+def refused_preflight(gateway: GatewayProcess, path: str, origin: str) -> bytes:
+    """The body of a 403 answer to a GET preflight from `origin`."""
+    request = urllib.request.Request(
+        f"{gateway.endpoint}{path}",
+        method="OPTIONS",
+        headers={"Origin": origin, "Access-Control-Request-Method": "GET"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as http_error:
+        urllib.request.urlopen(request, timeout=10)
+    assert http_error.value.code == 403
+    body: bytes = http_error.value.read()
+    return body
+
+
 def test_cors_configuration_preflight_and_headers(
     s3: Any, bucket: str, gateway: GatewayProcess
 ) -> None:
     with pytest.raises(ClientError) as e:
         s3.get_bucket_cors(Bucket=bucket)
     assert error_code(e) == "NoSuchCORSConfiguration"
-    unconfigured = urllib.request.Request(
-        f"{gateway.endpoint}/{bucket}/k",
-        method="OPTIONS",
-        headers={"Origin": "https://app.example", "Access-Control-Request-Method": "GET"},
-    )
-    with pytest.raises(urllib.error.HTTPError) as http_error:
-        urllib.request.urlopen(unconfigured, timeout=10)
-    assert http_error.value.code == 403
-    assert b"CORS is not enabled for this bucket" in http_error.value.read()
+    refused = refused_preflight(gateway, f"/{bucket}/k", "https://app.example")
+    assert b"CORS is not enabled for this bucket" in refused
     for field, value in (("AllowedOrigins", "https://*.*.example"), ("AllowedHeaders", "x-*-*")):
         wildcards = {"AllowedOrigins": ["*"], "AllowedMethods": ["GET"], field: [value]}
         with pytest.raises(ClientError) as e:
@@ -221,15 +228,8 @@ def test_cors_configuration_preflight_and_headers(
         assert response.headers["Access-Control-Allow-Origin"] == "https://app.example"
         assert "PUT" in response.headers["Access-Control-Allow-Methods"]
         assert response.headers["Access-Control-Max-Age"] == "600"
-    denied = urllib.request.Request(
-        f"{gateway.endpoint}/{bucket}/k",
-        method="OPTIONS",
-        headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "GET"},
-    )
-    with pytest.raises(urllib.error.HTTPError) as http_error:
-        urllib.request.urlopen(denied, timeout=10)
-    assert http_error.value.code == 403
-    assert b"<Code>AccessForbidden</Code>" in http_error.value.read()
+    refused = refused_preflight(gateway, f"/{bucket}/k", "https://evil.example")
+    assert b"<Code>AccessForbidden</Code>" in refused
     s3.put_object(Bucket=bucket, Key="k", Body=b"x")
     url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"})
     with urllib.request.urlopen(
