@@ -1107,8 +1107,9 @@ def parse_delete(body: bytes) -> DeleteRequest:
     for item in _children(element, "Object"):
         key = _child_text(item, "Key", required=True)
         assert key is not None
+        # An empty <VersionId/> names no version (answered NoSuchVersion), not the latest.
         version_id = _child_text(item, "VersionId")
-        objects.append(ObjectToDelete(key, version_id or None))
+        objects.append(ObjectToDelete(key, version_id))
         if len(objects) > DELETE_OBJECTS_MAX:
             raise _malformed()
     if not objects:

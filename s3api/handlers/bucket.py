@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from blobstore.catalog.errors import NoSuchKeyError, NoSuchVersionError
 from blobstore.catalog.records import ListResult
+from blobstore.catalog.versioning import well_formed_version_id
 from s3api import xml as s3xml
 from s3api.checksums import RequestChecksums
 from s3api.errors import S3Error, to_s3_error
@@ -264,6 +265,13 @@ async def list_object_versions(ctx: S3Context) -> Response:
             ArgumentName="version-id-marker",
             ArgumentValue=version_id_marker,
         )
+    if version_id_marker and not well_formed_version_id(version_id_marker):
+        raise S3Error(
+            "InvalidArgument",
+            "Invalid version id specified",
+            ArgumentName="version-id-marker",
+            ArgumentValue=version_id_marker,
+        )
     max_keys = parse_max_count(ctx.query.get("max-keys"))
     result = await ctx.store.catalog.list_object_versions(
         ctx.bucket,
@@ -308,6 +316,11 @@ async def delete_objects(ctx: S3Context) -> Response:
     slots = asyncio.Semaphore(DELETE_CONCURRENCY)
 
     async def delete_one(item: s3xml.ObjectToDelete) -> s3xml.Deleted | s3xml.DeleteError:
+        if item.version_id is not None and not well_formed_version_id(item.version_id):
+            # A version no key can have (S3 answers so, where DeleteObject says
+            # InvalidArgument).
+            error = S3Error("NoSuchVersion")
+            return s3xml.DeleteError(item.key, error.code, error.message, item.version_id)
         async with slots:
             try:
                 result = await ctx.store.catalog.delete_object(

@@ -180,7 +180,7 @@ def parse_copy_source(value: str) -> CopySource:
     version_id = None
     if query:
         params = dict(parse_qsl(query, keep_blank_values=True))
-        version_id = params.get("versionId") or None
+        version_id = params.get("versionId")
     if not bucket or not key:
         raise S3Error(
             "InvalidArgument",
@@ -222,7 +222,7 @@ async def load_copy_source(ctx: S3Context) -> tuple[CopySource, ObjectRecord]:
 
 async def load_version(ctx: S3Context) -> ObjectRecord:
     """The version a GET/HEAD-like request names (latest unless versionId)."""
-    version_id = ctx.query.get("versionId") or None
+    version_id = ctx.query.get("versionId")
     check_version_id(version_id)
     try:
         return await ctx.store.catalog.get_object(ctx.bucket, ctx.key, version_id, view=ctx.view())
@@ -241,7 +241,10 @@ async def load_version(ctx: S3Context) -> ObjectRecord:
 
 
 def check_version_id(version_id: str | None) -> None:
-    """A versionId no version can have: InvalidArgument, as S3 answers it."""
+    """A versionId no version can have, the empty one included: InvalidArgument, as S3
+    answers it (an empty one is not the same as none)."""
+    if version_id == "":
+        raise S3Error("InvalidArgument", "Version id cannot be the empty string")
     if version_id is not None and not versioning.well_formed_version_id(version_id):
         raise S3Error("InvalidArgument", "Invalid version id specified")
 
@@ -445,7 +448,7 @@ async def head_object(ctx: S3Context) -> Response:
 async def delete_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     bucket = await ctx.owned_bucket()
-    version_id = ctx.query.get("versionId") or None
+    version_id = ctx.query.get("versionId")
     check_version_id(version_id)
     headers: dict[str, str] = {}
     try:

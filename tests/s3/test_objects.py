@@ -335,6 +335,26 @@ def test_details_as_s3_answers_them(s3: Any, bucket: str) -> None:
     assert error_code(e) == "NoSuchVersion"
     s3.delete_object(Bucket=bucket, Key="one", VersionId="0" * 24)
     assert s3.get_object(Bucket=bucket, Key="one")["Body"].read() == b"0123456789"
+    # An empty one is not the absence of one: a delete with it must not delete the key.
+    for call in (s3.get_object, s3.delete_object):
+        with pytest.raises(ClientError) as e:
+            call(Bucket=bucket, Key="one", VersionId="")
+        assert error_code(e) == "InvalidArgument"
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(
+            Bucket=bucket, Key="c2", CopySource={"Bucket": bucket, "Key": "one", "VersionId": ""}
+        )
+    assert error_code(e) == "InvalidArgument"
+    outcome = s3.delete_objects(
+        Bucket=bucket,
+        Delete={"Objects": [{"Key": "one", "VersionId": "bogus"}, {"Key": "one", "VersionId": ""}]},
+    )
+    assert [error["Code"] for error in outcome["Errors"]] == ["NoSuchVersion"] * 2
+    assert "Deleted" not in outcome
+    assert s3.get_object(Bucket=bucket, Key="one")["Body"].read() == b"0123456789"
+    with pytest.raises(ClientError) as e:
+        s3.list_object_versions(Bucket=bucket, KeyMarker="one", VersionIdMarker="zzz")
+    assert error_code(e) == "InvalidArgument"
     # The reserved aws: tag prefix, through the header as through the tagging API.
     with pytest.raises(ClientError) as e:
         s3.put_object(Bucket=bucket, Key="tagged", Body=b"x", Tagging="aws%3Ax=1")
