@@ -20,3 +20,10 @@ def version_headers(version_id: str | None, versioning: str) -> dict[str, str]:
     if version_id and (versioning or version_id != "null"):
         return {"x-amz-version-id": version_id}
     return {}
+
+
+def written_version_headers(version_id: str | None) -> dict[str, str]:
+    """x-amz-version-id in the answer to a write (PutObject, CopyObject, a completion):
+    absent for the null version (a bucket never versioned, or suspended), as S3 answers;
+    reads of that version do name it."""
+    return {"x-amz-version-id": version_id} if version_id and version_id != "null" else {}

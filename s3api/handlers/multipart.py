@@ -16,7 +16,6 @@ from blobstore.catalog.errors import (
 )
 from blobstore.catalog.records import (
     CONTENT_TYPE_DEFAULT,
-    BucketRecord,
     ObjectRecord,
     PartRecord,
     UploadRecord,
@@ -39,7 +38,7 @@ from s3api.checksums import (
 )
 from s3api.conditions import parse_write_conditions
 from s3api.errors import S3Error
-from s3api.handlers._private import quote_etag, version_headers, xml_response
+from s3api.handlers._private import quote_etag, written_version_headers, xml_response
 from s3api.handlers.context import S3Context
 from s3api.handlers.object import (
     body_checksums,
@@ -179,7 +178,7 @@ async def upload_part_copy(ctx: S3Context) -> Response:
 
 async def complete_multipart_upload(ctx: S3Context) -> Response:
     validate_key(ctx.key)
-    bucket = await ctx.owned_bucket()
+    await ctx.owned_bucket()
     try:
         upload: UploadRecord | None = await _upload(ctx)
         gone: S3Error | None = None
@@ -193,7 +192,7 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
     body = await ctx.small_body(checksum_headers_are_the_body=False)
     if upload is None:
         assert gone is not None
-        return await _completed_before(ctx, bucket, gone)
+        return await _completed_before(ctx, gone)
     requested = s3xml.parse_complete_multipart_upload(body)
     if_match, if_none_match = parse_write_conditions(ctx.headers)
     _check_completion_checksum_headers(ctx, upload)
@@ -272,9 +271,7 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
         )
     except NoSuchUploadError:
         # Completed (or aborted) by another request since this one found the upload.
-        return await _completed_before(
-            ctx, bucket, S3Error("NoSuchUpload", UploadId=upload.upload_id)
-        )
+        return await _completed_before(ctx, S3Error("NoSuchUpload", UploadId=upload.upload_id))
     except RecordTooLargeError as e:
         # Long part lists go to a manifest, so this is the key's versions together (a
         # versioned key's record line holds every version): not the user's metadata.
@@ -283,20 +280,20 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
             f"The object's catalog record is too large to complete ({e}); delete old "
             "versions of this key, or complete the upload under another key",
         ) from e
-    return _completed_response(ctx, bucket, result.record)
+    return _completed_response(ctx, result.record)
 
 
-def _completed_response(ctx: S3Context, bucket: BucketRecord, record: ObjectRecord) -> Response:
+def _completed_response(ctx: S3Context, record: ObjectRecord) -> Response:
     location = f"{ctx.config.scheme}://{ctx.headers.get('host', '')}/{ctx.bucket}/{ctx.key}"
     return xml_response(
         s3xml.complete_multipart_upload_result(
             location, ctx.bucket, ctx.key, record.etag, record.checksums
         ),
-        headers=version_headers(record.version_id, bucket.versioning),
+        headers=written_version_headers(record.version_id),
     )
 
 
-async def _completed_before(ctx: S3Context, bucket: BucketRecord, gone: S3Error) -> Response:
+async def _completed_before(ctx: S3Context, gone: S3Error) -> Response:
     """A CompleteMultipartUpload of an upload that is no longer in progress: answered as
     the completion was, as S3 does, while the key's current version is the one that
     completion made (a client's retry after a lost answer); `gone` otherwise."""
@@ -307,7 +304,7 @@ async def _completed_before(ctx: S3Context, bucket: BucketRecord, gone: S3Error)
         raise gone from None
     if not upload_id or record.upload_id != upload_id:
         raise gone
-    return _completed_response(ctx, bucket, record)
+    return _completed_response(ctx, record)
 
 
 def _check_completion_checksum_headers(ctx: S3Context, upload: UploadRecord) -> None:

@@ -32,7 +32,12 @@ from s3api.conditions import (
     parse_write_conditions,
 )
 from s3api.errors import S3Error
-from s3api.handlers._private import quote_etag, version_headers, xml_response
+from s3api.handlers._private import (
+    quote_etag,
+    version_headers,
+    written_version_headers,
+    xml_response,
+)
 from s3api.handlers.context import S3Context
 from s3api.names import (
     OBJECT_TAGS_MAX,
@@ -288,7 +293,7 @@ async def put_object(ctx: S3Context) -> Response:
     record = result.record
     headers = {"ETag": quote_etag(record.etag)}
     headers.update(checksum_headers(record.checksums))
-    headers.update(version_headers(record.version_id, result.versioning))
+    headers.update(written_version_headers(record.version_id))
     return Response(b"", headers=headers)
 
 
@@ -528,7 +533,7 @@ async def copy_object(ctx: S3Context) -> Response:
         record, template, checksums=checksums, if_match=if_match, if_none_match=if_none_match
     )
     copied = result.record
-    headers = version_headers(copied.version_id, bucket.versioning)
+    headers = written_version_headers(copied.version_id)
     if source.version_id or record.version_id != "null":
         headers["x-amz-copy-source-version-id"] = record.version_id
     body = s3xml.copy_object_result(copied.etag, copied.last_modified, copied.checksums)

@@ -377,3 +377,25 @@ def test_delete_objects_names_a_removed_delete_marker(s3: Any, bucket: str) -> N
     assert deleted["DeleteMarker"] is True
     assert deleted["DeleteMarkerVersionId"] == marker
     assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"x"
+
+
+def test_writes_of_the_null_version_name_no_version(s3: Any, bucket: str) -> None:
+    """In a suspended bucket a write makes the null version: its answer names none (as
+    S3), while reads of it name "null"."""
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Suspended"})
+    assert "VersionId" not in s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    copied = s3.copy_object(Bucket=bucket, Key="c", CopySource={"Bucket": bucket, "Key": "k"})
+    assert "VersionId" not in copied
+    upload = s3.create_multipart_upload(Bucket=bucket, Key="m")["UploadId"]
+    part = s3.upload_part(Bucket=bucket, Key="m", UploadId=upload, PartNumber=1, Body=b"y")
+    done = s3.complete_multipart_upload(
+        Bucket=bucket,
+        Key="m",
+        UploadId=upload,
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]},
+    )
+    assert "VersionId" not in done
+    for key in ("k", "c", "m"):
+        assert s3.head_object(Bucket=bucket, Key=key)["VersionId"] == "null"
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    assert s3.put_object(Bucket=bucket, Key="k", Body=b"z")["VersionId"] != "null"
