@@ -18,15 +18,11 @@ Unsigned GET /health and GET /metrics answer health and Prometheus metrics.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import contextvars
-import itertools
 import json
 import logging
 import os
-import random
-import secrets
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -46,8 +42,9 @@ from s3api.errors import S3Error, render_error, to_s3_error
 from s3api.handlers import HANDLERS
 from s3api.handlers.context import GatewayRequest, S3Context, parse_query
 from s3api.handlers.cors import cors_response_headers, preflight
+from s3api.request_ids import HOST_ID, new_request_id
 from s3api.routes import resolve_address, resolve_operation
-from s3api.sigv4 import authenticate
+from s3api.sigv4 import EMPTY_SHA256, PAYLOAD_SHA256, authenticate
 
 logger = logging.getLogger(__name__)
 
@@ -75,18 +72,7 @@ def _has_body(scope: Scope) -> bool:
     return False
 
 
-# Request ids: unique, not secret. A random per-process prefix and a counter (reading
-# the kernel's random source twice a request was a visible share of small-request CPU).
-_ID_PREFIX = secrets.token_hex(4).upper()
-_ID_COUNTER = itertools.count(random.randrange(1 << 32))
-_HOST_ID = base64.b64encode(secrets.token_bytes(24)).decode("ascii")
-
-
 ACCESS_LOG = AccessLog(metrics.IN_FLIGHT)
-
-
-def _request_id() -> str:
-    return f"{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFFFFFF:08X}"
 
 
 class Gateway:
@@ -149,8 +135,8 @@ class Gateway:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert scope["type"] == "http", scope["type"]
-        request_id = _request_id()
-        host_id = _HOST_ID
+        request_id = new_request_id()
+        host_id = HOST_ID
         started_s = time.monotonic()
         state: dict[str, Any] = {"status": 0, "operation": "Unknown", "extra_headers": []}
         bytes_in = 0
@@ -245,6 +231,18 @@ class Gateway:
                 )
                 if auth is None:
                     raise S3Error("AccessDenied", "Anonymous access is not allowed")
+                if (
+                    auth.payload_mode == PAYLOAD_SHA256
+                    and auth.declared_payload_hash != EMPTY_SHA256
+                    and not _has_body(scope)
+                ):
+                    # A request without a body (GET, HEAD, DELETE...) whose signed payload
+                    # hash is not the empty body's: no handler reads a body to catch it.
+                    raise S3Error(
+                        "XAmzContentSHA256Mismatch",
+                        ClientComputedContentSHA256=auth.declared_payload_hash or "",
+                        S3ComputedContentSHA256=EMPTY_SHA256,
+                    )
                 user = self._users[auth.access_key]
                 context = S3Context(
                     request=request,

@@ -46,6 +46,7 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
         "Error parsing the X-Amz-Credential parameter.",
     ),
     ("BadDigest", 400, "The Content-MD5 you specified did not match what we received."),
+    ("BadRequest", 400, "An error occurred when parsing the HTTP request."),
     (
         "BucketAlreadyExists",
         409,

@@ -21,6 +21,9 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from s3api.errors import S3Error, render_error
+from s3api.request_ids import HOST_ID, new_request_id
+
 # Writes up to this size wait for the end of the loop turn; larger ones go at once.
 GATHER_BYTES_MAX = 64 * 1024
 # A request head arriving in pieces is held back until its end, up to this size; a
@@ -152,3 +155,22 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         if isinstance(transport, _GatheringTransport):
             transport.flush()
         super().on_response_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        """A request the parser refused (bad framing, a bad method or target): S3's XML
+        error with its request id headers, as every other answer, instead of uvicorn's
+        plain text; the connection then closes (what follows cannot be framed)."""
+        request_id = new_request_id()
+        body = render_error(S3Error("BadRequest"), request_id, host_id=HOST_ID)
+        head = [
+            b"HTTP/1.1 400 Bad Request\r\n",
+            *(name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers),
+            b"content-type: application/xml\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"x-amz-request-id: " + request_id.encode("ascii") + b"\r\n",
+            b"x-amz-id-2: " + HOST_ID.encode("ascii") + b"\r\n",
+            b"connection: close\r\n\r\n",
+        ]
+        self.logger.info("event=unparsable_request request_id=%s reason=%s", request_id, msg)
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()

@@ -215,7 +215,10 @@ def _amz_timestamp(headers: dict[str, list[bytes]]) -> str:
             parsed = parsedate_to_datetime(date)
         except (TypeError, ValueError):
             parsed = None
-        if parsed is not None and parsed.tzinfo is not None:
+        if parsed is not None:
+            if parsed.tzinfo is None:
+                # "-0000" and asctime dates carry no zone: HTTP dates are GMT (RFC 9110).
+                parsed = parsed.replace(tzinfo=datetime.UTC)
             return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(parsed.timestamp()))
     raise S3Error("AccessDenied", "AWS authentication requires a valid Date or x-amz-date header")
 
@@ -432,6 +435,13 @@ def authenticate(
             virtual_host_bucket,
         )
     if authorization is not None:
+        if not authorization.startswith("AWS4-"):  # Bearer, Basic, ...: not AWS's at all
+            raise S3Error(
+                "InvalidArgument",
+                "Unsupported Authorization Type",
+                ArgumentName="Authorization",
+                ArgumentValue=authorization[:200],
+            )
         return _authenticate_header(
             method, raw_path, pairs, header_lists, authorization, lookup_secret, now, region
         )

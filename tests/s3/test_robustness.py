@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.client
+import socket
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -178,3 +179,34 @@ def test_delete_objects_needs_a_body_checksum(gateway: GatewayProcess, bucket: s
     md5 = base64.b64encode(hashlib.md5(body).digest()).decode()
     status, _, content = signed(gateway, "POST", f"/{bucket}?delete", body, {"Content-MD5": md5})
     assert status == 200 and b"<Deleted><Key>k</Key></Deleted>" in content, content
+
+
+def test_a_bodiless_request_must_sign_the_empty_payload(
+    gateway: GatewayProcess, bucket: str
+) -> None:
+    """GET, HEAD and DELETE read no body, so the declared payload hash is checked against
+    the empty body's before the operation, as S3 does."""
+    other = hashlib.sha256(b"x").hexdigest()
+    for method in ("GET", "DELETE"):
+        status, _, content = signed(gateway, method, f"/{bucket}/k", payload_hash=other)
+        assert status == 400 and b"XAmzContentSHA256Mismatch" in content, (method, content)
+    empty = hashlib.sha256(b"").hexdigest()
+    status, _, _ = signed(gateway, "GET", f"/{bucket}?list-type=2", payload_hash=empty)
+    assert status == 200
+
+
+def test_an_unparsable_request_gets_an_s3_error(gateway: GatewayProcess) -> None:
+    """Framing the parser refuses: S3's XML error with a request id, then the end of the
+    connection (nothing after it can be framed)."""
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as connection:
+        connection.sendall(
+            b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\nzz\r\n"
+        )
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), head
+    assert b"x-amz-request-id: " in head.lower() and b"content-type: application/xml" in head
+    assert b"<Code>BadRequest</Code>" in body and b"<RequestId>" in body

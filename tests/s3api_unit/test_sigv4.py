@@ -544,3 +544,25 @@ def test_v2_virtual_hosted_requests() -> None:
     verify(request, virtual_host_bucket="bucket-1")
     with pytest.raises(S3Error):
         verify(request)
+
+
+@pytest.mark.parametrize(
+    "date",
+    [
+        b"Fri, 27 Nov 2026 08:00:00 GMT",
+        b"Fri, 27 Nov 2026 08:00:00 -0000",  # RFC 2822's "zone unknown": botocore writes it
+        b"Fri Nov 27 08:00:00 2026",  # asctime, which HTTP dates may still be
+        b"Fri, 27 Nov 2026 09:00:00 +0100",
+    ],
+)
+def test_a_date_header_of_each_form_is_a_time_in_gmt(date: bytes) -> None:
+    assert sigv4._amz_timestamp({"date": [date]}) == "20261127T080000Z"
+
+
+def test_an_authorization_scheme_not_aws_is_invalid_argument() -> None:
+    with pytest.raises(S3Error) as caught:
+        authenticate(
+            "GET", b"/b/k", b"", [(b"authorization", b"Bearer abc")], SECRETS.get, time.time()
+        )
+    assert caught.value.code == "InvalidArgument"
+    assert caught.value.fields["ArgumentName"] == "Authorization"
