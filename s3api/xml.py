@@ -1061,9 +1061,12 @@ def _check_lifecycle_values(rule: dict[str, Any]) -> None:
     for date in [expiration.get("Date")] + [t.get("Date") for t in rule.get("Transition", [])]:
         if date is not None:
             _midnight_utc(date)
-    transitions = [(t, "Days") for t in rule.get("Transition", [])]
-    transitions += [(t, "NoncurrentDays") for t in rule.get("NoncurrentVersionTransition", [])]
-    for transition, age_field in transitions:
+    transitions = [(t, "Days", "Transition") for t in rule.get("Transition", [])]
+    transitions += [
+        (t, "NoncurrentDays", "NoncurrentVersionTransition")
+        for t in rule.get("NoncurrentVersionTransition", [])
+    ]
+    for transition, age_field, action in transitions:
         target = transition.get("StorageClass")
         if target not in _TRANSITION_CLASSES:
             raise _malformed()
@@ -1071,7 +1074,7 @@ def _check_lifecycle_values(rule: dict[str, Any]) -> None:
         if age is not None and age < _TRANSITION_CLASSES[target]:
             raise S3Error(
                 "InvalidArgument",
-                f"'{age_field}' in Transition action must be greater than or equal to "
+                f"'{age_field}' in {action} action must be greater than or equal to "
                 f"{_TRANSITION_CLASSES[target]} for storageClass '{target}'",
             )
     if "AbortIncompleteMultipartUpload" in rule:

@@ -14,6 +14,7 @@ from blobstore.catalog.errors import (
     NoSuchUploadError,
     RecordTooLargeError,
 )
+from blobstore.catalog.errors import InvalidPartError as CatalogInvalidPartError
 from blobstore.catalog.records import (
     CONTENT_TYPE_DEFAULT,
     ObjectRecord,
@@ -21,6 +22,7 @@ from blobstore.catalog.records import (
     UploadRecord,
 )
 from blobstore.objects import Verdict, WrittenData
+from blobstore.objects.errors import InvalidPartError
 from s3api import xml as s3xml
 from s3api.checksums import (
     ALGORITHMS,
@@ -37,7 +39,7 @@ from s3api.checksums import (
     parse_checksum_type,
 )
 from s3api.conditions import parse_write_conditions
-from s3api.errors import S3Error
+from s3api.errors import S3Error, to_s3_error
 from s3api.handlers._private import quote_etag, written_version_headers, xml_response
 from s3api.handlers.context import S3Context
 from s3api.handlers.object import (
@@ -272,6 +274,11 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
     except NoSuchUploadError:
         # Completed (or aborted) by another request since this one found the upload.
         return await _completed_before(ctx, S3Error("NoSuchUpload", UploadId=upload.upload_id))
+    except (InvalidPartError, CatalogInvalidPartError) as e:
+        # Parts gone: possibly deleted by a completion of this upload that ran meanwhile
+        # (a client's retry overlapping its first try); if that made the current version,
+        # answer as it did, else the parts really were wrong.
+        return await _completed_before(ctx, to_s3_error(e))
     except RecordTooLargeError as e:
         # Long part lists go to a manifest, so this is the key's versions together (a
         # versioned key's record line holds every version): not the user's metadata.
@@ -299,7 +306,8 @@ async def _completed_before(ctx: S3Context, gone: S3Error) -> Response:
     completion made (a client's retry after a lost answer); `gone` otherwise."""
     upload_id = ctx.query.get("uploadId", "")
     try:
-        record = await ctx.store.catalog.get_object(ctx.bucket, ctx.key, view=ctx.view())
+        # A view of its own, started now: the request's may predate that completion.
+        record = await ctx.store.catalog.get_object(ctx.bucket, ctx.key)
     except (NoSuchKeyError, DeleteMarkerError):
         raise gone from None
     if not upload_id or record.upload_id != upload_id:
@@ -332,7 +340,7 @@ def _declared_object_size(ctx: S3Context) -> int | None:
     text = ctx.headers.get("x-amz-mp-object-size")
     if text is None:
         return None
-    if not text.strip().isdigit():
+    if not (text.strip().isdigit() and text.isascii()):
         raise S3Error("InvalidRequest", "Value for x-amz-mp-object-size header is invalid.")
     return int(text.strip())
 
