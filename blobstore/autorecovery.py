@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import signal
 import socket
@@ -89,7 +90,7 @@ def _config(args: argparse.Namespace) -> ObjectStoreConfig:
         if value is not None
     }
     config = ObjectStoreConfig.from_env(**overrides)
-    if config.audit_interval_s <= 0:
+    if not 0 < config.audit_interval_s < math.inf:  # NaN fails too
         raise UsageError(
             f"audit interval {config.audit_interval_s!r}: autorecovery needs one above 0"
         )

@@ -34,11 +34,25 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _chosen(argv: list[str], names: object) -> str | None:
-    """The first positional word of argv when it names a command (only that module loads)."""
-    for word in argv:
-        if not word.startswith("-"):
+    """The first positional word of argv when it names a command (only that module loads).
+    The value of a global option given as two words (`--log-level DEBUG`) is not one."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-level":
+            next(words, None)
+        elif not word.startswith("-"):
             return word if word in names else None  # type: ignore[operator]
     return None
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _log_level(text: str) -> str:
+    level = text.upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r}: one of {', '.join(LOG_LEVELS)}")
+    return level
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
@@ -48,6 +62,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--log-level",
+        type=_log_level,
         default=os.environ.get("BLOBSTORE_LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING or ERROR (env BLOBSTORE_LOG_LEVEL; default INFO)",
     )
@@ -97,8 +112,20 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"blobstore: error: {e}", file=sys.stderr)
         return 2
+    except (OSError, ValueError) as e:
+        # A file, directory, port or value from the environment the command cannot use:
+        # the user's to fix, so one line (the traceback with --log-level DEBUG).
+        logging.getLogger("blobstore").debug("command failed", exc_info=e)
+        print(f"blobstore: error: {_describe(e)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror and error.filename is not None:
+        return f"{error.strerror}: {error.filename}"
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 if __name__ == "__main__":

@@ -221,21 +221,43 @@ def _write_json(path: Path, value: object, mode: int = 0o644) -> None:
 def load_or_create_credentials(
     data_dir: Path, access_key: str | None, secret_key: str | None
 ) -> tuple[str, str]:
+    """The data directory's credentials, kept in credentials.json: generated on the first
+    start unless given, and given ones are kept too, so a later start without them
+    still serves the buckets (they belong to the access key's user). A later start may
+    give a new secret for the same access key; another access key is refused, since
+    every existing bucket would answer its user AccessDenied."""
     if bool(access_key) != bool(secret_key):
         raise UsageError("give both --access-key and --secret-key, or neither")
-    if access_key and secret_key:
-        return access_key, secret_key
     path = data_dir / "credentials.json"
-    if path.exists():
-        try:
-            raw = json.loads(path.read_text())
-            return str(raw["access_key"]), str(raw["secret_key"])
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise UsageError(f"broken data directory: {path} is unreadable ({e})") from e
+    saved = _saved_credentials(path) if path.exists() else None
+    if access_key and secret_key:
+        if saved is not None and saved[0] != access_key:
+            raise UsageError(
+                f"{data_dir} belongs to access key {saved[0]} (its buckets are that user's): "
+                "start it with that key, or without one"
+            )
+        if saved != (access_key, secret_key):
+            _write_json(path, {"access_key": access_key, "secret_key": secret_key}, mode=0o600)
+        return access_key, secret_key
+    if saved is not None:
+        return saved
     alphabet = string.ascii_uppercase + string.digits
     access_key = "BS" + "".join(secrets.choice(alphabet) for _ in range(18))
     secret_key = secrets.token_urlsafe(30)[:40]
     _write_json(path, {"access_key": access_key, "secret_key": secret_key}, mode=0o600)
+    return access_key, secret_key
+
+
+def _saved_credentials(path: Path) -> tuple[str, str]:
+    try:
+        raw = json.loads(path.read_bytes())
+        access_key, secret_key = raw["access_key"], raw["secret_key"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"broken data directory: {path} is unreadable ({e})") from e
+    if not (
+        isinstance(access_key, str) and access_key and isinstance(secret_key, str) and secret_key
+    ):
+        raise UsageError(f"broken data directory: {path} holds no access key and secret key")
     return access_key, secret_key
 
 

@@ -288,6 +288,8 @@ def _dies_with_command() -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`blobstore zookeeper`: run a local server until SIGINT/SIGTERM."""
+    if not 1 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: must be in [1, 65535]")
     stopping = False
 
     def stop(signum: int, _frame: object) -> None:

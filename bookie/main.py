@@ -264,17 +264,24 @@ class Bookie:
         loop_lag = LoopLagMonitor(METRICS.event_loop_lag_seconds, f"bookie {self.bookie_id}")
         loop_lag.start()
         freeze_after_startup(METRICS.registry)
-        if config.ready_file:
-            write_ready_file(
-                config.ready_file,
-                {"bookie_id": self.bookie_id, "port": self.port, "http_port": self.http.port},
+        failure: UsageError | None = None
+        try:
+            if config.ready_file:
+                write_ready_file(
+                    config.ready_file,
+                    {"bookie_id": self.bookie_id, "port": self.port, "http_port": self.http.port},
+                )
+        except OSError as e:
+            # Stopped as any other stop (the journal, registration and tasks all run).
+            failure = UsageError(f"--ready-file {config.ready_file}: {e.strerror or e}")
+            self.stopping.set()
+        else:
+            logger.info(
+                "bookie ready bookie_id=%s http_port=%d thread_switch_interval_ms=%g",
+                self.bookie_id,
+                self.http.port,
+                sys.getswitchinterval() * 1000,
             )
-        logger.info(
-            "bookie ready bookie_id=%s http_port=%d thread_switch_interval_ms=%g",
-            self.bookie_id,
-            self.http.port,
-            sys.getswitchinterval() * 1000,
-        )
 
         await self.stopping.wait()
         logger.info("bookie stopping bookie_id=%s", self.bookie_id)
@@ -291,6 +298,8 @@ class Bookie:
         await self.http.close()
         await storage.close()
         logger.info("bookie stopped bookie_id=%s", self.bookie_id)
+        if failure is not None:
+            raise failure
         return 0
 
     # ------------------------------------------------------------------ background work

@@ -40,6 +40,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -483,8 +484,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     if not 1 <= args.concurrency <= 64:
         raise UsageError("--concurrency must be 1..64")
-    if args.wait_open_s < 0:
-        raise UsageError("--wait-open-s must be >= 0")
+    if not 0 <= args.wait_open_s < math.inf:  # NaN fails too
+        raise UsageError("--wait-open-s must be a number of seconds >= 0")
     if not 0 <= args.rate_mb_s < 1e6:
         raise UsageError("--rate-mb-s must be >= 0 (0: no limit)")
     output = Output(args.json)

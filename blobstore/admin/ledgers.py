@@ -80,8 +80,13 @@ async def _show(zk_hosts: str, ledger_id: int) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     output = Output(bool(args.json))
     if args.action == "show":
-        if args.ledger_id is None or not str(args.ledger_id).isdigit():
-            raise UsageError("ledgers show needs a ledger id (a non-negative integer)")
+        text = str(args.ledger_id)
+        if (
+            args.ledger_id is None
+            or not (text.isascii() and text.isdigit())
+            or int(text) >= 1 << 63
+        ):
+            raise UsageError("ledgers show needs a ledger id (an integer in [0, 2^63))")
         document = run_async(lambda: _show(args.zk, int(args.ledger_id)))
         if output.json_mode:
             output.emit_json(document)

@@ -234,3 +234,20 @@ def test_a_missing_zookeeper_path_is_one_line_and_exit_2(zk_connect: str, tmp_pa
     lines = [line for line in result.stderr.splitlines() if line.startswith("blobstore: error:")]
     assert len(lines) == 1 and "does not exist" in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_unwritable_ready_file_stops_the_bookie_with_one_line(
+    zk_connect: str, tmp_path: Path
+) -> None:
+    """The bookie had started serving when the ready file failed: it stops as any stop
+    does (it used to skip the stop sequence and hang, deaf to SIGTERM), then says why."""
+    command = blobstore_command(
+        "bookie", "--zk", zk_connect, "--port", "0", "--http-port", "0",
+        "--journal-dir", str(tmp_path / "j"), "--ledger-dir", str(tmp_path / "l"),
+        "--ready-file", str(tmp_path / "no-such-dir" / "ready.json"),
+    )  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert result.returncode == 2, result
+    lines = [line for line in result.stderr.splitlines() if line.startswith("blobstore: error:")]
+    assert len(lines) == 1 and "--ready-file" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
