@@ -115,12 +115,18 @@ def human_bytes(count: int | float) -> str:
     raise AssertionError("unreachable")
 
 
+PIPED_WIDTH = 400
+
+
 class Output:
     """Where an admin command writes: tables and notes, or one JSON document."""
 
     def __init__(self, json_mode: bool) -> None:
         self.json_mode = json_mode
-        self.console = Console(highlight=False, soft_wrap=False)
+        # A pipe or a file has no width: rich would assume 80 columns and cut bookie ids,
+        # names and dates; tables there take the width their cells need.
+        width = None if sys.stdout.isatty() else PIPED_WIDTH
+        self.console = Console(highlight=False, soft_wrap=False, width=width)
         self.stderr = Console(stderr=True, highlight=False)
 
     def emit_json(self, document: Any) -> None:

@@ -86,7 +86,23 @@ def test_credentials_generated_once_and_private(tmp_path: Path) -> None:
     access_key, secret_key = load_or_create_credentials(tmp_path, None, None)
     assert load_or_create_credentials(tmp_path, None, None) == (access_key, secret_key)
     assert (tmp_path / "credentials.json").stat().st_mode & 0o077 == 0
-    assert load_or_create_credentials(tmp_path, "AK", "SK") == ("AK", "SK")
+    with pytest.raises(UsageError):  # another access key: another owner (more in tests/standalone)
+        load_or_create_credentials(tmp_path, "AK", "SK")
     (tmp_path / "credentials.json").write_text("{}")
     with pytest.raises(UsageError):
         load_or_create_credentials(tmp_path, None, None)
+
+
+def test_a_table_written_to_a_pipe_keeps_its_cells_whole(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Standard output that is not a terminal (a pipe, a file) has no width to fit: rich
+    would cut cells at 80 columns (bookie ids, names, dates)."""
+    from blobstore.admin._output import Output
+
+    bookie_id = "bookie-host-with-a-long-name.example.internal:3181"
+    rows = [[bookie_id, "decommissioning", "2026-11-27T09:10:18Z", "12.5 GiB", "a" * 40]]
+    Output(json_mode=False).table("bookies", ["bookie", "state", "since", "size", "note"], rows)
+    out = capsys.readouterr().out
+    for cell in rows[0]:
+        assert cell in out, out
