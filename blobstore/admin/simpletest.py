@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 from blobstore.admin._output import Output, add_common_arguments, admin_session, run_async
 from blobstore.errors import UsageError
-from blobstore.ledger import LedgerClient, LedgerConfig, LedgerError
+from blobstore.ledger import LedgerClient, LedgerConfig, LedgerError, LedgerHandle
 from bookie import protocol
 
 WINDOW = 64
+PROGRESS_EVERY = 1000  # entries per progress bar step
+DISCARD_TIMEOUT_S = 10.0  # closing and deleting the test ledger after a failure
 ENTRY_COUNT_MAX = 10_000_000
 
 
@@ -62,19 +66,23 @@ def _validate(args: argparse.Namespace) -> None:
         )
 
 
-async def simpletest(args: argparse.Namespace) -> dict[str, Any]:
+async def simpletest(
+    args: argparse.Namespace, advance: Callable[[int], None] = lambda _count: None
+) -> dict[str, Any]:
     async with admin_session(args.zk) as zk:
         client = LedgerClient(
             zk, config=LedgerConfig.from_env(pending_adds_max=max(args.window, 1))
         )
         await client.start()
         try:
-            return await _run(client, args)
+            return await _run(client, args, advance)
         finally:
             await client.close()
 
 
-async def _run(client: LedgerClient, args: argparse.Namespace) -> dict[str, Any]:
+async def _run(
+    client: LedgerClient, args: argparse.Namespace, advance: Callable[[int], None]
+) -> dict[str, Any]:
     try:
         handle = await client.create_ledger(
             args.ensemble_size,
@@ -85,6 +93,29 @@ async def _run(client: LedgerClient, args: argparse.Namespace) -> dict[str, Any]
         )
     except LedgerError as e:
         raise UsageError(f"cannot create a ledger: {e}") from None
+    try:
+        return await _write_and_read(client, handle, args, advance)
+    except BaseException:
+        # Failed or interrupted (Ctrl-C): the test ledger is not left open behind, for
+        # ever listed by `ledgers` and `fsck` (kept closed with --keep).
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(_discard(client, handle, args.keep), DISCARD_TIMEOUT_S)
+        raise
+
+
+async def _discard(client: LedgerClient, handle: LedgerHandle, keep: bool) -> None:
+    if keep:
+        await handle.close()
+    else:  # its entries were never read: no need to close it first
+        await client.delete_ledger(handle.ledger_id)
+
+
+async def _write_and_read(
+    client: LedgerClient,
+    handle: LedgerHandle,
+    args: argparse.Namespace,
+    advance: Callable[[int], None],
+) -> dict[str, Any]:
     latencies: list[float] = []
     in_flight: list[tuple[asyncio.Future[int], float]] = []
     started = time.monotonic()
@@ -94,9 +125,12 @@ async def _run(client: LedgerClient, args: argparse.Namespace) -> dict[str, Any]
             await future
             latencies.append(time.monotonic() - sent)
         in_flight.append((handle.append(entry_payload(entry_id, args.size)), time.monotonic()))
+        if entry_id % PROGRESS_EVERY == PROGRESS_EVERY - 1:
+            advance(PROGRESS_EVERY)
     for future, sent in in_flight:
         await future
         latencies.append(time.monotonic() - sent)
+    advance(args.entries % PROGRESS_EVERY)
     write_s = time.monotonic() - started
     await handle.close()
 
@@ -144,7 +178,8 @@ async def _run(client: LedgerClient, args: argparse.Namespace) -> dict[str, Any]
 def run(args: argparse.Namespace) -> int:
     _validate(args)
     output = Output(bool(args.json))
-    result = run_async(lambda: simpletest(args))
+    with output.progress("writing entries", args.entries) as advance:
+        result = run_async(lambda: simpletest(args, advance))
     if output.json_mode:
         output.emit_json(result)
     else:

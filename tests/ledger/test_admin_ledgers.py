@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import time
 
 from tests.cluster.processes import blobstore_command
 from tests.conftest import BookieFactory
@@ -89,3 +91,36 @@ def test_admin_ledger_commands_reject_bad_input(zk_connect: str) -> None:
         lines = [line for line in result.stderr.splitlines() if line.startswith("blobstore: error")]
         assert len(lines) == 1 and needle in lines[0], (args, result.stderr)
         assert "Traceback" not in result.stderr
+
+
+def test_an_interrupted_simpletest_leaves_no_open_ledger(
+    bookies: BookieFactory, zk_connect: str
+) -> None:
+    """Ctrl-C in the middle of the writes: the test ledger is deleted (it was left OPEN,
+    listed by `ledgers` and `fsck` for ever)."""
+    bookies(3)
+
+    def simpletest_ledgers() -> list[dict[str, object]]:
+        listing = admin(zk_connect, "--json", "ledgers")
+        assert listing.returncode == 0, listing.stderr
+        rows: list[dict[str, object]] = json.loads(listing.stdout)
+        return [r for r in rows if r["ledger_id"] not in before]
+
+    before = {r["ledger_id"] for r in json.loads(admin(zk_connect, "--json", "ledgers").stdout)}
+    command = blobstore_command(
+        "admin", "--zk", zk_connect, "simpletest", "-e", "3", "-w", "2", "-a", "2",
+        "-n", "5000000", "--size", "10",
+    )  # fmt: skip
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not any(r["state"] == "OPEN" for r in simpletest_ledgers()):
+            assert time.monotonic() < deadline, "simpletest never opened its ledger"
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=TIMEOUT_S) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert simpletest_ledgers() == []
