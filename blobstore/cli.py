@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
 def _describe(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror and error.filename is not None:
         return f"{error.strerror}: {error.filename}"
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return str(error) or type(error).__name__
 
 
 if __name__ == "__main__":

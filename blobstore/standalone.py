@@ -167,12 +167,16 @@ def load_or_create_layout(
     path = data_dir / "cluster.json"
     if path.exists():
         try:
-            raw = json.loads(path.read_text())
+            raw = json.loads(path.read_bytes())
             layout = ClusterLayout(**raw)
-        except (json.JSONDecodeError, TypeError, ValueError) as e:
+        except (OSError, TypeError, ValueError) as e:
             raise UsageError(f"broken data directory: {path} is not a cluster layout ({e})") from e
         if layout.format_version != CLUSTER_FORMAT_VERSION:
             raise UsageError(f"{path}: unknown format_version {layout.format_version}")
+        if not (
+            isinstance(layout.bookie_ports, list) and isinstance(layout.bookie_http_ports, list)
+        ):
+            raise UsageError(f"broken data directory: {path} holds invalid ports")
         ports = [layout.zk_port, *layout.bookie_ports, *layout.bookie_http_ports]
         if (
             len(layout.bookie_ports) != len(layout.bookie_http_ports)
@@ -445,6 +449,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--workers must be at least 1")
     if bool(args.access_key) != bool(args.secret_key):
         raise UsageError("give both --access-key and --secret-key, or neither")
+    if args.ready_file:
+        directory = args.ready_file.resolve().parent
+        if not directory.is_dir() or not os.access(directory, os.W_OK):
+            raise UsageError(
+                f"--ready-file {args.ready_file}: {directory} is not a writable directory"
+            )
     data_dir: Path = args.data_dir.resolve()
     _check_data_dir(data_dir)
     lock_fd = _lock_data_dir(data_dir)

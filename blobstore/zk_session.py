@@ -180,6 +180,8 @@ def parse_hosts(hosts: str) -> tuple[list[tuple[str, int]], str]:
             port = rest[1:] if rest.startswith(":") else ""
         else:
             host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
+        if port and not (port.isascii() and port.isdigit() and 0 < int(port) <= 65535):
+            raise ValueError(f"ZooKeeper address {part!r}: the port must be a number in [1, 65535]")
         servers.append((host, int(port) if port else 2181))
     if not servers:
         raise ValueError(f"no ZooKeeper server in {hosts!r}")

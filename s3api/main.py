@@ -17,7 +17,7 @@ import signal
 import tempfile
 
 from blobstore.errors import UsageError
-from s3api.config import CONFIG_ENV, config_from_args
+from s3api.config import CONFIG_ENV, GatewayConfig, config_from_args
 
 logger = logging.getLogger(__name__)
 
@@ -96,10 +96,35 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+def _check_before_workers(config: GatewayConfig) -> None:
+    """What each worker reads at its start (the ZooKeeper address, the catalog's, ledgers'
+    and ZooKeeper's variables, the ready file's directory), read once here first: a bad
+    value is one line from the command, not a traceback from a worker's startup."""
+    from blobstore.catalog.config import CatalogConfig
+    from blobstore.ledger.config import LedgerConfig
+    from blobstore.ledger.errors import BadLedgerConfigError
+    from blobstore.zk_session import parse_hosts, request_bytes_max_from_env
+
+    try:
+        parse_hosts(config.zk)
+        CatalogConfig.from_env()
+        LedgerConfig.from_env()
+        request_bytes_max_from_env()
+    except (ValueError, BadLedgerConfigError) as e:
+        raise UsageError(str(e)) from None
+    if config.ready_file:
+        directory = os.path.dirname(os.path.abspath(config.ready_file))
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            raise UsageError(
+                f"--ready-file {config.ready_file}: {directory} is not a writable directory"
+            )
+
+
 def run(args: argparse.Namespace) -> int:
     if not __debug__:
         raise UsageError("the gateway refuses to run with assertions disabled (-O)")
     config = config_from_args(args)
+    _check_before_workers(config)
     import uvicorn
 
     from s3api.supervisor import Supervisor, bound_socket

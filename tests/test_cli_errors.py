@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -42,3 +44,45 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(args: tuple[str, ...], expect
     assert "Traceback" not in result.stderr, result.stderr
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and expected in errors[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "expected"),
+    [
+        ("BLOBSTORE_CATALOG_PAGE_SPLIT_BYTES=abc", "BLOBSTORE_CATALOG_PAGE_SPLIT_BYTES"),
+        ("BLOBSTORE_LEDGER_BOOKIE_REQUEST_TIMEOUT_S=abc", "BLOBSTORE_LEDGER_BOOKIE_REQUEST"),
+        ("BLOBSTORE_ZK_REQUEST_BYTES_MAX=100", "BLOBSTORE_ZK_REQUEST_BYTES_MAX"),
+    ],
+)
+def test_the_gateway_reads_its_workers_settings_before_starting_them(
+    variable: str, expected: str, tmp_path: Path
+) -> None:
+    """A bad value was found by each worker at its start: a traceback and exit 3."""
+    name, _, value = variable.partition("=")
+    environment = {
+        **os.environ,
+        name: value,
+        "BLOBSTORE_ACCESS_KEY": "a",
+        "BLOBSTORE_SECRET_KEY": "b",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "blobstore.cli", "gateway", "--zk", "127.0.0.1:1", "--port", "0"],
+        capture_output=True, text=True, timeout=60, env=environment,
+    )  # fmt: skip
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr and expected in result.stderr, result.stderr
+
+
+def test_the_gateway_refuses_a_ready_file_it_cannot_write(tmp_path: Path) -> None:
+    environment = {**os.environ, "BLOBSTORE_ACCESS_KEY": "a", "BLOBSTORE_SECRET_KEY": "b"}
+    for zk, expected in (
+        ("127.0.0.1:notaport", "the port must be a number"),
+        ("127.0.0.1:1", "--ready-file"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "blobstore.cli", "gateway", "--zk", zk, "--port", "0",
+             "--ready-file", str(tmp_path / "missing" / "ready.json")],
+            capture_output=True, text=True, timeout=60, env=environment,
+        )  # fmt: skip
+        assert result.returncode == 2, result
+        assert "Traceback" not in result.stderr and expected in result.stderr, result.stderr

@@ -74,10 +74,15 @@ def test_layout_is_kept_and_grows(tmp_path: Path) -> None:
         json.dumps(
             {"format_version": 2, "zk_port": 9, "bookie_ports": [1], "bookie_http_ports": [2]}
         ),
+        json.dumps(
+            {"format_version": 1, "zk_port": 9, "bookie_ports": None, "bookie_http_ports": None}
+        ),
+        json.dumps({"format_version": 1, "zk_port": 9, "bookie_ports": 5, "bookie_http_ports": 5}),
+        "\udcff not utf-8",
     ],
 )
 def test_broken_layout_is_a_usage_error(tmp_path: Path, content: str) -> None:
-    (tmp_path / "cluster.json").write_text(content)
+    (tmp_path / "cluster.json").write_bytes(content.encode("utf-8", "surrogateescape"))
     with pytest.raises(UsageError):
         load_or_create_layout(tmp_path, 1)
 
