@@ -143,6 +143,10 @@ class ZooKeeperClient:
         """`listener(state)` runs on the event loop for every session state change."""
         self._state_listeners.append(listener)
 
+    def remove_state_listener(self, listener: Callable[[KazooState], None]) -> None:
+        if listener in self._state_listeners:
+            self._state_listeners.remove(listener)
+
     def _state_changed(self, state: KazooState) -> None:  # on the loop
         logger.info("zookeeper session state=%s hosts=%s", state, self.hosts)
         loop = asyncio.get_running_loop()

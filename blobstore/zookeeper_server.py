@@ -99,6 +99,8 @@ def port_is_free(host: str, port: int) -> bool:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
+        except socket.gaierror as e:  # not a busy port: no such host
+            raise UsageError(f"host {host!r}: {e.strerror}") from None
         except OSError:
             return False
         return True

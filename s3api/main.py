@@ -28,10 +28,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("BLOBSTORE_ZK"),
         help="ZooKeeper connect string host:port[/chroot] (env BLOBSTORE_ZK)",
     )
-    parser.add_argument("--host", default=os.environ.get("BLOBSTORE_GATEWAY_HOST", "127.0.0.1"))
+    parser.add_argument(
+        "--host",
+        default=os.environ.get("BLOBSTORE_GATEWAY_HOST", "127.0.0.1"),
+        help="address to listen on (env BLOBSTORE_GATEWAY_HOST; default 127.0.0.1)",
+    )
     # String defaults go through `type`, so a bad variable is a one-line usage error.
     parser.add_argument(
-        "--port", type=int, default=os.environ.get("BLOBSTORE_GATEWAY_PORT", "9000")
+        "--port",
+        type=int,
+        default=os.environ.get("BLOBSTORE_GATEWAY_PORT", "9000"),
+        help="port (env BLOBSTORE_GATEWAY_PORT; default 9000; 0: any free port)",
     )
     parser.add_argument(
         "--workers",
@@ -39,8 +46,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("BLOBSTORE_GATEWAY_WORKERS", "1"),
         help="worker processes (default 1)",
     )
-    parser.add_argument("--tls-cert", default=os.environ.get("BLOBSTORE_TLS_CERT"))
-    parser.add_argument("--tls-key", default=os.environ.get("BLOBSTORE_TLS_KEY"))
+    parser.add_argument(
+        "--tls-cert",
+        default=os.environ.get("BLOBSTORE_TLS_CERT"),
+        help="PEM certificate chain: serve HTTPS (env BLOBSTORE_TLS_CERT; with --tls-key)",
+    )
+    parser.add_argument(
+        "--tls-key",
+        default=os.environ.get("BLOBSTORE_TLS_KEY"),
+        help="PEM private key of --tls-cert (env BLOBSTORE_TLS_KEY)",
+    )
     parser.add_argument(
         "--domain",
         default=os.environ.get("BLOBSTORE_GATEWAY_DOMAIN", ""),

@@ -100,6 +100,9 @@ async def admin_session(zk_hosts: str) -> AsyncIterator[ZooKeeperClient]:
         logging.getLogger("blobstore.zk").setLevel(logging.WARNING)
     zk = await started_client(zk_hosts, ZK_CONNECT_TIMEOUT_S)
     try:
+        if await zk.exists("/") is None:
+            # A mistyped /chroot would read as an empty cluster.
+            raise UsageError(f"the ZooKeeper path of --zk {zk_hosts} does not exist")
         yield zk
     finally:
         with contextlib.suppress(Exception):

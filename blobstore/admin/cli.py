@@ -41,7 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser, argv: list[str] | None = None
             sub.add_parser(name, help=help_text)
             continue
         module = importlib.import_module(module_name)
-        command = sub.add_parser(name, help=help_text, description=module.__doc__)
+        command = sub.add_parser(
+            name,
+            help=help_text,
+            description=module.__doc__,
+            # Module docs hold examples and lists laid out by line: kept as written.
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         module.add_arguments(command)
         command.set_defaults(admin_run=module.run)
 

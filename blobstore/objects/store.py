@@ -163,6 +163,7 @@ class ObjectStore:
         if self._catalog is not None:
             await self._catalog.close()
         if self.zk is not None:
+            self.zk.remove_state_listener(self._session_state_changed)  # ending it: no loss
             await self.zk.stop()
         self._hash_executor.shutdown(wait=False)
 

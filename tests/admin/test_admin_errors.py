@@ -52,3 +52,11 @@ def test_unknown_bookie_and_bucket_are_one_line(zk_connect: str) -> None:
     assert "Traceback" not in result.stderr
     result = _admin("du")
     assert result.returncode == 2 and "no ZooKeeper address" in result.stderr, result.stderr
+
+
+def test_a_missing_chroot_is_one_line_not_an_empty_cluster(zk_connect: str) -> None:
+    """A mistyped /chroot used to list "0 bookie(s) registered" and exit 0."""
+    for args in (("bookies",), ("fsck",), ("ledgers",)):
+        result = _admin("--zk", f"{zk_connect}/no-such-chroot", *args)
+        assert result.returncode == 2, (args, result)
+        assert "does not exist" in result.stderr and "Traceback" not in result.stderr, result
