@@ -21,6 +21,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from s3api import metrics
 from s3api.errors import S3Error, render_error
 from s3api.request_ids import HOST_ID, new_request_id
 
@@ -172,5 +173,6 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             b"connection: close\r\n\r\n",
         ]
         self.logger.info("event=unparsable_request request_id=%s reason=%s", request_id, msg)
+        metrics.TALLY.add("Unparsable", "400", 0.0, 0, len(body))
         self.transport.write(b"".join(head) + body)
         self.transport.close()

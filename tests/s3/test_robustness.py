@@ -8,6 +8,7 @@ import base64
 import hashlib
 import http.client
 import socket
+import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -210,3 +211,6 @@ def test_an_unparsable_request_gets_an_s3_error(gateway: GatewayProcess) -> None
     assert head.startswith(b"HTTP/1.1 400 "), head
     assert b"x-amz-request-id: " in head.lower() and b"content-type: application/xml" in head
     assert b"<Code>BadRequest</Code>" in body and b"<RequestId>" in body
+    with urllib.request.urlopen(f"{gateway.endpoint}/metrics", timeout=10) as response:
+        exposition = response.read().decode()
+    assert 's3_requests_total{operation="Unparsable",status="400"}' in exposition
