@@ -494,3 +494,26 @@ def test_completion_checks_what_the_request_declares(
     )
     assert done["ChecksumSHA256"] == f"{composite}-1"
     assert s3.get_object(Bucket=bucket, Key="c")["Body"].read() == data
+
+
+def test_concurrent_completions_of_one_upload_answer_alike(
+    s3: Any, bucket: str, rng: random.Random
+) -> None:
+    """Two completions of one upload at once (a client's retry that overlaps its first
+    try): whichever finds the upload gone, or its parts gone, answers as the completion
+    that made the key's current version did."""
+    for attempt in range(4):
+        key = f"race-{attempt}"
+        datas = [rng.randbytes(PART_BYTES_MIN), rng.randbytes(10)]
+        upload_id, parts = upload_parts(s3, bucket, key, datas)
+        request = {
+            "Bucket": bucket,
+            "Key": key,
+            "UploadId": upload_id,
+            "MultipartUpload": {"Parts": parts},
+        }
+        with ThreadPoolExecutor(2) as pool:
+            calls = [pool.submit(s3.complete_multipart_upload, **request) for _ in range(2)]
+            first, second = (call.result() for call in calls)
+        assert first["ETag"] == second["ETag"], (first, second)
+        assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == b"".join(datas)
