@@ -474,6 +474,9 @@ def _run_locked(args: argparse.Namespace, data_dir: Path) -> int:
     os.environ[STANDALONE_ENV] = str(data_dir)  # inherited by every child, ZooKeeper too
     if args.port and not _port_released(args.host, args.port):
         raise UsageError(f"port {args.host}:{args.port} for the gateway is already in use")
+    if args.zk_port and not _port_released("127.0.0.1", args.zk_port):
+        # Checked before it is kept in cluster.json, where a later start would find it.
+        raise UsageError(f"--zk-port {args.zk_port}: 127.0.0.1:{args.zk_port} is already in use")
     layout = load_or_create_layout(data_dir, args.bookies, args.zk_port)
     bookie_count = max(args.bookies, len(layout.bookie_ports))
     if bookie_count > args.bookies:

@@ -159,6 +159,19 @@ def test_gateway_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
     assert str(port) in result.stderr
 
 
+def test_zk_port_in_use_is_one_clear_line_and_not_kept(tmp_path: Path) -> None:
+    """Refused before cluster.json keeps it (a later start would have found it there)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _run_standalone(
+            "--data-dir", str(tmp_path / "data"), "--port", "0", "--zk-port", str(port)
+        )
+    _assert_one_clear_line(result, "already in use")
+    assert not (tmp_path / "data" / "cluster.json").exists()
+
+
 def test_broken_data_dir_is_one_clear_line(tmp_path: Path) -> None:
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
