@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from blobstore.errors import UsageError
+from blobstore.errors import UsageError, check_ready_file
 from blobstore.pdeathsig import die_with_parent
 from blobstore.zookeeper_server import ZooKeeperServer, free_port, port_is_free, start_zookeeper
 
@@ -449,12 +449,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--workers must be at least 1")
     if bool(args.access_key) != bool(args.secret_key):
         raise UsageError("give both --access-key and --secret-key, or neither")
-    if args.ready_file:
-        directory = args.ready_file.resolve().parent
-        if not directory.is_dir() or not os.access(directory, os.W_OK):
-            raise UsageError(
-                f"--ready-file {args.ready_file}: {directory} is not a writable directory"
-            )
+    check_ready_file(args.ready_file)
     data_dir: Path = args.data_dir.resolve()
     _check_data_dir(data_dir)
     lock_fd = _lock_data_dir(data_dir)

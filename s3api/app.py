@@ -172,7 +172,9 @@ class Gateway:
         metrics.IN_FLIGHT.add(1)
         current_request_id.set(request_id)
         try:
-            await self._handle(scope, counting_receive, stamped_send, request_id, host_id, state)
+            await self._handle(
+                scope, counting_receive, stamped_send, request_id, host_id, state, body_pending
+            )
         finally:
             metrics.IN_FLIGHT.add(-1)
             operation = state["operation"]
@@ -197,6 +199,7 @@ class Gateway:
         request_id: str,
         host_id: str,
         state: dict[str, Any],
+        has_body: bool,
     ) -> None:
         request = GatewayRequest(scope, receive)
         method = scope["method"]
@@ -234,7 +237,7 @@ class Gateway:
                 if (
                     auth.payload_mode == PAYLOAD_SHA256
                     and auth.declared_payload_hash != EMPTY_SHA256
-                    and not _has_body(scope)
+                    and not has_body
                 ):
                     # A request without a body (GET, HEAD, DELETE...) whose signed payload
                     # hash is not the empty body's: no handler reads a body to catch it.

@@ -16,7 +16,7 @@ import shutil
 import signal
 import tempfile
 
-from blobstore.errors import UsageError
+from blobstore.errors import UsageError, check_ready_file
 from s3api.config import CONFIG_ENV, GatewayConfig, config_from_args
 
 logger = logging.getLogger(__name__)
@@ -127,12 +127,7 @@ def _check_before_workers(config: GatewayConfig) -> None:
         request_bytes_max_from_env()
     except (ValueError, BadLedgerConfigError) as e:
         raise UsageError(str(e)) from None
-    if config.ready_file:
-        directory = os.path.dirname(os.path.abspath(config.ready_file))
-        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-            raise UsageError(
-                f"--ready-file {config.ready_file}: {directory} is not a writable directory"
-            )
+    check_ready_file(config.ready_file)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,6 @@ from blobstore.catalog.errors import NoSuchKeyError, NoSuchVersionError
 from blobstore.catalog.records import ListResult
 from blobstore.catalog.versioning import well_formed_version_id
 from s3api import xml as s3xml
-from s3api.checksums import RequestChecksums
 from s3api.errors import S3Error, to_s3_error
 from s3api.handlers._private import xml_response
 from s3api.handlers.context import S3Context
@@ -305,14 +304,7 @@ async def list_object_versions(ctx: S3Context) -> Response:
 
 async def delete_objects(ctx: S3Context) -> Response:
     await ctx.owned_bucket()
-    declared = RequestChecksums.from_headers(ctx.headers)
-    if declared.content_md5 is None and declared.algorithm is None:
-        # S3 requires one for every multi-object delete, and every SDK sends one.
-        raise S3Error(
-            "InvalidRequest",
-            "Missing required header for this request: Content-MD5 or x-amz-checksum-*",
-        )
-    request = s3xml.parse_delete(await ctx.small_body())
+    request = s3xml.parse_delete(await ctx.small_body(checksum_required=True))
     slots = asyncio.Semaphore(DELETE_CONCURRENCY)
 
     async def delete_one(item: s3xml.ObjectToDelete) -> s3xml.Deleted | s3xml.DeleteError:

@@ -189,15 +189,26 @@ class S3Context:
         )
 
     async def small_body(
-        self, size_max: int = REQUEST_XML_BYTES_MAX, *, checksum_headers_are_the_body: bool = True
+        self,
+        size_max: int = REQUEST_XML_BYTES_MAX,
+        *,
+        checksum_headers_are_the_body: bool = True,
+        checksum_required: bool = False,
     ) -> bytes:
         """A whole (small, e.g. XML) request body, verified. Where the request's
         x-amz-checksum-* headers describe something else (CompleteMultipartUpload: the
-        whole object), they are not checked against the body."""
+        whole object), they are not checked against the body. `checksum_required`: the
+        body must declare Content-MD5 or a checksum (S3 requires one for some operations;
+        every SDK sends it)."""
         headers = None
         if not checksum_headers_are_the_body:
             names = {header_name(a) for a in ALGORITHMS}
             headers = {k: v for k, v in self.headers.items() if k not in names}
         reader = self.payload(size_max, headers=headers)
+        if checksum_required and reader.expect.content_md5 is None and not reader.expect.algorithm:
+            raise S3Error(
+                "InvalidRequest",
+                "Missing required header for this request: Content-MD5 or x-amz-checksum-*",
+            )
         pieces = [piece async for piece in reader]
         return b"".join(pieces)

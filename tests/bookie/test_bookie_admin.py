@@ -224,16 +224,21 @@ def test_the_gil_switch_interval_is_the_bookies_setting(bookies: BookieFactory) 
         assert f"thread_switch_interval_ms={expected}\n" in log, log[-2000:]
 
 
-def test_a_missing_zookeeper_path_is_one_line_and_exit_2(zk_connect: str, tmp_path: Path) -> None:
+def _bookie_fails_with_one_line(zk: str, tmp_path: Path, expected: str, *extra: str) -> None:
+    """`blobstore bookie` on fresh directories exits 2 with one error line naming `expected`."""
     command = blobstore_command(
-        "bookie", "--zk", f"{zk_connect}/no-such-path", "--port", "0", "--http-port", "0",
-        "--journal-dir", str(tmp_path / "j"), "--ledger-dir", str(tmp_path / "l"),
+        "bookie", "--zk", zk, "--port", "0", "--http-port", "0",
+        "--journal-dir", str(tmp_path / "j"), "--ledger-dir", str(tmp_path / "l"), *extra,
     )  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert result.returncode == 2, result
     lines = [line for line in result.stderr.splitlines() if line.startswith("blobstore: error:")]
-    assert len(lines) == 1 and "does not exist" in lines[0], result.stderr
+    assert len(lines) == 1 and expected in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_missing_zookeeper_path_is_one_line_and_exit_2(zk_connect: str, tmp_path: Path) -> None:
+    _bookie_fails_with_one_line(f"{zk_connect}/no-such-path", tmp_path, "does not exist")
 
 
 def test_an_unwritable_ready_file_stops_the_bookie_with_one_line(
@@ -241,13 +246,5 @@ def test_an_unwritable_ready_file_stops_the_bookie_with_one_line(
 ) -> None:
     """The bookie had started serving when the ready file failed: it stops as any stop
     does (it used to skip the stop sequence and hang, deaf to SIGTERM), then says why."""
-    command = blobstore_command(
-        "bookie", "--zk", zk_connect, "--port", "0", "--http-port", "0",
-        "--journal-dir", str(tmp_path / "j"), "--ledger-dir", str(tmp_path / "l"),
-        "--ready-file", str(tmp_path / "no-such-dir" / "ready.json"),
-    )  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    assert result.returncode == 2, result
-    lines = [line for line in result.stderr.splitlines() if line.startswith("blobstore: error:")]
-    assert len(lines) == 1 and "--ready-file" in lines[0], result.stderr
-    assert "Traceback" not in result.stderr
+    ready_file = str(tmp_path / "no-such-dir" / "ready.json")
+    _bookie_fails_with_one_line(zk_connect, tmp_path, "--ready-file", "--ready-file", ready_file)
