@@ -115,6 +115,10 @@ class ObjectIndex:
         except NoNodeError:
             raise NoSuchBucketError(bucket) from None
 
+    def bucket_cached(self, bucket: str) -> bool:
+        """Whether this process holds the bucket's record (under its watch)."""
+        return self._buckets.peek(self.paths.bucket(bucket)) is not None
+
     def forget_bucket(self, bucket: str) -> None:
         self._buckets.invalidate(self.paths.bucket(bucket))
         self._roots.invalidate(self.paths.page_map(bucket))

@@ -11,7 +11,6 @@ reopened (fresh metadata) and the read retried once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Coroutine, Sequence
@@ -79,10 +78,12 @@ async def read_entries(
     for attempt in range(2):
         handle = await cache.get(ledger_id)
         try:
-            # One entry is bounded already: each replica's request has its deadline.
-            bound = contextlib.nullcontext() if first == last else asyncio.timeout(READ_TIMEOUT_S)
-            async with bound:
+            if first == last:
+                # One entry is bounded already: each replica's request has its deadline.
                 payloads = await handle.read_unconfirmed_entries(first, last)
+            else:
+                async with asyncio.timeout(READ_TIMEOUT_S):
+                    payloads = await handle.read_unconfirmed_entries(first, last)
             assert len(payloads) == last - first + 1, (ledger_id, first, last, len(payloads))
             return payloads
         except NoSuchLedgerError:
@@ -101,6 +102,24 @@ async def read_entries(
                 e,
             )
     raise AssertionError("unreachable")
+
+
+def span_piece(span: EntrySpan, entry_id: int, payload: bytes, left: int) -> bytes:
+    """The bytes of `span` that entry `entry_id` holds, with `left` of the span's bytes
+    still to come; ShortEntryError when the payload cannot hold what the record says."""
+    skip = span.skip_bytes if entry_id == span.first_entry else 0
+    piece = payload[skip : skip + left]
+    if entry_id == span.last_entry:
+        consistent = len(piece) == left
+    else:
+        consistent = len(piece) == len(payload) - skip and len(piece) < left
+    if not consistent:
+        raise ShortEntryError(
+            f"ledger_id={span.ledger_id} entry_id={entry_id} holds {len(payload)} "
+            f"bytes; the record needs {left} more from offset {skip}"
+        )
+    OBJECT_BYTES_READ.inc(len(piece))
+    return piece
 
 
 async def iter_spans(
@@ -142,21 +161,9 @@ async def iter_spans(
             fill()
             index = indexes[id(span)]
             for offset, payload in enumerate(payloads):
-                entry_id = first + offset
                 left = remaining[index]
-                skip = span.skip_bytes if entry_id == span.first_entry else 0
-                piece = payload[skip : skip + left]
-                if entry_id == span.last_entry:
-                    consistent = len(piece) == left
-                else:
-                    consistent = len(piece) == len(payload) - skip and len(piece) < left
-                if not consistent:
-                    raise ShortEntryError(
-                        f"ledger_id={span.ledger_id} entry_id={entry_id} holds {len(payload)} "
-                        f"bytes; the record needs {left} more from offset {skip}"
-                    )
+                piece = span_piece(span, first + offset, payload, left)
                 remaining[index] = left - len(piece)
-                OBJECT_BYTES_READ.inc(len(piece))
                 if piece:
                     yield piece
     finally:

@@ -61,9 +61,15 @@ def test_put_read_ranges_and_shared_ledgers(zk_connect: str, bookies: BookieFact
                     assert record.extents == ()
                     continue
                 assert await drain(store.read(record, 0, len(body) - 1)) == body
+                assert await store.read_whole(record, 0, len(body) - 1) == body
                 for _ in range(5):
                     start, end = sorted((rng.randrange(len(body)), rng.randrange(len(body))))
                     assert await drain(store.read(record, start, end)) == body[start : end + 1]
+                    # Within one entry (read in place) or across entries (streamed).
+                    assert await store.read_whole(record, start, end) == body[start : end + 1]
+                    inside = (start // ENTRY) * ENTRY
+                    last = min(inside + ENTRY, len(body)) - 1
+                    assert await store.read_whole(record, inside, last) == body[inside : last + 1]
         finally:
             await store.close()
 
@@ -142,8 +148,11 @@ def test_read_follows_a_record_moved_to_another_ledger(
             assert await compactor.catalog.swap_object(old, replace(old, extents=moved.extents))
             for extent in old.extents:
                 await compactor.ledgers.delete_ledger(extent.ledger_id)
-            # A reader holding the old record finds the ledger gone and follows the record.
+            # A reader holding the old record finds the ledger gone and follows the record,
+            # also when it reads a piece of one entry in place.
             assert await drain(compactor.read(old, 0, len(body) - 1)) == body
+            piece = await compactor.read_whole(old, ENTRY + 3, 2 * ENTRY - 1)
+            assert piece == body[ENTRY + 3 : 2 * ENTRY]
         finally:
             await compactor.close()
 
