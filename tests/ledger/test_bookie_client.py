@@ -4,6 +4,7 @@ mapping, pipelining with out-of-order answers, timeouts, lost connections, recon
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import Awaitable, Callable
 
@@ -502,6 +503,42 @@ def test_pending_read_on_the_fast_path_speculates_skips_bad_copies_and_frees_slo
                     break
                 await asyncio.sleep(0.01)
             assert pool._slots.free == 8
+        await a.stop()
+        await b.stop()
+
+    run(scenario())
+
+
+def test_a_finished_read_leaves_nothing_to_the_cyclic_garbage_collector() -> None:
+    """A read, speculative timer armed (two replicas), is freed by reference counting as
+    soon as it returns: its closures once formed cycles that kept the read, its outcome
+    and the entry's payload alive until the collector ran (~25 objects per small GET)."""
+
+    async def scenario() -> None:
+        good = protocol.Entry(7, 0, -1, 7, b"payload").encode()
+
+        async def handler(frame: protocol.Frame) -> tuple[int, bytes]:
+            request = protocol.ReadRequest.decode(frame.body)
+            return Status.OK, protocol.ReadResponse(request.ledger_id, 0, -1, good).encode()
+
+        a, b = FrameServer(handler), FrameServer(handler)
+        ids = [await a.start(), await b.start()]
+        async with BookieClientPool(request_timeout_s=5, in_flight_max=8) as pool:
+            for bookie_id in ids:  # connected: reads take the fast path
+                await pool.read_entry(bookie_id, 7, 0)
+            gc.collect()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                for _ in range(20):
+                    read = PendingReadOp(pool, 7, 0, ids, speculative_read_timeout_s=5)
+                    assert (await read.run()).payload == b"payload"
+                del read
+                gc.collect()
+                left = [type(o).__name__ for o in gc.garbage]
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+            assert "PendingReadOp" not in left and "Entry" not in left, sorted(set(left))
         await a.stop()
         await b.stop()
 
