@@ -276,7 +276,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", required=True, type=Path, help="snapshot and log directory")
     parser.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
-    parser.add_argument("--heap-mb", type=int, default=HEAP_MB_DEFAULT, help="JVM heap in MiB")
+    parser.add_argument(
+        "--heap-mb",
+        type=int,
+        default=HEAP_MB_DEFAULT,
+        help=f"JVM heap in MiB (default {HEAP_MB_DEFAULT})",
+    )
 
 
 def _dies_with_command() -> None:

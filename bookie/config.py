@@ -214,10 +214,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"TCP port, 0 = any free port (default {defaults.port})",
     )
     parser.add_argument(
-        "--http-port", type=int, default=None, help="admin HTTP port, 0 = any free port"
+        "--http-port",
+        type=int,
+        default=None,
+        help=f"admin HTTP port (/metrics, /health), 0 = any free port (default {defaults.http_port})",
     )
-    parser.add_argument("--journal-dir", default=None)
-    parser.add_argument("--ledger-dir", default=None)
+    parser.add_argument(
+        "--journal-dir",
+        default=None,
+        help="write-ahead journal directory, required; best on its own fast disk",
+    )
+    parser.add_argument(
+        "--ledger-dir",
+        default=None,
+        help="entry logs and the RocksDB index directory, required",
+    )
     parser.add_argument(
         "--ready-file", default=None, help="JSON written once serving and registered"
     )
