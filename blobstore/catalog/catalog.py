@@ -268,7 +268,7 @@ class Catalog:
             # A consistent read sends its sync and any reads its caches miss back to back.
             if view is None and consistent:
                 view = self.zk.fresh_view_started()
-            page = await self.index.page_containing(bucket, key, view)
+            page = await self.index.page_containing(bucket, key, view, shared=True)
         versions = page.versions(key)
         if version_id is None:
             if not versions:

@@ -224,11 +224,18 @@ class ObjectIndex:
     # ------------------------------------------------------------------ pages
 
     async def read_page(
-        self, bucket: str, page_id: str, view: asyncio.Future[None] | None = None
+        self,
+        bucket: str,
+        page_id: str,
+        view: asyncio.Future[None] | None = None,
+        *,
+        shared: bool = False,
     ) -> IndexPage | None:
         """The page (a copy: callers may change it), or None when it is gone (merged
         away). Recently read pages are kept decoded under a data watch, so a listing that
-        reads the same page for consecutive requests transfers and decodes it once."""
+        reads the same page for consecutive requests transfers and decodes it once.
+        `shared`: the kept page itself, for a caller that only reads it (a copy of a
+        page's key and line lists was a visible share of a small GET)."""
         path = self.paths.page(bucket, page_id)
         kept = self._pages.peek(path)
         if kept is not None:
@@ -239,7 +246,7 @@ class ObjectIndex:
             return None
         if kept is None:
             metrics.PAGE_READS_TRANSFERRED.inc()
-        return page.copy()
+        return page if shared else page.copy()
 
     async def read_page_for_commit(self, bucket: str, page_id: str) -> IndexPage | None:
         """The page for a commit to rewrite (or None when it is gone): a copy from the read
@@ -260,15 +267,21 @@ class ObjectIndex:
         return IndexPage.decode(page_id, versioned.value, versioned.version)
 
     async def page_containing(
-        self, bucket: str, key: str, view: asyncio.Future[None] | None = None
+        self,
+        bucket: str,
+        key: str,
+        view: asyncio.Future[None] | None = None,
+        *,
+        shared: bool = False,
     ) -> IndexPage:
         """The page whose range holds `key`: the newest when `view` is given (a fresh view
-        started before the call), otherwise as current as this session's server."""
+        started before the call), otherwise as current as this session's server.
+        `shared`: as `read_page`'s (never to be changed)."""
         fresh = False
         for _ in range(self.config.reroutes_max):
             with zookeeper_errors("read index page"):
                 page_map = await self.page_map(bucket, key, fresh=fresh, view=view)
-                page = await self.read_page(bucket, page_map.page_for(key), view)
+                page = await self.read_page(bucket, page_map.page_for(key), view, shared=shared)
             if page is not None and page.contains(key):
                 return page
             fresh = True
