@@ -500,9 +500,12 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   straight from the ledger handle (`ObjectStore.read_whole`), without the streaming
   path's two async generators, and the version lookup and the bucket check run one
   after the other when the bucket record is cached (it is kept under a watch; the
-  check then costs no round trip) instead of overlapping through a task. Together:
-  the worker's CPU per 4 KiB GET ~300-310 us against ~350-375 (A/B, alternated pairs
-  of gateways on one cluster, 8 s GET windows; this machine's spread is wide).
+  check then costs no round trip) instead of overlapping through a task; the lookup
+  reads the watched cache's index page itself instead of a copy of its key and line
+  lists (a few microseconds a GET, not separable from this machine's spread). The
+  first two together: the worker's CPU per 4 KiB GET ~300-310 us against ~350-375
+  (A/B, alternated pairs of gateways on one cluster, 8 s GET windows; this machine's
+  spread is wide, and one pair in four went the other way).
 - **ZooKeeper's garbage collector was the PUT tail below saturation.** A commit
   rewrites its index page whole, and an append page holds 8-32 KiB of records: 25 KB
   went to ZooKeeper per PUT (12.7 MB/s at 500 PUTs/s), and its JVM allocated ~200 MB/s
