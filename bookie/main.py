@@ -6,7 +6,7 @@
 Every tunable is also read from BLOBSTORE_BOOKIE_<NAME>; see docs/bookie.md.
 Startup: bind, check the cookie, replay the journal, serve, register in ZooKeeper, then
 write the ready file. SIGTERM/SIGINT: stop accepting, finish in-flight requests,
-checkpoint, unregister, exit 0.
+unregister (bounded), close the journal, checkpoint, exit 0.
 """
 
 from __future__ import annotations

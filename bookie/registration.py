@@ -20,6 +20,11 @@ from kazoo.protocol.states import KazooState
 from blobstore.zk import ZooKeeperClient
 from bookie import zk_layout
 
+# How long a stopping bookie tries to delete its registration. The session's end removes
+# it anyway (the node is ephemeral), so a ZooKeeper that cannot be reached must not hold
+# the stop (and the final checkpoint after it) for a whole operation timeout.
+UNREGISTER_WAIT_S = 2.0
+
 logger = logging.getLogger(__name__)
 
 
@@ -110,6 +115,7 @@ class Registration:
         self._stopping = True
         self._wakeup.set()
         try:
-            await self.zk.delete(self.path)
+            async with asyncio.timeout(UNREGISTER_WAIT_S):
+                await self.zk.delete(self.path)
         except Exception as e:  # noqa: BLE001 - the session's end removes it anyway
             logger.info("unregister failed bookie_id=%s error=%r", self.bookie_id, e)
