@@ -144,6 +144,11 @@ class Catalog:
                 return record
         raise CatalogBusyError(f"bucket {name!r} kept changing")
 
+    def bucket_cached(self, name: str) -> bool:
+        """Whether this process holds the bucket's record (kept under a watch): a
+        `get_bucket` after a view completes then costs no round trip."""
+        return self.index.bucket_cached(name)
+
     async def get_bucket(
         self, name: str, view: asyncio.Future[None] | None = None, *, cached: bool = False
     ) -> BucketRecord:

@@ -342,25 +342,24 @@ async def owned_bucket_and_version(ctx: S3Context) -> tuple[BucketRecord, Object
 
     With the bucket's record in this process's cache (nearly always: it is kept under a
     watch), the check after the lookup costs no round trip, and the two run one after
-    the other; otherwise the check's read overlaps the lookup's, in a task (which costs
-    more CPU than the whole check when nothing is read)."""
-    if ctx.store.catalog.index.bucket_cached(ctx.bucket):
-        try:
-            record = await load_version(ctx)
-        except Exception:
-            await ctx.owned_bucket()  # its error, if any, is the answer
-            raise
-        return await ctx.owned_bucket(), record
-    bucket_task = asyncio.ensure_future(ctx.owned_bucket())
+    the other."""
+    # A task (more CPU than the whole check when nothing is read) only for a record the
+    # check must read: that read then overlaps the lookup's.
+    bucket_task = (
+        None
+        if ctx.store.catalog.bucket_cached(ctx.bucket)
+        else asyncio.ensure_future(ctx.owned_bucket())
+    )
     try:
         record = await load_version(ctx)
     except asyncio.CancelledError:
-        bucket_task.cancel()
+        if bucket_task is not None:
+            bucket_task.cancel()
         raise
     except Exception:
-        await bucket_task  # its error, if any, is the answer
+        await (bucket_task or ctx.owned_bucket())  # its error, if any, is the answer
         raise
-    return await bucket_task, record
+    return await (bucket_task or ctx.owned_bucket()), record
 
 
 # GET bodies up to this size are answered in one piece instead of streamed.
