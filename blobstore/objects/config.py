@@ -27,6 +27,9 @@ PART_BYTES_MIN_DEFAULT = 5 * MIB
 # the ledger handle's own bound of adds in flight (LedgerConfig.pending_adds_max, 512).
 APPEND_WINDOW_ENTRIES_MAX = 256
 READ_WINDOW_ENTRIES_MAX = 64
+# Entries larger than this are never kept in the entry cache: a large object's stream
+# would displace thousands of small objects for a saving that is small beside its bytes.
+ENTRY_CACHE_PAYLOAD_BYTES_MAX = 256 * 1024
 
 assert PART_NUMBER_MAX * PART_BYTES_MAX >= OBJECT_BYTES_MAX, "the largest object fits in parts"
 assert SINGLE_PUT_BYTES_MAX <= OBJECT_BYTES_MAX, (SINGLE_PUT_BYTES_MAX, OBJECT_BYTES_MAX)
@@ -52,6 +55,9 @@ class ObjectStoreConfig:
     read_window_bytes: int = 4 * MIB
     # Read handles kept open (LRU).
     read_handles_max: int = 256
+    # Payload bytes of small entries (up to ENTRY_CACHE_PAYLOAD_BYTES_MAX each) kept after
+    # a read, per process (LRU; 0: none): hot small objects skip the bookie round trip.
+    entry_cache_bytes: int = 64 * MIB
     # How often every gateway looks for OPEN ledgers whose writer is gone.
     sweep_interval_s: float = 60.0
     # How often the cluster's bookie auditor looks for bookies gone (one pass per
@@ -100,6 +106,8 @@ class ObjectStoreConfig:
         for name in ("append_window_bytes", "read_window_bytes"):
             if not self.entry_size_bytes <= getattr(self, name) <= 1 << 30:
                 raise bad(name, "must be between the entry size and 1 GiB")
+        if not 0 <= self.entry_cache_bytes <= 1 << 40:
+            raise bad("entry_cache_bytes", "must be 0..1 TiB (0: no entry cache)")
         if self.audit_interval_s < 0:
             raise bad("audit_interval_s", "must be >= 0 (0: no auditor in this process)")
         if self.lost_bookie_delay_s < 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 from blobstore.batched_metrics import BatchedCounter, BatchedHistogram
+from blobstore.sampled_gauge import SampledGauge
 
 WRITER_LEDGERS_OPEN = Gauge(
     "blobstore_writer_ledgers_open",
@@ -22,6 +23,23 @@ OBJECT_BYTES_WRITTEN = BatchedCounter(
 )
 OBJECT_BYTES_READ = BatchedCounter(
     Counter("blobstore_object_bytes_read_total", "Object bytes read from ledgers")
+)
+_ENTRY_CACHE_LOOKUPS = Counter(
+    "blobstore_entry_cache_lookups_total",
+    "Small-object entry reads looked up in this process's entry cache, by result (hit, miss)",
+    ["result"],
+)
+# Indexed by hit (True) or miss (False).
+ENTRY_CACHE_LOOKUPS = {
+    True: BatchedCounter(_ENTRY_CACHE_LOOKUPS.labels(result="hit")),
+    False: BatchedCounter(_ENTRY_CACHE_LOOKUPS.labels(result="miss")),
+}
+ENTRY_CACHE_BYTES = SampledGauge(
+    Gauge(
+        "blobstore_entry_cache_bytes",
+        "Payload bytes held in the entry cache of small objects",
+        multiprocess_mode="livesum",
+    )
 )
 COMMITS = Counter(
     "blobstore_object_commits_total", "Catalog commits by kind (put, copy, complete)", ["kind"]

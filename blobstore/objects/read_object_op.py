@@ -6,6 +6,12 @@ entries are read with `read_unconfirmed_entries`; every payload's digest is veri
 the ledger client. A cached read handle may predate an ensemble change of a ledger that
 is still being written: when a read through a cached handle fails, the handle is
 reopened (fresh metadata) and the read retried once.
+
+Small entries that were read are kept in an `EntryCache` (bytes-bounded LRU). An entry
+never changes once acknowledged (a ledger has one writer; recovery and re-replication
+copy the same bytes; compaction writes new ledgers and ledger ids are never reused), so
+a cached payload is always the entry's: which entry an object's bytes live in is still
+read from the catalog on every request, under its view.
 """
 
 from __future__ import annotations
@@ -16,10 +22,17 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import Any
 
+from cachetools import LRUCache
+
 from blobstore.ledger import LedgerClient, LedgerHandle
 from blobstore.ledger.errors import NoSuchLedgerError
 from blobstore.objects.extents import EntrySpan
-from blobstore.objects.metrics import OBJECT_BYTES_READ, READ_RETRIES
+from blobstore.objects.metrics import (
+    ENTRY_CACHE_BYTES,
+    ENTRY_CACHE_LOOKUPS,
+    OBJECT_BYTES_READ,
+    READ_RETRIES,
+)
 from blobstore.objects.writer_pool import LEDGER_PASSWORD
 
 logger = logging.getLogger(__name__)
@@ -31,6 +44,37 @@ OPEN_TIMEOUT_S = 30.0
 
 class ShortEntryError(Exception):
     """An entry's payload is shorter than the record says (corrupt catalog or ledger)."""
+
+
+class EntryCache:
+    """Payloads of small entries by (ledger id, entry id), least recently used dropped
+    first once they hold more than `bytes_max` (0: nothing is kept). Only entries up to
+    `payload_bytes_max` are kept: large objects stream through without displacing the
+    small, hot ones (a 4 KiB object's GET read from here skips a bookie round trip,
+    about a sixth of the gateway's CPU for it)."""
+
+    def __init__(self, bytes_max: int, payload_bytes_max: int) -> None:
+        self.payload_bytes_max = payload_bytes_max if bytes_max > 0 else -1
+        self._entries: LRUCache[tuple[int, int], bytes] = LRUCache(
+            maxsize=max(1, bytes_max), getsizeof=len
+        )
+
+    def get(self, ledger_id: int, entry_id: int) -> bytes | None:
+        if self.payload_bytes_max < 0:
+            return None
+        payload = self._entries.get((ledger_id, entry_id))
+        ENTRY_CACHE_LOOKUPS[payload is not None].inc()
+        return payload
+
+    def put(self, ledger_id: int, entry_id: int, payload: bytes) -> None:
+        if len(payload) <= self.payload_bytes_max:
+            held = self._entries.currsize
+            self._entries[ledger_id, entry_id] = payload
+            ENTRY_CACHE_BYTES.add(int(self._entries.currsize - held))
+
+    def clear(self) -> None:
+        ENTRY_CACHE_BYTES.add(-int(self._entries.currsize))
+        self._entries.clear()
 
 
 class ReadHandleCache:

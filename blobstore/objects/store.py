@@ -38,7 +38,11 @@ from blobstore.ledger import LedgerClient
 from blobstore.ledger.errors import NoSuchLedgerError
 from blobstore.objects.append_object_op import AppendObjectOp, WrittenData
 from blobstore.objects.bookie_auditor import BookieAuditor
-from blobstore.objects.config import PART_BYTES_MAX, ObjectStoreConfig
+from blobstore.objects.config import (
+    ENTRY_CACHE_PAYLOAD_BYTES_MAX,
+    PART_BYTES_MAX,
+    ObjectStoreConfig,
+)
 from blobstore.objects.errors import (
     EntityTooSmallError,
     InvalidPartError,
@@ -63,7 +67,13 @@ from blobstore.objects.metrics import (
     READ_RETRIES,
 )
 from blobstore.objects.multipart import choose_parts, multipart_etag
-from blobstore.objects.read_object_op import ReadHandleCache, iter_spans, read_entries, span_piece
+from blobstore.objects.read_object_op import (
+    EntryCache,
+    ReadHandleCache,
+    iter_spans,
+    read_entries,
+    span_piece,
+)
 from blobstore.objects.writer_pool import LedgerWriterPool
 from blobstore.zk import ZooKeeperClient
 
@@ -102,6 +112,7 @@ class ObjectStore:
         self._catalog: Catalog | None = None
         self._pool: LedgerWriterPool | None = None
         self._read_handles: ReadHandleCache | None = None
+        self._entry_cache = EntryCache(0, 0)
         self._manifests: ManifestReader | None = None
         self._registration: GatewayRegistration | None = None
         self._sweeper: LedgerSweeper | None = None
@@ -125,6 +136,7 @@ class ObjectStore:
         self._pool.start()
         self.zk.add_state_listener(self._session_state_changed)
         self._read_handles = ReadHandleCache(self._ledgers, self.config.read_handles_max)
+        self._entry_cache = EntryCache(self.config.entry_cache_bytes, ENTRY_CACHE_PAYLOAD_BYTES_MAX)
         self._manifests = ManifestReader(self._read_handles, self.config.read_window_entries)
         self._sweeper = LedgerSweeper(
             self.zk,
@@ -158,6 +170,7 @@ class ObjectStore:
             await self._registration.close()
         if self._read_handles is not None:
             self._read_handles.clear()
+        self._entry_cache.clear()
         if self._ledgers is not None:
             await self._ledgers.close()
         if self._catalog is not None:
@@ -293,20 +306,26 @@ class ObjectStore:
         """Bytes start..end (inclusive) of the object in one piece, for a body small
         enough to hold. Bytes within one entry (every small object's case) are read in
         place: `read`'s generators cost a 4 KiB GET more than the read itself. Anything
-        else, and a ledger that vanished under the reader, goes through `read`."""
+        else, and a ledger that vanished under the reader, goes through `read`. A small
+        entry read here is kept in the entry cache and read from there next time."""
         if end >= start and not record.unresolved and record.extents:
             spans = plan_read(record.extents, start, end)
             if len(spans) == 1 and spans[0].first_entry == spans[0].last_entry:
                 span = spans[0]
-                assert self._read_handles is not None, "ObjectStore not started"
-                try:
-                    payloads = await read_entries(
-                        self._read_handles, span.ledger_id, span.first_entry, span.last_entry
-                    )
-                except NoSuchLedgerError:
-                    pass  # compaction moved it: `read` looks the record up again
-                else:
-                    return span_piece(span, span.first_entry, payloads[0], span.byte_count)
+                entry_id = span.first_entry
+                payload = self._entry_cache.get(span.ledger_id, entry_id)
+                if payload is None:
+                    assert self._read_handles is not None, "ObjectStore not started"
+                    try:
+                        (payload,) = await read_entries(
+                            self._read_handles, span.ledger_id, entry_id, entry_id
+                        )
+                    except NoSuchLedgerError:
+                        pass  # compaction moved it: `read` looks the record up again
+                    else:
+                        self._entry_cache.put(span.ledger_id, entry_id, payload)
+                if payload is not None:
+                    return span_piece(span, entry_id, payload, span.byte_count)
         return b"".join([piece async for piece in self.read(record, start, end)])
 
     async def read(self, record: ObjectRecord, start: int, end: int) -> AsyncGenerator[bytes, None]:

@@ -161,6 +161,46 @@ def test_read_follows_a_record_moved_to_another_ledger(
     assert "event=read_record_reloaded" in caplog.text
 
 
+def test_a_small_object_read_once_is_read_again_without_the_bookies(
+    zk_connect: str, bookies: BookieFactory
+) -> None:
+    """The entry cache: a one-entry object read whole once comes from this process's memory
+    the next time (the bookies all stopped here), another object still needs the bookies,
+    and a store with the cache off keeps nothing."""
+    started = bookies(3)
+
+    async def scenario() -> None:
+        store = ObjectStore(zk_connect, config())
+        bare = ObjectStore(zk_connect, config(entry_cache_bytes=0))
+        await store.start()
+        await bare.start()
+        try:
+            await store.catalog.create_bucket("bucket-cache", "owner")
+            bodies = {key: random.Random(key).randbytes(ENTRY - 24) for key in ("a", "b")}
+            records = {}
+            for key, body in bodies.items():
+                put = ObjectRecord(bucket="bucket-cache", key=key)
+                records[key] = (
+                    await store.put_object(put, chunks(body, 512), size_max=1 << 20)
+                ).record
+            assert await store.read_whole(records["a"], 0, ENTRY - 25) == bodies["a"]
+            assert await bare.read_whole(records["a"], 0, ENTRY - 25) == bodies["a"]
+            for bookie in started:
+                bookie.stop()
+            # Ranges of a cached entry are cut from the cached payload.
+            assert await store.read_whole(records["a"], 0, ENTRY - 25) == bodies["a"]
+            assert await store.read_whole(records["a"], 5, 9) == bodies["a"][5:10]
+            with pytest.raises(Exception):  # noqa: B017 - any read failure will do
+                await store.read_whole(records["b"], 0, ENTRY - 25)
+            with pytest.raises(Exception):  # noqa: B017
+                await bare.read_whole(records["a"], 0, ENTRY - 25)
+        finally:
+            await bare.close()
+            await store.close()
+
+    run(scenario())
+
+
 def test_one_sweep_pass_per_interval_across_processes(
     zk_connect: str, bookies: BookieFactory
 ) -> None:
