@@ -67,6 +67,9 @@ from blobstore.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)
 
+# Newest records kept decoded per cached index page (`IndexPage.memo`): ~0.6 KB each for
+# a small object, so about 20 MiB over the 256 pages the read cache holds by default.
+LATEST_MEMO_MAX = 128
 _BULK_MULTI_BYTES_MAX = 2 << 20  # and at most half the client's request limit
 
 
@@ -274,14 +277,20 @@ class Catalog:
             if view is None and consistent:
                 view = self.zk.fresh_view_started()
             page = await self.index.page_containing(bucket, key, view, shared=True)
-        versions = page.versions(key)
         if version_id is None:
-            if not versions:
-                raise NoSuchKeyError(bucket, key)
-            latest = ObjectRecord.from_dict(bucket, key, versions[0], is_latest=True)
+            # Records are frozen and shared by the requests that read them.
+            latest: ObjectRecord | None = page.memo.get(key)
+            if latest is None:
+                versions = page.versions(key)
+                if not versions:
+                    raise NoSuchKeyError(bucket, key)
+                latest = ObjectRecord.from_dict(bucket, key, versions[0], is_latest=True)
+                if len(page.memo) < LATEST_MEMO_MAX:
+                    page.memo[key] = latest
             if latest.is_delete_marker:
                 raise DeleteMarkerError(latest)
             return latest
+        versions = page.versions(key)
         for n, d in enumerate(versions):
             if d["v"] == version_id:
                 record = ObjectRecord.from_dict(bucket, key, d, is_latest=(n == 0))

@@ -29,7 +29,7 @@ import itertools
 import operator
 import uuid
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Self
 
 import orjson
@@ -95,6 +95,10 @@ class IndexPage:
     keys: list[str]
     lines: list[bytes]
     version: int = -1  # the znode version it was read at (-1: not written yet)
+    # What readers decoded from this page, by key (`Catalog.get_object` keeps a key's
+    # newest record here, at most LATEST_MEMO_MAX): a page in the read cache is shared
+    # and never changed, so a hot key's GET decodes its record once. `set_line` clears it.
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         assert len(self.keys) == len(self.lines), (len(self.keys), len(self.lines))
@@ -149,6 +153,7 @@ class IndexPage:
     def set_line(self, key: str, line: bytes) -> None:
         """Store a key's encoded version line; an empty line removes the key."""
         assert self.contains(key), (key, self.lo, self.hi)
+        self.memo.clear()
         i = bisect.bisect_left(self.keys, key)
         present = i < len(self.keys) and self.keys[i] == key
         if not line:

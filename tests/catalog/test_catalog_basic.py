@@ -948,3 +948,27 @@ def test_a_write_that_follows_another_gathers_first(zk_connect: str) -> None:
             assert keys == ["a", "b", "c", "d"]
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_hot_keys_record_is_decoded_once_and_never_outlives_its_page(zk_connect: str) -> None:
+    """GETs of one key share the record decoded from the cached page; a write by another
+    session (a new page version) is seen at once, and a delete marker is still one."""
+
+    async def main() -> None:
+        async with open_catalog(zk_connect) as reader, open_catalog(zk_connect) as writer:
+            await writer.create_bucket("memo", "alice")
+            await writer.put_object(object_record("memo", "k", 1))
+            first = await reader.get_object("memo", "k")
+            assert await reader.get_object("memo", "k") is first
+            await writer.put_object(object_record("memo", "k", 2))
+            second = await reader.get_object("memo", "k")
+            assert second is not first and second.etag == f"{2:032x}"
+            await writer.update_bucket("memo", lambda r: replace(r, versioning="Enabled"))
+            await writer.delete_object("memo", "k")
+            for _ in range(2):  # decoded, then from the memo
+                with pytest.raises(DeleteMarkerError):
+                    await reader.get_object("memo", "k")
+            # Older versions are still found by id.
+            assert (await reader.get_object("memo", "k", NULL_VERSION_ID)).etag == second.etag
+
+    asyncio.run(asyncio.wait_for(main(), 60))

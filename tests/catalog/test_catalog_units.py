@@ -411,3 +411,12 @@ def test_insertion_split_cuts_right_after_names_inserted_in_order() -> None:
     two_points = page_of([*cold_left, "a-0049-x", run[0], *cold_right])
     assert two_points.insertion_split(before, 10**6) is None
     assert page_of(cold_left + cold_right + ["x-1", "x-2"]).insertion_split(before, 10**6) is None
+
+
+def test_a_page_change_drops_what_readers_decoded_from_it() -> None:
+    page = IndexPage("p1", "", None, [], [], version=1)
+    page.set_line("a", encode_versions([{"v": "null"}]))
+    page.memo["a"] = "decoded"
+    page.set_line("b", encode_versions([{"v": "null"}]))
+    assert page.memo == {}
+    assert page.copy().memo == {}
