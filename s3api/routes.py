@@ -6,8 +6,10 @@ when `--domain` is set and the Host ends with it; otherwise path style
 plus, as S3 does).
 
 Operations are chosen by method, by whether a bucket and key are named, and by the
-subresource query parameters. Subresources this gateway does not implement answer
-NotImplemented rather than being mistaken for a plain GET or PUT.
+subresource query parameters. Subresources this gateway does not implement resolve to
+`NOT_IMPLEMENTED`, whose handler answers NotImplemented (rather than a plain GET or PUT
+mistaking them for its own) once the request's signature is verified, as S3 checks
+authentication first: an anonymous or forged request learns nothing from them.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ UNSUPPORTED_SUBRESOURCES = frozenset(
 )
 
 
+# The operation of a request naming a subresource this gateway does not implement.
+NOT_IMPLEMENTED = "NotImplemented"
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     bucket: str  # "" for service-level requests
@@ -88,9 +94,8 @@ def resolve_operation(
     method: str, bucket: str, key: str, query: Mapping[str, str], headers: Mapping[str, str]
 ) -> str:
     """The S3 operation name (as in the API reference) for a request."""
-    for name in query:
-        if name in UNSUPPORTED_SUBRESOURCES:
-            raise S3Error("NotImplemented", f"The {name} subresource is not implemented")
+    if method != "OPTIONS" and not UNSUPPORTED_SUBRESOURCES.isdisjoint(query):
+        return NOT_IMPLEMENTED
     if method == "OPTIONS":
         if not bucket:
             raise S3Error("MethodNotAllowed", Method=method, ResourceType="SERVICE")
@@ -181,3 +186,8 @@ def _object_operation(method: str, query: Mapping[str, str], headers: Mapping[st
         if "uploadId" in query:
             return "CompleteMultipartUpload"
     raise S3Error("MethodNotAllowed", Method=method, ResourceType="OBJECT")
+
+
+def unsupported_subresource(query: Mapping[str, str]) -> str:
+    """The first subresource of `query` this gateway does not implement ("" if none)."""
+    return next((name for name in query if name in UNSUPPORTED_SUBRESOURCES), "")

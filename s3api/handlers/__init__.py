@@ -6,10 +6,19 @@ from collections.abc import Awaitable, Callable
 
 from starlette.responses import Response
 
+from s3api.errors import S3Error
 from s3api.handlers import bucket, cors, multipart, object
 from s3api.handlers.context import S3Context
+from s3api.routes import NOT_IMPLEMENTED, unsupported_subresource
 
 Handler = Callable[[S3Context], Awaitable[Response]]
+
+
+async def not_implemented(ctx: S3Context) -> Response:
+    """A subresource this gateway does not implement (reached only once authenticated)."""
+    name = unsupported_subresource(ctx.query)
+    raise S3Error("NotImplemented", f"The {name} subresource is not implemented")
+
 
 HANDLERS: dict[str, Handler] = {
     "ListBuckets": bucket.list_buckets,
@@ -48,4 +57,5 @@ HANDLERS: dict[str, Handler] = {
     "AbortMultipartUpload": multipart.abort_multipart_upload,
     "ListParts": multipart.list_parts,
     "ListMultipartUploads": multipart.list_multipart_uploads,
+    NOT_IMPLEMENTED: not_implemented,
 }

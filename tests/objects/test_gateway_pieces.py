@@ -6,7 +6,12 @@ import pytest
 
 from s3api.errors import S3Error
 from s3api.handlers.context import parse_query
-from s3api.routes import resolve_address, resolve_operation
+from s3api.routes import (
+    NOT_IMPLEMENTED,
+    resolve_address,
+    resolve_operation,
+    unsupported_subresource,
+)
 
 
 @pytest.mark.parametrize(
@@ -74,9 +79,11 @@ def test_resolve_operation(
 
 @pytest.mark.parametrize("subresource", ["acl", "policy", "website", "object-lock", "torrent"])
 def test_unsupported_subresources(subresource: str) -> None:
-    with pytest.raises(S3Error) as e:
-        resolve_operation("GET", "b", "", {subresource: ""}, {})
-    assert e.value.code == "NotImplemented"
+    for method, key in (("GET", ""), ("PUT", ""), ("GET", "k"), ("DELETE", "k")):
+        query = {"versionId": "x", subresource: ""}
+        assert resolve_operation(method, "b", key, query, {}) == NOT_IMPLEMENTED
+        assert unsupported_subresource(query) == subresource
+    assert unsupported_subresource({"tagging": "", "versionId": "x"}) == ""
 
 
 def test_method_not_allowed() -> None:

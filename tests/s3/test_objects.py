@@ -278,13 +278,24 @@ def test_entity_too_large_is_refused_before_the_body(gateway: Any, bucket: str) 
     connection.close()
 
 
-def test_unsupported_subresource_is_not_implemented(s3: Any, bucket: str) -> None:
+def test_unsupported_subresource_is_not_implemented(s3: Any, bucket: str, gateway: Any) -> None:
     with pytest.raises(ClientError) as e:
         s3.get_bucket_acl(Bucket=bucket)
     assert error_code(e) == "NotImplemented"
     with pytest.raises(ClientError) as e:
         s3.get_bucket_policy(Bucket=bucket)
     assert error_code(e) == "NotImplemented"
+    # As in S3, authentication comes first: a forged or anonymous request is refused.
+    with pytest.raises(ClientError) as e:
+        gateway.client(secret_key="not-the-secret").get_bucket_acl(Bucket=bucket)
+    assert error_code(e) == "SignatureDoesNotMatch"
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.HTTPError) as anonymous:
+        urllib.request.urlopen(f"{gateway.endpoint}/{bucket}?policy", timeout=30)
+    assert anonymous.value.code == 403
+    assert b"<Code>AccessDenied</Code>" in anonymous.value.read()
 
 
 def test_server_side_encryption_is_refused_not_pretended(s3: Any, bucket: str) -> None:
