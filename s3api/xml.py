@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import re
 import time
+import unicodedata
 from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -815,8 +816,21 @@ def parse_versioning_configuration(body: bytes) -> str:
     return status
 
 
+# Besides letters, numbers and spaces (any Unicode separator), what a bucket's tag keys
+# and values may contain: AWS's rule for resource tags, `^([\p{L}\p{Z}\p{N}_.:/=+\-@]*)$`.
+_TAG_PUNCTUATION = frozenset("_.:/=+-@")
+
+
+def _resource_tag_text(text: str) -> bool:
+    return all(
+        c.isalnum() or c in _TAG_PUNCTUATION or unicodedata.category(c).startswith("Z")
+        for c in text
+    )
+
+
 def parse_tagging(body: bytes, *, bucket: bool = False) -> dict[str, str]:
-    """PutObjectTagging / PutBucketTagging -> {key: value} (InvalidTag on S3's rules)."""
+    """PutObjectTagging / PutBucketTagging -> {key: value} (InvalidTag on S3's rules;
+    a bucket's tags are resource tags, held to AWS's character set too)."""
     element = _parse(body, "Tagging")
     tag_set = _child(element, "TagSet")
     if tag_set is None:
@@ -827,9 +841,9 @@ def parse_tagging(body: bytes, *, bucket: bool = False) -> dict[str, str]:
         key = _child_text(tag, "Key", required=True)
         value = _child_text(tag, "Value", required=True)
         assert key is not None and value is not None
-        if not key or len(key) > TAG_KEY_LENGTH_MAX:
+        if not key or len(key) > TAG_KEY_LENGTH_MAX or bucket and not _resource_tag_text(key):
             raise S3Error("InvalidTag", "The TagKey you have provided is invalid")
-        if len(value) > TAG_VALUE_LENGTH_MAX:
+        if len(value) > TAG_VALUE_LENGTH_MAX or bucket and not _resource_tag_text(value):
             raise S3Error("InvalidTag", "The TagValue you have provided is invalid")
         if key.startswith("aws:"):
             raise S3Error("InvalidTag", "Your TagKey cannot be prefixed with aws:")

@@ -147,6 +147,15 @@ def test_bucket_tagging(s3: Any, bucket: str) -> None:
     assert error_code(e) == "NoSuchTagSet"
     s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": "team", "Value": "x"}]})
     assert s3.get_bucket_tagging(Bucket=bucket)["TagSet"] == [{"Key": "team", "Value": "x"}]
+    # Resource tags: letters, numbers and spaces of any script, and _.:/=+-@.
+    tags = [{"Key": "équipe 2/ops", "Value": "a_b.c:d=e+f-g@h"}, {"Key": "empty", "Value": ""}]
+    s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": tags})
+    assert s3.get_bucket_tagging(Bucket=bucket)["TagSet"] == tags
+    for bad in ({"Key": "team#1", "Value": "x"}, {"Key": "team", "Value": "x*"}):
+        with pytest.raises(ClientError) as e:
+            s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [bad]})
+        assert error_code(e) == "InvalidTag"
+    assert s3.get_bucket_tagging(Bucket=bucket)["TagSet"] == tags
     s3.delete_bucket_tagging(Bucket=bucket)
     with pytest.raises(ClientError) as e:
         s3.get_bucket_tagging(Bucket=bucket)
