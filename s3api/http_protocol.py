@@ -10,7 +10,10 @@ chunk) goes through at once, after what is gathered, so flow control still sees 
 real buffer.
 
 The protocol also accepts a request head that repeats Content-Length with one value
-(`collapse_content_length`), as S3 does, where llhttp alone would answer 400.
+(`collapse_content_length`), as S3 does, where llhttp alone would answer 400, and answers
+in S3's XML where uvicorn would in plain text: a request the parser refuses (400
+BadRequest) and one over the worker's concurrency limit (503 SlowDown, which SDKs retry
+with backoff).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import re
 from typing import Any
 
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from s3api import metrics
@@ -35,6 +39,25 @@ HEAD_BYTES_MAX = 64 * 1024
 # surrounding blanks. (A field line never contains CR or LF, so this cannot match
 # inside another field or the request line.)
 _CONTENT_LENGTH_FIELD = re.compile(rb"\r\ncontent-length:[ \t]*([^\r\n]*?)[ \t]*(?=\r\n)", re.I)
+
+
+async def slow_down(scope: Any, receive: Any, send: Any) -> None:
+    """The answer to a request over the worker's concurrency limit (`limit_concurrency`,
+    in place of uvicorn's plain text): S3's 503 SlowDown, with its request id; the
+    connection closes (its body, if any, is not read)."""
+    request_id = new_request_id()
+    body = render_error(S3Error("SlowDown"), request_id, host_id=HOST_ID)
+    headers = [
+        (b"content-type", b"application/xml"),
+        (b"content-length", b"%d" % len(body)),
+        (b"retry-after", b"1"),
+        (b"x-amz-request-id", request_id.encode("ascii")),
+        (b"x-amz-id-2", HOST_ID.encode("ascii")),
+        (b"connection", b"close"),
+    ]
+    metrics.TALLY.add("Unknown", "503", 0.0, 0, len(body))
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def collapse_content_length(head: bytes) -> bytes:
@@ -150,6 +173,10 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._between_requests = True
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        # uvicorn picks its plain-text 503 app for a request over the concurrency limit.
+        super()._start_asgi_task(cycle, slow_down if app is service_unavailable else app)
 
     def on_response_complete(self) -> None:
         transport = self.transport

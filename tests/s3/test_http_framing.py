@@ -11,6 +11,7 @@ import urllib.parse
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from s3api.http_protocol import collapse_content_length
 from tests.cluster.gateway import GatewayProcess
@@ -175,3 +176,31 @@ def test_a_stalled_body_is_answered_request_timeout_and_commits_nothing(
         sock.close()
     listed = s3.list_objects_v2(Bucket=bucket)["Contents"]
     assert [entry["Key"] for entry in listed] == ["slow"]
+
+
+def test_a_request_over_the_concurrency_limit_is_answered_slow_down_in_xml(
+    s3_cluster: S3Cluster, bucket: str
+) -> None:
+    """Past `limit_concurrency` (connections or requests of a worker) uvicorn would answer
+    503 in plain text; S3 clients expect S3's XML SlowDown, and retry it. (A limit of one
+    is already reached by the request's own connection.)"""
+    gateway = s3_cluster.start_gateway(
+        "gateway-limit-one", env={"BLOBSTORE_GATEWAY_LIMIT_CONCURRENCY": "1"}
+    )
+    with pytest.raises(ClientError) as refused:
+        gateway.client(retries={"max_attempts": 1}).head_bucket(Bucket=bucket)
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+    sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=30)
+    try:
+        sock.sendall(f"GET /{bucket} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):  # until the gateway closes the connection
+            answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 ")
+        assert b"\r\nx-amz-request-id: " in head.lower()
+        assert b"\r\ncontent-type: application/xml" in head.lower()
+        assert b"<Code>SlowDown</Code>" in body and b"<RequestId>" in body
+    finally:
+        sock.close()
+        gateway.stop()
