@@ -146,8 +146,13 @@ def check_encryption(ctx: S3Context) -> None:
 
 
 def require_length(ctx: S3Context) -> None:
-    """S3 refuses uploads of unknown length (no Content-Length, not aws-chunked)."""
-    if "content-length" in ctx.headers or ctx.auth.streaming:
+    """S3 refuses uploads of unknown length: no Content-Length (and not chunked), or an
+    aws-chunked body without x-amz-decoded-content-length (411 MissingContentLength)."""
+    if ctx.auth.streaming:
+        if "x-amz-decoded-content-length" not in ctx.headers:
+            raise S3Error("MissingContentLength")
+        return
+    if "content-length" in ctx.headers:
         return
     if "chunked" in ctx.headers.get("transfer-encoding", "").lower():
         return

@@ -163,6 +163,17 @@ def test_broken_aws_chunked_bodies(gateway: GatewayProcess, s3: Any, bucket: str
         )
         assert 400 <= status < 500, (body, status, content)
     assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"original"
+    # Without x-amz-decoded-content-length the upload's length is unknown: S3 answers 411.
+    status, _, content = signed(
+        gateway,
+        "PUT",
+        f"/{bucket}/k",
+        good,
+        {"Content-Encoding": "aws-chunked", "x-amz-trailer": "x-amz-checksum-crc32"},
+        payload_hash="STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+    )
+    assert status == 411 and b"<Code>MissingContentLength</Code>" in content, content
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"original"
 
 
 def test_payload_hash_mismatch(gateway: GatewayProcess, s3: Any, bucket: str) -> None:
