@@ -196,6 +196,17 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
         assert gone is not None
         return await _completed_before(ctx, gone)
     requested = s3xml.parse_complete_multipart_upload(body)
+    algorithm = upload.checksum_algorithm
+    if algorithm and upload.checksum_type != FULL_OBJECT:
+        # A composite checksum is made of the parts' own: S3 wants each one named.
+        for part in requested:
+            if algorithm not in part.checksums:
+                raise S3Error(
+                    "InvalidRequest",
+                    f"The upload was created using a {algorithm.lower()} checksum. The "
+                    "complete request must include the checksum for each part. It was "
+                    f"missing for part {part.part_number} in the request.",
+                )
     if_match, if_none_match = parse_write_conditions(ctx.headers)
     _check_completion_checksum_headers(ctx, upload)
     object_size = _declared_object_size(ctx)

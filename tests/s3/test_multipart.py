@@ -471,7 +471,15 @@ def test_completion_checks_what_the_request_declares(
     assert error_code(e) == "InvalidRequest"
     assert "expected checksum Type: sha256, actual checksum Type: crc32" in str(e.value)
     part = s3.upload_part(**request, PartNumber=1, Body=data, ChecksumAlgorithm="SHA256")
-    parts = {"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]}
+    # A composite checksum is made of the parts': the completion must name each one.
+    bare = {"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]}
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(**request, MultipartUpload=bare)
+    assert error_code(e) == "InvalidRequest"
+    assert "must include the checksum for each part. It was missing for part 1" in str(e.value)
+    parts = {
+        "Parts": [{"PartNumber": 1, "ETag": part["ETag"], "ChecksumSHA256": part["ChecksumSHA256"]}]
+    }
     composite = base64.b64encode(hashlib.sha256(hashlib.sha256(data).digest()).digest()).decode()
     wrong = base64.b64encode(hashlib.sha256(b"other").digest()).decode()
     refused = [
