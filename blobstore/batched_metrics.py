@@ -128,23 +128,26 @@ class BatchedHistogram:
             self._next_publish = time.monotonic() + PUBLISH_INTERVAL_S
 
 
-_CHILDREN: dict[tuple[int, tuple[str, ...]], Any] = {}
+# Keyed by the metric itself, not its id(): the key keeps it alive, so a metric made
+# later (tests make and drop registries) can never reuse a dropped one's id and be handed
+# its children.
+_CHILDREN: dict[tuple[Counter | Histogram, tuple[str, ...]], Any] = {}
 
 
 def batched_counter(metric: Counter, *labels: str) -> BatchedCounter:
     """`metric.labels(*labels)`, batched: one per label set, made on first use (a
     labels() lookup costs more than the update it serves)."""
-    child = _CHILDREN.get((id(metric), labels))
+    child = _CHILDREN.get((metric, labels))
     if child is None:
-        child = _CHILDREN[(id(metric), labels)] = BatchedCounter(metric.labels(*labels))
+        child = _CHILDREN[(metric, labels)] = BatchedCounter(metric.labels(*labels))
     return child
 
 
 def batched_histogram(metric: Histogram, *labels: str) -> BatchedHistogram:
     """`metric.labels(*labels)`, batched, as `batched_counter`."""
-    child = _CHILDREN.get((id(metric), labels))
+    child = _CHILDREN.get((metric, labels))
     if child is None:
-        child = _CHILDREN[(id(metric), labels)] = BatchedHistogram(metric.labels(*labels))
+        child = _CHILDREN[(metric, labels)] = BatchedHistogram(metric.labels(*labels))
     return child
 
 

@@ -143,3 +143,16 @@ def test_publishing_on_other_threads_loses_and_repeats_nothing() -> None:
     assert seconds["_count"] == rounds
     assert seconds['_bucket{le="0.001"}'] == rounds // len(values)
     assert seconds["_sum"] == sum(values[i % len(values)] for i in range(rounds))
+
+
+def test_a_new_metric_never_gets_the_children_of_a_dropped_one() -> None:
+    """Metrics made and dropped one after another (as tests do with registries) often
+    reuse the same memory: each must still count into its own registry."""
+    for _ in range(50):
+        registry = CollectorRegistry()
+        counter = Counter("t_dropped_total", "d", ["op"], registry=registry)
+        child = batched_counter(counter, "x")
+        child.inc()
+        child.publish()
+        assert registry.get_sample_value("t_dropped_total", {"op": "x"}) == 1
+        del registry, counter, child
