@@ -528,6 +528,21 @@ ANALYSIS = """## Where the time goes (py-spy and /proc CPU accounting under this
   all of it (9aa3b01 against 1c8d134), six alternated pairs: the new one used less
   CPU per GET in all six, median 308 us against 383 (-20%), and served a median 3,206
   GETs/s against 2,591.
+- **Hot small objects skip the bookie (2026-11-27).** A GET whose body is one entry
+  keeps the entry's payload in the worker's entry cache (64 MiB LRU, entries up to
+  256 KiB; `BLOBSTORE_ENTRY_CACHE_BYTES`), and a key's newest record stays decoded on
+  the cached index page it was read from (at most 128 a page). Neither needs
+  invalidation: an entry never changes once acknowledged, and a page object is replaced,
+  not changed, when ZooKeeper's watch reports a write. The version lookup still runs
+  under the request's sync every time. Two gateways on one cluster (before: a8a5f40,
+  after: this code), GETs over 2,000 objects read before (every read a hit), alternated:
+  the worker's CPU per GET 267/268/336 us against 409/395/452 and 3,736/3,713/2,861
+  GETs/s against 2,377/2,460/2,052, in a slow stretch (generator ceiling ~35,000/s); in a
+  faster one 211/185 against 311/262 us and 4,731/5,377 against 3,081/3,735 GETs/s. This
+  file's GET phase reads its objects in random order from a cold cache, so only about
+  half of its reads hit (its note gives the share), and on fresh objects (8,000, ~50%
+  hits) three alternated pairs in the slow stretch did not separate the two (382-483 us
+  against 378-439).
 - **ZooKeeper's garbage collector was the PUT tail below saturation.** A commit
   rewrites its index page whole, and an append page holds 8-32 KiB of records: 25 KB
   went to ZooKeeper per PUT (12.7 MB/s at 500 PUTs/s), and its JVM allocated ~200 MB/s
