@@ -181,7 +181,12 @@ class ObjectStore:
         self._hash_executor.shutdown(wait=False)
 
     def _session_state_changed(self, state: KazooState) -> None:
-        if state == KazooState.LOST and self._pool is not None:
+        if state != KazooState.LOST:
+            return
+        # Entries never change, but ledger ids are unique only within one cluster's
+        # metadata: after a lost session this process may be talking to a rebuilt one.
+        self._entry_cache.clear()
+        if self._pool is not None:
             logger.warning(
                 "event=zk_session_lost gateway_id=%s: retiring idle writer ledgers", self.gateway_id
             )

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
+from kazoo.protocol.states import KazooState
 
 from blobstore.catalog.records import ObjectRecord
 from blobstore.objects import ObjectStore, ObjectStoreConfig
@@ -194,6 +195,11 @@ def test_a_small_object_read_once_is_read_again_without_the_bookies(
                 await store.read_whole(records["b"], 0, ENTRY - 25)
             with pytest.raises(Exception):  # noqa: B017
                 await bare.read_whole(records["a"], 0, ENTRY - 25)
+            # A lost session may end in another cluster (ledger ids are unique within
+            # one): nothing cached survives it.
+            store._session_state_changed(KazooState.LOST)
+            with pytest.raises(Exception):  # noqa: B017
+                await store.read_whole(records["a"], 0, ENTRY - 25)
         finally:
             await bare.close()
             await store.close()
