@@ -37,7 +37,7 @@ ENTRY_CACHE_LOOKUPS = {
 ENTRY_CACHE_BYTES = SampledGauge(
     Gauge(
         "blobstore_entry_cache_bytes",
-        "Payload bytes held in the entry cache of small objects",
+        "Bytes held in the entry cache of small objects (payloads and ~330 B of bookkeeping each)",
         multiprocess_mode="livesum",
     )
 )

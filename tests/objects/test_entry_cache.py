@@ -3,11 +3,11 @@ large entries never kept, nothing kept when it is off."""
 
 from __future__ import annotations
 
-from blobstore.objects.read_object_op import EntryCache
+from blobstore.objects.read_object_op import ENTRY_CACHE_OVERHEAD_BYTES, EntryCache
 
 
 def test_least_recently_used_entries_go_first_once_the_bytes_are_full() -> None:
-    cache = EntryCache(bytes_max=3000, payload_bytes_max=1000)
+    cache = EntryCache(bytes_max=3 * (1000 + ENTRY_CACHE_OVERHEAD_BYTES), payload_bytes_max=1000)
     for entry_id in range(3):
         cache.put(7, entry_id, bytes([entry_id]) * 1000)
     assert cache.get(7, 0) == b"\x00" * 1000  # 0 is now the most recently used
@@ -40,3 +40,12 @@ def test_clear_drops_every_entry() -> None:
     cache.put(1, 0, b"a")
     cache.clear()
     assert cache.get(1, 0) is None
+
+
+def test_tiny_entries_count_their_bookkeeping_against_the_bound() -> None:
+    """A million one-byte objects must not hold hundreds of MiB under a 1 MiB bound."""
+    cache = EntryCache(bytes_max=1 << 20, payload_bytes_max=1000)
+    for entry_id in range(100_000):
+        cache.put(1, entry_id, b"x")
+    kept = sum(cache.get(1, entry_id) is not None for entry_id in range(100_000))
+    assert kept == (1 << 20) // (1 + ENTRY_CACHE_OVERHEAD_BYTES)
