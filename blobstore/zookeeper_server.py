@@ -256,20 +256,24 @@ def start_zookeeper(
             preexec_fn=preexec_fn,  # noqa: PLW1509 - only prctl
         )
     server = ZooKeeperServer(process, host, port, data_dir, own_group=own_session)
-    deadline = time.monotonic() + ready_timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
-            raise UsageError(
-                f"ZooKeeper exited with code {process.returncode}; see {log_path}: "
-                + " | ".join(tail)
-            )
-        if is_serving(host, port):
-            logger.info("zookeeper ready address=%s:%d data_dir=%s", host, port, data_dir)
-            return server
-        time.sleep(0.1)
-    server.kill()
-    raise UsageError(f"ZooKeeper did not answer on {host}:{port} within {ready_timeout_s:.0f}s")
+    try:
+        deadline = time.monotonic() + ready_timeout_s
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+                raise UsageError(
+                    f"ZooKeeper exited with code {process.returncode}; see {log_path}: "
+                    + " | ".join(tail)
+                )
+            if is_serving(host, port):
+                logger.info("zookeeper ready address=%s:%d data_dir=%s", host, port, data_dir)
+                return server
+            time.sleep(0.1)
+        raise UsageError(f"ZooKeeper did not answer on {host}:{port} within {ready_timeout_s:.0f}s")
+    except BaseException:
+        # Not ready (or the caller interrupted the wait): no one else will stop it.
+        server.kill()
+        raise
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

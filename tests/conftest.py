@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 
 import pytest
 from kazoo.client import KazooClient
@@ -13,6 +15,17 @@ from blobstore.zookeeper_server import ZooKeeperServer, free_port, start_zookeep
 from tests.cluster.processes import BookieProcess, ProcessReaper
 
 ZK_TIMEOUT_S = 15.0
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # SIGTERM (a CI job's timeout, `kill`) unwinds the run as Ctrl-C does: fixture
+    # finalizers run, and the ZooKeeper servers, bookies and gateways the tests started
+    # are stopped instead of being left running without a parent.
+    signal.signal(signal.SIGTERM, _interrupted)
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

@@ -1,0 +1,78 @@
+"""The test harness itself: a test run stopped with SIGTERM (a CI job's timeout) stops
+the servers its fixtures started, instead of leaving them running without a parent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _is_zookeeper(pid: int) -> bool:
+    try:
+        return b"zookeeper" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def test_a_run_stopped_with_sigterm_stops_the_servers_it_started(tmp_path: Path) -> None:
+    # One test that needs the session's ZooKeeper server; it is stopped while that runs.
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--basetemp={tmp_path / 'inner'}",
+            "tests/catalog/test_catalog_basic.py::test_bucket_lifecycle",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    servers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while not servers:
+            assert run.poll() is None, "the inner run ended before its ZooKeeper started"
+            assert time.monotonic() < deadline, "no ZooKeeper server was started"
+            servers = {pid for pid in _descendants(run.pid) if _is_zookeeper(pid)}
+            time.sleep(0.05)
+        run.send_signal(signal.SIGTERM)
+        run.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while any(_is_zookeeper(pid) for pid in servers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_is_zookeeper(pid) for pid in servers), "ZooKeeper outlived the run"
+    finally:
+        if run.poll() is None:
+            run.kill()
+        for pid in servers:  # reparented once the run ended: not its descendants then
+            if _is_zookeeper(pid):
+                os.kill(pid, signal.SIGKILL)
