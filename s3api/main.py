@@ -22,6 +22,30 @@ from s3api.config import CONFIG_ENV, GatewayConfig, config_from_args
 logger = logging.getLogger(__name__)
 
 
+class _FromEnvironment(str):
+    """An option's default taken from an environment variable (argparse hands a string
+    default to the option's `type`, which then knows where a bad value came from)."""
+
+    variable: str
+
+
+def _env_default(variable: str, default: str) -> str:
+    value = os.environ.get(variable)
+    if value is None:
+        return default
+    marked = _FromEnvironment(value)
+    marked.variable = variable
+    return marked
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        source = f" (from {text.variable})" if isinstance(text, _FromEnvironment) else ""
+        raise argparse.ArgumentTypeError(f"{text!r}{source} is not an integer") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--zk",
@@ -36,14 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # String defaults go through `type`, so a bad variable is a one-line usage error.
     parser.add_argument(
         "--port",
-        type=int,
-        default=os.environ.get("BLOBSTORE_GATEWAY_PORT", "9000"),
+        type=_integer,
+        default=_env_default("BLOBSTORE_GATEWAY_PORT", "9000"),
         help="port (env BLOBSTORE_GATEWAY_PORT; default 9000; 0: any free port)",
     )
     parser.add_argument(
         "--workers",
-        type=int,
-        default=os.environ.get("BLOBSTORE_GATEWAY_WORKERS", "1"),
+        type=_integer,
+        default=_env_default("BLOBSTORE_GATEWAY_WORKERS", "1"),
         help="worker processes (default 1)",
     )
     parser.add_argument(

@@ -86,3 +86,23 @@ def test_the_gateway_refuses_a_ready_file_it_cannot_write(tmp_path: Path) -> Non
         )  # fmt: skip
         assert result.returncode == 2, result
         assert "Traceback" not in result.stderr and expected in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "expected"),
+    [
+        ("BLOBSTORE_GATEWAY_PORT", "argument --port: 'abc' (from BLOBSTORE_GATEWAY_PORT)"),
+        ("BLOBSTORE_GATEWAY_WORKERS", "argument --workers: 'abc' (from BLOBSTORE_GATEWAY_WORKERS)"),
+    ],
+)
+def test_a_bad_gateway_variable_is_named(variable: str, expected: str) -> None:
+    environment = {**os.environ, variable: "abc"}
+    result = subprocess.run(
+        [sys.executable, "-m", "blobstore.cli", "gateway", "--zk", "127.0.0.1:1"],
+        capture_output=True, text=True, timeout=60, env=environment,
+    )  # fmt: skip
+    assert result.returncode == 2, result
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and expected in errors[0], result.stderr
+    given = blobstore("gateway", "--zk", "127.0.0.1:1", "--port", "abc")
+    assert "argument --port: 'abc' is not an integer" in given.stderr, given.stderr
