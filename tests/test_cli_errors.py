@@ -36,6 +36,10 @@ def test_a_global_option_value_is_not_taken_for_the_command() -> None:
             ("admin", "--zk", "127.0.0.1:1", "decommission", "127.0.0.1:1", "--wait-open-s", "nan"),
             "--wait-open-s",
         ),
+        (
+            ("admin", "--zk", "127.0.0.1:1", "decommission", "127.0.0.1:1", "--rate-mb-s", "inf"),
+            "--rate-mb-s inf: must be a number of MB/s in [0, 1000000)",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_a_non_zero_exit(args: tuple[str, ...], expected: str) -> None:

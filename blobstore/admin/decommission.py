@@ -486,8 +486,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--concurrency must be 1..64")
     if not 0 <= args.wait_open_s < math.inf:  # NaN fails too
         raise UsageError("--wait-open-s must be a number of seconds >= 0")
-    if not 0 <= args.rate_mb_s < 1e6:
-        raise UsageError("--rate-mb-s must be >= 0 (0: no limit)")
+    if not 0 <= args.rate_mb_s < 1e6:  # NaN and inf fail too
+        raise UsageError(
+            f"--rate-mb-s {args.rate_mb_s:g}: must be a number of MB/s in [0, 1000000) "
+            "(0: no limit)"
+        )
     output = Output(args.json)
     passwords = [p.encode() for p in args.password]
 

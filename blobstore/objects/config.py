@@ -112,8 +112,10 @@ class ObjectStoreConfig:
             raise bad("audit_interval_s", "must be >= 0 (0: no auditor in this process)")
         if self.lost_bookie_delay_s < 0:
             raise bad("lost_bookie_delay_s", "must be >= 0")
-        if not 0 <= self.recovery_rate_mb_s < 1e6:
-            raise bad("recovery_rate_mb_s", "must be >= 0 (0: no limit)")
+        if not 0 <= self.recovery_rate_mb_s < 1e6:  # NaN and inf fail too
+            raise bad(
+                "recovery_rate_mb_s", "must be a number of MB/s in [0, 1000000) (0: no limit)"
+            )
         if not 0 <= self.manifest_bytes_min <= 1 << 20:
             raise bad("manifest_bytes_min", "must be 0..1048576 (0: every multipart object)")
         if not 1 <= self.part_bytes_min <= PART_BYTES_MAX:

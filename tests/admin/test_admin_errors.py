@@ -31,7 +31,7 @@ def _admin(*args: str, zk_env: str | None = None) -> subprocess.CompletedProcess
         (("decommission", "not-a-bookie-id"), "bookie id must be host:port"),
         (("fsck", "--concurrency", "0"), "--concurrency must be"),
         (("decommission", "127.0.0.1:3181", "--wait-open-s", "-1"), "--wait-open-s"),
-        (("decommission", "127.0.0.1:3181", "--rate-mb-s", "-5"), "--rate-mb-s must be >= 0"),
+        (("decommission", "127.0.0.1:3181", "--rate-mb-s", "-5"), "--rate-mb-s -5: must be"),
         (("du",), "cannot reach ZooKeeper"),
     ],
 )
