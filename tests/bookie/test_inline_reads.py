@@ -19,6 +19,7 @@ from bookie.ledger_storage import LedgerStorage
 from bookie.metrics import METRICS
 
 MASTER_KEY = b"k" * 20
+DROP_ATTEMPTS = 20
 
 
 def entry(ledger_id: int, entry_id: int, size: int) -> bytes:
@@ -49,9 +50,17 @@ def test_read_if_cached_serves_cached_bytes_and_refuses_the_rest(tmp_path: Path)
     (log_id,) = {split_location(loc)[0] for loc in locations}
     # Dropped again before each look: a refused RWF_NOWAIT read still starts the kernel's
     # readahead, which may bring the next entries' pages back before they are looked at.
+    # And a drop may miss pages for a moment (the kernel skips pages it holds in per-CPU
+    # lists; a busy machine showed it once): a page found cached is dropped again, a few
+    # times at most, before the refusal is required.
     for e, loc in enumerate(locations):
-        drop_page_cache(Path(logger.path(log_id)))
-        assert logger.read_if_cached(loc, 3, e) is None, e
+        for _ in range(DROP_ATTEMPTS):
+            drop_page_cache(Path(logger.path(log_id)))
+            if logger.read_if_cached(loc, 3, e) is None:
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError(f"entry {e} still read from the page cache after dropping it")
     # The blocking read brings the pages back, after which the cached read finds them.
     assert logger.read(locations[5], 3, 5) == data[5]
     assert logger.read_if_cached(locations[5], 3, 5) == data[5]
