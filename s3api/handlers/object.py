@@ -12,7 +12,12 @@ from urllib.parse import parse_qsl, unquote
 from starlette.responses import Response, StreamingResponse
 
 from blobstore.catalog import versioning
-from blobstore.catalog.errors import DeleteMarkerError, NoSuchKeyError, NoSuchVersionError
+from blobstore.catalog.errors import (
+    DeleteMarkerError,
+    NoSuchKeyError,
+    NoSuchVersionError,
+    PreconditionFailedError,
+)
 from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, BucketRecord, ObjectRecord
 from blobstore.objects import Verdict, WrittenData
 from s3api import xml as s3xml
@@ -536,7 +541,11 @@ async def copy_object(ctx: S3Context) -> Response:
     )
     template = replace(template, storage_class=new_class, owner=ctx.user.name, tags=tags)
     if_match, if_none_match = parse_write_conditions(ctx.headers)
-    checksums = await _copy_checksums(ctx, record, ctx.headers.get("x-amz-checksum-algorithm"))
+    algorithm_text = ctx.headers.get("x-amz-checksum-algorithm")
+    if (if_match is not None or if_none_match) and _copy_reads_source(record, algorithm_text):
+        # The commit checks these again; here they spare a doomed copy its source's read.
+        await _check_destination_conditions(ctx, if_match, if_none_match)
+    checksums = await _copy_checksums(ctx, record, algorithm_text)
     result = await ctx.store.copy_object(
         record, template, checksums=checksums, if_match=if_match, if_none_match=if_none_match
     )
@@ -546,6 +555,36 @@ async def copy_object(ctx: S3Context) -> Response:
         headers["x-amz-copy-source-version-id"] = record.version_id
     body = s3xml.copy_object_result(copied.etag, copied.last_modified, copied.checksums)
     return xml_response(body, headers=headers)
+
+
+def _copy_reads_source(source: ObjectRecord, algorithm_text: str | None) -> bool:
+    """Whether the copy's checksum must be computed from the source's bytes
+    (`_copy_checksums`)."""
+    algorithm = parse_algorithm(algorithm_text) if algorithm_text else None
+    if algorithm is None:
+        return not source.checksums
+    return not (source.checksums.get(algorithm) and source.checksums.get("type") == FULL_OBJECT)
+
+
+async def _check_destination_conditions(
+    ctx: S3Context, if_match: str | None, if_none_match: bool
+) -> None:
+    """If-Match / If-None-Match of a write, against the key's current version as of the
+    request's view, with the errors the commit gives (`versioning.apply_put`)."""
+    try:
+        current: ObjectRecord | None = await ctx.store.catalog.get_object(
+            ctx.bucket, ctx.key, view=ctx.view()
+        )
+    except (NoSuchKeyError, DeleteMarkerError):
+        current = None
+    if if_none_match and current is not None:
+        raise PreconditionFailedError(f"{ctx.key!r} exists (If-None-Match: *)")
+    if if_match is not None:
+        if current is None:
+            raise NoSuchKeyError(ctx.bucket, ctx.key)
+        expected = if_match.strip().strip('"')
+        if expected != "*" and current.etag != expected:
+            raise PreconditionFailedError(f"{ctx.key!r} does not match If-Match {if_match!r}")
 
 
 async def _copy_checksums(

@@ -164,7 +164,7 @@ def test_multipart_with_a_copied_part_gets_the_default_checksum(
 
 
 def test_copies_keep_or_compute_checksums_as_s3(
-    plain_s3: Any, plain_bucket: str, rng: random.Random
+    plain_s3: Any, plain_bucket: str, rng: random.Random, gateway: GatewayProcess
 ) -> None:
     """CopyObject keeps the source's checksum; with x-amz-checksum-algorithm it computes
     that one over the source's bytes; a source without any checksum (a multipart object
@@ -181,6 +181,25 @@ def test_copies_keep_or_compute_checksums_as_s3(
     assert changed["CopyObjectResult"]["ChecksumCRC64NVME"] == crc64nvme(data)
     head = plain_s3.head_object(Bucket=plain_bucket, Key="crc", ChecksumMode="ENABLED")
     assert head["ChecksumCRC64NVME"] == crc64nvme(data) and "ChecksumSHA256" not in head
+
+    # A conditional copy that would fail is refused before the source is read for its
+    # checksum (the commit would refuse it too, after reading all of it).
+    read_before = gateway.metric("blobstore_object_bytes_read_total")
+    for conditions, code in (
+        ({"IfNoneMatch": "*"}, "PreconditionFailed"),
+        ({"IfMatch": '"0123456789abcdef0123456789abcdef"'}, "PreconditionFailed"),
+        ({"IfMatch": "*", "Key": "absent"}, "NoSuchKey"),
+    ):
+        request = {"Bucket": plain_bucket, "Key": "crc", "CopySource": source, **conditions}
+        with pytest.raises(ClientError) as refused:
+            plain_s3.copy_object(**request, ChecksumAlgorithm="CRC32")
+        assert refused.value.response["Error"]["Code"] == code, conditions
+    assert gateway.metric("blobstore_object_bytes_read_total") == read_before
+    crc = plain_s3.head_object(Bucket=plain_bucket, Key="crc")["ETag"]
+    copied = plain_s3.copy_object(
+        Bucket=plain_bucket, Key="crc", CopySource=source, ChecksumAlgorithm="CRC32", IfMatch=crc
+    )
+    assert "ChecksumCRC32" in copied["CopyObjectResult"]
 
     # An algorithm S3 does not know (botocore would refuse it: set on the wire).
     def unknown_algorithm(request: Any, **_: Any) -> None:
