@@ -97,6 +97,21 @@ def _garbage(bucket: str, key: str, d: dict[str, Any]) -> list[ObjectRecord]:
     return [ObjectRecord.from_dict(bucket, key, d)]
 
 
+def check_write_conditions(
+    bucket: str, key: str, latest_etag: str | None, *, if_match: str | None, if_none_match: bool
+) -> None:
+    """A write's If-None-Match: * and If-Match against the ETag of the key's current
+    version (None: the key has none, or a delete marker)."""
+    if if_none_match and latest_etag is not None:
+        raise PreconditionFailedError(f"{key!r} exists (If-None-Match: *)")
+    if if_match is not None:
+        if latest_etag is None:  # nothing to match: S3 answers NoSuchKey, not 412
+            raise NoSuchKeyError(bucket, key)
+        expected = if_match.strip().strip('"')
+        if expected != "*" and latest_etag != expected:
+            raise PreconditionFailedError(f"{key!r} does not match If-Match {if_match!r}")
+
+
 def apply_put(
     versions: VersionList,
     record: ObjectRecord,
@@ -121,14 +136,13 @@ def apply_put(
         if versions and versions[0] == null:
             return Outcome(versions, ObjectRecord.from_dict(bucket, key, null), [], changed=False)
     latest = _latest_live(versions)
-    if if_none_match and latest is not None:
-        raise PreconditionFailedError(f"{key!r} exists (If-None-Match: *)")
-    if if_match is not None:
-        if latest is None:  # nothing to match: S3 answers NoSuchKey, not 412
-            raise NoSuchKeyError(bucket, key)
-        expected = if_match.strip().strip('"')
-        if expected != "*" and latest.get("etag", "") != expected:
-            raise PreconditionFailedError(f"{key!r} does not match If-Match {if_match!r}")
+    check_write_conditions(
+        bucket,
+        key,
+        None if latest is None else latest.get("etag", ""),
+        if_match=if_match,
+        if_none_match=if_none_match,
+    )
     if versioning == VERSIONING_ENABLED:
         new = {**base, "v": _order_before(record.version_id, versions)}
         result = [new, *versions]

@@ -12,12 +12,7 @@ from urllib.parse import parse_qsl, unquote
 from starlette.responses import Response, StreamingResponse
 
 from blobstore.catalog import versioning
-from blobstore.catalog.errors import (
-    DeleteMarkerError,
-    NoSuchKeyError,
-    NoSuchVersionError,
-    PreconditionFailedError,
-)
+from blobstore.catalog.errors import DeleteMarkerError, NoSuchKeyError, NoSuchVersionError
 from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, BucketRecord, ObjectRecord
 from blobstore.objects import Verdict, WrittenData
 from s3api import xml as s3xml
@@ -570,21 +565,16 @@ async def _check_destination_conditions(
     ctx: S3Context, if_match: str | None, if_none_match: bool
 ) -> None:
     """If-Match / If-None-Match of a write, against the key's current version as of the
-    request's view, with the errors the commit gives (`versioning.apply_put`)."""
+    request's view, as the commit checks them (`versioning.check_write_conditions`)."""
     try:
-        current: ObjectRecord | None = await ctx.store.catalog.get_object(
-            ctx.bucket, ctx.key, view=ctx.view()
-        )
+        current = await ctx.store.catalog.get_object(ctx.bucket, ctx.key, view=ctx.view())
     except (NoSuchKeyError, DeleteMarkerError):
-        current = None
-    if if_none_match and current is not None:
-        raise PreconditionFailedError(f"{ctx.key!r} exists (If-None-Match: *)")
-    if if_match is not None:
-        if current is None:
-            raise NoSuchKeyError(ctx.bucket, ctx.key)
-        expected = if_match.strip().strip('"')
-        if expected != "*" and current.etag != expected:
-            raise PreconditionFailedError(f"{ctx.key!r} does not match If-Match {if_match!r}")
+        latest_etag = None
+    else:
+        latest_etag = current.etag
+    versioning.check_write_conditions(
+        ctx.bucket, ctx.key, latest_etag, if_match=if_match, if_none_match=if_none_match
+    )
 
 
 async def _copy_checksums(
