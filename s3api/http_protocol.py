@@ -41,21 +41,29 @@ HEAD_BYTES_MAX = 64 * 1024
 _CONTENT_LENGTH_FIELD = re.compile(rb"\r\ncontent-length:[ \t]*([^\r\n]*?)[ \t]*(?=\r\n)", re.I)
 
 
-async def slow_down(scope: Any, receive: Any, send: Any) -> None:
-    """The answer to a request over the worker's concurrency limit (`limit_concurrency`,
-    in place of uvicorn's plain text): S3's 503 SlowDown, with its request id; the
-    connection closes (its body, if any, is not read)."""
+def _closing_error(code: str, operation: str) -> tuple[str, bytes, list[tuple[bytes, bytes]]]:
+    """(request id, body, headers) of an S3 error answered outside the gateway's own
+    request handling (the connection then closes), counted in the request metrics."""
     request_id = new_request_id()
-    body = render_error(S3Error("SlowDown"), request_id, host_id=HOST_ID)
+    error = S3Error(code)
+    body = render_error(error, request_id, host_id=HOST_ID)
     headers = [
         (b"content-type", b"application/xml"),
         (b"content-length", b"%d" % len(body)),
-        (b"retry-after", b"1"),
         (b"x-amz-request-id", request_id.encode("ascii")),
         (b"x-amz-id-2", HOST_ID.encode("ascii")),
         (b"connection", b"close"),
     ]
-    metrics.TALLY.add("Unknown", "503", 0.0, 0, len(body))
+    metrics.TALLY.add(operation, str(error.status), 0.0, 0, len(body))
+    return request_id, body, headers
+
+
+async def slow_down(scope: Any, receive: Any, send: Any) -> None:
+    """The answer to a request over the worker's concurrency limit (`limit_concurrency`,
+    in place of uvicorn's plain text): S3's 503 SlowDown, with its request id; the
+    connection closes (its body, if any, is not read)."""
+    _, body, headers = _closing_error("SlowDown", "Unknown")
+    headers.append((b"retry-after", b"1"))
     await send({"type": "http.response.start", "status": 503, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -188,18 +196,15 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         """A request the parser refused (bad framing, a bad method or target): S3's XML
         error with its request id headers, as every other answer, instead of uvicorn's
         plain text; the connection then closes (what follows cannot be framed)."""
-        request_id = new_request_id()
-        body = render_error(S3Error("BadRequest"), request_id, host_id=HOST_ID)
+        request_id, body, headers = _closing_error("BadRequest", "Unparsable")
         head = [
             b"HTTP/1.1 400 Bad Request\r\n",
-            *(name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers),
-            b"content-type: application/xml\r\n",
-            b"content-length: %d\r\n" % len(body),
-            b"x-amz-request-id: " + request_id.encode("ascii") + b"\r\n",
-            b"x-amz-id-2: " + HOST_ID.encode("ascii") + b"\r\n",
-            b"connection: close\r\n\r\n",
+            *(
+                name + b": " + value + b"\r\n"
+                for name, value in (*self.server_state.default_headers, *headers)
+            ),
+            b"\r\n",
         ]
         self.logger.info("event=unparsable_request request_id=%s reason=%s", request_id, msg)
-        metrics.TALLY.add("Unparsable", "400", 0.0, 0, len(body))
         self.transport.write(b"".join(head) + body)
         self.transport.close()
