@@ -13,23 +13,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
+def _children(pid: int) -> set[int]:
+    """The processes `pid` started (its main thread did: pytest starts the servers)."""
+    try:
+        return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+    except OSError:
+        return set()
 
 
 def _is_zookeeper(pid: int) -> bool:
@@ -62,7 +51,7 @@ def test_a_run_stopped_with_sigterm_stops_the_servers_it_started(tmp_path: Path)
         while not servers:
             assert run.poll() is None, "the inner run ended before its ZooKeeper started"
             assert time.monotonic() < deadline, "no ZooKeeper server was started"
-            servers = {pid for pid in _descendants(run.pid) if _is_zookeeper(pid)}
+            servers = {pid for pid in _children(run.pid) if _is_zookeeper(pid)}
             time.sleep(0.05)
         run.send_signal(signal.SIGTERM)
         run.wait(timeout=60)
@@ -73,6 +62,6 @@ def test_a_run_stopped_with_sigterm_stops_the_servers_it_started(tmp_path: Path)
     finally:
         if run.poll() is None:
             run.kill()
-        for pid in servers:  # reparented once the run ended: not its descendants then
+        for pid in servers:  # reparented once the run ended: not its children then
             if _is_zookeeper(pid):
                 os.kill(pid, signal.SIGKILL)
