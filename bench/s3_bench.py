@@ -401,7 +401,13 @@ def run_workload(
     )
 
     # Listing and DeleteObjects: 5,000 keys of their own (prepared here, not timed).
-    phase("prepare 5000 keys", put_op(bucket, 1, "list-"), 16, endpoint, count=LIST_KEYS)
+    prepared = phase("prepare 5000 keys", put_op(bucket, 1, "list-"), 16, endpoint, count=LIST_KEYS)
+    if prepared.errors or prepared.ops != LIST_KEYS:
+        # Listing fewer keys than it counts would report a rate that was never reached.
+        raise RuntimeError(
+            f"preparing the listing's {LIST_KEYS} keys failed ({prepared.ops} written, "
+            f"{prepared.errors} errors, e.g. {list(prepared.error_samples[:2])})"
+        )
     passes = 3
     list_result = phase(
         "list 5000 keys",
