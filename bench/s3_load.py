@@ -45,6 +45,7 @@ import contextlib
 import hashlib
 import hmac
 import os
+import random
 import re
 import sys
 import time
@@ -822,12 +823,17 @@ def get_op(
     prefix: str = "obj-",
     byte_range: tuple[int, int] | None = None,
     scattered: bool = False,
+    random_seed: int | None = None,
 ) -> OpFactory:
-    """GET object number `sequence % object_count` (whole, or the inclusive byte range)."""
+    """GET object number `sequence % object_count` (whole, or the inclusive byte range),
+    or, given `random_seed`, an object picked uniformly at random each time (as warp
+    does; a cycle in key order over more objects than a cache holds never hits an LRU)."""
+    rng = random.Random(random_seed) if random_seed is not None else None
 
     def factory(client: S3Client) -> Op:
         async def op(connection: HttpConnection, sequence: int) -> int:
-            key = object_key(prefix, sequence % object_count, scattered)
+            number = rng.randrange(object_count) if rng is not None else sequence % object_count
+            key = object_key(prefix, number, scattered)
             response = await client.get_object(connection, bucket, key, byte_range)
             return response.body_bytes
 
@@ -1293,6 +1299,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--part-size", type=parse_size, default=8 * MIB)
     parser.add_argument("--part-concurrency", type=int, default=4)
     parser.add_argument("--range-bytes", type=parse_size, default=4096)
+    parser.add_argument(
+        "--random-order",
+        action="store_true",
+        help="get/range: pick each object at random (seeded) instead of cycling through "
+        "them in key order",
+    )
     parser.add_argument("--ceiling", action="store_true", help="also measure the generator")
     parser.add_argument("--serve-trivial", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--chunked", action="store_true", help=argparse.SUPPRESS)
@@ -1332,6 +1344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             prepare_count = -(-args.objects // DELETE_OBJECTS_MAX) * DELETE_OBJECTS_MAX
         # Listing and DeleteObjects phases name their keys in order.
         scattered = args.scattered_keys and args.op in ("put", "get", "range", "delete")
+        seed = 0 if args.random_order else None
         if args.op in ("get", "range", "delete", "list", "delete-objects"):
             phase(f"prepare: put {args.size} B",
                   put_op(args.bucket, args.size, args.prefix, scattered),
@@ -1346,13 +1359,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.op == "get":
             phase(
                 f"get {args.size} B",
-                get_op(args.bucket, args.objects, args.prefix, None, scattered),
+                get_op(args.bucket, args.objects, args.prefix, None, scattered, seed),
             )
         elif args.op == "range":
             byte_range = (0, min(args.range_bytes, args.size) - 1)
             phase(
                 f"get range {byte_range[1] + 1} B",
-                get_op(args.bucket, args.objects, args.prefix, byte_range, scattered),
+                get_op(args.bucket, args.objects, args.prefix, byte_range, scattered, seed),
             )
         elif args.op == "delete":
             phase("delete", delete_op(args.bucket, args.prefix, scattered), count=args.objects)

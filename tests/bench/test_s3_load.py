@@ -6,6 +6,7 @@ gateway), checked with boto3.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import random
@@ -237,6 +238,9 @@ def test_every_operation_against_a_real_gateway(gateway: GatewayProcess) -> None
     get = s3_load.get_op(bucket, 40, prefix="o/")
     result = s3_load.run_phase("get", *credentials, get, concurrency=4, count=80)
     assert (result.ops, result.errors, result.bytes) == (80, 0, 80 * 3000), result.error_samples
+    shuffled = s3_load.get_op(bucket, 40, prefix="o/", random_seed=5)
+    result = s3_load.run_phase("get", *credentials, shuffled, concurrency=4, count=80)
+    assert (result.ops, result.errors, result.bytes) == (80, 0, 80 * 3000), result.error_samples
     ranged = s3_load.get_op(bucket, 40, prefix="o/", byte_range=(100, 199))
     result = s3_load.run_phase("range", *credentials, ranged, concurrency=2, count=10)
     assert (result.ops, result.errors, result.bytes) == (10, 0, 10 * 100), result.error_samples
@@ -312,3 +316,35 @@ def test_every_operation_against_a_real_gateway(gateway: GatewayProcess) -> None
     result = s3_load.run_phase("get", *credentials, get, concurrency=1, count=3)
     assert (result.ops, result.errors) == (0, 3)
     assert "HTTP 404 NoSuchKey" in result.error_samples[0], result.error_samples
+
+
+def test_get_op_orders() -> None:
+    """Without a seed GETs cycle through the objects in key order; with one each object
+    is picked at random (seeded: the same picks every run), not in a cycle."""
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.keys: list[str] = []
+
+        async def get_object(
+            self, connection: object, bucket: str, key: str, byte_range: object
+        ) -> object:
+            self.keys.append(key)
+            return type("Response", (), {"body_bytes": 0})()
+
+    def picks(**how: object) -> list[str]:
+        recorder = Recorder()
+        op = s3_load.get_op("b", 10, prefix="o/", **how)(recorder)  # type: ignore[arg-type]
+
+        async def run() -> None:
+            for sequence in range(100):
+                await op(None, sequence)  # type: ignore[arg-type]
+
+        asyncio.run(run())
+        return recorder.keys
+
+    in_order = [s3_load.object_key("o/", n % 10) for n in range(100)]
+    assert picks() == in_order
+    shuffled = picks(random_seed=1)
+    assert shuffled == picks(random_seed=1) != picks(random_seed=2)
+    assert shuffled != in_order and set(shuffled) == set(in_order)
