@@ -249,7 +249,7 @@ DOMAIN_ERROR_CODES: dict[str, str] = {
     "CatalogUnavailableError": "ServiceUnavailable",
     # ledger client (blobstore/ledger/errors.py)
     "AddOutcomeUnknownError": "SlowDown",  # includes LedgerFencedError
-    "NotEnoughBookiesError": "SlowDown",
+    "NotEnoughBookiesError": "ServiceUnavailable",  # message says why (read-only bookies)
     "PendingAddsFullError": "SlowDown",
     "MetadataVersionConflictError": "SlowDown",
     "ReadFailedError": "ServiceUnavailable",
@@ -296,9 +296,14 @@ def to_s3_error(exc: BaseException, *, requester: str | None = None) -> S3Error:
     BucketAlreadyOwnedByYou when the existing owner is the requester. A DeleteMarkerError
     becomes NoSuchKey with x-amz-delete-marker (and x-amz-version-id when known); a request
     that named the version of a delete marker gets MethodNotAllowed from the handler.
+    An error caused by too few writable bookies is answered as that cause (503
+    ServiceUnavailable naming the read-only bookies), whatever wraps it.
     """
     if isinstance(exc, S3Error):
         return exc
+    cause = exc.__cause__
+    if cause is not None and type(cause).__name__ == "NotEnoughBookiesError":
+        exc = cause  # e.g. an add failed for want of a writable replacement
     for cls in type(exc).__mro__:
         code = DOMAIN_ERROR_CODES.get(cls.__name__)
         if code is None:
@@ -320,6 +325,12 @@ def to_s3_error(exc: BaseException, *, requester: str | None = None) -> S3Error:
             size, limit = getattr(exc, "request_bytes", "?"), getattr(exc, "limit_bytes", "?")
             return S3Error(
                 code, f"The request's catalog update is {size} bytes; the limit is {limit}"
+            )
+        if cls.__name__ == "NotEnoughBookiesError":
+            return S3Error(
+                code,
+                f"The cluster cannot store new data now: {exc}. Retry later; an operator "
+                "must add bookies or free their disks.",
             )
         if cls.__name__ == "InvalidObjectKeyError" and "long" in str(getattr(exc, "reason", "")):
             return S3Error("KeyTooLongError")

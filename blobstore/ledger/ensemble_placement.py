@@ -44,6 +44,7 @@ def choose_ensemble(
 ) -> tuple[str, ...]:
     """E distinct writable bookies; raises NotEnoughBookiesError when there are fewer."""
     rng = rng or random.Random()
+    candidates = list(candidates)
     excluded = set(exclude)
     pool = sorted(
         {
@@ -52,7 +53,10 @@ def choose_ensemble(
         key=lambda c: c.bookie_id,
     )
     if len(pool) < ensemble_size:
-        raise NotEnoughBookiesError(f"need {ensemble_size} writable bookies, {len(pool)} available")
+        raise NotEnoughBookiesError(
+            f"need {ensemble_size} writable bookies, {len(pool)} available"
+            + _read_only_note(candidates)
+        )
     rng.shuffle(pool)
     if not _racks_known(pool):
         return tuple(c.bookie_id for c in pool[:ensemble_size])
@@ -104,11 +108,13 @@ def choose_replacement(
 ) -> str:
     """A writable bookie not in `ensemble` to take slot `index`."""
     rng = rng or random.Random()
+    candidates = list(candidates)
     excluded = set(exclude) | set(ensemble)
     pool = [c for c in candidates if not c.read_only and c.bookie_id not in excluded]
     if not pool:
         raise NotEnoughBookiesError(
             f"no writable bookie to replace {ensemble[index]} (ensemble {list(ensemble)})"
+            + _read_only_note(candidates)
         )
     rng.shuffle(pool)
     if not _racks_known(pool):
@@ -124,3 +130,12 @@ def choose_replacement(
         if candidate.rack not in neighbours:
             return candidate.bookie_id
     return pool[0].bookie_id
+
+
+def _read_only_note(candidates: Iterable[BookieInfo]) -> str:
+    """Which registered bookies refuse writes, if any do: a bookie turns read-only when
+    its disks fill up (disk_usage_threshold) or fail."""
+    read_only = sorted(c.bookie_id for c in candidates if c.read_only)
+    if not read_only:
+        return ""
+    return f"; read-only (disk full or failing): {', '.join(read_only)}"

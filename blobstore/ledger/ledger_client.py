@@ -68,15 +68,15 @@ class LedgerClient:
         return [b for b in await self.manager.bookies() if not b.read_only]
 
     async def placement_candidates(self) -> list[BookieInfo]:
-        """Writable bookies this client can currently reach (fresh list from ZooKeeper)."""
+        """Bookies this client can currently reach and may write to unless read-only (fresh
+        list from ZooKeeper; placement skips read-only ones, and names them when that
+        leaves too few)."""
         bookies = await self.manager.bookies(refresh=True)
         draining = await self.manager.draining_bookies()
         return [
             b
             for b in bookies
-            if not b.read_only
-            and not self.pool.is_unreachable(b.bookie_id)
-            and b.bookie_id not in draining
+            if not self.pool.is_unreachable(b.bookie_id) and b.bookie_id not in draining
         ]
 
     # ------------------------------------------------------------------ ledgers

@@ -425,13 +425,13 @@ class LedgerHandle:
             ) as e:
                 # kazoo's connection errors are not OSErrors: they are caught below.
                 if time.monotonic() >= deadline:
-                    self._fail(
-                        AddOutcomeUnknownError(
-                            f"ledger_id={self.ledger_id} no ensemble change within "
-                            f"{config.ensemble_change_timeout_s}s: {e}",
-                            ledger_id=self.ledger_id,
-                        )
+                    error = AddOutcomeUnknownError(
+                        f"ledger_id={self.ledger_id} no ensemble change within "
+                        f"{config.ensemble_change_timeout_s}s: {e}",
+                        ledger_id=self.ledger_id,
                     )
+                    error.__cause__ = e  # the gateway tells "no writable bookies" apart
+                    self._fail(error)
                     return
                 await asyncio.sleep(config.ensemble_change_backoff_s)
             except LedgerError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter
 
 import pytest
@@ -155,10 +156,17 @@ def test_choose_ensemble_distinct_writable() -> None:
         ensemble = choose_ensemble(candidates, 3, 2, rng=rng)
         assert len(set(ensemble)) == 3
         assert "10.0.0.0:3181" not in ensemble and "10.0.0.1:3181" not in ensemble
-    with pytest.raises(NotEnoughBookiesError):
+    # The error names the read-only bookies: the usual reason is full disks.
+    read_only_note = "read-only (disk full or failing): 10.0.0.0:3181, 10.0.0.1:3181"
+    with pytest.raises(NotEnoughBookiesError, match="need 5 writable bookies, 4 available"):
         choose_ensemble(candidates, 5, 2, rng=rng)
-    with pytest.raises(NotEnoughBookiesError):
-        choose_ensemble(candidates, 4, 2, exclude={"10.0.0.2:3181"}, rng=rng)
+    with pytest.raises(NotEnoughBookiesError, match=re.escape(read_only_note)):
+        choose_ensemble(iter(candidates), 4, 2, exclude={"10.0.0.2:3181"}, rng=rng)
+    with pytest.raises(NotEnoughBookiesError, match=re.escape(read_only_note)):
+        choose_replacement(candidates[:4], [c.bookie_id for c in candidates[1:4]], 0, 2)
+    with pytest.raises(NotEnoughBookiesError) as caught:
+        choose_ensemble(_bookies(2), 3, 2, rng=rng)
+    assert "read-only" not in str(caught.value)
 
 
 def test_choose_ensemble_spreads_write_sets_over_racks() -> None:

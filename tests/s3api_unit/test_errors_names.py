@@ -123,7 +123,9 @@ def test_domain_errors_map_by_class_name() -> None:
     assert to_s3_error(NoSuchBucketError()).code == "NoSuchBucket"
     assert to_s3_error(SpecialNoSuchBucketError()).code == "NoSuchBucket"
     assert to_s3_error(type("CatalogBusyError", (Exception,), {})()).status == 503
-    assert to_s3_error(type("NotEnoughBookiesError", (Exception,), {})()).code == "SlowDown"
+    assert (
+        to_s3_error(type("NotEnoughBookiesError", (Exception,), {})()).code == "ServiceUnavailable"
+    )
     assert to_s3_error(ValueError("boom")).code == "InternalError"
     assert (
         to_s3_error(BucketAlreadyExistsError("bob"), requester="alice").code
@@ -239,7 +241,16 @@ def test_real_domain_errors_map() -> None:
         catalog_errors.BucketAlreadyExistsError("b1", "alice"), requester="alice"
     ).code == ("BucketAlreadyOwnedByYou")
     assert to_s3_error(ledger_errors.LedgerFencedError("fenced", ledger_id=7)).code == "SlowDown"
-    assert to_s3_error(ledger_errors.NotEnoughBookiesError("few")).code == "SlowDown"
+    few = to_s3_error(ledger_errors.NotEnoughBookiesError("need 3 writable bookies, 0 available"))
+    assert (few.code, few.status) == ("ServiceUnavailable", 503)
+    assert "cannot store new data now: need 3 writable bookies, 0 available" in few.message
+    # An add that failed for want of a replacement says why, not "reduce your rate".
+    wrapped = ledger_errors.AddOutcomeUnknownError("no ensemble change within 10s", ledger_id=1)
+    wrapped.__cause__ = ledger_errors.NotEnoughBookiesError("no writable bookie to replace b1")
+    assert "no writable bookie to replace b1" in to_s3_error(wrapped).message
+    assert to_s3_error(ledger_errors.AddOutcomeUnknownError("lost", ledger_id=1)).code == (
+        "SlowDown"
+    )
     assert to_s3_error(ledger_errors.EntryNotFoundError("gone")).code == "InternalError"
     err = to_s3_error(object_errors.EntityTooLargeError(5))
     assert (err.code, err.fields) == ("EntityTooLarge", {"MaxSizeAllowed": "5"})

@@ -1,0 +1,74 @@
+"""Bookies whose disks are full turn read-only, and the gateway says so.
+
+Three bookies start with a disk-usage threshold this machine's disk is already over, so
+each registers read-only. A PUT then finds no ensemble for a new ledger: the client gets
+503 ServiceUnavailable (SDKs retry it) whose message names the read-only bookies, not
+S3's rate-limit text, and the gateway's log carries the same line. Reads of what was
+stored before still work, and once the bookies are writable again (restarted with the
+default threshold) PUTs succeed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from botocore.exceptions import ClientError
+
+from tests.faults.conftest import BOOKIE_ARGS, FaultCluster
+
+FULL = ("--disk-usage-threshold", "0.000001", "--disk-usage-warn-threshold", "0.0000005")
+READ_ONLY_WAIT_S = 30.0
+
+
+def test_put_names_the_read_only_bookies(cluster: FaultCluster, rng: random.Random) -> None:
+    bookies = cluster.add_bookies(3)
+    gateway = cluster.start_gateway("gateway")
+    s3 = gateway.client(retries={"total_max_attempts": 1, "mode": "standard"}, read_timeout=60)
+    s3.create_bucket(Bucket="full")
+    before = rng.randbytes(10_000)
+    s3.put_object(Bucket="full", Key="before", Body=before)
+
+    for bookie in bookies:
+        bookie.stop()
+        bookie.extra_args = (*BOOKIE_ARGS, *FULL)
+        bookie.start()
+    # The gateway hears of each bookie's new state through its registration's watch.
+    deadline = time.monotonic() + READ_ONLY_WAIT_S
+    while True:
+        try:
+            s3.put_object(Bucket="full", Key="refused", Body=b"x" * 100)
+        except ClientError as e:
+            error = e.response["Error"]
+            status = e.response["ResponseMetadata"]["HTTPStatusCode"]
+            break
+        assert time.monotonic() < deadline, "PUTs still succeed on read-only bookies"
+        time.sleep(0.5)
+    assert (status, error["Code"]) == (503, "ServiceUnavailable"), error
+    message = error["Message"]
+    assert "read-only" in message and "writable bookie" in message, message
+    for bookie in bookies:
+        assert bookie.bookie_id in message, message
+    assert "read-only" in gateway.log_text()
+
+    assert s3.get_object(Bucket="full", Key="before")["Body"].read() == before
+    try:
+        s3.head_object(Bucket="full", Key="refused")
+        raise AssertionError("the refused PUT's object is visible")
+    except ClientError as e:
+        assert e.response["Error"]["Code"] == "404"
+
+    for bookie in bookies:
+        bookie.stop()
+        bookie.extra_args = BOOKIE_ARGS
+        bookie.start()
+    deadline = time.monotonic() + READ_ONLY_WAIT_S
+    while True:
+        try:
+            s3.put_object(Bucket="full", Key="after", Body=b"y" * 100)
+            break
+        except ClientError as e:
+            assert e.response["Error"]["Code"] == "ServiceUnavailable", e.response
+            assert time.monotonic() < deadline, "PUTs still refused on writable bookies"
+            time.sleep(0.5)
+    assert s3.get_object(Bucket="full", Key="after")["Body"].read() == b"y" * 100
