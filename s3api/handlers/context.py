@@ -125,18 +125,23 @@ class S3Context:
         `cached`: a record from this process's watched cache will do when it grants
         access, without a ZooKeeper sync; only for a write whose commit checks the owner
         again against the record its version check holds (`Catalog.put_object`'s
-        `owner`). A refusal is always decided on the newest record."""
-        if cached:
+        `owner`). A refusal is always decided on the newest record.
+
+        A request whose `x-amz-expected-bucket-owner` names someone else is refused as
+        well (S3's guard against writing to a bucket that changed hands)."""
+        owner = self.user.name
+        expected = self.headers.get("x-amz-expected-bucket-owner")
+        if cached and (expected is None or expected == owner):
             try:
                 record = await self.store.catalog.get_bucket(self.bucket, cached=True)
             except NoSuchBucketError:
                 pass
             else:
-                if record.owner == self.user.name:
+                if record.owner == owner:
                     self.bucket_record = record
                     return record
         record = await self.store.catalog.get_bucket(self.bucket, self.view())
-        if record.owner != self.user.name:
+        if record.owner != owner or (expected is not None and expected != owner):
             raise S3Error("AccessDenied")
         self.bucket_record = record
         return record

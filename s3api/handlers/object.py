@@ -207,7 +207,8 @@ def parse_copy_source(value: str) -> CopySource:
 async def load_copy_source(ctx: S3Context) -> tuple[CopySource, ObjectRecord]:
     source = parse_copy_source(ctx.headers["x-amz-copy-source"])
     bucket = await ctx.store.catalog.get_bucket(source.bucket, ctx.view())
-    if bucket.owner != ctx.user.name:
+    expected = ctx.headers.get("x-amz-source-expected-bucket-owner")
+    if bucket.owner != ctx.user.name or (expected is not None and expected != bucket.owner):
         raise S3Error("AccessDenied")
     try:
         record = await ctx.store.catalog.get_object(

@@ -70,6 +70,46 @@ def test_buckets_belong_to_their_creator(s3: Any, other_s3: Any, bucket: str) ->
     assert bucket not in [b["Name"] for b in other_s3.list_buckets()["Buckets"]]
 
 
+def test_expected_bucket_owner(s3: Any, bucket: str, bucket_name: Any) -> None:
+    """x-amz-expected-bucket-owner (boto3's ExpectedBucketOwner) and, for copies,
+    x-amz-source-expected-bucket-owner: AccessDenied unless they name the bucket's owner
+    (the Owner ID the listings show); nothing is written or copied on a mismatch."""
+    s3.put_object(Bucket=bucket, Key="k", Body=b"v")
+    owner = s3.list_objects_v2(Bucket=bucket, FetchOwner=True)["Contents"][0]["Owner"]["ID"]
+    assert owner == s3.list_buckets()["Owner"]["ID"]
+    s3.put_object(Bucket=bucket, Key="mine", Body=b"ok", ExpectedBucketOwner=owner)
+    assert s3.get_object(Bucket=bucket, Key="mine", ExpectedBucketOwner=owner)["Body"].read() == (
+        b"ok"
+    )
+    refused = [
+        lambda: s3.put_object(Bucket=bucket, Key="theirs", Body=b"x", ExpectedBucketOwner="bob"),
+        lambda: s3.get_object(Bucket=bucket, Key="k", ExpectedBucketOwner="bob"),
+        lambda: s3.head_bucket(Bucket=bucket, ExpectedBucketOwner="bob"),
+        lambda: s3.list_objects_v2(Bucket=bucket, ExpectedBucketOwner="bob"),
+        lambda: s3.delete_object(Bucket=bucket, Key="k", ExpectedBucketOwner="bob"),
+        lambda: s3.create_multipart_upload(Bucket=bucket, Key="mp", ExpectedBucketOwner="bob"),
+        lambda: s3.copy_object(
+            Bucket=bucket,
+            Key="copy",
+            CopySource={"Bucket": bucket, "Key": "k"},
+            ExpectedSourceBucketOwner="bob",
+        ),  # fmt: skip
+    ]
+    for request in refused:
+        with pytest.raises(ClientError) as e:
+            request()
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+        assert error_code(e) in ("AccessDenied", "403"), e.value.response
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
+    assert keys == ["k", "mine"]
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    s3.copy_object(
+        Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "k"},
+        ExpectedSourceBucketOwner=owner, ExpectedBucketOwner=owner,
+    )  # fmt: skip
+    assert s3.get_object(Bucket=bucket, Key="copy")["Body"].read() == b"v"
+
+
 def test_list_objects_v2_pagination_and_options(s3: Any, bucket: str) -> None:
     keys = [f"a/{i:02d}" for i in range(7)] + ["b/x", "b/y", "c", "sp ace+plus"]
     for key in keys:
