@@ -41,6 +41,7 @@ import logging
 import os
 import random
 import struct
+import time
 from collections import Counter as Tally
 from collections import deque
 from collections.abc import Callable
@@ -137,6 +138,9 @@ def request_bytes_max_from_env(environ: dict[str, str] | None = None) -> int:
 CONNECT_ATTEMPT_TIMEOUT_S_MAX = 10.0
 RECONNECT_DELAY_S = 0.1
 RECONNECT_DELAY_S_MAX = 2.0
+# A server that stays unreachable is logged on the first failure and then at most this
+# often (with the count of attempts meanwhile), not once per reconnect attempt.
+UNREACHABLE_LOG_INTERVAL_S = 30.0
 CLOSE_TIMEOUT_S = 2.0
 
 WATCH_XID = -1
@@ -433,6 +437,8 @@ class ZooKeeperSession:
         self._connected = asyncio.Event()
         self._stopped = asyncio.Event()
         self._closing = False
+        # (host, port) -> [attempts failed since it was last reached, when last logged]
+        self._unreachable: dict[tuple[str, int], list[float]] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -690,6 +696,24 @@ class ZooKeeperSession:
 
     # ------------------------------------------------------------------ connection
 
+    def _log_unreachable(self, host: str, port: int, error: BaseException) -> None:
+        now = time.monotonic()
+        tally = self._unreachable.setdefault((host, port), [0, float("-inf")])
+        tally[0] += 1
+        if now - tally[1] < UNREACHABLE_LOG_INTERVAL_S:
+            return
+        tally[1] = now
+        if tally[0] == 1:
+            logger.info("zookeeper %s:%s unreachable: %s", host, port, error)
+        else:
+            logger.warning(
+                "zookeeper %s:%s still unreachable after %d attempts: %s",
+                host,
+                port,
+                int(tally[0]),
+                error,
+            )
+
     async def _run(self) -> None:
         delay = RECONNECT_DELAY_S
         while not self._closing:
@@ -705,11 +729,19 @@ class ZooKeeperSession:
                     delay = RECONNECT_DELAY_S
                     break  # a new session, at once
                 except (OSError, TimeoutError, ConnectionLoss) as e:
-                    logger.info("zookeeper %s:%s unreachable: %s", host, port, e)
+                    self._log_unreachable(host, port, e)
                     continue
                 except Exception:  # a bug must not end the session's reconnecting
                     logger.exception("zookeeper connection to %s:%s failed", host, port)
                     continue
+                failed = self._unreachable.pop((host, port), None)
+                if failed is not None and failed[0] > 1:
+                    logger.info(
+                        "zookeeper %s:%s reachable again after %d failed attempts",
+                        host,
+                        port,
+                        failed[0],
+                    )
                 served_from = asyncio.get_running_loop().time()
                 try:
                     await self._serve(connection)

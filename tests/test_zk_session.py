@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import struct
 import time
 from collections.abc import Iterator
@@ -356,5 +357,34 @@ def test_a_server_that_stops_reading_does_not_grow_the_write_buffer() -> None:
         finally:
             await session.close()
             server.close()
+
+    _run(main())
+
+
+def test_an_unreachable_server_is_logged_once_then_its_return(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reconnect attempts to a server that is down are not logged one by one: the first
+    failure is, then at most one line per UNREACHABLE_LOG_INTERVAL_S with the count, and
+    one line when the server answers again."""
+    port = free_port()
+    caplog.set_level(logging.INFO, logger="blobstore.zk_session")
+
+    async def main() -> None:
+        session = ZooKeeperSession(f"127.0.0.1:{port}", 10.0)
+        start = asyncio.ensure_future(session.start(60.0))
+        await _until(lambda: session._unreachable.get(("127.0.0.1", port), [0])[0] >= 4, "4 tries")
+        unreachable = [r for r in caplog.records if "unreachable" in r.getMessage()]
+        assert len(unreachable) == 1, [r.getMessage() for r in unreachable]
+        server = await asyncio.to_thread(start_zookeeper, tmp_path / "zk", port, heap_mb=256)
+        try:
+            await start
+            assert session.connected
+            back = [r.getMessage() for r in caplog.records if "reachable again" in r.getMessage()]
+            assert len(back) == 1 and "failed attempts" in back[0], back
+            assert ("127.0.0.1", port) not in session._unreachable
+        finally:
+            await session.close()
+            await asyncio.to_thread(server.stop)
 
     _run(main())
