@@ -6,8 +6,9 @@ when `--domain` is set and the Host ends with it; otherwise path style
 plus, as S3 does).
 
 Operations are chosen by method, by whether a bucket and key are named, and by the
-subresource query parameters. Subresources this gateway does not implement resolve to
-`NOT_IMPLEMENTED`, whose handler answers NotImplemented (rather than a plain GET or PUT
+subresource query parameters. ACLs and the bucket settings nothing here can change are
+read as their defaults (`FIXED_BUCKET_SETTINGS`, the `private` ACL). Other subresources
+this gateway does not implement (and setting those) resolve to `NOT_IMPLEMENTED`, whose handler answers NotImplemented (rather than a plain GET or PUT
 mistaking them for its own) once the request's signature is verified, as S3 checks
 authentication first: an anonymous or forged request learns nothing from them.
 """
@@ -90,12 +91,30 @@ def resolve_address(host: str, raw_path: bytes, domain: str) -> tuple[str, str, 
     return _decode(bucket_raw), _decode(key_raw), False
 
 
+# Bucket settings nothing here can change, whose GET answers as S3 does for a bucket that
+# has the default (s3api/handlers/fixed.py); setting them stays NotImplemented.
+FIXED_BUCKET_SETTINGS = {
+    "policy": "GetBucketPolicy",
+    "policyStatus": "GetBucketPolicyStatus",
+    "encryption": "GetBucketEncryption",
+    "website": "GetBucketWebsite",
+    "replication": "GetBucketReplication",
+    "object-lock": "GetObjectLockConfiguration",
+    "ownershipControls": "GetBucketOwnershipControls",
+    "publicAccessBlock": "GetPublicAccessBlock",
+    "logging": "GetBucketLogging",
+    "notification": "GetBucketNotificationConfiguration",
+    "accelerate": "GetBucketAccelerateConfiguration",
+    "requestPayment": "GetBucketRequestPayment",
+}
+
+
 def resolve_operation(
     method: str, bucket: str, key: str, query: Mapping[str, str], headers: Mapping[str, str]
 ) -> str:
     """The S3 operation name (as in the API reference) for a request."""
     if method != "OPTIONS" and not UNSUPPORTED_SUBRESOURCES.isdisjoint(query):
-        return NOT_IMPLEMENTED
+        return _fixed_setting(method, bucket, key, query) or NOT_IMPLEMENTED
     if method == "OPTIONS":
         if not bucket:
             raise S3Error("MethodNotAllowed", Method=method, ResourceType="SERVICE")
@@ -186,6 +205,20 @@ def _object_operation(method: str, query: Mapping[str, str], headers: Mapping[st
         if "uploadId" in query:
             return "CompleteMultipartUpload"
     raise S3Error("MethodNotAllowed", Method=method, ResourceType="OBJECT")
+
+
+def _fixed_setting(method: str, bucket: str, key: str, query: Mapping[str, str]) -> str:
+    """The operation reading (or, for ACLs, setting) a fixed setting, "" for none: only
+    when the query names no other unsupported subresource."""
+    names = [name for name in query if name in UNSUPPORTED_SUBRESOURCES]
+    if not bucket or len(names) != 1:
+        return ""
+    (name,) = names
+    if name == "acl" and method in ("GET", "PUT"):
+        return ("Get" if method == "GET" else "Put") + ("ObjectAcl" if key else "BucketAcl")
+    if method == "GET" and not key:
+        return FIXED_BUCKET_SETTINGS.get(name, "")
+    return ""
 
 
 def unsupported_subresource(query: Mapping[str, str]) -> str:

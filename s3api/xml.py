@@ -280,6 +280,10 @@ class _Doc:
     def empty(self, name: str) -> None:
         self._parts.append(f"<{name}></{name}>")
 
+    def raw(self, markup: str) -> None:
+        """Markup written as given (an element with attributes): never client text."""
+        self._parts.append(markup)
+
     def done(self, root: str) -> bytes:
         self._parts.append(f"</{root}>")
         return "".join(self._parts).encode("utf-8")
@@ -1162,3 +1166,58 @@ def parse_complete_multipart_upload(body: bytes) -> list[CompletedPart]:
     if not parts:
         raise _malformed()
     return parts
+
+
+# --------------------------------------------------------------------------- ACLs
+
+_XSI = "http://www.w3.org/2001/XMLSchema-instance"
+
+
+def access_control_policy(owner: str) -> bytes:
+    """GetBucketAcl / GetObjectAcl: the one grant there is, the owner's FULL_CONTROL
+    (what S3 shows for a bucket or object with the default `private` ACL)."""
+    doc = _Doc("AccessControlPolicy")
+    _owner(doc, owner)
+    doc.open("AccessControlList")
+    doc.open("Grant")
+    doc.raw(f'<Grantee xmlns:xsi="{_XSI}" xsi:type="CanonicalUser">')
+    doc.add("ID", owner)
+    doc.add("DisplayName", owner)
+    doc.close("Grantee")
+    doc.add("Permission", "FULL_CONTROL")
+    doc.close("Grant")
+    doc.close("AccessControlList")
+    return doc.done("AccessControlPolicy")
+
+
+def acl_grants_only_owner(body: bytes, owner: str) -> bool:
+    """PutBucketAcl / PutObjectAcl body: whether it grants FULL_CONTROL to `owner` and
+    nothing to anyone else (the `private` ACL written out); MalformedXML if it is not an
+    AccessControlPolicy."""
+    element = _parse(body, "AccessControlPolicy")
+    acl = _child(element, "AccessControlList")
+    if acl is None:
+        raise _malformed()
+    grants = _children(acl, "Grant")
+    for grant in grants:
+        grantee = _child(grant, "Grantee")
+        if grantee is None:
+            raise _malformed()
+        if _child_text(grant, "Permission") != "FULL_CONTROL":
+            return False
+        if _child_text(grantee, "ID") != owner or _child(grantee, "URI") is not None:
+            return False
+    return bool(grants)
+
+
+def empty_configuration(root: str) -> bytes:
+    """A bucket configuration document with nothing set (GetBucketLogging,
+    GetBucketNotificationConfiguration, GetBucketAccelerateConfiguration)."""
+    doc = _Doc(root)
+    return doc.done(root)
+
+
+def request_payment_configuration() -> bytes:
+    doc = _Doc("RequestPaymentConfiguration")
+    doc.add("Payer", "BucketOwner")
+    return doc.done("RequestPaymentConfiguration")

@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable
 from starlette.responses import Response
 
 from s3api.errors import S3Error
-from s3api.handlers import bucket, cors, multipart, object
+from s3api.handlers import bucket, cors, fixed, multipart, object
 from s3api.handlers.context import S3Context
-from s3api.routes import NOT_IMPLEMENTED, unsupported_subresource
+from s3api.routes import FIXED_BUCKET_SETTINGS, NOT_IMPLEMENTED, unsupported_subresource
 
 Handler = Callable[[S3Context], Awaitable[Response]]
 
@@ -57,5 +57,14 @@ HANDLERS: dict[str, Handler] = {
     "AbortMultipartUpload": multipart.abort_multipart_upload,
     "ListParts": multipart.list_parts,
     "ListMultipartUploads": multipart.list_multipart_uploads,
+    "GetBucketAcl": fixed.get_bucket_acl,
+    "PutBucketAcl": fixed.put_bucket_acl,
+    "GetObjectAcl": fixed.get_object_acl,
+    "PutObjectAcl": fixed.put_object_acl,
+    **{
+        operation: fixed.get_unset_configuration
+        for operation in fixed.UNSET_CONFIGURATION_OPERATIONS
+    },
     NOT_IMPLEMENTED: not_implemented,
 }
+assert set(FIXED_BUCKET_SETTINGS.values()) == fixed.UNSET_CONFIGURATION_OPERATIONS

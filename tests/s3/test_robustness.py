@@ -107,7 +107,10 @@ def test_malformed_xml_bodies(
         ("PUT", "/{bucket}/k", {"If-None-Match": '"abc"'}),
         ("POST", "/{bucket}/k?uploads", {"x-amz-checksum-algorithm": "MD4"}),
         ("PATCH", "/{bucket}/k", {}),
-        ("GET", "/{bucket}/k?acl", {}),
+        ("GET", "/{bucket}/k?retention", {}),
+        ("PUT", "/{bucket}/k?acl", {"x-amz-acl": "public-read-write"}),
+        ("PUT", "/{bucket}?acl", {}),
+        ("GET", "/{bucket}?policy&website", {}),
     ],
 )
 def test_bad_parameters_get_s3_errors(

@@ -1,0 +1,121 @@
+"""Settings every bucket and object here has and none can change: answered as S3 answers
+for a bucket or object that has the default.
+
+- ACLs: buckets and objects belong to their owner alone, which is S3's default `private`
+  ACL. GetBucketAcl / GetObjectAcl show it (the owner's FULL_CONTROL); PutBucketAcl /
+  PutObjectAcl accept it (the `private` canned ACL, or a policy granting the owner
+  FULL_CONTROL and no one else anything) and answer NotImplemented to any other grant.
+- Bucket configurations the gateway has no way to set (policy, encryption, website,
+  replication, Object Lock, ownership controls, public access block, logging,
+  notifications, transfer acceleration, requester pays): their GETs answer as S3 does for
+  a bucket without them (a 404 with the configuration's own code, or the empty
+  document). Tools that read a bucket's whole state (Terraform's aws_s3_bucket, s3cmd
+  info, backup tools) then work; setting any of them stays NotImplemented.
+
+Each still checks ownership first: another user gets AccessDenied, as everywhere.
+"""
+
+from __future__ import annotations
+
+from starlette.responses import Response
+
+from s3api import xml as s3xml
+from s3api.errors import S3Error
+from s3api.handlers._private import version_headers, xml_response
+from s3api.handlers.context import S3Context
+from s3api.handlers.object import load_version
+from s3api.names import validate_key
+
+# GET ?<subresource> on a bucket -> the S3 error that says it is not configured.
+UNSET_CONFIGURATION_ERRORS: dict[str, str] = {
+    "GetBucketPolicy": "NoSuchBucketPolicy",
+    "GetBucketPolicyStatus": "NoSuchBucketPolicy",
+    "GetBucketEncryption": "ServerSideEncryptionConfigurationNotFoundError",
+    "GetBucketWebsite": "NoSuchWebsiteConfiguration",
+    "GetBucketReplication": "ReplicationConfigurationNotFoundError",
+    "GetObjectLockConfiguration": "ObjectLockConfigurationNotFoundError",
+    "GetBucketOwnershipControls": "OwnershipControlsNotFoundError",
+    "GetPublicAccessBlock": "NoSuchPublicAccessBlockConfiguration",
+}
+# ... or the document S3 returns with nothing set.
+UNSET_CONFIGURATION_DOCUMENTS: dict[str, bytes] = {
+    "GetBucketLogging": s3xml.empty_configuration("BucketLoggingStatus"),
+    "GetBucketNotificationConfiguration": s3xml.empty_configuration("NotificationConfiguration"),
+    "GetBucketAccelerateConfiguration": s3xml.empty_configuration("AccelerateConfiguration"),
+    "GetBucketRequestPayment": s3xml.request_payment_configuration(),
+}
+UNSET_CONFIGURATION_OPERATIONS = frozenset(UNSET_CONFIGURATION_ERRORS) | frozenset(
+    UNSET_CONFIGURATION_DOCUMENTS
+)
+
+# x-amz-grant-* headers name grantees; any of them is more than the owner's own grant.
+_GRANT_HEADERS = (
+    "x-amz-grant-full-control",
+    "x-amz-grant-read",
+    "x-amz-grant-read-acp",
+    "x-amz-grant-write",
+    "x-amz-grant-write-acp",
+)
+
+
+async def get_unset_configuration(ctx: S3Context) -> Response:
+    await ctx.owned_bucket()
+    code = UNSET_CONFIGURATION_ERRORS.get(ctx.operation)
+    if code is not None:
+        raise S3Error(code, BucketName=ctx.bucket)
+    return xml_response(UNSET_CONFIGURATION_DOCUMENTS[ctx.operation])
+
+
+async def get_bucket_acl(ctx: S3Context) -> Response:
+    bucket = await ctx.owned_bucket()
+    return xml_response(s3xml.access_control_policy(bucket.owner))
+
+
+async def put_bucket_acl(ctx: S3Context) -> Response:
+    bucket = await ctx.owned_bucket()
+    await _check_private(ctx, bucket.owner)
+    return Response(b"")
+
+
+async def get_object_acl(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    bucket = await ctx.owned_bucket()
+    record = await load_version(ctx)
+    return xml_response(
+        s3xml.access_control_policy(bucket.owner),
+        headers=version_headers(record.version_id, bucket.versioning),
+    )
+
+
+async def put_object_acl(ctx: S3Context) -> Response:
+    validate_key(ctx.key)
+    bucket = await ctx.owned_bucket()
+    record = await load_version(ctx)
+    await _check_private(ctx, bucket.owner)
+    return Response(b"", headers=version_headers(record.version_id, bucket.versioning))
+
+
+async def _check_private(ctx: S3Context, owner: str) -> None:
+    """The ACL a Put*Acl request asks for must be the owner's alone (`private`)."""
+    canned = ctx.headers.get("x-amz-acl")
+    granted = [name for name in _GRANT_HEADERS if name in ctx.headers]
+    body = await ctx.small_body()
+    if sum((canned is not None, bool(granted), bool(body.strip()))) > 1:
+        raise S3Error(
+            "InvalidRequest",
+            "Specify an ACL by one of: the x-amz-acl header, x-amz-grant-* headers, or a body",
+        )
+    if canned is not None:
+        private = canned == "private"
+    elif granted:
+        private = False
+    elif body.strip():
+        private = s3xml.acl_grants_only_owner(body, owner)
+    else:
+        raise S3Error("MissingSecurityHeader", "Your request was missing a required header")
+    if not private:
+        raise S3Error(
+            "NotImplemented",
+            "Only the private ACL (the owner's FULL_CONTROL) is supported: buckets and "
+            "objects belong to their owner alone",
+        )
