@@ -37,6 +37,7 @@ def _specs(*rows: tuple[str, int, str]) -> dict[str, ErrorSpec]:
 
 
 ERROR_SPECS: dict[str, ErrorSpec] = _specs(
+    ("AccessControlListNotSupported", 400, "The bucket does not allow ACLs"),
     ("AccessDenied", 403, "Access Denied"),
     ("AccessForbidden", 403, "CORSResponse: This CORS request is not allowed."),
     ("AuthorizationHeaderMalformed", 400, "The authorization header is malformed."),
@@ -74,6 +75,11 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
         "The AWS Access Key Id you provided does not exist in our records.",
     ),
     ("InvalidArgument", 400, "Invalid Argument"),
+    (
+        "InvalidBucketAclWithObjectOwnership",
+        400,
+        "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting",
+    ),
     ("InvalidBucketName", 400, "The specified bucket is not valid."),
     ("InvalidBucketState", 409, "The request is not valid with the current state of the bucket."),
     (
@@ -135,7 +141,6 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
         404,
         "Object Lock configuration does not exist for this bucket",
     ),
-    ("OwnershipControlsNotFoundError", 404, "The bucket ownership controls were not found"),
     ("ReplicationConfigurationNotFoundError", 404, "The replication configuration was not found"),
     (
         "ServerSideEncryptionConfigurationNotFoundError",

@@ -1221,3 +1221,11 @@ def request_payment_configuration() -> bytes:
     doc = _Doc("RequestPaymentConfiguration")
     doc.add("Payer", "BucketOwner")
     return doc.done("RequestPaymentConfiguration")
+
+
+def ownership_controls(ownership: str) -> bytes:
+    doc = _Doc("OwnershipControls")
+    doc.open("Rule")
+    doc.add("ObjectOwnership", ownership)
+    doc.close("Rule")
+    return doc.done("OwnershipControls")

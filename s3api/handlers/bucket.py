@@ -17,6 +17,7 @@ from s3api import xml as s3xml
 from s3api.errors import S3Error, to_s3_error
 from s3api.handlers._private import xml_response
 from s3api.handlers.context import S3Context
+from s3api.handlers.object import check_acl
 from s3api.names import parse_max_count, validate_bucket_name
 
 DELETE_CONCURRENCY = 16
@@ -83,6 +84,7 @@ async def create_bucket(ctx: S3Context) -> Response:
     validate_bucket_name(ctx.bucket)
     if ctx.headers.get("x-amz-bucket-object-lock-enabled", "").lower() == "true":
         raise S3Error("NotImplemented", "Object Lock is not implemented")
+    check_acl(ctx, "InvalidBucketAclWithObjectOwnership")
     region = s3xml.parse_create_bucket_configuration(await ctx.small_body()) or ctx.config.region
     await ctx.store.catalog.create_bucket(ctx.bucket, ctx.user.name, region)
     return Response(b"", headers={"Location": f"/{ctx.bucket}"})

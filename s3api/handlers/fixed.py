@@ -1,12 +1,14 @@
 """Settings every bucket and object here has and none can change: answered as S3 answers
 for a bucket or object that has the default.
 
-- ACLs: buckets and objects belong to their owner alone, which is S3's default `private`
-  ACL. GetBucketAcl / GetObjectAcl show it (the owner's FULL_CONTROL); PutBucketAcl /
-  PutObjectAcl accept it (the `private` canned ACL, or a policy granting the owner
-  FULL_CONTROL and no one else anything) and answer NotImplemented to any other grant.
+- ACLs: buckets and objects belong to their owner alone, S3's default object ownership
+  ("bucket owner enforced": ACLs disabled). GetBucketAcl / GetObjectAcl show the owner's
+  FULL_CONTROL; PutBucketAcl / PutObjectAcl accept only an ACL saying so (`private`,
+  `bucket-owner-full-control`, or a policy granting the owner FULL_CONTROL and no one
+  else anything) and refuse any other as S3 does (AccessControlListNotSupported), as do
+  PutObject, CopyObject and CreateMultipartUpload (`check_acl`).
 - Bucket configurations the gateway has no way to set (policy, encryption, website,
-  replication, Object Lock, ownership controls, public access block, logging,
+  replication, Object Lock, ownership controls (BucketOwnerEnforced), public access block, logging,
   notifications, transfer acceleration, requester pays): their GETs answer as S3 does for
   a bucket without them (a 404 with the configuration's own code, or the empty
   document). Tools that read a bucket's whole state (Terraform's aws_s3_bucket, s3cmd
@@ -23,7 +25,7 @@ from s3api import xml as s3xml
 from s3api.errors import S3Error
 from s3api.handlers._private import version_headers, xml_response
 from s3api.handlers.context import S3Context
-from s3api.handlers.object import load_version
+from s3api.handlers.object import GRANT_HEADERS, check_acl, load_version
 from s3api.names import validate_key
 
 # GET ?<subresource> on a bucket -> the S3 error that says it is not configured.
@@ -34,7 +36,6 @@ UNSET_CONFIGURATION_ERRORS: dict[str, str] = {
     "GetBucketWebsite": "NoSuchWebsiteConfiguration",
     "GetBucketReplication": "ReplicationConfigurationNotFoundError",
     "GetObjectLockConfiguration": "ObjectLockConfigurationNotFoundError",
-    "GetBucketOwnershipControls": "OwnershipControlsNotFoundError",
     "GetPublicAccessBlock": "NoSuchPublicAccessBlockConfiguration",
 }
 # ... or the document S3 returns with nothing set.
@@ -43,18 +44,10 @@ UNSET_CONFIGURATION_DOCUMENTS: dict[str, bytes] = {
     "GetBucketNotificationConfiguration": s3xml.empty_configuration("NotificationConfiguration"),
     "GetBucketAccelerateConfiguration": s3xml.empty_configuration("AccelerateConfiguration"),
     "GetBucketRequestPayment": s3xml.request_payment_configuration(),
+    "GetBucketOwnershipControls": s3xml.ownership_controls("BucketOwnerEnforced"),
 }
 UNSET_CONFIGURATION_OPERATIONS = frozenset(UNSET_CONFIGURATION_ERRORS) | frozenset(
     UNSET_CONFIGURATION_DOCUMENTS
-)
-
-# x-amz-grant-* headers name grantees; any of them is more than the owner's own grant.
-_GRANT_HEADERS = (
-    "x-amz-grant-full-control",
-    "x-amz-grant-read",
-    "x-amz-grant-read-acp",
-    "x-amz-grant-write",
-    "x-amz-grant-write-acp",
 )
 
 
@@ -96,26 +89,18 @@ async def put_object_acl(ctx: S3Context) -> Response:
 
 
 async def _check_private(ctx: S3Context, owner: str) -> None:
-    """The ACL a Put*Acl request asks for must be the owner's alone (`private`)."""
+    """The ACL a Put*Acl request asks for must be the owner's alone: with ACLs disabled
+    S3 refuses any other (AccessControlListNotSupported)."""
     canned = ctx.headers.get("x-amz-acl")
-    granted = [name for name in _GRANT_HEADERS if name in ctx.headers]
-    body = await ctx.small_body()
-    if sum((canned is not None, bool(granted), bool(body.strip()))) > 1:
+    granted = any(name in ctx.headers for name in GRANT_HEADERS)
+    body = (await ctx.small_body()).strip()
+    if sum((canned is not None, granted, bool(body))) > 1:
         raise S3Error(
             "InvalidRequest",
             "Specify an ACL by one of: the x-amz-acl header, x-amz-grant-* headers, or a body",
         )
-    if canned is not None:
-        private = canned == "private"
-    elif granted:
-        private = False
-    elif body.strip():
-        private = s3xml.acl_grants_only_owner(body, owner)
-    else:
+    if canned is None and not granted and not body:
         raise S3Error("MissingSecurityHeader", "Your request was missing a required header")
-    if not private:
-        raise S3Error(
-            "NotImplemented",
-            "Only the private ACL (the owner's FULL_CONTROL) is supported: buckets and "
-            "objects belong to their owner alone",
-        )
+    if body and not s3xml.acl_grants_only_owner(body, owner):
+        raise S3Error("AccessControlListNotSupported")
+    check_acl(ctx)

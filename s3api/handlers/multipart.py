@@ -44,6 +44,7 @@ from s3api.handlers._private import quote_etag, written_version_headers, xml_res
 from s3api.handlers.context import S3Context
 from s3api.handlers.object import (
     body_checksums,
+    check_acl,
     check_encryption,
     checksum_headers,
     load_copy_source,
@@ -76,6 +77,7 @@ async def _upload(ctx: S3Context) -> UploadRecord:
 async def create_multipart_upload(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     check_encryption(ctx)
+    check_acl(ctx)
     await ctx.owned_bucket()
     algorithm_text = ctx.headers.get("x-amz-checksum-algorithm")
     algorithm = parse_algorithm(algorithm_text) if algorithm_text else None

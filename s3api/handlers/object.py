@@ -145,6 +145,31 @@ def check_encryption(ctx: S3Context) -> None:
         )
 
 
+# Canned ACLs that say what every bucket and object here has: the owner's full control.
+OWNER_ONLY_ACLS = frozenset({"private", "bucket-owner-full-control"})
+# x-amz-grant-* headers name grantees beyond that.
+GRANT_HEADERS = (
+    "x-amz-grant-full-control",
+    "x-amz-grant-read",
+    "x-amz-grant-read-acp",
+    "x-amz-grant-write",
+    "x-amz-grant-write-acp",
+)
+
+
+def check_acl(ctx: S3Context, error: str = "AccessControlListNotSupported") -> None:
+    """Ownership here is S3's default "bucket owner enforced" (ACLs disabled): a write may
+    name no ACL or one meaning the owner's full control; any other is refused as S3
+    refuses it, rather than ignored (a client asking for public-read must not be told
+    its object was stored so)."""
+    headers = ctx.headers
+    canned = headers.get("x-amz-acl")
+    if (canned is not None and canned not in OWNER_ONLY_ACLS) or any(
+        name in headers for name in GRANT_HEADERS
+    ):
+        raise S3Error(error)
+
+
 def require_length(ctx: S3Context) -> None:
     """S3 refuses uploads of unknown length: no Content-Length (and not chunked), or an
     aws-chunked body without x-amz-decoded-content-length (411 MissingContentLength)."""
@@ -266,6 +291,7 @@ def check_version_id(version_id: str | None) -> None:
 async def put_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     check_encryption(ctx)
+    check_acl(ctx)
     require_length(ctx)
     # No sync: the commit checks the owner and the bucket's version again.
     await ctx.owned_bucket(cached=True)
@@ -484,6 +510,7 @@ async def delete_object(ctx: S3Context) -> Response:
 async def copy_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     check_encryption(ctx)
+    check_acl(ctx)
     bucket = await ctx.owned_bucket()
     source, record = await load_copy_source(ctx)
     if record.size > PUT_OBJECT_SIZE_MAX:

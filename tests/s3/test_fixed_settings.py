@@ -24,7 +24,6 @@ def test_bucket_settings_read_as_unset(s3: Any, other_s3: Any, bucket: str) -> N
         s3.get_bucket_website: "NoSuchWebsiteConfiguration",
         s3.get_bucket_replication: "ReplicationConfigurationNotFoundError",
         s3.get_object_lock_configuration: "ObjectLockConfigurationNotFoundError",
-        s3.get_bucket_ownership_controls: "OwnershipControlsNotFoundError",
         s3.get_public_access_block: "NoSuchPublicAccessBlockConfiguration",
     }
     for call, code in unset.items():
@@ -34,6 +33,8 @@ def test_bucket_settings_read_as_unset(s3: Any, other_s3: Any, bucket: str) -> N
     assert not {"TopicConfigurations", "QueueConfigurations"} & set(notifications)
     assert "Status" not in s3.get_bucket_accelerate_configuration(Bucket=bucket)
     assert s3.get_bucket_request_payment(Bucket=bucket)["Payer"] == "BucketOwner"
+    rules = s3.get_bucket_ownership_controls(Bucket=bucket)["OwnershipControls"]["Rules"]
+    assert rules == [{"ObjectOwnership": "BucketOwnerEnforced"}]
 
     # Ownership first, as everywhere; an absent bucket is NoSuchBucket.
     assert _error(other_s3.get_bucket_policy, Bucket=bucket) == (403, "AccessDenied")
@@ -68,18 +69,11 @@ def test_acls_are_the_owners_alone(s3: Any, other_s3: Any, bucket: str) -> None:
         "Grantee": {"Type": "Group", "URI": "http://acs.amazonaws.com/groups/global/AllUsers"},
         "Permission": "READ",
     }]}  # fmt: skip
-    assert _error(s3.put_bucket_acl, Bucket=bucket, AccessControlPolicy=public) == (
-        501,
-        "NotImplemented",
-    )
-    assert _error(s3.put_object_acl, Bucket=bucket, Key="k", ACL="public-read") == (
-        501,
-        "NotImplemented",
-    )
-    assert _error(s3.put_bucket_acl, Bucket=bucket, GrantRead='id="someone"') == (
-        501,
-        "NotImplemented",
-    )
+    refused = (400, "AccessControlListNotSupported")
+    assert _error(s3.put_bucket_acl, Bucket=bucket, AccessControlPolicy=public) == refused
+    assert _error(s3.put_object_acl, Bucket=bucket, Key="k", ACL="public-read") == refused
+    assert _error(s3.put_bucket_acl, Bucket=bucket, GrantRead='id="someone"') == refused
+    s3.put_object_acl(Bucket=bucket, Key="k", ACL="bucket-owner-full-control")
     assert _error(s3.put_bucket_acl, Bucket=bucket, ACL="private", GrantRead='id="x"') == (
         400,
         "InvalidRequest",
@@ -106,3 +100,32 @@ def test_object_acl_of_a_version(s3: Any, bucket: str) -> None:
     assert acl["ResponseMetadata"]["HTTPHeaders"]["x-amz-version-id"] == first
     s3.delete_object(Bucket=bucket, Key="v")  # a delete marker is now the latest
     assert _error(s3.get_object_acl, Bucket=bucket, Key="v")[0] == 404
+
+
+def test_writes_naming_other_acls_are_refused(s3: Any, bucket: str, bucket_name: Any) -> None:
+    """ACLs are disabled, as on S3 buckets with the default object ownership: a write that
+    asks for a public or granted ACL is refused (not stored without it) and nothing is
+    written; the owner-only canned ACLs are accepted."""
+    refused = (400, "AccessControlListNotSupported")
+    assert _error(s3.put_object, Bucket=bucket, Key="p", Body=b"x", ACL="public-read") == refused
+    assert _error(
+        s3.put_object, Bucket=bucket, Key="p", Body=b"x", GrantRead='uri="http://acs.amazonaws.com/groups/global/AllUsers"'
+    ) == refused  # fmt: skip
+    assert _error(s3.create_multipart_upload, Bucket=bucket, Key="p", ACL="public-read") == refused
+    s3.put_object(Bucket=bucket, Key="src", Body=b"s")
+    assert _error(
+        s3.copy_object, Bucket=bucket, Key="p", CopySource={"Bucket": bucket, "Key": "src"},
+        ACL="authenticated-read",
+    ) == refused  # fmt: skip
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["src"]
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    for acl in ("private", "bucket-owner-full-control"):
+        s3.put_object(Bucket=bucket, Key=f"ok-{acl}", Body=b"x", ACL=acl)
+
+    name = bucket_name()
+    assert _error(s3.create_bucket, Bucket=name, ACL="public-read") == (
+        400,
+        "InvalidBucketAclWithObjectOwnership",
+    )
+    assert name not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    s3.create_bucket(Bucket=name, ACL="private")
