@@ -215,6 +215,7 @@ class DeleteError:
 class ObjectToDelete:
     key: str
     version_id: str | None = None
+    etag: str | None = None  # delete only if the current version has it ("*": exists)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1130,7 +1131,18 @@ def parse_delete(body: bytes) -> DeleteRequest:
         assert key is not None
         # An empty <VersionId/> names no version (answered NoSuchVersion), not the latest.
         version_id = _child_text(item, "VersionId")
-        objects.append(ObjectToDelete(key, version_id))
+        # A conditional delete of this key: its current version's ETag (or "*"). The
+        # conditions S3 takes only in directory buckets are refused, not ignored.
+        etag_text = _child_text(item, "ETag")
+        etag = None if etag_text is None else etag_text.strip().strip('"')
+        if etag == "":
+            raise _malformed()
+        for name in ("LastModifiedTime", "Size"):
+            if _child(item, name) is not None:
+                raise S3Error(
+                    "NotImplemented", f"Conditional deletes by {name} are not implemented"
+                )
+        objects.append(ObjectToDelete(key, version_id, etag))
         if len(objects) > DELETE_OBJECTS_MAX:
             raise _malformed()
     if not objects:

@@ -342,10 +342,19 @@ class Catalog:
         return result
 
     async def delete_object(
-        self, bucket: str, key: str, version_id: str | None = None, *, owner: str = ""
+        self,
+        bucket: str,
+        key: str,
+        version_id: str | None = None,
+        *,
+        owner: str = "",
+        if_match: str | None = None,
     ) -> DeleteResult:
         """Delete one version, or the key (a delete marker where versioning keeps them,
-        owned by `owner`: the requester, as ListObjectVersions shows it)."""
+        owned by `owner`: the requester, as ListObjectVersions shows it). With `if_match`
+        (an ETag or "*") only if the key's current version matches it, checked in the
+        same compare-and-set as the delete: PreconditionFailedError, or NoSuchKeyError
+        when the key has no current version."""
         _existing_bucket_name(bucket)
         validate_key(key)
         marker_version_id = versioning.new_version_id()
@@ -361,6 +370,7 @@ class Catalog:
                 marker_version_id,
                 marker_time,
                 owner,
+                if_match,
             )
             if outcome.record is not None:
                 result = DeleteResult(outcome.record.version_id, True, outcome.garbage)

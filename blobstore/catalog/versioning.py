@@ -165,8 +165,20 @@ def apply_delete(
     marker_version_id: str,
     marker_time: float,
     owner: str,
+    if_match: str | None = None,
 ) -> Outcome:
-    """DeleteObject: with a version id remove it for good; otherwise per versioning state."""
+    """DeleteObject: with a version id remove it for good; otherwise per versioning state.
+    `if_match` (an ETag, or "*": exists) is checked against the key's current version, as
+    S3's conditional deletes are, whichever version the delete names."""
+    if if_match is not None:
+        latest = _latest_live(versions)
+        check_write_conditions(
+            bucket,
+            key,
+            None if latest is None else latest.get("etag", ""),
+            if_match=if_match,
+            if_none_match=False,
+        )
     if version_id is not None:
         kept = [d for d in versions if d["v"] != version_id]
         if len(kept) == len(versions):

@@ -318,9 +318,12 @@ async def delete_objects(ctx: S3Context) -> Response:
         async with slots:
             try:
                 result = await ctx.store.catalog.delete_object(
-                    ctx.bucket, item.key, item.version_id, owner=ctx.user.name
+                    ctx.bucket, item.key, item.version_id, owner=ctx.user.name, if_match=item.etag
                 )
-            except (NoSuchKeyError, NoSuchVersionError):
+            except (NoSuchKeyError, NoSuchVersionError) as e:
+                if item.etag is not None:  # the condition found no current version
+                    error = to_s3_error(e)
+                    return s3xml.DeleteError(item.key, error.code, error.message, item.version_id)
                 return s3xml.Deleted(item.key, item.version_id)
             except Exception as e:  # noqa: BLE001 - reported per key, as S3 does
                 error = to_s3_error(e)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import parse_qsl, unquote
 
@@ -485,17 +485,36 @@ async def head_object(ctx: S3Context) -> Response:
 # ---------------------------------------------------------------------- DeleteObject
 
 
+def parse_delete_condition(headers: Mapping[str, str]) -> str | None:
+    """A conditional delete's If-Match (an ETag, or "*": the key exists), as S3 takes it
+    for general purpose buckets; the conditions S3 supports only in directory buckets
+    are NotImplemented rather than ignored (a delete that ignores its condition loses
+    data)."""
+    for name in ("if-none-match", "x-amz-if-match-last-modified-time", "x-amz-if-match-size"):
+        if name in headers:
+            raise S3Error(
+                "NotImplemented",
+                "A header you provided implies functionality that is not implemented",
+                Header=name,
+            )
+    if_match, _ = parse_write_conditions(headers)
+    return if_match
+
+
 async def delete_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
+    if_match = parse_delete_condition(ctx.headers)
     bucket = await ctx.owned_bucket()
     version_id = ctx.query.get("versionId")
     check_version_id(version_id)
     headers: dict[str, str] = {}
     try:
         result = await ctx.store.catalog.delete_object(
-            ctx.bucket, ctx.key, version_id, owner=ctx.user.name
+            ctx.bucket, ctx.key, version_id, owner=ctx.user.name, if_match=if_match
         )
     except (NoSuchKeyError, NoSuchVersionError):
+        if if_match is not None:
+            raise  # the condition found no current version: NoSuchKey, as S3
         return Response(b"", status_code=204)
     if result.delete_marker:
         headers["x-amz-delete-marker"] = "true"

@@ -410,3 +410,73 @@ def test_writes_of_the_null_version_name_no_version(s3: Any, bucket: str) -> Non
         assert s3.head_object(Bucket=bucket, Key=key)["VersionId"] == "null"
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     assert s3.put_object(Bucket=bucket, Key="k", Body=b"z")["VersionId"] != "null"
+
+
+def test_conditional_deletes(s3: Any, bucket: str) -> None:
+    """DeleteObject's If-Match and DeleteObjects' per-key ETag, as S3's conditional
+    deletes: checked against the key's current version in the delete's own
+    compare-and-set; a mismatch is 412 and deletes nothing, a key without a current
+    version is NoSuchKey. The conditions S3 takes only in directory buckets are refused."""
+    etag = s3.put_object(Bucket=bucket, Key="k", Body=b"one")["ETag"]
+    with pytest.raises(ClientError) as e:
+        s3.delete_object(Bucket=bucket, Key="k", IfMatch='"0123456789abcdef0123456789abcdef"')
+    assert (error_code(e), status(e)) == ("PreconditionFailed", 412)
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"one"
+    s3.delete_object(Bucket=bucket, Key="k", IfMatch=etag)
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="k")
+    assert status(e) == 404
+    for condition in (etag, "*"):
+        with pytest.raises(ClientError) as e:
+            s3.delete_object(Bucket=bucket, Key="k", IfMatch=condition)
+        assert (error_code(e), status(e)) == ("NoSuchKey", 404)
+    s3.put_object(Bucket=bucket, Key="k", Body=b"two")
+    s3.delete_object(Bucket=bucket, Key="k", IfMatch="*")
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix="k")
+    s3.put_object(Bucket=bucket, Key="k", Body=b"three")
+    for extra in ({"IfMatchSize": 5}, {"IfMatchLastModifiedTime": datetime.datetime(2026, 1, 1)}):
+        with pytest.raises(ClientError) as e:
+            s3.delete_object(Bucket=bucket, Key="k", **extra)
+        assert (error_code(e), status(e)) == ("NotImplemented", 501)
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"three"
+
+    bodies = {"match": b"m", "mismatch": b"x", "any": b"a"}
+    etags = {key: s3.put_object(Bucket=bucket, Key=key, Body=body)["ETag"] for key, body in bodies.items()}  # fmt: skip
+    result = s3.delete_objects(
+        Bucket=bucket,
+        Delete={
+            "Objects": [
+                {"Key": "match", "ETag": etags["match"]},
+                {"Key": "mismatch", "ETag": etags["match"]},
+                {"Key": "any", "ETag": "*"},
+                {"Key": "absent", "ETag": "*"},
+            ]
+        },
+    )
+    assert sorted(d["Key"] for d in result["Deleted"]) == ["any", "match"]
+    assert {e["Key"]: e["Code"] for e in result["Errors"]} == {
+        "mismatch": "PreconditionFailed",
+        "absent": "NoSuchKey",
+    }
+    assert s3.get_object(Bucket=bucket, Key="mismatch")["Body"].read() == b"x"
+
+
+def test_conditional_delete_of_a_version(s3: Any, bucket: str) -> None:
+    """In a versioned bucket the condition is the current version's, whichever version
+    the request deletes (S3: conditional deletes apply to the current version)."""
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    first = s3.put_object(Bucket=bucket, Key="v", Body=b"1")
+    second = s3.put_object(Bucket=bucket, Key="v", Body=b"2")
+    with pytest.raises(ClientError) as e:
+        s3.delete_object(
+            Bucket=bucket, Key="v", VersionId=first["VersionId"], IfMatch=first["ETag"]
+        )
+    assert error_code(e) == "PreconditionFailed"
+    s3.delete_object(Bucket=bucket, Key="v", VersionId=first["VersionId"], IfMatch=second["ETag"])
+    versions = s3.list_object_versions(Bucket=bucket, Prefix="v")["Versions"]
+    assert [v["VersionId"] for v in versions] == [second["VersionId"]]
+    marker = s3.delete_object(Bucket=bucket, Key="v", IfMatch=second["ETag"])
+    assert marker["DeleteMarker"] is True
+    with pytest.raises(ClientError) as e:  # the current version is a delete marker now
+        s3.delete_object(Bucket=bucket, Key="v", IfMatch="*")
+    assert error_code(e) == "NoSuchKey"
