@@ -5,6 +5,7 @@ extents into one object record without copying a byte."""
 from __future__ import annotations
 
 import time
+from urllib.parse import quote
 
 from starlette.responses import Response
 
@@ -304,7 +305,8 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
 
 
 def _completed_response(ctx: S3Context, record: ObjectRecord) -> Response:
-    location = f"{ctx.config.scheme}://{ctx.headers.get('host', '')}/{ctx.bucket}/{ctx.key}"
+    # A URI, so the key percent-encoded (as S3 does, '/' included).
+    location = f"{ctx.config.scheme}://{ctx.headers.get('host', '')}/{ctx.bucket}/{quote(ctx.key, safe='')}"
     return xml_response(
         s3xml.complete_multipart_upload_result(
             location, ctx.bucket, ctx.key, record.etag, record.checksums

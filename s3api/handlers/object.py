@@ -263,7 +263,11 @@ async def load_version(ctx: S3Context) -> ObjectRecord:
     try:
         return await ctx.store.catalog.get_object(ctx.bucket, ctx.key, version_id, view=ctx.view())
     except DeleteMarkerError as e:
-        headers = {"x-amz-delete-marker": "true", "x-amz-version-id": e.record.version_id}
+        headers = {
+            "x-amz-delete-marker": "true",
+            "x-amz-version-id": e.record.version_id,
+            "Last-Modified": http_date(e.record.last_modified),  # when it was deleted
+        }
         if version_id is not None:
             headers["Allow"] = "DELETE"
             raise S3Error(

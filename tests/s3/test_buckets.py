@@ -5,6 +5,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -168,8 +169,18 @@ def test_versioning_and_list_object_versions(s3: Any, bucket: str) -> None:
     with pytest.raises(ClientError) as e:
         s3.get_object(Bucket=bucket, Key="k")
     assert error_code(e) == "NoSuchKey"
-    assert e.value.response["ResponseMetadata"]["HTTPHeaders"]["x-amz-delete-marker"] == "true"
+    marker_headers = e.value.response["ResponseMetadata"]["HTTPHeaders"]
+    assert marker_headers["x-amz-delete-marker"] == "true"
     versions = s3.list_object_versions(Bucket=bucket)
+    # The delete marker's Last-Modified (when the key was deleted) travels with the 404
+    # and with the 405 of a GET naming the marker's version, as S3 sends it.
+    (marker,) = versions["DeleteMarkers"]
+    listed = marker["LastModified"].replace(microsecond=0)  # headers carry whole seconds
+    assert parsedate_to_datetime(marker_headers["last-modified"]) == listed
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="k", VersionId=marker["VersionId"])
+    assert error_code(e) == "MethodNotAllowed"
+    assert "last-modified" in e.value.response["ResponseMetadata"]["HTTPHeaders"]
     assert [v["VersionId"] for v in versions["Versions"]] == [v2, v1]
     assert len(versions["DeleteMarkers"]) == 1 and versions["DeleteMarkers"][0]["IsLatest"]
     copied = s3.copy_object(

@@ -525,3 +525,16 @@ def test_concurrent_completions_of_one_upload_answer_alike(
             first, second = (call.result() for call in calls)
         assert first["ETag"] == second["ETag"], (first, second)
         assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == b"".join(datas)
+
+
+def test_completed_location_is_a_uri(s3: Any, bucket: str) -> None:
+    """CompleteMultipartUpload's Location names the object as a URI: its key
+    percent-encoded, as S3 sends it (SDKs hand it to applications as a URL)."""
+    key = "dir/small mp+x%?#é"
+    upload_id, parts = upload_parts(s3, bucket, key, [b"tail"])
+    done = s3.complete_multipart_upload(
+        Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+    )
+    location = done["Location"]
+    assert location.endswith(f"/{bucket}/dir%2Fsmall%20mp%2Bx%25%3F%23%C3%A9"), location
+    assert " " not in location
