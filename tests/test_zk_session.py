@@ -378,13 +378,17 @@ def test_an_unreachable_server_is_logged_once_then_its_return(
         assert len(unreachable) == 1, [r.getMessage() for r in unreachable]
         server = await asyncio.to_thread(start_zookeeper, tmp_path / "zk", port, heap_mb=256)
         try:
-            await start
-            assert session.connected
-            back = [r.getMessage() for r in caplog.records if "reachable again" in r.getMessage()]
-            assert len(back) == 1 and "failed attempts" in back[0], back
-            assert ("127.0.0.1", port) not in session._unreachable
-        finally:
-            await session.close()
+            try:
+                await start
+                assert session.connected
+                back = [
+                    r.getMessage() for r in caplog.records if "reachable again" in r.getMessage()
+                ]
+                assert len(back) == 1 and "failed attempts" in back[0], back
+                assert ("127.0.0.1", port) not in session._unreachable
+            finally:
+                await session.close()
+        finally:  # whatever failed above, the server goes
             await asyncio.to_thread(server.stop)
 
     _run(main())
