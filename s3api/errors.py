@@ -107,6 +107,11 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
     ),
     ("InvalidPartNumber", 416, "The requested partnumber is not satisfiable"),
     ("InvalidRange", 416, "The requested range is not satisfiable"),
+    (
+        "InvalidRedirectLocation",
+        400,
+        "The website redirect location must have a prefix of 'http://' or 'https://' or '/'.",
+    ),
     ("InvalidRequest", 400, "Invalid Request"),
     ("InvalidStorageClass", 400, "The storage class you specified is not valid"),
     ("InvalidTag", 400, "The TagSet is not valid."),

@@ -52,13 +52,18 @@ from s3api.names import (
 )
 from s3api.ranges import parse_range
 
+# Stored as given and returned with the object (the last is S3's per-object redirect for
+# website hosting: kept and shown as S3 keeps it, though nothing here serves websites).
+WEBSITE_REDIRECT = "x-amz-website-redirect-location"
 SYSTEM_METADATA_HEADERS = (
     "Cache-Control",
     "Content-Disposition",
     "Content-Encoding",
     "Content-Language",
     "Expires",
+    WEBSITE_REDIRECT,
 )
+WEBSITE_REDIRECT_BYTES_MAX = 2048
 STORAGE_CLASSES = (
     "STANDARD",
     "REDUCED_REDUNDANCY",
@@ -119,9 +124,19 @@ def system_metadata(ctx: S3Context) -> dict[str, str]:
         value = ctx.headers.get(name)
         if name == "Content-Encoding":
             value = strip_aws_chunked(value)
+        elif name == WEBSITE_REDIRECT and value is not None:
+            check_website_redirect(value)
         if value is not None:
             result[name] = value
     return result
+
+
+def check_website_redirect(value: str) -> None:
+    """S3's rule: a path within the bucket ('/...') or an absolute http(s) URL, 2 KB."""
+    if not value.startswith(("/", "http://", "https://")):
+        raise S3Error("InvalidRedirectLocation")
+    if len(value.encode()) > WEBSITE_REDIRECT_BYTES_MAX:
+        raise S3Error("InvalidRedirectLocation", "The website redirect location is over 2 KB")
 
 
 def storage_class(ctx: S3Context) -> str:
@@ -555,6 +570,7 @@ async def copy_object(ctx: S3Context) -> Response:
         and source.key == ctx.key
         and source.version_id in (None, record.version_id)
         and metadata_directive == "COPY"
+        and WEBSITE_REDIRECT not in ctx.headers
         and new_class == record.storage_class
         and bucket.versioning != "Enabled"
     ):
@@ -578,7 +594,11 @@ async def copy_object(ctx: S3Context) -> Response:
             key=ctx.key,
             content_type=record.content_type,
             metadata=dict(record.metadata),
-            system_metadata=dict(record.system_metadata),
+            # A redirect location is the object's own: a copy takes the request's, if any.
+            system_metadata={
+                **{k: v for k, v in record.system_metadata.items() if k != WEBSITE_REDIRECT},
+                **{k: v for k, v in system_metadata(ctx).items() if k == WEBSITE_REDIRECT},
+            },
         )
     tags = (
         parse_tagging_header(ctx.headers.get("x-amz-tagging"))

@@ -480,3 +480,25 @@ def test_conditional_delete_of_a_version(s3: Any, bucket: str) -> None:
     with pytest.raises(ClientError) as e:  # the current version is a delete marker now
         s3.delete_object(Bucket=bucket, Key="v", IfMatch="*")
     assert error_code(e) == "NoSuchKey"
+
+
+def test_website_redirect_location(s3: Any, bucket: str) -> None:
+    """x-amz-website-redirect-location is kept with the object and shown by GET and HEAD,
+    as S3 keeps it; a value S3 refuses is refused. A copy takes the request's value, not
+    the source's (S3: it is never copied), and a copy onto itself may change only it."""
+    s3.put_object(Bucket=bucket, Key="page", Body=b"<html>", WebsiteRedirectLocation="/other")
+    assert s3.head_object(Bucket=bucket, Key="page")["WebsiteRedirectLocation"] == "/other"
+    got = s3.get_object(Bucket=bucket, Key="page")
+    assert got["WebsiteRedirectLocation"] == "/other" and got["Body"].read() == b"<html>"
+    for bad in ("other", "ftp://x/y", "/" + "x" * 2048):
+        with pytest.raises(ClientError) as e:
+            s3.put_object(Bucket=bucket, Key="bad", Body=b"x", WebsiteRedirectLocation=bad)
+        assert (error_code(e), status(e)) == ("InvalidRedirectLocation", 400)
+    copied = {"Bucket": bucket, "Key": "page"}
+    s3.copy_object(Bucket=bucket, Key="copy", CopySource=copied)
+    assert "WebsiteRedirectLocation" not in s3.head_object(Bucket=bucket, Key="copy")
+    s3.copy_object(
+        Bucket=bucket, Key="page", CopySource=copied, WebsiteRedirectLocation="https://e.x/"
+    )
+    head = s3.head_object(Bucket=bucket, Key="page")
+    assert head["WebsiteRedirectLocation"] == "https://e.x/"
