@@ -73,6 +73,16 @@ LATEST_MEMO_MAX = 128
 _BULK_MULTI_BYTES_MAX = 2 << 20  # and at most half the client's request limit
 
 
+def _delete_target_gone(
+    versions: versioning.VersionList, version_id: str | None, bucket_versioning: str
+) -> bool:
+    """Whether what a delete removes for good is absent: the version it names, or, in a
+    bucket never versioned, the key. (Deletes that leave a marker find their own.)"""
+    if version_id is not None:
+        return all(d["v"] != version_id for d in versions)
+    return not bucket_versioning and not versions
+
+
 def _existing_bucket_name(name: str) -> str:
     """Names that break the rules cannot exist (and must never reach a znode path)."""
     try:
@@ -359,8 +369,21 @@ class Catalog:
         validate_key(key)
         marker_version_id = versioning.new_version_id()
         marker_time = time.time()
+        # What an attempt that passed `if_match` answered. A delete whose target is gone
+        # for good (a version by id, an unversioned key) leaves no trace of its own, so a
+        # retry after an attempt of unknown outcome cannot tell its own effect from
+        # another writer's by the state: the target being gone then counts as that
+        # attempt's success, not as a failed condition (a client told 412 or NoSuchKey
+        # for a delete that happened may delete again on a fresh read).
+        held: list[DeleteResult] = []
 
         def apply(versions: versioning.VersionList, bucket_record: BucketRecord) -> tuple[Any, Any]:
+            if (
+                held
+                and mutation.outcome_unknown
+                and _delete_target_gone(versions, version_id, bucket_record.versioning)
+            ):
+                return (None, held[-1])
             outcome = versioning.apply_delete(
                 versions,
                 bucket,
@@ -378,9 +401,12 @@ class Catalog:
                 result = DeleteResult(version_id, outcome.removed_delete_marker, outcome.garbage)
             else:
                 result = DeleteResult(None, False, outcome.garbage)
+            if if_match is not None:
+                held.append(result)
             return (outcome.versions if outcome.changed else None, result)
 
-        result: DeleteResult = await self.index.submit(Mutation(bucket, key, apply))
+        mutation = Mutation(bucket, key, apply)
+        result: DeleteResult = await self.index.submit(mutation)
         return result
 
     async def swap_object(self, expected: ObjectRecord, new: ObjectRecord) -> bool:

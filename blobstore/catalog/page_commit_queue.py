@@ -93,6 +93,9 @@ class Mutation:
     )
     submitted: float = field(default_factory=time.monotonic)
     reroutes: int = 0
+    # An attempt's write failed with an unknown outcome: it may have been applied, and
+    # `apply` runs again on a state that may hold its own effect.
+    outcome_unknown: bool = False
 
     def fail(self, error: BaseException) -> None:
         if not self.future.done():
@@ -503,6 +506,8 @@ class PageCommitQueue:
                 # again finds its own result when it did.
                 self._attempt_failed(retry)
                 unknown_outcome = True
+                for mutation in pending:
+                    mutation.outcome_unknown = True
                 self.page = None
                 if not await retry.backoff("unavailable"):
                     self._fail_all(

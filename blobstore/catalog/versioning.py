@@ -169,17 +169,22 @@ def apply_delete(
 ) -> Outcome:
     """DeleteObject: with a version id remove it for good; otherwise per versioning state.
     `if_match` (an ETag, or "*": exists) is checked against the key's current version, as
-    S3's conditional deletes are, whichever version the delete names."""
-    if if_match is not None:
-        latest = _latest_live(versions)
-        check_write_conditions(
-            bucket,
-            key,
-            None if latest is None else latest.get("etag", ""),
-            if_match=if_match,
-            if_none_match=False,
-        )
+    S3's conditional deletes are, whichever version the delete names; after the check
+    for this delete's own marker (a retry after an unknown outcome finds it)."""
+
+    def check_condition() -> None:
+        if if_match is not None:
+            latest = _latest_live(versions)
+            check_write_conditions(
+                bucket,
+                key,
+                None if latest is None else latest.get("etag", ""),
+                if_match=if_match,
+                if_none_match=False,
+            )
+
     if version_id is not None:
+        check_condition()
         kept = [d for d in versions if d["v"] != version_id]
         if len(kept) == len(versions):
             return Outcome(versions, None, [], version_id, False, changed=False)
@@ -196,6 +201,7 @@ def apply_delete(
             if d["v"] != NULL_VERSION_ID and _token(d["v"]) == _token(marker_version_id):
                 marker = ObjectRecord.from_dict(bucket, key, d)
                 return Outcome(versions, marker, [], changed=False)
+        check_condition()
         marker = ObjectRecord(
             bucket,
             key,
@@ -216,12 +222,14 @@ def apply_delete(
         )
         if versions and versions[0] == marker.to_dict():
             return Outcome(versions, marker, [], changed=False)
+        check_condition()
         garbage = [
             g for d in versions if d["v"] == NULL_VERSION_ID for g in _garbage(bucket, key, d)
         ]
         kept = [d for d in versions if d["v"] != NULL_VERSION_ID]
         return Outcome([marker.to_dict(), *kept], replace(marker, is_latest=True), garbage)
     # Never versioned: only null versions exist; the key goes away.
+    check_condition()
     garbage = [g for d in versions if d["v"] == NULL_VERSION_ID for g in _garbage(bucket, key, d)]
     kept = [d for d in versions if d["v"] != NULL_VERSION_ID]
     return Outcome(kept, None, garbage, changed=len(kept) != len(versions))

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from blobstore.catalog.catalog import Catalog
 from blobstore.catalog.config import CatalogConfig
 from blobstore.catalog.errors import (
     InvalidBucketNameError,
@@ -22,8 +23,10 @@ from blobstore.catalog.naming import (
     validate_key,
 )
 from blobstore.catalog.page import IndexPage, PageMap, RootMap, encode_versions
+from blobstore.catalog.page_commit_queue import Mutation
 from blobstore.catalog.records import (
     BucketRecord,
+    DeleteResult,
     Extent,
     ObjectRecord,
     PartInfo,
@@ -31,7 +34,7 @@ from blobstore.catalog.records import (
     UploadRecord,
 )
 from blobstore.catalog.retry import CasRetryPolicy
-from blobstore.catalog.versioning import apply_put, new_version_id
+from blobstore.catalog.versioning import apply_delete, apply_put, new_version_id
 from tests.catalog.helpers import object_record
 
 
@@ -420,3 +423,58 @@ def test_a_page_change_drops_what_readers_decoded_from_it() -> None:
     page.set_line("b", encode_versions([{"v": "null"}]))
     assert page.memo == {}
     assert page.copy().memo == {}
+
+
+def test_a_conditional_delete_retried_finds_its_own_effect() -> None:
+    """A commit's write can fail with an unknown outcome; the queue then applies the same
+    mutation again to the page as it finds it, which may hold the first attempt's effect.
+    A conditional delete must then answer its own success, not fail its condition on a
+    state it made itself (a client told 412/NoSuchKey may delete again)."""
+    etag = object_record("b", "k", 1).etag
+    current = object_record("b", "k", 1)
+    older = replace(object_record("b", "k", 2), version_id=new_version_id(now_s=1.0))
+    newest = replace(current, version_id=new_version_id())
+    marker_id = new_version_id()
+    # Delete markers find their own marker first (Enabled) or on top (Suspended).
+    for state, versions in (
+        ("Enabled", [newest.to_dict(), older.to_dict()]),
+        ("Suspended", [current.to_dict()]),
+    ):
+        first = apply_delete(versions, "b", "k", None, state, marker_id, 5.0, "o", f'"{etag}"')
+        again = apply_delete(
+            first.versions, "b", "k", None, state, marker_id, 5.0, "o", f'"{etag}"'
+        )
+        assert first.changed and not again.changed, state
+        assert again.record is not None and first.record is not None
+        assert again.record.version_id == first.record.version_id, state
+
+    # A version by id or an unversioned key leaves no trace: the catalog's mutation
+    # remembers that an attempt passed its condition, and a retry after an unknown
+    # outcome that finds the target gone answers that attempt's result.
+    class OneRetryIndex:
+        def __init__(self, versions: list[dict[str, object]], bucket_versioning: str) -> None:
+            self.versions = versions
+            self.bucket = BucketRecord("b", "o", 0.0, versioning=bucket_versioning)
+
+        async def submit(self, mutation: Mutation) -> object:
+            written, _ = mutation.apply(self.versions, self.bucket)
+            self.versions = written if written is not None else self.versions
+            mutation.outcome_unknown = True  # the write happened, its answer was lost
+            written, result = mutation.apply(self.versions, self.bucket)
+            assert written is None
+            return result
+
+    async def delete(index: OneRetryIndex, version_id: str | None) -> object:
+        catalog = Catalog.__new__(Catalog)
+        catalog.index = index  # type: ignore[assignment]
+        return await catalog.delete_object("bkt", "k", version_id, if_match=f'"{etag}"')
+
+    gone = asyncio.run(delete(OneRetryIndex([current.to_dict()], ""), None))
+    assert isinstance(gone, DeleteResult) and not gone.delete_marker
+    by_id = OneRetryIndex([newest.to_dict(), older.to_dict()], "Enabled")
+    removed = asyncio.run(delete(by_id, newest.version_id))
+    assert isinstance(removed, DeleteResult) and removed.version_id == newest.version_id
+    assert [d["v"] for d in by_id.versions] == [older.version_id]
+    # Without an unknown outcome a failed condition stands.
+    with pytest.raises(PreconditionFailedError):
+        apply_delete(by_id.versions, "b", "k", None, "Enabled", marker_id, 5.0, "o", f'"{etag}"')
