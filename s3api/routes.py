@@ -214,6 +214,11 @@ def _fixed_setting(method: str, bucket: str, key: str, query: Mapping[str, str])
     if not bucket or len(names) != 1:
         return ""
     (name,) = names
+    # Nothing else that picks an operation may come with it (`?acl&uploadId=..` is no
+    # ACL request): only an object ACL's versionId.
+    others = set(query) - {name, "versionId" if key else name}
+    if others:
+        return ""
     if name == "acl" and method in ("GET", "PUT"):
         return ("Get" if method == "GET" else "Put") + ("ObjectAcl" if key else "BucketAcl")
     if method == "GET" and not key:

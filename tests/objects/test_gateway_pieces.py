@@ -77,13 +77,37 @@ def test_resolve_operation(
     assert resolve_operation(method, bucket, key, query, headers) == operation
 
 
-@pytest.mark.parametrize("subresource", ["acl", "policy", "website", "object-lock", "torrent"])
+@pytest.mark.parametrize("subresource", ["retention", "legal-hold", "inventory", "torrent"])
 def test_unsupported_subresources(subresource: str) -> None:
     for method, key in (("GET", ""), ("PUT", ""), ("GET", "k"), ("DELETE", "k")):
         query = {"versionId": "x", subresource: ""}
         assert resolve_operation(method, "b", key, query, {}) == NOT_IMPLEMENTED
         assert unsupported_subresource(query) == subresource
     assert unsupported_subresource({"tagging": "", "versionId": "x"}) == ""
+
+
+def test_fixed_settings_are_routed_alone() -> None:
+    """ACLs and the bucket settings nothing can change are read (ACLs also set) as
+    their defaults; setting the others, or any of them mixed with another operation's
+    parameters, stays NotImplemented."""
+    route = resolve_operation
+    assert route("GET", "b", "", {"acl": ""}, {}) == "GetBucketAcl"
+    assert route("PUT", "b", "", {"acl": ""}, {}) == "PutBucketAcl"
+    assert route("GET", "b", "k", {"acl": "", "versionId": "v"}, {}) == "GetObjectAcl"
+    assert route("PUT", "b", "k", {"acl": ""}, {}) == "PutObjectAcl"
+    assert route("GET", "b", "", {"policy": ""}, {}) == "GetBucketPolicy"
+    assert route("GET", "b", "", {"ownershipControls": ""}, {}) == "GetBucketOwnershipControls"
+    for method, key, query in (
+        ("PUT", "b", {"policy": ""}),
+        ("DELETE", "", {"website": ""}),
+        ("DELETE", "k", {"acl": ""}),
+        ("PUT", "k", {"acl": "", "uploadId": "u", "partNumber": "1"}),
+        ("PUT", "", {"acl": "", "versioning": ""}),
+        ("GET", "", {"acl": "", "versionId": "v"}),
+        ("GET", "", {"policy": "", "website": ""}),
+        ("GET", "", {"policy": "", "list-type": "2"}),
+    ):
+        assert route(method, "b", key, query, {}) == NOT_IMPLEMENTED, (method, key, query)
 
 
 def test_method_not_allowed() -> None:
