@@ -296,6 +296,15 @@ class Gateway:
             logger.error(
                 "event=internal_error request_id=%s resource=%s", request_id, resource, exc_info=exc
             )
+        elif error.status >= 500 and not isinstance(exc, S3Error):
+            # Storage trouble: the log names what the client is not told (bookies...).
+            logger.warning(
+                "request_id=%s error=%s message=%s cause=%s",
+                request_id,
+                error.code,
+                error.message,
+                exc,
+            )
         else:
             logger.info("request_id=%s error=%s message=%s", request_id, error.code, error.message)
         headers = dict(error.headers)

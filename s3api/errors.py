@@ -360,10 +360,14 @@ def to_s3_error(exc: BaseException, *, requester: str | None = None) -> S3Error:
                 code, f"The request's catalog update is {size} bytes; the limit is {limit}"
             )
         if cls.__name__ == "NotEnoughBookiesError":
+            # The count, not the addresses (the gateway's log has them): why, without
+            # showing clients the cluster's insides.
+            read_only = len(getattr(exc, "read_only", ()))
+            why = f": {read_only} read-only (disk full or failing)" if read_only else ""
             return S3Error(
                 code,
-                f"The cluster cannot store new data now: {exc}. Retry later; an operator "
-                "must add bookies or free their disks.",
+                f"The cluster cannot store new data now: too few writable bookies{why}. "
+                "Retry later; an operator must add bookies or free their disks.",
             )
         if cls.__name__ == "InvalidObjectKeyError" and "long" in str(getattr(exc, "reason", "")):
             return S3Error("KeyTooLongError")

@@ -53,9 +53,8 @@ def choose_ensemble(
         key=lambda c: c.bookie_id,
     )
     if len(pool) < ensemble_size:
-        raise NotEnoughBookiesError(
-            f"need {ensemble_size} writable bookies, {len(pool)} available"
-            + _read_only_note(candidates)
+        raise _not_enough(
+            f"need {ensemble_size} writable bookies, {len(pool)} available", candidates
         )
     rng.shuffle(pool)
     if not _racks_known(pool):
@@ -112,9 +111,9 @@ def choose_replacement(
     excluded = set(exclude) | set(ensemble)
     pool = [c for c in candidates if not c.read_only and c.bookie_id not in excluded]
     if not pool:
-        raise NotEnoughBookiesError(
-            f"no writable bookie to replace {ensemble[index]} (ensemble {list(ensemble)})"
-            + _read_only_note(candidates)
+        raise _not_enough(
+            f"no writable bookie to replace {ensemble[index]} (ensemble {list(ensemble)})",
+            candidates,
         )
     rng.shuffle(pool)
     if not _racks_known(pool):
@@ -132,10 +131,10 @@ def choose_replacement(
     return pool[0].bookie_id
 
 
-def _read_only_note(candidates: Iterable[BookieInfo]) -> str:
-    """Which registered bookies refuse writes, if any do: a bookie turns read-only when
-    its disks fill up (disk_usage_threshold) or fail."""
-    read_only = sorted(c.bookie_id for c in candidates if c.read_only)
-    if not read_only:
-        return ""
-    return f"; read-only (disk full or failing): {', '.join(read_only)}"
+def _not_enough(message: str, candidates: Iterable[BookieInfo]) -> NotEnoughBookiesError:
+    """The error, naming the registered bookies that refuse writes, if any do: a bookie
+    turns read-only when its disks fill up (disk_usage_threshold) or fail."""
+    read_only = tuple(sorted(c.bookie_id for c in candidates if c.read_only))
+    if read_only:
+        message += f"; {len(read_only)} read-only (disk full or failing): {', '.join(read_only)}"
+    return NotEnoughBookiesError(message, read_only=read_only)

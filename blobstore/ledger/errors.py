@@ -26,7 +26,18 @@ class LedgerClosedError(LedgerError):
 
 
 class NotEnoughBookiesError(LedgerError):
-    """Fewer writable bookies than the ensemble (or a replacement) needs."""
+    """Fewer writable bookies than the ensemble (or a replacement) needs; `read_only`
+    names the registered bookies that refuse writes (full or failing disks)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        read_only: tuple[str, ...] = (),
+        ledger_id: int | None = None,
+    ) -> None:
+        super().__init__(message, ledger_id=ledger_id)
+        self.read_only = read_only
 
 
 class NoSuchLedgerError(LedgerError):

@@ -157,13 +157,14 @@ def test_choose_ensemble_distinct_writable() -> None:
         assert len(set(ensemble)) == 3
         assert "10.0.0.0:3181" not in ensemble and "10.0.0.1:3181" not in ensemble
     # The error names the read-only bookies: the usual reason is full disks.
-    read_only_note = "read-only (disk full or failing): 10.0.0.0:3181, 10.0.0.1:3181"
+    read_only_note = "2 read-only (disk full or failing): 10.0.0.0:3181, 10.0.0.1:3181"
     with pytest.raises(NotEnoughBookiesError, match="need 5 writable bookies, 4 available"):
         choose_ensemble(candidates, 5, 2, rng=rng)
     with pytest.raises(NotEnoughBookiesError, match=re.escape(read_only_note)):
         choose_ensemble(iter(candidates), 4, 2, exclude={"10.0.0.2:3181"}, rng=rng)
-    with pytest.raises(NotEnoughBookiesError, match=re.escape(read_only_note)):
+    with pytest.raises(NotEnoughBookiesError, match=re.escape(read_only_note)) as caught:
         choose_replacement(candidates[:4], [c.bookie_id for c in candidates[1:4]], 0, 2)
+    assert caught.value.read_only == ("10.0.0.0:3181", "10.0.0.1:3181")
     with pytest.raises(NotEnoughBookiesError) as caught:
         choose_ensemble(_bookies(2), 3, 2, rng=rng)
     assert "read-only" not in str(caught.value)

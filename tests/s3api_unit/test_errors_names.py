@@ -243,11 +243,16 @@ def test_real_domain_errors_map() -> None:
     assert to_s3_error(ledger_errors.LedgerFencedError("fenced", ledger_id=7)).code == "SlowDown"
     few = to_s3_error(ledger_errors.NotEnoughBookiesError("need 3 writable bookies, 0 available"))
     assert (few.code, few.status) == ("ServiceUnavailable", 503)
-    assert "cannot store new data now: need 3 writable bookies, 0 available" in few.message
-    # An add that failed for want of a replacement says why, not "reduce your rate".
+    assert "cannot store new data now: too few writable bookies." in few.message
+    # An add that failed for want of a replacement says why, not "reduce your rate": how
+    # many bookies are read-only, not their addresses (the gateway's log has those).
     wrapped = ledger_errors.AddOutcomeUnknownError("no ensemble change within 10s", ledger_id=1)
-    wrapped.__cause__ = ledger_errors.NotEnoughBookiesError("no writable bookie to replace b1")
-    assert "no writable bookie to replace b1" in to_s3_error(wrapped).message
+    wrapped.__cause__ = ledger_errors.NotEnoughBookiesError(
+        "no writable bookie to replace b1; 2 read-only: b1, b2", read_only=("b1", "b2")
+    )
+    message = to_s3_error(wrapped).message
+    assert "too few writable bookies: 2 read-only (disk full or failing)" in message
+    assert "b1" not in message
     assert to_s3_error(ledger_errors.AddOutcomeUnknownError("lost", ledger_id=1)).code == (
         "SlowDown"
     )
