@@ -53,6 +53,10 @@ class GatewayConfig:
     # A request body that stalls this long gets RequestTimeout (it holds a writer ledger).
     body_idle_timeout_s: float = 60.0
     backlog: int = 2048
+    # Writes naming an ACL beyond the owner's own (public-read, x-amz-grant-*): "refuse"
+    # them as S3 does with ACLs disabled, or "ignore" the ACL and store the object (for
+    # applications that always send one and cannot be told not to).
+    acls: str = "refuse"
     objects: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
 
     def __post_init__(self) -> None:
@@ -71,6 +75,8 @@ class GatewayConfig:
             raise UsageError(
                 "no users: set BLOBSTORE_ACCESS_KEY and BLOBSTORE_SECRET_KEY or pass --users-file"
             )
+        if self.acls not in ("refuse", "ignore"):
+            raise UsageError(f"BLOBSTORE_GATEWAY_ACLS={self.acls!r}: must be refuse or ignore")
         if not 1 <= self.backlog <= 65535:
             raise UsageError(f"BLOBSTORE_GATEWAY_BACKLOG={self.backlog}: must be 1..65535")
         if self.timeout_graceful_shutdown_s < 0 or self.timeout_keep_alive_s < 0:
@@ -174,5 +180,6 @@ def config_from_args(args: Any, environ: Mapping[str, str] | None = None) -> Gat
         timeout_keep_alive_s=_env_int(environ, "BLOBSTORE_GATEWAY_KEEP_ALIVE_S", 5),
         body_idle_timeout_s=_env_float(environ, "BLOBSTORE_GATEWAY_BODY_IDLE_TIMEOUT_S", 60.0),
         backlog=_env_int(environ, "BLOBSTORE_GATEWAY_BACKLOG", 2048),
+        acls=environ.get("BLOBSTORE_GATEWAY_ACLS") or "refuse",
         objects=ObjectStoreConfig.from_env(environ),
     )

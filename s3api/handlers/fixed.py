@@ -101,6 +101,6 @@ async def _check_private(ctx: S3Context, owner: str) -> None:
         )
     if canned is None and not granted and not body:
         raise S3Error("MissingSecurityHeader", "Your request was missing a required header")
-    if body and not s3xml.acl_grants_only_owner(body, owner):
+    if body and not s3xml.acl_grants_only_owner(body, owner) and ctx.config.acls != "ignore":
         raise S3Error("AccessControlListNotSupported")
     check_acl(ctx)

@@ -176,12 +176,15 @@ def check_acl(ctx: S3Context, error: str = "AccessControlListNotSupported") -> N
     """Ownership here is S3's default "bucket owner enforced" (ACLs disabled): a write may
     name no ACL or one meaning the owner's full control; any other is refused as S3
     refuses it, rather than ignored (a client asking for public-read must not be told
-    its object was stored so)."""
+    its object was stored so), unless the gateway is set to ignore ACLs
+    (`BLOBSTORE_GATEWAY_ACLS=ignore`, for applications that always send one)."""
     headers = ctx.headers
     canned = headers.get("x-amz-acl")
     if (canned is not None and canned not in OWNER_ONLY_ACLS) or any(
         name in headers for name in GRANT_HEADERS
     ):
+        if ctx.config.acls == "ignore":  # BLOBSTORE_GATEWAY_ACLS=ignore
+            return
         raise S3Error(error)
 
 

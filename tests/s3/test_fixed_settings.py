@@ -129,3 +129,21 @@ def test_writes_naming_other_acls_are_refused(s3: Any, bucket: str, bucket_name:
     )
     assert name not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
     s3.create_bucket(Bucket=name, ACL="private")
+
+
+def test_acls_can_be_ignored(s3_cluster: Any, bucket: str) -> None:
+    """BLOBSTORE_GATEWAY_ACLS=ignore, for applications that always send a public ACL:
+    the write is stored and the ACL dropped (it still reads as the owner's alone); any
+    other value is refused at start with one clear line."""
+    lenient = s3_cluster.start_gateway("gateway-acls", env={"BLOBSTORE_GATEWAY_ACLS": "ignore"})
+    client = lenient.client()
+    client.put_object(Bucket=bucket, Key="public", Body=b"p", ACL="public-read")
+    client.put_bucket_acl(Bucket=bucket, ACL="public-read-write")
+    client.put_object_acl(Bucket=bucket, Key="public", GrantRead='id="someone"')
+    (grant,) = client.get_object_acl(Bucket=bucket, Key="public")["Grants"]
+    assert grant["Permission"] == "FULL_CONTROL"
+    assert client.get_object(Bucket=bucket, Key="public")["Body"].read() == b"p"
+    lenient.stop()
+    with pytest.raises(Exception) as e:
+        s3_cluster.start_gateway("gateway-acls-bad", env={"BLOBSTORE_GATEWAY_ACLS": "maybe"})
+    assert "BLOBSTORE_GATEWAY_ACLS='maybe': must be refuse or ignore" in str(e.value)
