@@ -1134,9 +1134,11 @@ def parse_delete(body: bytes) -> DeleteRequest:
         # A conditional delete of this key: its current version's ETag (or "*"). The
         # conditions S3 takes only in directory buckets are refused, not ignored.
         etag_text = _child_text(item, "ETag")
-        etag = None if etag_text is None else etag_text.strip().strip('"')
+        etag = None if etag_text is None else etag_text.strip().removeprefix("W/").strip('"')
         if etag == "":
             raise _malformed()
+        if etag is not None and "," in etag:  # one ETag, as DeleteObject's If-Match
+            raise S3Error("NotImplemented", "A conditional delete names one ETag (or *)")
         for name in ("LastModifiedTime", "Size"):
             if _child(item, name) is not None:
                 raise S3Error(

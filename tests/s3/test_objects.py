@@ -459,6 +459,18 @@ def test_conditional_deletes(s3: Any, bucket: str) -> None:
         "absent": "NoSuchKey",
     }
     assert s3.get_object(Bucket=bucket, Key="mismatch")["Body"].read() == b"x"
+    # A weak tag names the same ETag; a list is refused whole, as If-Match's is.
+    weak = s3.delete_objects(
+        Bucket=bucket, Delete={"Objects": [{"Key": "mismatch", "ETag": "W/" + etags["mismatch"]}]}
+    )
+    assert [d["Key"] for d in weak["Deleted"]] == ["mismatch"] and not weak.get("Errors")
+    s3.put_object(Bucket=bucket, Key="listed", Body=b"l")
+    with pytest.raises(ClientError) as e:
+        s3.delete_objects(
+            Bucket=bucket, Delete={"Objects": [{"Key": "listed", "ETag": '"a", "b"'}]}
+        )
+    assert error_code(e) == "NotImplemented"
+    assert s3.get_object(Bucket=bucket, Key="listed")["Body"].read() == b"l"
 
 
 def test_conditional_delete_of_a_version(s3: Any, bucket: str) -> None:
