@@ -67,17 +67,16 @@ class LedgerClient:
     async def writable_bookies(self) -> list[BookieInfo]:
         return [b for b in await self.manager.bookies() if not b.read_only]
 
-    async def placement_candidates(self) -> list[BookieInfo]:
-        """Bookies this client can currently reach and may write to unless read-only (fresh
-        list from ZooKeeper; placement skips read-only ones, and names them when that
-        leaves too few)."""
-        bookies = await self.manager.bookies(refresh=True)
-        draining = await self.manager.draining_bookies()
-        return [
-            b
-            for b in bookies
-            if not self.pool.is_unreachable(b.bookie_id) and b.bookie_id not in draining
-        ]
+    async def placement_candidates(
+        self, *, refresh: bool = True
+    ) -> tuple[list[BookieInfo], set[str]]:
+        """(every registered bookie, the ids of those not to place on: unreachable from
+        this client or being drained). Placement also skips read-only ones, and names
+        every read-only bookie when that leaves too few."""
+        bookies = await self.manager.bookies(refresh=refresh)
+        unusable = set(await self.manager.draining_bookies())
+        unusable.update(b.bookie_id for b in bookies if self.pool.is_unreachable(b.bookie_id))
+        return bookies, unusable
 
     # ------------------------------------------------------------------ ledgers
 
@@ -92,14 +91,10 @@ class LedgerClient:
         check_quorums(ensemble_size, write_quorum, ack_quorum)
         if not isinstance(password, bytes):
             raise BadLedgerConfigError("password must be bytes")
-        candidates = await self.manager.bookies()
-        draining = await self.manager.draining_bookies()
-        candidates = [
-            b
-            for b in candidates
-            if not self.pool.is_unreachable(b.bookie_id) and b.bookie_id not in draining
-        ]
-        ensemble = choose_ensemble(candidates, ensemble_size, write_quorum, rng=self._rng)
+        candidates, unusable = await self.placement_candidates(refresh=False)
+        ensemble = choose_ensemble(
+            candidates, ensemble_size, write_quorum, exclude=unusable, rng=self._rng
+        )
         versioned = await self.manager.create(
             lambda ledger_id: new_metadata(
                 ledger_id, ensemble, write_quorum, ack_quorum, password, metadata

@@ -462,7 +462,7 @@ class LedgerHandle:
     async def _change_ensemble_once(self, failed: dict[int, str]) -> None:
         client = self.client
         metadata = self.metadata
-        candidates = await client.placement_candidates()
+        candidates, unusable = await client.placement_candidates()
         ensemble = list(metadata.last_ensemble)
         for slot in sorted(failed):
             ensemble[slot] = choose_replacement(
@@ -470,7 +470,7 @@ class LedgerHandle:
                 ensemble,
                 slot,
                 metadata.write_quorum,
-                exclude=self._quarantined_bookies(),
+                exclude=self._quarantined_bookies() | unusable,
                 rng=self._rng,
             )
         first_entry_id = self.last_add_confirmed + 1

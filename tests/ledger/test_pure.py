@@ -165,6 +165,9 @@ def test_choose_ensemble_distinct_writable() -> None:
     with pytest.raises(NotEnoughBookiesError, match=re.escape(read_only_note)) as caught:
         choose_replacement(candidates[:4], [c.bookie_id for c in candidates[1:4]], 0, 2)
     assert caught.value.read_only == ("10.0.0.0:3181", "10.0.0.1:3181")
+    # A read-only bookie the caller also excludes (unreachable, draining) is still named.
+    with pytest.raises(NotEnoughBookiesError, match=re.escape(read_only_note)):
+        choose_ensemble(candidates, 4, 2, exclude={"10.0.0.0:3181", "10.0.0.5:3181"}, rng=rng)
     with pytest.raises(NotEnoughBookiesError) as caught:
         choose_ensemble(_bookies(2), 3, 2, rng=rng)
     assert "read-only" not in str(caught.value)
