@@ -112,6 +112,20 @@ def check_write_conditions(
             raise PreconditionFailedError(f"{key!r} does not match If-Match {if_match!r}")
 
 
+def _check_current(
+    versions: VersionList, bucket: str, key: str, *, if_match: str | None, if_none_match: bool
+) -> None:
+    """check_write_conditions against the key's current version in `versions`."""
+    latest = _latest_live(versions)
+    check_write_conditions(
+        bucket,
+        key,
+        None if latest is None else latest.get("etag", ""),
+        if_match=if_match,
+        if_none_match=if_none_match,
+    )
+
+
 def apply_put(
     versions: VersionList,
     record: ObjectRecord,
@@ -135,14 +149,7 @@ def apply_put(
         null = {**base, "v": NULL_VERSION_ID}
         if versions and versions[0] == null:
             return Outcome(versions, ObjectRecord.from_dict(bucket, key, null), [], changed=False)
-    latest = _latest_live(versions)
-    check_write_conditions(
-        bucket,
-        key,
-        None if latest is None else latest.get("etag", ""),
-        if_match=if_match,
-        if_none_match=if_none_match,
-    )
+    _check_current(versions, bucket, key, if_match=if_match, if_none_match=if_none_match)
     if versioning == VERSIONING_ENABLED:
         new = {**base, "v": _order_before(record.version_id, versions)}
         result = [new, *versions]
@@ -174,14 +181,7 @@ def apply_delete(
 
     def check_condition() -> None:
         if if_match is not None:
-            latest = _latest_live(versions)
-            check_write_conditions(
-                bucket,
-                key,
-                None if latest is None else latest.get("etag", ""),
-                if_match=if_match,
-                if_none_match=False,
-            )
+            _check_current(versions, bucket, key, if_match=if_match, if_none_match=False)
 
     if version_id is not None:
         check_condition()

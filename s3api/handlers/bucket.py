@@ -10,7 +10,6 @@ from dataclasses import replace
 
 from starlette.responses import Response
 
-from blobstore.catalog.errors import NoSuchKeyError, NoSuchVersionError
 from blobstore.catalog.records import ListResult
 from blobstore.catalog.versioning import well_formed_version_id
 from s3api import xml as s3xml
@@ -320,11 +319,6 @@ async def delete_objects(ctx: S3Context) -> Response:
                 result = await ctx.store.catalog.delete_object(
                     ctx.bucket, item.key, item.version_id, owner=ctx.user.name, if_match=item.etag
                 )
-            except (NoSuchKeyError, NoSuchVersionError) as e:
-                if item.etag is not None:  # the condition found no current version
-                    error = to_s3_error(e)
-                    return s3xml.DeleteError(item.key, error.code, error.message, item.version_id)
-                return s3xml.Deleted(item.key, item.version_id)
             except Exception as e:  # noqa: BLE001 - reported per key, as S3 does
                 error = to_s3_error(e)
                 return s3xml.DeleteError(item.key, error.code, error.message, item.version_id)

@@ -530,14 +530,10 @@ async def delete_object(ctx: S3Context) -> Response:
     version_id = ctx.query.get("versionId")
     check_version_id(version_id)
     headers: dict[str, str] = {}
-    try:
-        result = await ctx.store.catalog.delete_object(
-            ctx.bucket, ctx.key, version_id, owner=ctx.user.name, if_match=if_match
-        )
-    except (NoSuchKeyError, NoSuchVersionError):
-        if if_match is not None:
-            raise  # the condition found no current version: NoSuchKey, as S3
-        return Response(b"", status_code=204)
+    # Deleting what is not there succeeds (no error); NoSuchKey only from If-Match.
+    result = await ctx.store.catalog.delete_object(
+        ctx.bucket, ctx.key, version_id, owner=ctx.user.name, if_match=if_match
+    )
     if result.delete_marker:
         headers["x-amz-delete-marker"] = "true"
     if result.version_id:
@@ -597,11 +593,7 @@ async def copy_object(ctx: S3Context) -> Response:
             key=ctx.key,
             content_type=record.content_type,
             metadata=dict(record.metadata),
-            # A redirect location is the object's own: a copy takes the request's, if any.
-            system_metadata={
-                **{k: v for k, v in record.system_metadata.items() if k != WEBSITE_REDIRECT},
-                **{k: v for k, v in system_metadata(ctx).items() if k == WEBSITE_REDIRECT},
-            },
+            system_metadata=_copied_system_metadata(ctx, record),
         )
     tags = (
         parse_tagging_header(ctx.headers.get("x-amz-tagging"))
@@ -624,6 +616,17 @@ async def copy_object(ctx: S3Context) -> Response:
         headers["x-amz-copy-source-version-id"] = record.version_id
     body = s3xml.copy_object_result(copied.etag, copied.last_modified, copied.checksums)
     return xml_response(body, headers=headers)
+
+
+def _copied_system_metadata(ctx: S3Context, source: ObjectRecord) -> dict[str, str]:
+    """The source's system metadata, but for its website redirect location: that is the
+    object's own, so a copy takes the request's, if any (as S3)."""
+    copied = {k: v for k, v in source.system_metadata.items() if k != WEBSITE_REDIRECT}
+    redirect = ctx.headers.get(WEBSITE_REDIRECT)
+    if redirect is not None:
+        check_website_redirect(redirect)
+        copied[WEBSITE_REDIRECT] = redirect
+    return copied
 
 
 def _copy_reads_source(source: ObjectRecord, algorithm_text: str | None) -> bool:
