@@ -29,9 +29,9 @@ import uvloop
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from blobstore.zookeeper_server import free_port, start_zookeeper  # noqa: E402
-from bookie import protocol  # noqa: E402
-from bookie.protocol import Op  # noqa: E402
+from blobstore.cli.zookeeper_server import free_port, start_zookeeper  # noqa: E402
+from blobstore.wire import protocol  # noqa: E402
+from blobstore.wire.protocol import Op  # noqa: E402
 
 KEY = protocol.master_key(b"bench")
 RESPONSE = struct.Struct(">IBBHQ")

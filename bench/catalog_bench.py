@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO))
 
 from blobstore.catalog import Catalog, CatalogConfig  # noqa: E402
 from blobstore.catalog.records import Extent, ObjectRecord, ObjectSummary  # noqa: E402
-from blobstore.zk import ZooKeeperClient  # noqa: E402
-from blobstore.zookeeper_server import free_port, start_zookeeper  # noqa: E402
+from blobstore.cli.zookeeper_server import free_port, start_zookeeper  # noqa: E402
+from blobstore.runtime.zk import ZooKeeperClient  # noqa: E402
 
 
 def record(bucket: str, key: str, n: int) -> ObjectRecord:

@@ -34,10 +34,10 @@ import uvloop
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from blobstore.gc_pauses import freeze_after_startup  # noqa: E402
+from blobstore.cli.zookeeper_server import free_port, start_zookeeper  # noqa: E402
 from blobstore.ledger import LedgerClient, LedgerConfig  # noqa: E402
-from blobstore.zk import ZooKeeperClient  # noqa: E402
-from blobstore.zookeeper_server import free_port, start_zookeeper  # noqa: E402
+from blobstore.runtime.gc_pauses import freeze_after_startup  # noqa: E402
+from blobstore.runtime.zk import ZooKeeperClient  # noqa: E402
 
 KIB = 1024
 MIB = 1024 * KIB

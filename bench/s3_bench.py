@@ -55,7 +55,7 @@ from s3_load import (  # noqa: E402
     run_phase,
 )
 
-from blobstore.zookeeper_server import free_port, start_zookeeper  # noqa: E402
+from blobstore.cli.zookeeper_server import free_port, start_zookeeper  # noqa: E402
 
 ACCESS_KEY = "bench-access-key"
 SECRET_KEY = "bench-secret-key"

@@ -1,7 +1,7 @@
 """The bookie's TCP server: frames in, requests handled concurrently, responses by id.
 
 Each connection is an asyncio BufferedProtocol: the transport reads into its receive
-buffer in place (`bookie/receive_buffer.py`) and frames are parsed there.
+buffer in place (`blobstore/wire/receive_buffer.py`) and frames are parsed there.
 Adds are checked and queued to the journal without a task per request (their response is
 written from the journal's completion callback); reads, fences, LAC and info requests run
 as tasks. At most `connection_in_flight_max` requests of one connection are in flight:
@@ -24,13 +24,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from blobstore.batched_metrics import BatchedCounter, BatchedHistogram, batched_counter
-from bookie import protocol
+from blobstore.runtime.batched_metrics import BatchedCounter, BatchedHistogram, batched_counter
+from blobstore.wire import protocol
+from blobstore.wire.protocol import STATUS_NAMES, Op, Status
+from blobstore.wire.receive_buffer import ReceiveBuffer
 from bookie.journal import Journal, RecordKind, encode_parts
 from bookie.ledger_storage import LedgerState, LedgerStorage, ReadWouldWait
 from bookie.metrics import METRICS
-from bookie.protocol import STATUS_NAMES, Op, Status
-from bookie.receive_buffer import ReceiveBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ ENTRY_BYTES_MAX = protocol.ENTRY_PAYLOAD_BYTES_MAX + protocol.ENTRY_HEADER_BYTES
 RESPONSE_HEADER = struct.Struct(">IBBHQ")
 ADD_RESPONSE = struct.Struct(">IBBHQQQ")  # frame header + AddResponse (ledger_id, entry_id)
 OPS = frozenset(int(op) for op in Op)
-# Per-request updates, batched (blobstore.batched_metrics): a prometheus_client update
+# Per-request updates, batched (blobstore.runtime.batched_metrics): a prometheus_client update
 # per add or read was a visible share of a bookie's CPU.
 ADDS_OK = BatchedCounter(METRICS.adds.labels(Status.OK.name))
 ADDS_FAILED = BatchedCounter(METRICS.adds.labels(Status.INTERNAL_ERROR.name))

@@ -12,8 +12,8 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from blobstore.errors import UsageError
-from bookie import protocol
+from blobstore.runtime.errors import UsageError
+from blobstore.wire import protocol
 
 KIB = 1024
 MIB = 1024 * KIB

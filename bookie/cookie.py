@@ -32,9 +32,9 @@ from typing import Self
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from blobstore.zk import ZooKeeperClient
-from bookie import zk_layout
-from bookie.journal import fsync_directory
+from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.wire import zk_layout
+from bookie.disk_io import fsync_directory
 
 logger = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from typing import Self
 
 import rocksdict
 
-from bookie import protocol
+from blobstore.wire import protocol
 
 ENTRY_KEY = struct.Struct(">cQQ")
 LEDGER_KEY = struct.Struct(">cQ")

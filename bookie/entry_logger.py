@@ -37,8 +37,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import cast
 
-from bookie import protocol
-from bookie.journal import fsync_directory, writev_all
+from blobstore.wire import protocol
+from bookie.disk_io import fsync_directory, writev_all
 
 logger = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 from kazoo.exceptions import NoNodeError
 
-from blobstore.zk import ZooKeeperClient
-from bookie import zk_layout
+from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.wire import zk_layout
 from bookie.compactor import Compactor
 from bookie.config import BookieConfig
 from bookie.ledger_storage import LedgerStorage

@@ -65,13 +65,20 @@ from typing import Any, Self
 
 import crc32c
 
-from blobstore.batched_metrics import BatchedHistogram, batched_counter
-from bookie import protocol
+from blobstore.runtime.batched_metrics import BatchedHistogram, batched_counter
+from blobstore.wire import protocol
+from bookie.disk_io import (
+    drop_from_page_cache,
+    fsync_directory,
+    pwrite_all,
+    pwritev_all,
+    write_all,
+)
 from bookie.metrics import METRICS
 
 logger = logging.getLogger(__name__)
 
-# Per-batch updates, batched (blobstore.batched_metrics): at low rates a batch is one add.
+# Per-batch updates, batched (blobstore.runtime.batched_metrics): at low rates a batch is one add.
 FSYNC_SECONDS = BatchedHistogram(METRICS.journal_fsync_seconds)
 BATCH_ENTRIES = BatchedHistogram(METRICS.journal_batch_entries)
 BATCH_BYTES = BatchedHistogram(METRICS.journal_batch_bytes)
@@ -85,11 +92,7 @@ RECORD_HEADER = struct.Struct(">II")
 RECORD_BODY = struct.Struct(f">BQq{protocol.MASTER_KEY_BYTES}s")
 RECORD_PREFIX = struct.Struct(f">IIBQq{protocol.MASTER_KEY_BYTES}s")
 RECORD_BODY_BYTES_MAX = RECORD_BODY.size + protocol.FRAME_BYTES_MAX
-IOVECS_MAX = 512  # below every platform's IOV_MAX (1024 on Linux)
 PAGE_BYTES = 4096
-# The largest folio the page cache may hold a file's pages in (a PMD: 2 MiB on x86-64
-# and arm64 with 4 KiB pages; ext4 and XFS use large folios for buffered writes).
-FOLIO_BYTES_MAX = 2 << 20
 
 # Zero-ahead writes zeros in chunks of a quarter of its window, at most this much.
 ZERO_AHEAD_CHUNK_MAX = 1 << 20
@@ -238,14 +241,6 @@ def list_journal_ids(directory: str) -> list[int]:
             except ValueError:
                 continue
     return sorted(ids)
-
-
-def fsync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class JournalCorruptError(RuntimeError):
@@ -435,7 +430,7 @@ class Journal:
         journal_id = (ids[-1] + 1) if ids else 1
         path = os.path.join(self.directory, file_name(journal_id))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        _write_all(fd, FILE_HEADER.pack(FILE_MAGIC, FILE_VERSION, 0, journal_id))
+        write_all(fd, FILE_HEADER.pack(FILE_MAGIC, FILE_VERSION, 0, journal_id))
         os.fsync(fd)
         fsync_directory(self.directory)
         with self._zero:
@@ -649,7 +644,7 @@ class Journal:
                     # The zeros stay in the page cache (the window's worth; the writer
                     # drops pages behind it): a batch ends mid-page, and writing part of
                     # a page that is not cached makes the kernel read it from disk first.
-                    _pwrite_all(fd, zeros, start)
+                    pwrite_all(fd, zeros, start)
                     os.fdatasync(fd)
                 finally:
                     cond.acquire()
@@ -747,47 +742,3 @@ class Journal:
         if self._offset >= self.file_bytes_max:
             self.open_new_file()
         return (self.journal_id, self._offset)
-
-
-def drop_from_page_cache(fd: int, dropped_end: int, end: int) -> None:
-    """Drop the (clean, synced) cached pages of a file below `end`, the pages below
-    `dropped_end` having been dropped by the previous call. The kernel drops a large
-    folio only when the range covers it whole: a folio holding the previous call's end
-    was left, so the range starts that folio's largest size earlier."""
-    start = dropped_end - dropped_end % FOLIO_BYTES_MAX
-    os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
-
-
-def pwritev_all(fd: int, pieces: list[bytes], offset: int) -> None:
-    """Write the pieces in order at `offset` without joining them (IOV_MAX-sized)."""
-    for start in range(0, len(pieces), IOVECS_MAX):
-        chunk = pieces[start : start + IOVECS_MAX]
-        expected = sum(len(piece) for piece in chunk)
-        written = os.pwritev(fd, chunk, offset)
-        if written < expected:  # a short write: finish the rest plainly
-            _pwrite_all(fd, memoryview(b"".join(chunk))[written:], offset + written)
-        offset += expected
-
-
-def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
-
-
-def writev_all(fd: int, pieces: list[bytes]) -> None:
-    """Write the pieces in order without joining them (gathered writes, IOV_MAX-sized)."""
-    for start in range(0, len(pieces), IOVECS_MAX):
-        chunk = pieces[start : start + IOVECS_MAX]
-        written = os.writev(fd, chunk)
-        expected = sum(len(piece) for piece in chunk)
-        if written < expected:  # a short write: finish the rest plainly
-            _write_all(fd, memoryview(b"".join(chunk))[written:])
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]

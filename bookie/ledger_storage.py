@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from bookie import protocol
+from blobstore.wire import protocol
 from bookie.entry_location_index import EntryLocationIndex, LedgerStateRecord
 from bookie.entry_logger import EntryLogger, EntryLogMissingError
 from bookie.journal import Journal, JournalRecord, RecordKind, replay

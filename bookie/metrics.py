@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from blobstore.batched_metrics import publish_on_collect
-from blobstore.loop_lag import LAG_BUCKETS_S
+from blobstore.runtime.batched_metrics import publish_on_collect
+from blobstore.runtime.loop_lag import LAG_BUCKETS_S
 
 LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
@@ -18,7 +18,7 @@ class BookieMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         # First: a scrape publishes the batched updates of the add and read paths
-        # (blobstore.batched_metrics) before these metrics are collected.
+        # (blobstore.runtime.batched_metrics) before these metrics are collected.
         publish_on_collect(r)
         self.adds = Counter("bookie_adds", "ADD_ENTRY requests by status", ["status"], registry=r)
         self.add_seconds = Histogram(
@@ -121,7 +121,7 @@ class BookieMetrics:
         self.checkpoints = Counter("bookie_checkpoints", "checkpoints completed", registry=r)
         self.event_loop_lag_seconds = Histogram(
             "bookie_event_loop_lag_seconds",
-            "how late the event loop ran a timer due every 50 ms (blobstore.loop_lag): "
+            "how late the event loop ran a timer due every 50 ms (blobstore.runtime.loop_lag): "
             "what every request waited then",
             buckets=LAG_BUCKETS_S,
             registry=r,

@@ -17,8 +17,8 @@ from typing import Any
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
-from blobstore.zk import ZooKeeperClient
-from bookie import zk_layout
+from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.wire import zk_layout
 
 # How long a stopping bookie tries to delete its registration. The session's end removes
 # it anyway (the node is ephemeral), so a ZooKeeper that cannot be reached must not hold

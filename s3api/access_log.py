@@ -21,7 +21,7 @@ import threading
 import time
 from typing import TextIO
 
-from blobstore.sampled_gauge import SampledGauge
+from blobstore.runtime.sampled_gauge import SampledGauge
 
 LOGGER_NAME = "s3api.access"
 FLUSH_INTERVAL_S = 0.5

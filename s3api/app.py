@@ -31,10 +31,10 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from blobstore.gc_pauses import freeze_after_startup
-from blobstore.loop_lag import LoopLagMonitor
 from blobstore.objects import ObjectStore
-from blobstore.sampled_gauge import PUBLISH_INTERVAL_S
+from blobstore.runtime.gc_pauses import freeze_after_startup
+from blobstore.runtime.loop_lag import LoopLagMonitor
+from blobstore.runtime.sampled_gauge import PUBLISH_INTERVAL_S
 from s3api import metrics
 from s3api.access_log import AccessLog
 from s3api.config import CONFIG_ENV, GatewayConfig

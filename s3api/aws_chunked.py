@@ -25,7 +25,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 
 from s3api.checksums import BodyDigest, BodyHasher, RequestChecksums
 from s3api.errors import S3Error
-from s3api.names import PUT_OBJECT_SIZE_MAX
+from s3api.limits import PUT_OBJECT_SIZE_MAX
 from s3api.sigv4 import (
     EMPTY_SHA256,
     PAYLOAD_SHA256,

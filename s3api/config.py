@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blobstore.errors import UsageError
 from blobstore.objects.config import ObjectStoreConfig
+from blobstore.runtime.errors import UsageError
 
 CONFIG_ENV = "BLOBSTORE_GATEWAY_CONFIG_JSON"
 

@@ -16,7 +16,7 @@ import shutil
 import signal
 import tempfile
 
-from blobstore.errors import UsageError, check_ready_file
+from blobstore.runtime.errors import UsageError, check_ready_file
 from s3api.config import CONFIG_ENV, GatewayConfig, config_from_args
 
 logger = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def _check_before_workers(config: GatewayConfig) -> None:
     from blobstore.catalog.config import CatalogConfig
     from blobstore.ledger.config import LedgerConfig
     from blobstore.ledger.errors import BadLedgerConfigError
-    from blobstore.zk_session import parse_hosts, request_bytes_max_from_env
+    from blobstore.runtime.zk_session import parse_hosts, request_bytes_max_from_env
 
     try:
         parse_hosts(config.zk)

@@ -21,15 +21,16 @@ from prometheus_client import (
     multiprocess,
 )
 
-from blobstore import batched_metrics, deferred_metrics
-from blobstore.batched_metrics import (
+from blobstore.runtime import batched_metrics
+from blobstore.runtime.batched_metrics import (
     BatchedCounter,
     BatchedHistogram,
     batched_counter,
     batched_histogram,
 )
-from blobstore.loop_lag import LAG_BUCKETS_S
-from blobstore.sampled_gauge import SampledGauge
+from blobstore.runtime.loop_lag import LAG_BUCKETS_S
+from blobstore.runtime.sampled_gauge import SampledGauge
+from s3api import deferred_metrics
 
 REQUESTS = Counter(
     "s3_requests_total", "S3 requests by operation and HTTP status", ["operation", "status"]
@@ -49,7 +50,7 @@ BYTES_IN = Counter("s3_bytes_in_total", "Request body bytes received, by operati
 BYTES_OUT = Counter("s3_bytes_out_total", "Response body bytes sent, by operation", ["operation"])
 EVENT_LOOP_LAG = Histogram(
     "blobstore_event_loop_lag_seconds",
-    "How late a worker's event loop ran a timer due every 50 ms (blobstore.loop_lag): "
+    "How late a worker's event loop ran a timer due every 50 ms (blobstore.runtime.loop_lag): "
     "what every request of that worker waited then",
     buckets=LAG_BUCKETS_S,
 )
@@ -60,7 +61,7 @@ IN_FLIGHT = SampledGauge(
 
 class RequestTally:
     """Per-request samples (request count, latency, bytes) added up in plain numbers
-    (`blobstore.batched_metrics` children) and published at most once a second, and
+    (`blobstore.runtime.batched_metrics` children) and published at most once a second, and
     whenever no request is in flight.
 
     In a multi-worker gateway every prometheus_client update takes a lock and writes an

@@ -92,7 +92,7 @@ def resolve_address(host: str, raw_path: bytes, domain: str) -> tuple[str, str, 
 
 
 # Bucket settings nothing here can change, whose GET answers as S3 does for a bucket that
-# has the default (s3api/handlers/fixed.py); setting them stays NotImplemented.
+# has the default (s3api/handlers/default_settings.py); setting them stays NotImplemented.
 FIXED_BUCKET_SETTINGS = {
     "policy": "GetBucketPolicy",
     "policyStatus": "GetBucketPolicyStatus",

@@ -33,7 +33,7 @@ from email.utils import parsedate_to_datetime
 from urllib.parse import quote, unquote, unquote_to_bytes
 
 from s3api.errors import S3Error
-from s3api.names import PRESIGN_EXPIRES_SECONDS_MAX
+from s3api.limits import PRESIGN_EXPIRES_SECONDS_MAX
 
 __all__ = [
     "ALGORITHM",

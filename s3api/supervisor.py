@@ -30,7 +30,7 @@ import time
 from multiprocessing.context import SpawnProcess
 from typing import TYPE_CHECKING
 
-from blobstore.pdeathsig import die_with_parent
+from blobstore.runtime.pdeathsig import die_with_parent
 
 if TYPE_CHECKING:
     import uvicorn
@@ -64,7 +64,7 @@ def _worker(
 ) -> None:
     import uvicorn
 
-    from blobstore.cli import configure_logging
+    from blobstore.runtime.logs import configure_logging
 
     # SIGTERM (a graceful stop: requests finish, ledgers close) when the supervisor dies,
     # even by kill -9, so no worker keeps the port alone.
@@ -77,7 +77,7 @@ def _worker(
     uvicorn_access.handlers = []
     uvicorn_access.propagate = False
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from blobstore import deferred_metrics
+        from s3api import deferred_metrics
 
         deferred_metrics.install()  # before the app creates any metric
     sock = bound_socket(host, port, reuse_port=True)

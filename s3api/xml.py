@@ -29,7 +29,7 @@ import defusedxml.ElementTree as defused_element_tree
 from defusedxml import DefusedXmlException
 
 from s3api.errors import S3Error
-from s3api.names import (
+from s3api.limits import (
     BUCKET_TAGS_MAX,
     DELETE_OBJECTS_MAX,
     OBJECT_TAGS_MAX,

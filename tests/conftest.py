@@ -11,7 +11,7 @@ from types import FrameType
 import pytest
 from kazoo.client import KazooClient
 
-from blobstore.zookeeper_server import ZooKeeperServer, free_port, start_zookeeper
+from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, start_zookeeper
 from tests.cluster.processes import BookieProcess, ProcessReaper
 
 ZK_TIMEOUT_S = 15.0

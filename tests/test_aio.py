@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from blobstore.aio import IdleWatchdog
+from blobstore.runtime.aio import IdleWatchdog
 
 
 async def _read(watchdog: IdleWatchdog, source: asyncio.Queue[bytes]) -> bytes:

@@ -9,7 +9,7 @@ import threading
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 
-from blobstore.batched_metrics import (
+from blobstore.runtime.batched_metrics import (
     BatchedCounter,
     BatchedHistogram,
     batched_counter,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from blobstore.cli import _chosen
+from blobstore.cli.main import _chosen
 
 
 def blobstore(*args: str) -> subprocess.CompletedProcess[str]:

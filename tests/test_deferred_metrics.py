@@ -12,7 +12,7 @@ from pathlib import Path
 
 CHILD = r"""
 import time
-from blobstore import deferred_metrics
+from s3api import deferred_metrics
 deferred_metrics.install()
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
 

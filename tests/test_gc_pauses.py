@@ -8,7 +8,7 @@ import gc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from blobstore import gc_pauses
+from blobstore.runtime import gc_pauses
 
 
 def test_freeze_and_measure(monkeypatch: pytest.MonkeyPatch) -> None:

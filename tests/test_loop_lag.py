@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from blobstore.loop_lag import LoopLagMonitor
+from blobstore.runtime.loop_lag import LoopLagMonitor
 
 
 class _Recorder:
@@ -31,7 +31,7 @@ def test_a_blocked_loop_shows_as_lag_and_is_logged(caplog: pytest.LogCaptureFixt
         monitor.stop()
         return monitor
 
-    with caplog.at_level(logging.WARNING, logger="blobstore.loop_lag"):
+    with caplog.at_level(logging.WARNING, logger="blobstore.runtime.loop_lag"):
         monitor = asyncio.run(main())
     assert len(recorder.values) >= 5
     # The tick due during the stall ran when it ended: at least ~190 ms late.

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from blobstore import sampled_gauge
-from blobstore.sampled_gauge import SampledGauge
+from blobstore.runtime import sampled_gauge
+from blobstore.runtime.sampled_gauge import SampledGauge
 
 
 def published(registry: CollectorRegistry) -> float | None:

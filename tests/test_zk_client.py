@@ -14,7 +14,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.protocol.states import EventType, KeeperState, WatchedEvent
 from prometheus_client import REGISTRY
 
-from blobstore.zk import WatchedCache, ZooKeeperClient
+from blobstore.runtime.zk import WatchedCache, ZooKeeperClient
 from tests.catalog.helpers import seed
 
 

@@ -19,14 +19,14 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState, KeeperState, WatchedEvent
 from prometheus_client import REGISTRY
 
-from blobstore.zk import ZooKeeperClient
-from blobstore.zk_session import (
+from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, start_zookeeper
+from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.runtime.zk_session import (
     SET_WATCHES_BYTES_MAX,
     ZooKeeperSession,
     parse_hosts,
     set_watches_batches,
 )
-from blobstore.zookeeper_server import ZooKeeperServer, free_port, start_zookeeper
 
 TIMEOUT_S = 120.0
 
@@ -213,7 +213,7 @@ def test_a_request_past_the_servers_limit_fails_alone(own_server: ZooKeeperServe
     the connection (and with it every request in flight). With the limit set to the server's,
     the request is refused before it is sent: its caller gets the error, the requests
     beside it are answered and the connection stays."""
-    from blobstore.zk_session import ZooKeeperRequestTooLargeError
+    from blobstore.runtime.zk_session import ZooKeeperRequestTooLargeError
 
     async def main() -> None:
         loose = ZooKeeperClient(own_server.connect_string, request_bytes_max=8 << 20)
@@ -245,8 +245,8 @@ def test_a_request_past_the_servers_limit_fails_alone(own_server: ZooKeeperServe
 
 
 def test_request_limit_from_the_environment() -> None:
-    from blobstore.errors import UsageError
-    from blobstore.zk_session import request_bytes_max_from_env
+    from blobstore.runtime.errors import UsageError
+    from blobstore.runtime.zk_session import request_bytes_max_from_env
 
     assert request_bytes_max_from_env({}) == 4 << 20
     assert request_bytes_max_from_env({"BLOBSTORE_ZK_REQUEST_BYTES_MAX": "1048575"}) == 1048575
@@ -368,7 +368,7 @@ def test_an_unreachable_server_is_logged_once_then_its_return(
     failure is, then at most one line per UNREACHABLE_LOG_INTERVAL_S with the count, and
     one line when the server answers again."""
     port = free_port()
-    caplog.set_level(logging.INFO, logger="blobstore.zk_session")
+    caplog.set_level(logging.INFO, logger="blobstore.runtime.zk_session")
 
     async def main() -> None:
         session = ZooKeeperSession(f"127.0.0.1:{port}", 10.0)

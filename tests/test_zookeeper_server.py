@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from blobstore.zookeeper_server import free_port, is_serving
+from blobstore.cli.zookeeper_server import free_port, is_serving
 from tests.cluster.processes import ManagedProcess, blobstore_command
 
 

@@ -13,11 +13,9 @@ by reading the record again (`still_references`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TypeVar
 
 from blobstore.catalog import Catalog
 from blobstore.catalog.errors import (
@@ -28,19 +26,17 @@ from blobstore.catalog.errors import (
     NoSuchVersionError,
 )
 from blobstore.catalog.records import Extent, ObjectRecord
-from blobstore.errors import UsageError
 from blobstore.ledger import LedgerClient, LedgerError
 from blobstore.objects.config import READ_WINDOW_ENTRIES_MAX
 from blobstore.objects.manifest import ManifestError, ManifestReader
 from blobstore.objects.read_object_op import ReadHandleCache, ShortEntryError
-from blobstore.zk import ZooKeeperClient
+from blobstore.runtime.errors import UsageError
+from blobstore.runtime.zk import ZooKeeperClient
 
 UPLOADS_PAGE_MAX = 1000
 MANIFEST_HANDLES_MAX = 64
 # What reading a manifest may fail with (besides the bookies' own errors).
 MANIFEST_READ_ERRORS = (ManifestError, LedgerError, ShortEntryError, TimeoutError)
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,25 +194,3 @@ async def still_references(
         return True
     record, error = await _resolved(manifests, record)
     return bool(error) or extent in record.extents
-
-
-async def for_each(
-    items: Iterable[T],
-    work: Callable[[T], Awaitable[None]],
-    concurrency: int,
-    advance: Callable[[int], None] | None = None,
-) -> None:
-    """`await work(item)` for every item, `concurrency` workers pulling from one iterator
-    (memory stays bounded however many items there are). The first error cancels all."""
-    assert concurrency >= 1, concurrency
-    iterator = iter(items)
-
-    async def worker() -> None:
-        for item in iterator:
-            await work(item)
-            if advance is not None:
-                advance(1)
-
-    async with asyncio.TaskGroup() as group:
-        for _ in range(concurrency):
-            group.create_task(worker())

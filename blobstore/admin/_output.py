@@ -32,8 +32,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from blobstore.errors import UsageError
-from blobstore.zk import ZooKeeperClient, started_client
+from blobstore.runtime.errors import UsageError
+from blobstore.runtime.zk import ZooKeeperClient, started_client
 
 T = TypeVar("T")
 
@@ -96,8 +96,8 @@ async def admin_session(zk_hosts: str) -> AsyncIterator[ZooKeeperClient]:
     --log-level is DEBUG.
     """
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
-        logging.getLogger("blobstore.zk_session").setLevel(logging.ERROR)
-        logging.getLogger("blobstore.zk").setLevel(logging.WARNING)
+        logging.getLogger("blobstore.runtime.zk_session").setLevel(logging.ERROR)
+        logging.getLogger("blobstore.runtime.zk").setLevel(logging.WARNING)
     zk = await started_client(zk_hosts, ZK_CONNECT_TIMEOUT_S)
     try:
         if await zk.exists("/") is None:

@@ -18,9 +18,9 @@ from blobstore.admin._output import (
     human_bytes,
     run_async,
 )
-from blobstore.objects.bookie_auditor import take_census
-from blobstore.zk import ZooKeeperClient
-from bookie import zk_layout
+from blobstore.recovery.auditor import take_census
+from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.wire import zk_layout
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ import argparse
 import importlib
 import os
 
-from blobstore.errors import UsageError
+from blobstore.runtime.errors import UsageError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

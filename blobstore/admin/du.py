@@ -29,7 +29,7 @@ from blobstore.ledger.errors import NoSuchLedgerError
 from blobstore.ledger.ledger_manager import LedgerManager
 from blobstore.ledger.ledger_metadata import LedgerMetadata, MetadataFormatError
 from blobstore.objects.manifest import ManifestReader
-from blobstore.zk import ZooKeeperClient
+from blobstore.runtime.zk import ZooKeeperClient
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -38,7 +38,6 @@ from kazoo.exceptions import NoNodeError
 from blobstore.admin._catalog_scan import (
     Holder,
     bucket_names,
-    for_each,
     manifest_reader,
     still_references,
     walk_bucket,
@@ -50,24 +49,22 @@ from blobstore.admin._output import (
     human_bytes,
     run_async,
 )
-from blobstore.bookie_client import (
-    BookieClientPool,
-    BookieError,
-    BookieUnavailableError,
-    NoSuchEntryError,
-    NoSuchLedgerError,
-)
 from blobstore.catalog import Catalog
 from blobstore.catalog.records import Extent
-from blobstore.errors import UsageError
+from blobstore.ledger.bookie_client import (
+    BookieClientPool,
+)
 from blobstore.ledger.distribution_schedule import write_set_bookies
 from blobstore.ledger.errors import NoSuchLedgerError as LedgerMissingError
 from blobstore.ledger.ledger_manager import LedgerManager
 from blobstore.ledger.ledger_metadata import LedgerMetadata, MetadataFormatError
-from blobstore.objects.ledger_sweeper import GATEWAYS_PATH
+from blobstore.ledger.replicas import CORRUPT, OK, read_verified
 from blobstore.objects.manifest import ManifestReader
-from blobstore.zk import ZooKeeperClient
-from bookie.protocol import ENTRY_HEADER_BYTES, CorruptEntryError, Entry
+from blobstore.recovery.sweeper import GATEWAYS_PATH
+from blobstore.runtime.aio import for_each
+from blobstore.runtime.errors import UsageError
+from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.wire.protocol import ENTRY_HEADER_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -75,13 +72,6 @@ CONCURRENCY_DEFAULT = 16
 CONCURRENCY_MAX = 256
 TABLE_ROWS_MAX = 50
 READ_TIMEOUT_S = 10.0
-
-# Outcomes of reading one copy of an entry from one bookie.
-OK = "ok"
-MISSING = "missing"
-CORRUPT = "corrupt"
-UNAVAILABLE = "unavailable"
-ERROR = "error"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -446,41 +436,6 @@ class FsckOp:
                         "ctime": metadata.ctime,
                     }
                 )
-
-
-async def read_verified(
-    pool: BookieClientPool, bookie_id: str, ledger_id: int, entry_id: int
-) -> tuple[str, bytes | None]:
-    """(outcome, verified entry bytes or None) of one copy of an entry on one bookie."""
-    try:
-        response = await pool.read_entry(bookie_id, ledger_id, entry_id)
-    except (NoSuchEntryError, NoSuchLedgerError):
-        return MISSING, None
-    except BookieUnavailableError:
-        return UNAVAILABLE, None
-    except BookieError as e:
-        logger.warning(
-            "event=fsck_read_error bookie=%s ledger_id=%d entry_id=%d error=%r",
-            bookie_id,
-            ledger_id,
-            entry_id,
-            e,
-        )
-        return ERROR, None
-    try:
-        entry = Entry.decode(response.entry)
-    except CorruptEntryError as e:
-        logger.warning(
-            "event=fsck_corrupt_copy bookie=%s ledger_id=%d entry_id=%d error=%s",
-            bookie_id,
-            ledger_id,
-            entry_id,
-            e,
-        )
-        return CORRUPT, None
-    if entry.ledger_id != ledger_id or entry.entry_id != entry_id:
-        return CORRUPT, None
-    return OK, response.entry
 
 
 def run(args: argparse.Namespace) -> int:

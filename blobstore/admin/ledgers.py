@@ -17,10 +17,10 @@ from blobstore.admin._output import (
     human_bytes,
     run_async,
 )
-from blobstore.errors import UsageError
 from blobstore.ledger.errors import NoSuchLedgerError
 from blobstore.ledger.ledger_manager import LedgerManager
 from blobstore.ledger.ledger_metadata import LedgerMetadata, MetadataFormatError
+from blobstore.runtime.errors import UsageError
 
 READ_CONCURRENCY_MAX = 32
 

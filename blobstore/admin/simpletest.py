@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from blobstore.admin._output import Output, add_common_arguments, admin_session, run_async
-from blobstore.errors import UsageError
 from blobstore.ledger import LedgerClient, LedgerConfig, LedgerError, LedgerHandle
-from bookie import protocol
+from blobstore.runtime.errors import UsageError
+from blobstore.wire import protocol
 
 WINDOW = 64
 PROGRESS_EVERY = 1000  # entries per progress bar step

@@ -63,7 +63,7 @@ from blobstore.catalog.records import (
     VersionListResult,
 )
 from blobstore.catalog.uploads import MultipartUploads
-from blobstore.zk import ZooKeeperClient
+from blobstore.runtime.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)
 

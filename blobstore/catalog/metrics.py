@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
 
-from blobstore.batched_metrics import BatchedCounter, BatchedHistogram
+from blobstore.runtime.batched_metrics import BatchedCounter, BatchedHistogram
 
 COMMITS = Counter("blobstore_catalog_commits_total", "Index page writes that succeeded", ["kind"])
 MUTATIONS = BatchedCounter(
@@ -65,7 +65,7 @@ PAGE_READS = Counter(
 )
 
 # Children of the hot paths, resolved once (a labels() lookup costs as much as the inc)
-# and batched (blobstore.batched_metrics), as are the updates per mutation above.
+# and batched (blobstore.runtime.batched_metrics), as are the updates per mutation above.
 PAGE_COMMITS = BatchedCounter(COMMITS.labels("page"))
 PIPELINED_WRITES = BatchedCounter(
     Counter(

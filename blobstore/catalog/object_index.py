@@ -28,7 +28,7 @@ from blobstore.catalog.page import IndexPage, PageMap, RootMap, new_page_id, pac
 from blobstore.catalog.page_commit_queue import Mutation, PageCommitQueue
 from blobstore.catalog.records import BucketRecord
 from blobstore.catalog.retry import CasRetryPolicy
-from blobstore.zk import WatchedCache, ZooKeeperClient
+from blobstore.runtime.zk import WatchedCache, ZooKeeperClient
 
 logger = logging.getLogger(__name__)
 

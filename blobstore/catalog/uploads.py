@@ -32,7 +32,7 @@ from blobstore.catalog.errors import (
 from blobstore.catalog.naming import prefix_successor, validate_key
 from blobstore.catalog.records import PartListResult, PartRecord, UploadListResult, UploadRecord
 from blobstore.catalog.retry import CasRetryPolicy
-from blobstore.zk import ZooKeeperClient
+from blobstore.runtime.zk import ZooKeeperClient
 
 _READ_CONCURRENCY = 64
 # Upload keys remembered for listings (~150 bytes each): listings of a bucket with more

@@ -14,6 +14,12 @@ from blobstore.ledger.errors import BadLedgerConfigError
 
 ENV_PREFIX = "BLOBSTORE_LEDGER_"
 
+# The password and purpose of the ledgers the gateways write objects to. Recovery (the
+# sweeper, the auditor, decommission) opens and copies them with this password, as
+# BookKeeper's autorecovery takes the clients' password from their shared settings.
+OBJECT_LEDGER_PASSWORD = b"blobstore-objects"
+OBJECT_LEDGER_PURPOSE = "objects"
+
 
 @dataclass(frozen=True, slots=True)
 class LedgerConfig:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import random
 
-from blobstore.bookie_client import BookieClientPool
+from blobstore.ledger.bookie_client import BookieClientPool
 from blobstore.ledger.config import LedgerConfig
 from blobstore.ledger.ensemble_placement import BookieInfo, choose_ensemble
 from blobstore.ledger.errors import BadLedgerConfigError, LedgerUnauthorizedError
@@ -22,7 +22,7 @@ from blobstore.ledger.ledger_metadata import (
     password_hash,
 )
 from blobstore.ledger.ledger_recovery_op import LedgerRecoveryOp
-from blobstore.zk import ZooKeeperClient
+from blobstore.runtime.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)
 

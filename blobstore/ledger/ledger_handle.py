@@ -38,7 +38,8 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from blobstore.bookie_client import (
+from blobstore.ledger import metrics
+from blobstore.ledger.bookie_client import (
     BadRequestError,
     BookieError,
     BookieUnavailableError,
@@ -48,7 +49,6 @@ from blobstore.bookie_client import (
     TooLargeError,
     UnauthorizedError,
 )
-from blobstore.ledger import metrics
 from blobstore.ledger.distribution_schedule import AckSet, write_set
 from blobstore.ledger.ensemble_placement import choose_replacement
 from blobstore.ledger.errors import (
@@ -74,7 +74,7 @@ from blobstore.ledger.ledger_metadata import (
 )
 from blobstore.ledger.pending_add_op import PendingAddOp
 from blobstore.ledger.pending_read_op import PendingReadOp, replica_order
-from bookie import protocol
+from blobstore.wire import protocol
 
 if TYPE_CHECKING:
     from blobstore.ledger.ledger_client import LedgerClient

@@ -28,8 +28,8 @@ from blobstore.ledger.errors import (
     NoSuchLedgerError,
 )
 from blobstore.ledger.ledger_metadata import LedgerMetadata, MetadataFormatError, Versioned
-from blobstore.zk import ZooKeeperClient
-from bookie import zk_layout
+from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.wire import zk_layout
 
 logger = logging.getLogger(__name__)
 

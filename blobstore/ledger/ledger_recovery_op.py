@@ -31,14 +31,14 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from blobstore.bookie_client import (
+from blobstore.ledger import metrics
+from blobstore.ledger.bookie_client import (
     BookieError,
     BookieUnavailableError,
     NoSuchEntryError,
     NoSuchLedgerError,
     UnauthorizedError,
 )
-from blobstore.ledger import metrics
 from blobstore.ledger.distribution_schedule import FenceQuorum, is_entry_missing, write_set_bookies
 from blobstore.ledger.errors import (
     LedgerError,
@@ -48,7 +48,7 @@ from blobstore.ledger.errors import (
     MetadataVersionConflictError,
 )
 from blobstore.ledger.ledger_metadata import STATE_OPEN, LedgerMetadata, Versioned
-from bookie import protocol
+from blobstore.wire import protocol
 
 if TYPE_CHECKING:
     from blobstore.ledger.ledger_client import LedgerClient

@@ -1,14 +1,14 @@
 """Prometheus metrics of the ledger client (names prefixed `blobstore_ledger_`).
 
-Those updated per entry (adds, reads) are batched (`blobstore.batched_metrics`): two
+Those updated per entry (adds, reads) are batched (`blobstore.runtime.batched_metrics`): two
 prometheus_client updates per add cost more than a tenth of the client's CPU."""
 
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from blobstore.batched_metrics import BatchedCounter, BatchedHistogram
-from blobstore.sampled_gauge import SampledGauge
+from blobstore.runtime.batched_metrics import BatchedCounter, BatchedHistogram
+from blobstore.runtime.sampled_gauge import SampledGauge
 
 # Fine between 5 and 50 ms, where the add latency aim (p99 10 ms) and its tail lie.
 LATENCY_BUCKETS_S = (

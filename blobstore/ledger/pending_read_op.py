@@ -16,18 +16,18 @@ import random
 import time
 from collections.abc import Sequence
 
-from blobstore.bookie_client import (
+from blobstore.ledger import metrics
+from blobstore.ledger.bookie_client import (
     BookieClientPool,
     BookieError,
     BookieUnavailableError,
     NoSuchEntryError,
     NoSuchLedgerError,
 )
-from blobstore.ledger import metrics
 from blobstore.ledger.distribution_schedule import write_set_bookies
 from blobstore.ledger.errors import EntryNotFoundError, ReadFailedError
 from blobstore.ledger.ledger_metadata import LedgerMetadata
-from bookie import protocol
+from blobstore.wire import protocol
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The object layer: objects as runs of ledger entries, committed through the catalog."""
 
 from blobstore.objects.config import ObjectStoreConfig
-from blobstore.objects.store import ObjectStore, Verdict, WrittenData
+from blobstore.objects.store import ObjectStore, VerifiedBody, WrittenData
 
-__all__ = ["ObjectStore", "ObjectStoreConfig", "Verdict", "WrittenData"]
+__all__ = ["ObjectStore", "ObjectStoreConfig", "VerifiedBody", "WrittenData"]

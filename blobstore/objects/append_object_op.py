@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from blobstore.aio import wait_shielded
 from blobstore.catalog.records import Extent
 from blobstore.ledger import PendingAddsFullError
 from blobstore.objects.config import ObjectStoreConfig
@@ -36,6 +35,7 @@ from blobstore.objects.metrics import (
     OBJECT_BYTES_WRITTEN,
 )
 from blobstore.objects.writer_pool import LedgerWriterPool, WriterLedger
+from blobstore.runtime.aio import wait_shielded
 
 logger = logging.getLogger(__name__)
 

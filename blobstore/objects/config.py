@@ -11,8 +11,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from blobstore.errors import UsageError
-from bookie.protocol import ENTRY_PAYLOAD_BYTES_MAX
+from blobstore.runtime.errors import UsageError
+from blobstore.wire.protocol import ENTRY_PAYLOAD_BYTES_MAX
 
 MIB = 1 << 20
 GIB = 1 << 30

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from blobstore.batched_metrics import BatchedCounter, BatchedHistogram
-from blobstore.sampled_gauge import SampledGauge
+from blobstore.runtime.batched_metrics import BatchedCounter, BatchedHistogram
+from blobstore.runtime.sampled_gauge import SampledGauge
 
 WRITER_LEDGERS_OPEN = Gauge(
     "blobstore_writer_ledgers_open",
@@ -17,7 +17,7 @@ WRITER_LEDGERS_RETIRED = Counter(
     "Writer ledgers closed, by reason (full, age, failed, shutdown)",
     ["reason"],
 )
-# Updated per request or per entry: batched (blobstore.batched_metrics).
+# Updated per request or per entry: batched (blobstore.runtime.batched_metrics).
 OBJECT_BYTES_WRITTEN = BatchedCounter(
     Counter("blobstore_object_bytes_written_total", "Payload bytes appended to ledgers for objects")
 )
@@ -61,40 +61,6 @@ READ_RETRIES = Counter(
     "blobstore_object_read_retries_total",
     "Reads restarted from a re-read record or a reopened ledger, by reason",
     ["reason"],
-)
-SWEEP_ROUNDS = Counter(
-    "blobstore_sweep_rounds_total",
-    "This process's sweeper turns: swept, or skipped (a pass finished recently, or another "
-    "process is sweeping)",
-    ["outcome"],
-)
-AUDIT_PASSES = Counter(
-    "blobstore_audit_passes_total",
-    "Bookie auditor passes of this process: nothing_due, recovered (a bookie gone past "
-    "lost_bookie_delay_s was re-replicated), too_few_bookies, busy (another process holds "
-    "the lock), failed",
-    ["result"],
-)
-AUDIT_RECOVERIES = Counter(
-    "blobstore_audit_recoveries_total",
-    "Re-replications of a lost bookie run by this process: done (no ledger names it any "
-    "more) or partial (some ledgers left for a later pass)",
-    ["outcome"],
-)
-REREPLICATED_BYTES = Counter(
-    "blobstore_rereplicated_bytes_total",
-    "Entry bytes copied to a replacement bookie by decommissions run in this process "
-    "(the auditor's re-replication of lost bookies; its progress against "
-    "recovery_rate_mb_s)",
-)
-BOOKIES_MISSING = Gauge(
-    "blobstore_bookies_missing",
-    "Bookies with a cookie but no registration, as the last audit pass saw them",
-    multiprocess_mode="mostrecent",
-)
-SWEPT_LEDGERS = Counter(
-    "blobstore_swept_ledgers_total",
-    "OPEN ledgers of a gone writer that this process recovered and closed",
 )
 # Fine below 50 ms (one small object's append) and on up to a large part's.
 WRITE_BUCKETS_S = (

@@ -37,7 +37,6 @@ from blobstore.catalog.records import (
 from blobstore.ledger import LedgerClient
 from blobstore.ledger.errors import NoSuchLedgerError
 from blobstore.objects.append_object_op import AppendObjectOp, WrittenData
-from blobstore.objects.bookie_auditor import BookieAuditor
 from blobstore.objects.config import (
     ENTRY_CACHE_PAYLOAD_BYTES_MAX,
     PART_BYTES_MAX,
@@ -50,7 +49,6 @@ from blobstore.objects.errors import (
     ObjectUnavailableError,
 )
 from blobstore.objects.extents import plan_read, slice_extents
-from blobstore.objects.ledger_sweeper import GatewayRegistration, LedgerSweeper
 from blobstore.objects.manifest import (
     MANIFEST_BYTES_MAX,
     ManifestReader,
@@ -75,7 +73,9 @@ from blobstore.objects.read_object_op import (
     span_piece,
 )
 from blobstore.objects.writer_pool import LedgerWriterPool
-from blobstore.zk import ZooKeeperClient
+from blobstore.recovery.auditor import BookieAuditor
+from blobstore.recovery.sweeper import GatewayRegistration, LedgerSweeper
+from blobstore.runtime.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ HASH_THREADS = 2
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class VerifiedBody:
     """What the caller's integrity checks say about a body it verified: the checksums to
     store and, when the caller computed it, the body's MD5 (hex)."""
 
@@ -92,8 +92,8 @@ class Verdict:
     md5_hex: str = ""
 
 
-# finish(written) -> Verdict; raises to refuse the commit.
-WriteFinish = Callable[[WrittenData], Awaitable[Verdict]]
+# finish(written) -> VerifiedBody; raises to refuse the commit.
+WriteFinish = Callable[[WrittenData], Awaitable[VerifiedBody]]
 CompleteFinish = Callable[[UploadRecord, list[PartRecord]], Awaitable[dict[str, str]]]
 
 
@@ -225,12 +225,12 @@ class ObjectStore:
         size_max: int,
         finish: WriteFinish | None,
         compute_md5: bool,
-    ) -> tuple[WrittenData, Verdict]:
+    ) -> tuple[WrittenData, VerifiedBody]:
         data = await self.write_data(body, size_max, compute_md5=compute_md5)
-        verdict = await finish(data) if finish is not None else Verdict({})
+        verdict = await finish(data) if finish is not None else VerifiedBody({})
         if not verdict.md5_hex:
             assert data.md5, "nobody computed the body's MD5"
-            verdict = Verdict(verdict.checksums, data.md5.hex())
+            verdict = VerifiedBody(verdict.checksums, data.md5.hex())
         return data, verdict
 
     async def put_object(
@@ -435,7 +435,7 @@ class ObjectStore:
 
             data = await self.write_data(observed(), PART_BYTES_MAX)
             PART_COPIES.labels(mode="copied").inc()
-        verdict = await finish(data) if finish is not None else Verdict({})
+        verdict = await finish(data) if finish is not None else VerifiedBody({})
         part = PartRecord(
             part_number=part_number,
             size=data.size,
@@ -556,4 +556,4 @@ async def drain(iterator: AsyncIterator[bytes]) -> bytes:
     return b"".join([piece async for piece in iterator])
 
 
-__all__ = ["ObjectStore", "Verdict", "WrittenData", "drain"]
+__all__ = ["ObjectStore", "VerifiedBody", "WrittenData", "drain"]

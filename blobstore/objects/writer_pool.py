@@ -21,13 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from blobstore.ledger import LedgerClient, LedgerHandle
+from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD, OBJECT_LEDGER_PURPOSE
 from blobstore.objects.config import ObjectStoreConfig
 from blobstore.objects.metrics import WRITER_LEDGERS_OPEN, WRITER_LEDGERS_RETIRED
 
 logger = logging.getLogger(__name__)
 
-LEDGER_PASSWORD = b"blobstore-objects"
-PURPOSE = "objects"
+LEDGER_PASSWORD = OBJECT_LEDGER_PASSWORD
+PURPOSE = OBJECT_LEDGER_PURPOSE
 CLOSE_TIMEOUT_S = 30.0
 
 

@@ -13,15 +13,15 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import Scope
 
-from blobstore.aio import IdleWatchdog
 from blobstore.catalog.errors import NoSuchBucketError
 from blobstore.catalog.records import BucketRecord
 from blobstore.objects import ObjectStore
+from blobstore.runtime.aio import IdleWatchdog
 from s3api.aws_chunked import PayloadReader
 from s3api.checksums import ALGORITHMS, header_name
 from s3api.config import GatewayConfig, User
 from s3api.errors import S3Error
-from s3api.names import REQUEST_XML_BYTES_MAX
+from s3api.limits import REQUEST_XML_BYTES_MAX
 from s3api.sigv4 import AuthContext
 
 T = TypeVar("T")

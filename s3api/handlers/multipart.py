@@ -22,7 +22,7 @@ from blobstore.catalog.records import (
     PartRecord,
     UploadRecord,
 )
-from blobstore.objects import Verdict, WrittenData
+from blobstore.objects import VerifiedBody, WrittenData
 from blobstore.objects.errors import InvalidPartError
 from s3api import xml as s3xml
 from s3api.checksums import (
@@ -43,7 +43,7 @@ from s3api.conditions import parse_write_conditions
 from s3api.errors import S3Error, to_s3_error
 from s3api.handlers._private import quote_etag, written_version_headers, xml_response
 from s3api.handlers.context import S3Context
-from s3api.handlers.object import (
+from s3api.handlers.objects import (
     body_checksums,
     check_acl,
     check_encryption,
@@ -54,7 +54,7 @@ from s3api.handlers.object import (
     storage_class,
     system_metadata,
 )
-from s3api.names import (
+from s3api.limits import (
     OBJECT_SIZE_MAX,
     PART_SIZE_MAX,
     parse_max_count,
@@ -122,10 +122,10 @@ async def upload_part(ctx: S3Context) -> Response:
     if upload.checksum_algorithm and declared and declared != upload.checksum_algorithm:
         raise checksum_type_mismatch(upload.checksum_algorithm, declared)
 
-    async def finish(data: WrittenData) -> Verdict:
+    async def finish(data: WrittenData) -> VerifiedBody:
         verdict = body_checksums(reader)
         checksums = {a: v for a, v in verdict.checksums.items() if a != "type"}
-        return Verdict(checksums, verdict.md5_hex)
+        return VerifiedBody(checksums, verdict.md5_hex)
 
     part = await ctx.store.upload_part(
         ctx.bucket, upload.upload_id, part_number, aiter(reader), finish=finish, compute_md5=False
@@ -149,8 +149,8 @@ async def upload_part_copy(ctx: S3Context) -> Response:
     # MD5) even when the part shares the source's entries.
     checksum = new_checksum(upload.checksum_algorithm or DEFAULT_ALGORITHM)
 
-    async def finish(data: WrittenData) -> Verdict:
-        return Verdict({checksum.algorithm: checksum.b64()})
+    async def finish(data: WrittenData) -> VerifiedBody:
+        return VerifiedBody({checksum.algorithm: checksum.b64()})
 
     if source.size == 0:
         part = PartRecord(

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from blobstore.zookeeper_server import free_port
+from blobstore.cli.zookeeper_server import free_port
 
 
 def _admin(*args: str, zk_env: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -11,8 +11,8 @@ from blobstore.admin._catalog_scan import Holder
 from blobstore.admin._output import human_bytes
 from blobstore.admin.fsck import _merged_ranges
 from blobstore.catalog.records import Extent
-from blobstore.errors import UsageError
-from blobstore.standalone import load_or_create_credentials, load_or_create_layout
+from blobstore.cli.standalone import load_or_create_credentials, load_or_create_layout
+from blobstore.runtime.errors import UsageError
 
 HOLDER = Holder("b", "k", version_id="null")
 

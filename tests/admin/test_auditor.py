@@ -19,10 +19,10 @@ import pytest
 from aiolimiter import AsyncLimiter
 from prometheus_client import REGISTRY
 
-from blobstore.objects.bookie_auditor import AUDITOR_MARK, BookieAuditor
-from blobstore.zk import ZooKeeperClient
-from bookie import zk_layout
-from bookie.zk_layout import decommissioned_path, decommissioning_path
+from blobstore.recovery.auditor import AUDITOR_MARK, BookieAuditor
+from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.wire import zk_layout
+from blobstore.wire.zk_layout import decommissioned_path, decommissioning_path
 from tests.admin.test_decommission import _ledgers
 from tests.admin.workload import admin, mixed_workload, verify_all
 from tests.cluster.processes import blobstore_command
@@ -178,7 +178,7 @@ def test_autorecovery_command_rereplicates_a_bookie_killed_with_minus_9(
 ) -> None:
     """`blobstore autorecovery` (the auditor as a process of its own) copies what a
     bookie killed with -9 held, serves its metrics, and stops on SIGTERM."""
-    from blobstore.zookeeper_server import free_port
+    from blobstore.cli.zookeeper_server import free_port
 
     print(f"BLOBSTORE_TEST_SEED={SEED}")
     started = bookies(4, SHORT_SESSION)

@@ -11,7 +11,7 @@ from collections import Counter
 from blobstore.ledger import LedgerClient, LedgerMetadata
 from blobstore.objects.store import ObjectStore
 from blobstore.objects.writer_pool import LEDGER_PASSWORD
-from blobstore.zk import ZooKeeperClient
+from blobstore.runtime.zk import ZooKeeperClient
 from tests.admin.workload import (
     Expected,
     admin,

@@ -8,9 +8,9 @@ import json
 from kazoo.client import KazooClient
 
 from blobstore.ledger import LedgerClient, LedgerMetadata
-from blobstore.zk import ZooKeeperClient
-from bookie import zk_layout
-from bookie.zk_layout import decommissioned_path, decommissioning_path
+from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.wire import zk_layout
+from blobstore.wire.zk_layout import decommissioned_path, decommissioning_path
 from tests.admin.workload import admin, mixed_workload, verify_all
 from tests.conftest import BookieFactory
 

@@ -8,7 +8,7 @@ import shutil
 import time
 
 from blobstore.ledger import LedgerClient
-from blobstore.zk import ZooKeeperClient
+from blobstore.runtime.zk import ZooKeeperClient
 from tests.admin.workload import admin, mixed_workload, verify_all
 from tests.conftest import BookieFactory
 

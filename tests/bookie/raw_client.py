@@ -1,6 +1,6 @@
-"""A minimal raw-frame client for bookie tests: frames from bookie/protocol.py over asyncio
+"""A minimal raw-frame client for bookie tests: frames from blobstore/wire/protocol.py over asyncio
 streams, pipelined, matched by request id. Test-only; the product client is
-blobstore/bookie_client.py."""
+blobstore/ledger/bookie_client.py."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from bookie import protocol
-from bookie.protocol import AddFlag, Op, ReadFlag, Status
+from blobstore.wire import protocol
+from blobstore.wire.protocol import AddFlag, Op, ReadFlag, Status
 
 TIMEOUT_S = 20.0
 KEY = protocol.master_key(b"secret")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from bookie import zk_layout
+from blobstore.wire import zk_layout
 from tests.bookie.raw_client import RawBookie, http_get, metric_value
 from tests.bookie.test_bookie_storage import write_pipelined
 from tests.cluster.processes import BookieProcess, blobstore_command

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import random
 
-from bookie import protocol
+from blobstore.wire import protocol
+from blobstore.wire.protocol import Status
 from bookie.bookie_server import INLINE_OUT_BYTES_MAX
-from bookie.protocol import Status
 from tests.bookie.raw_client import RawBookie, http_get, metric_value, payload_for, seed
 from tests.bookie.test_bookie_storage import wait_until, write_pipelined
 from tests.bookie.test_inline_reads import drop_page_cache

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from blobstore.zookeeper_server import free_port, start_zookeeper
+from blobstore.cli.zookeeper_server import free_port, start_zookeeper
 from tests.cluster.processes import BookieProcess, ProcessReaper
 
 

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from bookie import protocol
-from bookie.protocol import Op, Status
+from blobstore.wire import protocol
+from blobstore.wire.protocol import Op, Status
 from tests.bookie.raw_client import (
     KEY,
     RawBookie,
@@ -393,7 +393,7 @@ def test_reads_over_all_connections_are_bounded(bookies: BookieFactory) -> None:
 
 
 def test_lac_long_poll_and_explicit_lac(bookies: BookieFactory, zk_client) -> None:  # type: ignore[no-untyped-def]
-    from bookie import zk_layout
+    from blobstore.wire import zk_layout
 
     (bookie,) = bookies(1, ["--registration-refresh-s", "0.3"])
 

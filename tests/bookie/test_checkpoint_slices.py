@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from blobstore.wire import protocol
 from bookie import entry_logger as entry_logger_module
-from bookie import protocol
 from bookie.entry_logger import LOG_HEADER_BYTES, RECORD_LENGTH, EntryLogger, split_location
 from bookie.ledger_storage import LedgerStorage, checkpoint_pause, flush_slices
 

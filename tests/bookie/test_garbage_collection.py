@@ -8,8 +8,8 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from bookie import zk_layout
-from bookie.protocol import Status
+from blobstore.wire import zk_layout
+from blobstore.wire.protocol import Status
 from tests.bookie.raw_client import RawBookie, http_get, metric_value, payload_for, seed
 from tests.bookie.test_bookie_storage import read_all, wait_until, write_pipelined
 from tests.conftest import BookieFactory

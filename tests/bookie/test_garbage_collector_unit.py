@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from blobstore.errors import UsageError
+from blobstore.runtime.errors import UsageError
+from blobstore.wire import zk_layout
 from bookie import config as bookie_config
-from bookie import zk_layout
 from bookie.compactor import candidates
 from bookie.garbage_collector import GarbageCollector, list_ledger_ids
 from bookie.ledger_dirs_monitor import next_read_only

@@ -12,8 +12,8 @@ import random
 import time
 from pathlib import Path
 
+from blobstore.wire import protocol
 from bookie import ledger_storage as ledger_storage_module
-from bookie import protocol
 from bookie.entry_logger import EntryLogger, pread_if_cached, split_location
 from bookie.ledger_storage import LedgerStorage
 from bookie.metrics import METRICS

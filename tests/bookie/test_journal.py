@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from bookie import protocol
+from blobstore.wire import protocol
+from bookie.disk_io import FOLIO_BYTES_MAX
 from bookie.journal import (
     FILE_HEADER_BYTES,
-    FOLIO_BYTES_MAX,
     Journal,
     JournalCorruptError,
     JournalRecord,

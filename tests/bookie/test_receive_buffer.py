@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import random
 
-from bookie import protocol
-from bookie.receive_buffer import CAPACITY_INITIAL, READ_BYTES_MIN, ReceiveBuffer
+from blobstore.wire import protocol
+from blobstore.wire.receive_buffer import CAPACITY_INITIAL, READ_BYTES_MIN, ReceiveBuffer
 from tests.catalog.helpers import seed
 
 

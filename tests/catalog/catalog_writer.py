@@ -18,7 +18,7 @@ import sys
 from dataclasses import replace
 
 from blobstore.catalog import Catalog, CatalogConfig
-from blobstore.zk import ZooKeeperClient
+from blobstore.runtime.zk import ZooKeeperClient
 from tests.catalog.helpers import object_record
 
 SMALL_PAGES = CatalogConfig(

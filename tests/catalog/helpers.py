@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from blobstore.catalog import Catalog, CatalogConfig
 from blobstore.catalog.records import Extent, ObjectRecord
-from blobstore.zk import ZooKeeperClient
+from blobstore.runtime.zk import ZooKeeperClient
 
 T = TypeVar("T")
 TEST_TIMEOUT_S = 120.0

@@ -34,7 +34,7 @@ from tests.catalog.helpers import object_record, open_catalog, run_with_catalog
 
 def _count_and_sum(histogram: Any) -> tuple[float, float]:
     """A batched catalog histogram's (count, sum), published first."""
-    from blobstore.batched_metrics import publish_all
+    from blobstore.runtime.batched_metrics import publish_all
 
     publish_all()
     (family,) = histogram._child.collect()

@@ -42,7 +42,7 @@ from blobstore.catalog.records import (
     PartRecord,
     UploadRecord,
 )
-from blobstore.zk import ZooKeeperClient
+from blobstore.runtime.zk import ZooKeeperClient
 from tests.catalog.helpers import object_record, seed
 
 SMALL_PAGES = CatalogConfig(

@@ -9,7 +9,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from bookie.zk_layout import ledger_path
+from blobstore.wire.zk_layout import ledger_path
 
 
 def ledger_metadata(zk: KazooClient) -> dict[int, dict[str, Any]]:

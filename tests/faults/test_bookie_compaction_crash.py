@@ -17,8 +17,8 @@ import time
 
 from kazoo.client import KazooClient
 
-from bookie import zk_layout
-from bookie.protocol import Status
+from blobstore.wire import zk_layout
+from blobstore.wire.protocol import Status
 from tests.bookie.raw_client import RawBookie, entry_bytes
 from tests.bookie.test_bookie_storage import read_all
 from tests.bookie.test_garbage_collection import FAST_GC

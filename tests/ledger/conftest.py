@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 from blobstore.ledger import LedgerClient, LedgerConfig
-from blobstore.zk import ZooKeeperClient
+from blobstore.runtime.zk import ZooKeeperClient
 
 T = TypeVar("T")
 

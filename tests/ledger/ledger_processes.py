@@ -17,7 +17,7 @@ import logging
 import sys
 
 from blobstore.ledger import AddOutcomeUnknownError, LedgerClient, LedgerConfig, LedgerFencedError
-from blobstore.zk import ZooKeeperClient
+from blobstore.runtime.zk import ZooKeeperClient
 
 PASSWORD = b"recovery-test"
 WINDOW = 16

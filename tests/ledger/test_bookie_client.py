@@ -1,4 +1,4 @@
-"""BookieClientPool against an in-process server speaking bookie/protocol.py: status
+"""BookieClientPool against an in-process server speaking blobstore/wire/protocol.py: status
 mapping, pipelining with out-of-order answers, timeouts, lost connections, reconnect."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 from prometheus_client import REGISTRY
 
-from blobstore import bookie_client
-from blobstore.bookie_client import (
+from blobstore.ledger import bookie_client
+from blobstore.ledger.bookie_client import (
     BookieClientPool,
     BookieTimeoutError,
     BookieUnavailableError,
@@ -23,8 +23,8 @@ from blobstore.bookie_client import (
 )
 from blobstore.ledger.errors import EntryNotFoundError
 from blobstore.ledger.pending_read_op import PendingReadOp
-from bookie import protocol
-from bookie.protocol import Op, Status
+from blobstore.wire import protocol
+from blobstore.wire.protocol import Op, Status
 
 
 def _sample(name: str) -> float:

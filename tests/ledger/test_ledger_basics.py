@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from blobstore.bookie_client import BookieClientPool, NoSuchEntryError, NoSuchLedgerError
 from blobstore.ledger import (
     EntryNotFoundError,
     LedgerClosedError,
@@ -18,8 +17,9 @@ from blobstore.ledger import (
 from blobstore.ledger import (
     NoSuchLedgerError as LedgerMissingError,
 )
+from blobstore.ledger.bookie_client import BookieClientPool, NoSuchEntryError, NoSuchLedgerError
 from blobstore.ledger.distribution_schedule import write_set_bookies
-from bookie import protocol
+from blobstore.wire import protocol
 from tests.conftest import BookieFactory
 from tests.ledger.conftest import ledger_client, payload, run
 

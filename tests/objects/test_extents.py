@@ -10,11 +10,11 @@ import random
 import pytest
 
 from blobstore.catalog.records import Extent, PartRecord
-from blobstore.errors import UsageError
 from blobstore.objects.config import ObjectStoreConfig
 from blobstore.objects.errors import EntityTooSmallError, InvalidPartError, InvalidPartOrderError
 from blobstore.objects.extents import plan_read, slice_extents, total_length
 from blobstore.objects.multipart import choose_parts, multipart_etag, normalise_etag
+from blobstore.runtime.errors import UsageError
 
 SEED = int(os.environ.get("BLOBSTORE_TEST_SEED", "20261120"))
 

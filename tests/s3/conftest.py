@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from blobstore.zookeeper_server import ZooKeeperServer
+from blobstore.cli.zookeeper_server import ZooKeeperServer
 from tests.cluster.gateway import GatewayProcess, make_self_signed_cert
 from tests.cluster.processes import BookieProcess, ProcessReaper
 

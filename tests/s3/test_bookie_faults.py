@@ -92,7 +92,7 @@ def test_bookie_killed_during_put(
 
 
 def _last_ensemble(zk: KazooClient, cluster: S3Cluster, ledger_id: int) -> list[str]:
-    from bookie.zk_layout import ledger_path
+    from blobstore.wire.zk_layout import ledger_path
 
     data, _ = zk.get(ledger_path(ledger_id))
     ensembles = json.loads(data)["ensembles"]

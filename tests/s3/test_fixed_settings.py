@@ -1,5 +1,5 @@
 """ACLs and the bucket settings nothing here can change read as S3 reads their defaults
-(s3api/handlers/fixed.py), through a real gateway with boto3."""
+(s3api/handlers/default_settings.py), through a real gateway with boto3."""
 
 from __future__ import annotations
 

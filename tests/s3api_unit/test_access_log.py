@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from blobstore.sampled_gauge import SampledGauge
+from blobstore.runtime.sampled_gauge import SampledGauge
 from s3api import access_log
 from s3api.access_log import AccessLog
 

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from s3api import names
+from s3api import limits
 from s3api.errors import DOMAIN_ERROR_CODES, ERROR_SPECS, S3Error, render_error, to_s3_error
 
 
@@ -138,7 +138,7 @@ def test_domain_errors_map_by_class_name() -> None:
     marker = to_s3_error(DeleteMarkerError(Record()))
     assert marker.code == "NoSuchKey"
     assert marker.headers == {"x-amz-delete-marker": "true", "x-amz-version-id": "v9"}
-    from blobstore.zk_session import ZooKeeperRequestTooLargeError
+    from blobstore.runtime.zk_session import ZooKeeperRequestTooLargeError
 
     too_large = to_s3_error(ZooKeeperRequestTooLargeError(5 << 20, 4 << 20, "MultiTransaction"))
     assert (too_large.code, too_large.status) == ("InvalidRequest", 400)
@@ -170,56 +170,56 @@ def test_domain_errors_map_by_class_name() -> None:
 )
 def test_bucket_names(name: str, valid: bool) -> None:
     if valid:
-        names.validate_bucket_name(name)
+        limits.validate_bucket_name(name)
     else:
         with pytest.raises(S3Error) as caught:
-            names.validate_bucket_name(name)
+            limits.validate_bucket_name(name)
         assert caught.value.code == "InvalidBucketName"
 
 
 def test_key_and_size_limits() -> None:
-    names.validate_key("k" * 1024)
-    names.validate_key("é" * 512)
+    limits.validate_key("k" * 1024)
+    limits.validate_key("é" * 512)
     for key, code in (
         ("k" * 1025, "KeyTooLongError"),
         ("é" * 513, "KeyTooLongError"),
         ("", "InvalidArgument"),
     ):
         with pytest.raises(S3Error) as caught:
-            names.validate_key(key)
+            limits.validate_key(key)
         assert caught.value.code == code
-    names.validate_content_length(names.PUT_OBJECT_SIZE_MAX)
+    limits.validate_content_length(limits.PUT_OBJECT_SIZE_MAX)
     with pytest.raises(S3Error) as caught:
-        names.validate_content_length(names.PUT_OBJECT_SIZE_MAX + 1)
+        limits.validate_content_length(limits.PUT_OBJECT_SIZE_MAX + 1)
     assert caught.value.code == "EntityTooLarge"
 
 
 def test_user_metadata() -> None:
     headers = {"x-amz-meta-Colour": "blue", "content-type": "a/b", "X-Amz-Meta-n": "1"}
-    assert names.user_metadata(headers) == {"colour": "blue", "n": "1"}
-    assert names.user_metadata([("x-amz-meta-a", "1"), ("x-amz-meta-a", "2")]) == {"a": "1,2"}
-    names.user_metadata({"x-amz-meta-k": "v" * 2047})
+    assert limits.user_metadata(headers) == {"colour": "blue", "n": "1"}
+    assert limits.user_metadata([("x-amz-meta-a", "1"), ("x-amz-meta-a", "2")]) == {"a": "1,2"}
+    limits.user_metadata({"x-amz-meta-k": "v" * 2047})
     with pytest.raises(S3Error) as caught:
-        names.user_metadata({"x-amz-meta-k": "v" * 2048})
+        limits.user_metadata({"x-amz-meta-k": "v" * 2048})
     assert caught.value.code == "MetadataTooLarge"
 
 
 def test_counts_and_parts() -> None:
-    assert names.parse_part_number("1") == 1
-    assert names.parse_part_number("10000") == 10000
+    assert limits.parse_part_number("1") == 1
+    assert limits.parse_part_number("10000") == 10000
     for bad in ("0", "10001", "x", None, "-1", "²"):
         with pytest.raises(S3Error) as caught:
-            names.parse_part_number(bad)
+            limits.parse_part_number(bad)
         assert caught.value.code == "InvalidArgument"
-    assert names.parse_max_count(None) == 1000
-    assert names.parse_max_count("5000") == 1000
-    assert names.parse_max_count("0") == 0
+    assert limits.parse_max_count(None) == 1000
+    assert limits.parse_max_count("5000") == 1000
+    assert limits.parse_max_count("0") == 0
     with pytest.raises(S3Error):
-        names.parse_max_count("-1")
+        limits.parse_max_count("-1")
     mib = 1 << 20
-    assert names.check_complete_part_sizes([(1, 5 * mib, "a"), (2, 1, "b")]) == 5 * mib + 1
+    assert limits.check_complete_part_sizes([(1, 5 * mib, "a"), (2, 1, "b")]) == 5 * mib + 1
     with pytest.raises(S3Error) as caught:
-        names.check_complete_part_sizes([(1, 5 * mib - 1, "a"), (2, 1, "b")])
+        limits.check_complete_part_sizes([(1, 5 * mib - 1, "a"), (2, 1, "b")])
     assert caught.value.code == "EntityTooSmall"
     assert caught.value.fields["PartNumber"] == "1"
 

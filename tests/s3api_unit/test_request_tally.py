@@ -10,7 +10,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from blobstore.sampled_gauge import PUBLISH_INTERVAL_S, SampledGauge
+from blobstore.runtime.sampled_gauge import PUBLISH_INTERVAL_S, SampledGauge
 from s3api.metrics import RequestTally
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)

@@ -10,7 +10,7 @@ import pytest
 
 from s3api import xml as s3xml
 from s3api.errors import S3Error
-from s3api.names import REQUEST_XML_BYTES_MAX
+from s3api.limits import REQUEST_XML_BYTES_MAX
 
 NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 
-from blobstore.zookeeper_server import free_port
+from blobstore.cli.zookeeper_server import free_port
 from tests.cluster.processes import ManagedProcess, ProcessReaper
 
 READY_TIMEOUT_S = 120.0

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from blobstore.errors import UsageError
-from blobstore.standalone import load_or_create_credentials
+from blobstore.cli.standalone import load_or_create_credentials
+from blobstore.runtime.errors import UsageError
 
 
 def test_given_credentials_are_kept_for_a_start_without_them(tmp_path: Path) -> None:

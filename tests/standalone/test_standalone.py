@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from blobstore.zookeeper_server import free_port
+from blobstore.cli.zookeeper_server import free_port
 from tests.cluster.processes import ProcessReaper
 from tests.standalone.cluster import Standalone, blobstore_command, group_members
 

@@ -14,7 +14,7 @@ from starlette.responses import Response, StreamingResponse
 from blobstore.catalog import versioning
 from blobstore.catalog.errors import DeleteMarkerError, NoSuchKeyError, NoSuchVersionError
 from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, BucketRecord, ObjectRecord
-from blobstore.objects import Verdict, WrittenData
+from blobstore.objects import VerifiedBody, WrittenData
 from s3api import xml as s3xml
 from s3api.aws_chunked import PayloadReader, strip_aws_chunked
 from s3api.checksums import (
@@ -39,7 +39,7 @@ from s3api.handlers._private import (
     xml_response,
 )
 from s3api.handlers.context import S3Context
-from s3api.names import (
+from s3api.limits import (
     OBJECT_TAGS_MAX,
     PUT_OBJECT_SIZE_MAX,
     TAG_KEY_LENGTH_MAX,
@@ -202,13 +202,13 @@ def require_length(ctx: S3Context) -> None:
     raise S3Error("MissingContentLength")
 
 
-def body_checksums(reader: PayloadReader) -> Verdict:
+def body_checksums(reader: PayloadReader) -> VerifiedBody:
     digest = reader.digest
     assert digest is not None, "the body was not read to its end"
     checksums = dict(digest.checksums)
     if checksums:
         checksums["type"] = FULL_OBJECT
-    return Verdict(checksums, digest.md5_hex)
+    return VerifiedBody(checksums, digest.md5_hex)
 
 
 def checksum_headers(checksums: dict[str, str]) -> dict[str, str]:
@@ -331,7 +331,7 @@ async def put_object(ctx: S3Context) -> Response:
     # An object uploaded without a checksum gets S3's default one.
     reader = ctx.payload(PUT_OBJECT_SIZE_MAX, default_algorithm=DEFAULT_ALGORITHM)
 
-    async def finish(data: WrittenData) -> Verdict:
+    async def finish(data: WrittenData) -> VerifiedBody:
         return body_checksums(reader)
 
     result = await ctx.store.put_object(

@@ -38,7 +38,7 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.registry import Collector
 
-from blobstore.sampled_gauge import PUBLISH_INTERVAL_S
+from blobstore.runtime.sampled_gauge import PUBLISH_INTERVAL_S
 
 _ALL: list[BatchedCounter | BatchedHistogram] = []
 # Publishers may run on several threads at once (an update's once-a-second publication

@@ -25,8 +25,8 @@ from s3api import xml as s3xml
 from s3api.errors import S3Error
 from s3api.handlers._private import version_headers, xml_response
 from s3api.handlers.context import S3Context
-from s3api.handlers.object import GRANT_HEADERS, check_acl, load_version
-from s3api.names import validate_key
+from s3api.handlers.objects import GRANT_HEADERS, check_acl, load_version
+from s3api.limits import validate_key
 
 # GET ?<subresource> on a bucket -> the S3 error that says it is not configured.
 UNSET_CONFIGURATION_ERRORS: dict[str, str] = {

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from blobstore.errors import UsageError
-from blobstore.pdeathsig import die_with_parent
+from blobstore.runtime.errors import UsageError
+from blobstore.runtime.pdeathsig import die_with_parent
 
 logger = logging.getLogger(__name__)
 

@@ -16,12 +16,12 @@ import random
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from blobstore.zk import ZooKeeperClient
+from blobstore.runtime.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)
 
 
-class ClusterTurns:
+class ClusterSingleton:
     """Subclasses give `_pass`, and may add conditions to `_claim` / records to `_done`."""
 
     name = "cluster_pass"  # in the log line of a failed pass: event=<name>_failed

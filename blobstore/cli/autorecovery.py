@@ -29,11 +29,11 @@ import uuid
 import uvloop
 from prometheus_client import start_http_server
 
-from blobstore.errors import UsageError
-from blobstore.gc_pauses import freeze_after_startup
-from blobstore.objects.bookie_auditor import BookieAuditor
 from blobstore.objects.config import ObjectStoreConfig
-from blobstore.zk import started_client
+from blobstore.recovery.auditor import BookieAuditor
+from blobstore.runtime.errors import UsageError
+from blobstore.runtime.gc_pauses import freeze_after_startup
+from blobstore.runtime.zk import started_client
 
 logger = logging.getLogger(__name__)
 

@@ -14,20 +14,21 @@ import logging
 import os
 import sys
 
-from blobstore.errors import UsageError
+from blobstore.runtime.errors import UsageError
+from blobstore.runtime.logs import configure_logging
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "standalone": (
-        "blobstore.standalone",
+        "blobstore.cli.standalone",
         "ZooKeeper + bookies + gateway on this machine, one command",
     ),
-    "zookeeper": ("blobstore.zookeeper_server", "run a local ZooKeeper server"),
+    "zookeeper": ("blobstore.cli.zookeeper_server", "run a local ZooKeeper server"),
     "bookie": ("bookie.main", "run a bookie (storage server)"),
     "gateway": ("s3api.main", "run the S3 gateway"),
     "admin": ("blobstore.admin.cli", "inspect and repair the cluster"),
     "autorecovery": (
-        "blobstore.autorecovery",
+        "blobstore.cli.autorecovery",
         "run the bookie auditor on its own (re-replicates lost bookies)",
     ),
 }
@@ -86,16 +87,6 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
             module.add_arguments(sub_parser)
         sub_parser.set_defaults(run=module.run)
     return parser
-
-
-def configure_logging(level: int) -> None:
-    """Log lines to stderr; also called by worker processes, which start afresh."""
-    # The format names no source file or line: skip the stack walk that finds them for
-    # every record (half the cost of a gateway's access-log line).
-    logging._srcfile = None
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

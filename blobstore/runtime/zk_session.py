@@ -72,7 +72,7 @@ from kazoo.protocol.serialization import (
 from kazoo.protocol.states import EventType, KazooState, KeeperState, WatchedEvent
 from prometheus_client import Counter
 
-from blobstore.errors import UsageError
+from blobstore.runtime.errors import UsageError
 
 logger = logging.getLogger(__name__)
 

@@ -47,9 +47,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from blobstore.errors import UsageError, check_ready_file
-from blobstore.pdeathsig import die_with_parent
-from blobstore.zookeeper_server import ZooKeeperServer, free_port, port_is_free, start_zookeeper
+from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, port_is_free, start_zookeeper
+from blobstore.runtime.errors import UsageError, check_ready_file
+from blobstore.runtime.pdeathsig import die_with_parent
 
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
@@ -462,7 +462,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_locked(args: argparse.Namespace, data_dir: Path) -> int:
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
         # Progress goes to stdout as plain lines; stderr is kept for the one error line.
-        logging.getLogger("blobstore.zookeeper_server").setLevel(logging.WARNING)
+        logging.getLogger("blobstore.cli.zookeeper_server").setLevel(logging.WARNING)
     reaped = _reap_leftovers(data_dir)
     if reaped:
         print(f"note: stopped {reaped} processes left by an earlier run on {data_dir}")

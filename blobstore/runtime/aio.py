@@ -5,11 +5,13 @@
 reply that is a visible share of a gateway's CPU. `wait_shielded` gives the same contract
 with one future and one timer. `asyncio.timeout` around every read of a stream pushes and
 cancels a timer per read; `IdleWatchdog` keeps one timer for the whole stream.
+`for_each` runs work over an iterable with a bounded number of workers.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -97,3 +99,25 @@ class IdleWatchdog:
         else:
             self._fired = True
             self._task.cancel()
+
+
+async def for_each(
+    items: Iterable[T],
+    work: Callable[[T], Awaitable[None]],
+    concurrency: int,
+    advance: Callable[[int], None] | None = None,
+) -> None:
+    """`await work(item)` for every item, `concurrency` workers pulling from one iterator
+    (memory stays bounded however many items there are). The first error cancels all."""
+    assert concurrency >= 1, concurrency
+    iterator = iter(items)
+
+    async def worker() -> None:
+        for item in iterator:
+            await work(item)
+            if advance is not None:
+                advance(1)
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(concurrency):
+            group.create_task(worker())

@@ -16,8 +16,8 @@ from s3api import xml as s3xml
 from s3api.errors import S3Error, to_s3_error
 from s3api.handlers._private import xml_response
 from s3api.handlers.context import S3Context
-from s3api.handlers.object import check_acl
-from s3api.names import parse_max_count, validate_bucket_name
+from s3api.handlers.objects import check_acl
+from s3api.limits import parse_max_count, validate_bucket_name
 
 DELETE_CONCURRENCY = 16
 

@@ -38,10 +38,11 @@ from dataclasses import dataclass
 
 from kazoo.exceptions import NoNodeError
 
-from blobstore.objects.cluster_turns import ClusterTurns
-from blobstore.objects.metrics import AUDIT_PASSES, AUDIT_RECOVERIES, BOOKIES_MISSING
-from blobstore.zk import ZooKeeperClient
-from bookie import zk_layout
+from blobstore.recovery.cluster_singleton import ClusterSingleton
+from blobstore.recovery.decommission import DecommissionOp
+from blobstore.recovery.metrics import AUDIT_PASSES, AUDIT_RECOVERIES, BOOKIES_MISSING
+from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.wire import zk_layout
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class AuditResult:
     released: list[str]  # bookies back while the auditor moved them: markers removed
 
 
-class BookieAuditor(ClusterTurns):
+class BookieAuditor(ClusterSingleton):
     """Notices bookies gone longer than `lost_bookie_delay_s` and re-replicates them."""
 
     name = "bookie_audit"
@@ -178,13 +179,8 @@ class BookieAuditor(ClusterTurns):
             bookie,
             now - missing[bookie],
         )
-        # Imported here: the admin package imports the object layer (fsck, decommission).
-        from blobstore.admin._output import Output
-        from blobstore.admin.decommission import DecommissionOp
-
         op = DecommissionOp(
             self._zk,
-            Output(json_mode=True),  # quiet: no progress bars in a server
             bookie,
             passwords=[],
             wait_open_s=0.0,

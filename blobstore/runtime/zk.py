@@ -44,10 +44,10 @@ from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
 from kazoo.security import OPEN_ACL_UNSAFE
 from prometheus_client import Counter, Histogram
 
-from blobstore.aio import wait_shielded
-from blobstore.batched_metrics import batched_counter, batched_histogram
-from blobstore.errors import UsageError
-from blobstore.zk_session import ZooKeeperSession
+from blobstore.runtime.aio import wait_shielded
+from blobstore.runtime.batched_metrics import batched_counter, batched_histogram
+from blobstore.runtime.errors import UsageError
+from blobstore.runtime.zk_session import ZooKeeperSession
 
 logger = logging.getLogger(__name__)
 

@@ -38,11 +38,12 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from blobstore.ledger import LedgerClient
+from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD as LEDGER_PASSWORD
+from blobstore.ledger.config import OBJECT_LEDGER_PURPOSE as PURPOSE
 from blobstore.ledger.errors import NoSuchLedgerError
-from blobstore.objects.cluster_turns import ClusterTurns
-from blobstore.objects.metrics import SWEEP_ROUNDS, SWEPT_LEDGERS
-from blobstore.objects.writer_pool import LEDGER_PASSWORD, PURPOSE
-from blobstore.zk import ZooKeeperClient
+from blobstore.recovery.cluster_singleton import ClusterSingleton
+from blobstore.recovery.metrics import SWEEP_ROUNDS, SWEPT_LEDGERS
+from blobstore.runtime.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class GatewayRegistration:
             )
 
 
-class LedgerSweeper(ClusterTurns):
+class LedgerSweeper(ClusterSingleton):
     """Finds OPEN object ledgers whose writer is not registered and recovers them."""
 
     name = "ledger_sweep"

@@ -13,7 +13,7 @@ took 3-5% off a bookie's CPU per MiB; most of the rest is the kernel's.
 
 from __future__ import annotations
 
-from bookie.protocol import FRAME_BYTES_MAX, FRAME_LENGTH, frame_length_error
+from blobstore.wire.protocol import FRAME_BYTES_MAX, FRAME_LENGTH, frame_length_error
 
 READ_BYTES_MIN = 64 * 1024  # free tail offered to the transport
 CAPACITY_INITIAL = 256 * 1024

@@ -1,4 +1,4 @@
-"""The client side of the bookie wire protocol (`bookie/protocol.py`).
+"""The client side of the bookie wire protocol (`blobstore/wire/protocol.py`).
 
 `BookieClientPool` keeps one TCP connection per bookie id ("host:port"), shared by every
 ledger of the process. Requests are multiplexed on it by request id and pipelined: many
@@ -38,16 +38,16 @@ from typing import Any, cast
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from blobstore.batched_metrics import (
+from blobstore.runtime.batched_metrics import (
     BatchedCounter,
     BatchedHistogram,
     batched_counter,
     batched_histogram,
 )
-from blobstore.sampled_gauge import SampledGauge
-from bookie import protocol
-from bookie.protocol import STATUS_NAMES, Op, Status
-from bookie.receive_buffer import ReceiveBuffer
+from blobstore.runtime.sampled_gauge import SampledGauge
+from blobstore.wire import protocol
+from blobstore.wire.protocol import STATUS_NAMES, Op, Status
+from blobstore.wire.receive_buffer import ReceiveBuffer
 
 logger = logging.getLogger(__name__)
 

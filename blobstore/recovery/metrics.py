@@ -1,0 +1,45 @@
+"""Metrics of recovery: the sweeper, the auditor and decommission."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+SWEEP_ROUNDS = Counter(
+    "blobstore_sweep_rounds_total",
+    "This process's sweeper turns: swept, or skipped (a pass finished recently, or another "
+    "process is sweeping)",
+    ["outcome"],
+)
+
+AUDIT_PASSES = Counter(
+    "blobstore_audit_passes_total",
+    "Bookie auditor passes of this process: nothing_due, recovered (a bookie gone past "
+    "lost_bookie_delay_s was re-replicated), too_few_bookies, busy (another process holds "
+    "the lock), failed",
+    ["result"],
+)
+
+AUDIT_RECOVERIES = Counter(
+    "blobstore_audit_recoveries_total",
+    "Re-replications of a lost bookie run by this process: done (no ledger names it any "
+    "more) or partial (some ledgers left for a later pass)",
+    ["outcome"],
+)
+
+REREPLICATED_BYTES = Counter(
+    "blobstore_rereplicated_bytes_total",
+    "Entry bytes copied to a replacement bookie by decommissions run in this process "
+    "(the auditor's re-replication of lost bookies; its progress against "
+    "recovery_rate_mb_s)",
+)
+
+BOOKIES_MISSING = Gauge(
+    "blobstore_bookies_missing",
+    "Bookies with a cookie but no registration, as the last audit pass saw them",
+    multiprocess_mode="mostrecent",
+)
+
+SWEPT_LEDGERS = Counter(
+    "blobstore_swept_ledgers_total",
+    "OPEN ledgers of a gone writer that this process recovered and closed",
+)

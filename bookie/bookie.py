@@ -1,0 +1,332 @@
+"""The bookie process: its parts (journal, ledger storage, server, registration, garbage
+collector, HTTP admin) started in order and stopped in reverse.
+
+Startup: bind, check the cookie, replay the journal, serve, register in ZooKeeper, then
+write the ready file. `stopping` set (SIGTERM/SIGINT): stop accepting, finish in-flight
+requests, unregister (bounded), close the journal, checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import resource
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+from blobstore.runtime.errors import UsageError
+from blobstore.runtime.gc_pauses import freeze_after_startup
+from blobstore.runtime.loop_lag import LoopLagMonitor
+from blobstore.runtime.zk import ZooKeeperClient
+from bookie import cookie, ledger_dirs_monitor
+from bookie.bookie_server import BookieServer
+from bookie.config import BookieConfig
+from bookie.garbage_collector import GarbageCollector
+from bookie.http_admin import HttpAdmin
+from bookie.journal import Journal
+from bookie.ledger_storage import LedgerStorage
+from bookie.metrics import METRICS
+from bookie.registration import Registration
+
+logger = logging.getLogger(__name__)
+
+ZK_CONNECT_TIMEOUT_S = 30.0
+
+
+def raise_open_files_limit() -> None:
+    """Every entry log stays open for reads: lift the soft fd limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        logger.info("open files limit raised from=%d to=%d", soft, target)
+    except (ValueError, OSError) as e:
+        logger.warning("open files limit stays at %d: %s", soft, e)
+
+
+def write_ready_file(path: str, content: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(content, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Bookie:
+    def __init__(self, config: BookieConfig) -> None:
+        self.config = config
+        self.bookie_id = ""
+        self.port = 0
+        self.read_only = False
+        self.usage = ledger_dirs_monitor.DiskUsage(0, 1)
+        self.stopping = asyncio.Event()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._checkpoint_task: asyncio.Task[None] | None = None
+        self.storage: LedgerStorage | None = None
+        self.server: BookieServer | None = None
+        self.registration: Registration | None = None
+        self.journal: Journal | None = None
+
+    # ------------------------------------------------------------------ state shown to others
+
+    def info(self) -> dict[str, Any]:
+        storage = self.storage
+        return {
+            "bookie_id": self.bookie_id,
+            "free_bytes": self.usage.free_bytes,
+            "total_bytes": self.usage.total_bytes,
+            "read_only": self.read_only,
+            "ledger_count": len(storage.states) if storage else 0,
+        }
+
+    def registration_payload(self) -> dict[str, Any]:
+        info = self.info()
+        return {
+            "host": self.config.host,
+            "port": self.port,
+            "http_port": self.http.port,
+            "rack": self.config.rack,
+            "free_bytes": info["free_bytes"],
+            "total_bytes": info["total_bytes"],
+            "read_only": info["read_only"],
+            "ledger_count": info["ledger_count"],
+        }
+
+    def admin_info(self) -> dict[str, Any]:
+        storage = self.storage
+        info = self.registration_payload()
+        info["bookie_id"] = self.bookie_id
+        info["disk_usage_ratio"] = self.usage.ratio
+        if storage is not None:
+            info["entry_logs"] = len(storage.entry_logger.list_logs())
+            info["write_cache_bytes"] = storage.active_bytes + storage.flushing_bytes
+            info["last_log_mark"] = list(storage.mark)
+        return info
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def main(self) -> int:
+        config = self.config
+        loop = asyncio.get_running_loop()
+        raise_open_files_limit()
+        for directory in (config.journal_dir, config.ledger_dir):
+            os.makedirs(directory, exist_ok=True)
+        try:
+            sock = socket.create_server((config.host, config.port), reuse_port=False)
+        except OSError as e:
+            raise UsageError(f"cannot bind {config.host}:{config.port}: {e.strerror}") from None
+        sock.setblocking(False)
+        self.port = sock.getsockname()[1]
+        self.bookie_id = f"{config.host}:{self.port}"
+        logger.info("bookie starting bookie_id=%s", self.bookie_id)
+
+        zk = ZooKeeperClient(config.zk, session_timeout_s=config.zk_session_timeout_s)
+        try:
+            await zk.start(ZK_CONNECT_TIMEOUT_S)
+        except Exception as e:
+            raise UsageError(f"cannot connect to ZooKeeper {config.zk}: {e!r}") from None
+        try:
+            if await zk.exists("/") is None:
+                raise UsageError(
+                    f"the ZooKeeper path of --zk {config.zk} does not exist: create it first "
+                    "(blobstore standalone and the Helm chart do), or drop the /chroot"
+                )
+            return await self._serve(zk, sock, loop)
+        finally:
+            await zk.stop()
+
+    async def _serve(
+        self, zk: ZooKeeperClient, sock: socket.socket, loop: asyncio.AbstractEventLoop
+    ) -> int:
+        config = self.config
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stopping.set)
+        await cookie.verify_or_create(zk, self.bookie_id, config.journal_dir, config.ledger_dir)
+
+        storage = await asyncio.to_thread(
+            LedgerStorage,
+            config.ledger_dir,
+            entry_log_bytes_max=config.entry_log_bytes_max,
+            write_cache_bytes_max=config.write_cache_bytes_max,
+            read_cache_bytes_max=config.read_cache_bytes_max,
+            checkpoint_write_bytes_per_s=config.checkpoint_write_mb_s * 1e6,
+        )
+        self.storage = storage
+        await asyncio.to_thread(storage.replay_journal, config.journal_dir)
+        journal = Journal(
+            config.journal_dir,
+            max_group_wait_ms=config.journal_max_group_wait_ms,
+            flush_when_queue_empty=config.journal_flush_when_queue_empty,
+            buffered_writes_threshold_bytes=config.journal_buffered_writes_threshold_bytes,
+            file_bytes_max=config.journal_file_bytes_max,
+            queue_entries_max=config.journal_queue_entries_max,
+            remove_from_page_cache=config.journal_remove_from_page_cache,
+            zero_ahead_bytes=config.journal_zero_ahead_bytes,
+            zero_ahead_max_write_bytes_per_s=config.journal_zero_ahead_max_mb_s * 1e6,
+        )
+        await asyncio.to_thread(journal.open_new_file)
+        await asyncio.to_thread(journal.delete_files_before, storage.mark[0])
+        journal.needs_room = storage.needs_room
+        journal.wait_for_room = storage.wait_for_room
+        self.journal = journal
+        storage.journal = journal
+        journal.start()
+        METRICS.ledgers.set(len(storage.states))
+
+        self.server = BookieServer(
+            bookie_id=self.bookie_id,
+            storage=storage,
+            journal=journal,
+            connections_max=config.connections_max,
+            connection_in_flight_max=config.connection_in_flight_max,
+            connection_reads_in_flight_max=config.connection_reads_in_flight_max,
+            in_flight_bytes_max=config.in_flight_bytes_max,
+            reads_in_flight_max=config.reads_in_flight_max,
+            long_poll_waiters_max=config.long_poll_waiters_max,
+            frame_stall_timeout_s=config.frame_stall_timeout_s,
+            info=self.info,
+            checkpoint_soon=self.checkpoint_soon,
+        )
+        await self.check_disk()
+        tcp_server = await loop.create_server(self.server.new_connection, sock=sock)
+        self.http = HttpAdmin(self.admin_info, lambda: journal.failure is None)
+        try:
+            await self.http.start(config.host, config.http_port)
+        except OSError as e:
+            raise UsageError(
+                f"cannot bind http port {config.host}:{config.http_port}: {e.strerror}"
+            ) from None
+
+        self.registration = Registration(
+            zk, self.bookie_id, self.registration_payload, config.registration_refresh_s
+        )
+        await self.registration.register()
+        gc = GarbageCollector(zk, storage, config, lambda: self.read_only)
+        self.spawn(self.registration.run(), "registration")
+        self.spawn(self.checkpoint_loop(), "checkpoint")
+        self.spawn(self.disk_loop(), "disk-check")
+        self.spawn(self.stall_loop(), "stalled-connections")
+        self.spawn(gc.run(), "gc")
+        loop_lag = LoopLagMonitor(METRICS.event_loop_lag_seconds, f"bookie {self.bookie_id}")
+        loop_lag.start()
+        freeze_after_startup(METRICS.registry)
+        failure: UsageError | None = None
+        try:
+            if config.ready_file:
+                write_ready_file(
+                    config.ready_file,
+                    {"bookie_id": self.bookie_id, "port": self.port, "http_port": self.http.port},
+                )
+        except OSError as e:
+            # Stopped as any other stop (the journal, registration and tasks all run).
+            failure = UsageError(f"--ready-file {config.ready_file}: {e.strerror or e}")
+            self.stopping.set()
+        else:
+            logger.info(
+                "bookie ready bookie_id=%s http_port=%d thread_switch_interval_ms=%g",
+                self.bookie_id,
+                self.http.port,
+                sys.getswitchinterval() * 1000,
+            )
+
+        await self.stopping.wait()
+        logger.info("bookie stopping bookie_id=%s", self.bookie_id)
+        loop_lag.stop()
+        tcp_server.close()
+        await self.server.drain(config.shutdown_timeout_s)
+        await self.registration.unregister()
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await journal.close()
+        if journal.failure is None:
+            await storage.checkpoint(paced=False)
+        await self.http.close()
+        await storage.close()
+        logger.info("bookie stopped bookie_id=%s", self.bookie_id)
+        if failure is not None:
+            raise failure
+        return 0
+
+    # ------------------------------------------------------------------ background work
+
+    def checkpoint_soon(self) -> None:
+        if self._checkpoint_task is None or self._checkpoint_task.done():
+            self._checkpoint_task = self.spawn(self._checkpoint_logged(), "checkpoint-now")
+
+    async def _checkpoint_logged(self) -> None:
+        assert self.storage is not None
+        try:
+            await self.storage.checkpoint()
+        except Exception:
+            logger.exception("checkpoint failed")
+
+    async def checkpoint_loop(self) -> None:
+        # The first wait is drawn at random, so bookies started together (a cluster after
+        # a restart, the standalone) do not checkpoint together every interval after.
+        await asyncio.sleep(self.config.checkpoint_interval_s * random.uniform(0.5, 1.0))
+        while True:
+            await self._checkpoint_logged()
+            METRICS.ledgers.set(len(self.storage.states) if self.storage else 0)
+            await asyncio.sleep(self.config.checkpoint_interval_s)
+
+    async def check_disk(self) -> None:
+        config = self.config
+        usage = await asyncio.to_thread(
+            ledger_dirs_monitor.measure,
+            (config.journal_dir, config.ledger_dir),
+            config.disk_capacity_bytes,
+        )
+        self.usage = usage
+        METRICS.disk_usage_ratio.set(usage.ratio)
+        read_only = ledger_dirs_monitor.next_read_only(
+            self.read_only,
+            usage.ratio,
+            config.disk_usage_threshold,
+            config.disk_usage_warn_threshold,
+        )
+        if read_only != self.read_only:
+            self.read_only = read_only
+            if self.server is not None:
+                self.server.read_only = read_only
+            METRICS.read_only.set(1 if read_only else 0)
+            logger.warning(
+                "bookie_%s bookie_id=%s usage_ratio=%.3f",
+                "read_only" if read_only else "writable",
+                self.bookie_id,
+                usage.ratio,
+            )
+            if self.registration is not None:
+                self.registration.trigger()
+
+    async def stall_loop(self) -> None:
+        interval_s = min(5.0, self.config.frame_stall_timeout_s / 2)
+        while True:
+            await asyncio.sleep(interval_s)
+            assert self.server is not None
+            self.server.close_stalled_connections()
+
+    async def disk_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.disk_check_interval_s)
+            started = time.monotonic()
+            try:
+                await self.check_disk()
+            except Exception:
+                logger.exception("disk check failed")
+            logger.debug("disk check took_s=%.3f", time.monotonic() - started)
