@@ -292,6 +292,7 @@ DOMAIN_ERROR_CODES: dict[str, str] = {
     "EntityTooLargeError": "EntityTooLarge",
     "IncompleteBodyError": "IncompleteBody",
     "InvalidPartError": "InvalidPart",
+    "InvalidPartListError": "InvalidPart",
     "InvalidPartOrderError": "InvalidPartOrder",
     "EntityTooSmallError": "EntityTooSmall",
     "ObjectUnavailableError": "ServiceUnavailable",

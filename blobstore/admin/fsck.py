@@ -55,7 +55,7 @@ from blobstore.ledger.bookie_client import (
     BookieClientPool,
 )
 from blobstore.ledger.distribution_schedule import write_set_bookies
-from blobstore.ledger.errors import NoSuchLedgerError as LedgerMissingError
+from blobstore.ledger.errors import NoSuchLedgerError
 from blobstore.ledger.ledger_manager import LedgerManager
 from blobstore.ledger.ledger_metadata import LedgerMetadata, MetadataFormatError
 from blobstore.ledger.replicas import CORRUPT, OK, read_verified
@@ -348,7 +348,7 @@ class FsckOp:
     async def _load_metadata(self, ledger_id: int) -> None:
         try:
             self._metadata[ledger_id] = (await self._manager.read(ledger_id)).value
-        except LedgerMissingError:
+        except NoSuchLedgerError:
             self._metadata[ledger_id] = None
         except MetadataFormatError as e:
             self._metadata[ledger_id] = None

@@ -136,7 +136,7 @@ class UnauthorizedError(BookieError):
     status = Status.UNAUTHORIZED
 
 
-class NoSuchLedgerError(BookieError):
+class NoSuchLedgerOnBookieError(BookieError):
     status = Status.NO_SUCH_LEDGER
 
 
@@ -191,7 +191,7 @@ class PoolClosedError(BookieUnavailableError):
 
 
 _STATUS_ERRORS: dict[Status, type[BookieError]] = {
-    Status.NO_SUCH_LEDGER: NoSuchLedgerError,
+    Status.NO_SUCH_LEDGER: NoSuchLedgerOnBookieError,
     Status.NO_SUCH_ENTRY: NoSuchEntryError,
     Status.FENCED: FencedError,
     Status.UNAUTHORIZED: UnauthorizedError,

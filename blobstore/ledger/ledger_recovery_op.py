@@ -36,7 +36,7 @@ from blobstore.ledger.bookie_client import (
     BookieError,
     BookieUnavailableError,
     NoSuchEntryError,
-    NoSuchLedgerError,
+    NoSuchLedgerOnBookieError,
     UnauthorizedError,
 )
 from blobstore.ledger.distribution_schedule import FenceQuorum, is_entry_missing, write_set_bookies
@@ -183,7 +183,7 @@ class LedgerRecoveryOp:
                     f"ledger_id={self.ledger_id} bookie={bookie_id} rejected the master key",
                     ledger_id=self.ledger_id,
                 ) from e
-            except (NoSuchEntryError, NoSuchLedgerError) as e:
+            except (NoSuchEntryError, NoSuchLedgerOnBookieError) as e:
                 # Fenced, but holds no entry of the ledger.
                 lac = e.response.last_add_confirmed if e.response is not None else protocol.NO_ENTRY
                 return slot, lac
@@ -244,7 +244,7 @@ class LedgerRecoveryOp:
         async def read(bookie_id: str) -> tuple[str, protocol.Entry | None, bytes]:
             try:
                 response = await pool.read_entry(bookie_id, self.ledger_id, entry_id)
-            except (NoSuchEntryError, NoSuchLedgerError):
+            except (NoSuchEntryError, NoSuchLedgerOnBookieError):
                 return "missing", None, b""
             except (BookieError, BookieUnavailableError):
                 return "unknown", None, b""

@@ -22,7 +22,7 @@ from blobstore.ledger.bookie_client import (
     BookieError,
     BookieUnavailableError,
     NoSuchEntryError,
-    NoSuchLedgerError,
+    NoSuchLedgerOnBookieError,
 )
 from blobstore.ledger.distribution_schedule import write_set_bookies
 from blobstore.ledger.errors import EntryNotFoundError, ReadFailedError
@@ -221,7 +221,9 @@ class PendingReadOp:
         return entry
 
     def _fail(self, errors: list[BaseException]) -> protocol.Entry:
-        if errors and all(isinstance(e, NoSuchEntryError | NoSuchLedgerError) for e in errors):
+        if errors and all(
+            isinstance(e, NoSuchEntryError | NoSuchLedgerOnBookieError) for e in errors
+        ):
             metrics.READS_NOT_FOUND.inc()
             raise EntryNotFoundError(
                 f"ledger_id={self.ledger_id} entry_id={self.entry_id} on no replica "

@@ -10,7 +10,7 @@ from blobstore.ledger.bookie_client import (
     BookieError,
     BookieUnavailableError,
     NoSuchEntryError,
-    NoSuchLedgerError,
+    NoSuchLedgerOnBookieError,
 )
 from blobstore.wire.protocol import CorruptEntryError, Entry
 
@@ -30,7 +30,7 @@ async def read_verified(
     """(outcome, verified entry bytes or None) of one copy of an entry on one bookie."""
     try:
         response = await pool.read_entry(bookie_id, ledger_id, entry_id)
-    except (NoSuchEntryError, NoSuchLedgerError):
+    except (NoSuchEntryError, NoSuchLedgerOnBookieError):
         return MISSING, None
     except BookieUnavailableError:
         return UNAVAILABLE, None

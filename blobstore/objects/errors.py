@@ -24,7 +24,7 @@ class IncompleteBodyError(ObjectLayerError):
     """The body ended before the length the client announced."""
 
 
-class InvalidPartError(ObjectLayerError):
+class InvalidPartListError(ObjectLayerError):
     """A part named in CompleteMultipartUpload is missing or its ETag does not match."""
 
 

@@ -7,7 +7,11 @@ from collections.abc import Mapping, Sequence
 
 from blobstore.catalog.records import PartRecord
 from blobstore.objects.config import PART_NUMBER_MAX
-from blobstore.objects.errors import EntityTooSmallError, InvalidPartError, InvalidPartOrderError
+from blobstore.objects.errors import (
+    EntityTooSmallError,
+    InvalidPartListError,
+    InvalidPartOrderError,
+)
 
 
 def normalise_etag(etag: str) -> str:
@@ -25,18 +29,18 @@ def choose_parts(
 ) -> list[PartRecord]:
     """The uploaded parts the client named, checked the way S3 checks them."""
     if not requested:
-        raise InvalidPartError("CompleteMultipartUpload names no part")
+        raise InvalidPartListError("CompleteMultipartUpload names no part")
     chosen = []
     previous = 0
     for part_number, etag in requested:
         if not 1 <= part_number <= PART_NUMBER_MAX:
-            raise InvalidPartError(f"part number {part_number} out of range")
+            raise InvalidPartListError(f"part number {part_number} out of range")
         if part_number <= previous:
             raise InvalidPartOrderError(f"part {part_number} after part {previous}")
         previous = part_number
         part = uploaded.get(part_number)
         if part is None or normalise_etag(etag) != normalise_etag(part.etag):
-            raise InvalidPartError(
+            raise InvalidPartListError(
                 f"part {part_number} with ETag {etag!r} was not uploaded",
                 PartNumber=part_number,
                 ETag=normalise_etag(etag),

@@ -44,7 +44,7 @@ from blobstore.objects.config import (
 )
 from blobstore.objects.errors import (
     EntityTooSmallError,
-    InvalidPartError,
+    InvalidPartListError,
     ObjectChangedError,
     ObjectUnavailableError,
 )
@@ -462,7 +462,7 @@ class ObjectStore:
         uploaded = {p.part_number: p for p in await self.catalog.get_parts(bucket, upload_id)}
         try:
             parts = choose_parts(requested, uploaded, self.config.part_bytes_min)
-        except (InvalidPartError, EntityTooSmallError) as e:
+        except (InvalidPartListError, EntityTooSmallError) as e:
             e.details = {"UploadId": upload_id, **e.details}  # as S3 names them
             raise
         checksums = await finish(upload, parts) if finish is not None else {}

@@ -11,11 +11,11 @@ from starlette.responses import Response
 
 from blobstore.catalog.errors import (
     DeleteMarkerError,
+    InvalidPartError,
     NoSuchKeyError,
     NoSuchUploadError,
     RecordTooLargeError,
 )
-from blobstore.catalog.errors import InvalidPartError as CatalogInvalidPartError
 from blobstore.catalog.records import (
     CONTENT_TYPE_DEFAULT,
     ObjectRecord,
@@ -23,7 +23,7 @@ from blobstore.catalog.records import (
     UploadRecord,
 )
 from blobstore.objects import VerifiedBody, WrittenData
-from blobstore.objects.errors import InvalidPartError
+from blobstore.objects.errors import InvalidPartListError
 from s3api import xml as s3xml
 from s3api.checksums import (
     ALGORITHMS,
@@ -288,7 +288,7 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
     except NoSuchUploadError:
         # Completed (or aborted) by another request since this one found the upload.
         return await _completed_before(ctx, S3Error("NoSuchUpload", UploadId=upload.upload_id))
-    except (InvalidPartError, CatalogInvalidPartError) as e:
+    except (InvalidPartListError, InvalidPartError) as e:
         # Parts gone: possibly deleted by a completion of this upload that ran meanwhile
         # (a client's retry overlapping its first try); if that made the current version,
         # answer as it did, else the parts really were wrong.

@@ -12,12 +12,14 @@ from blobstore.ledger import (
     EntryNotFoundError,
     LedgerClosedError,
     LedgerUnauthorizedError,
+    NoSuchLedgerError,
     PendingAddsFullError,
 )
-from blobstore.ledger import (
-    NoSuchLedgerError as LedgerMissingError,
+from blobstore.ledger.bookie_client import (
+    BookieClientPool,
+    NoSuchEntryError,
+    NoSuchLedgerOnBookieError,
 )
-from blobstore.ledger.bookie_client import BookieClientPool, NoSuchEntryError, NoSuchLedgerError
 from blobstore.ledger.distribution_schedule import write_set_bookies
 from blobstore.wire import protocol
 from tests.conftest import BookieFactory
@@ -48,7 +50,7 @@ def test_each_entry_sits_exactly_on_its_write_set(bookies: BookieFactory, zk_con
                             response = await direct.read_entry(
                                 bookie_id, handle.ledger_id, entry_id
                             )
-                        except (NoSuchEntryError, NoSuchLedgerError):
+                        except (NoSuchEntryError, NoSuchLedgerOnBookieError):
                             assert bookie_id not in expected, (entry_id, bookie_id, e, wq)
                             continue
                         assert bookie_id in expected, (entry_id, bookie_id, e, wq)
@@ -105,9 +107,9 @@ def test_write_read_close_reopen_delete(bookies: BookieFactory, zk_connect: str)
             assert handle.ledger_id in await client.list_ledger_ids()
             await client.delete_ledger(handle.ledger_id)
             assert handle.ledger_id not in await client.list_ledger_ids()
-            with pytest.raises(LedgerMissingError):
+            with pytest.raises(NoSuchLedgerError):
                 await client.get_metadata(handle.ledger_id)
-            with pytest.raises(LedgerMissingError):
+            with pytest.raises(NoSuchLedgerError):
                 await client.open_ledger(handle.ledger_id, b"pw")
 
     run(scenario())

@@ -11,7 +11,11 @@ import pytest
 
 from blobstore.catalog.records import Extent, PartRecord
 from blobstore.objects.config import ObjectStoreConfig
-from blobstore.objects.errors import EntityTooSmallError, InvalidPartError, InvalidPartOrderError
+from blobstore.objects.errors import (
+    EntityTooSmallError,
+    InvalidPartListError,
+    InvalidPartOrderError,
+)
 from blobstore.objects.extents import plan_read, slice_extents, total_length
 from blobstore.objects.multipart import choose_parts, multipart_etag, normalise_etag
 from blobstore.runtime.errors import UsageError
@@ -88,11 +92,11 @@ def test_choose_parts_and_etag() -> None:
     assert multipart_etag(chosen) == f"{expected}-2"
     with pytest.raises(InvalidPartOrderError):
         choose_parts([(2, parts[2].etag), (1, parts[1].etag)], parts, 10)
-    with pytest.raises(InvalidPartError):
+    with pytest.raises(InvalidPartListError):
         choose_parts([(1, "0" * 32)], parts, 10)
-    with pytest.raises(InvalidPartError):
+    with pytest.raises(InvalidPartListError):
         choose_parts([(4, parts[1].etag)], parts, 10)
-    with pytest.raises(InvalidPartError):
+    with pytest.raises(InvalidPartListError):
         choose_parts([], parts, 10)
     with pytest.raises(EntityTooSmallError):
         choose_parts([(1, parts[1].etag), (2, parts[2].etag)], parts, 11)
