@@ -3,6 +3,7 @@
 #   - Debian packages: zookeeper, a JDK and rclone (only when missing)
 #   - a virtual environment in .venv with the pinned Python dependencies
 #   - the s3a jars (hadoop-aws 3.3.1 + aws-java-sdk-bundle 1.11.901) in .deps/jars
+#   - the repository's git hooks (.githooks: commit-msg)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec </dev/null
@@ -73,5 +74,10 @@ if [ ! -f "$jars/hadoop-aws-3.3.1.jar" ] || [ ! -f "$jars/aws-java-sdk-bundle-1.
     find "$tmp" -name 'aws-java-sdk-bundle-1.11.901.jar' -exec cp {} "$jars/" \;
     rm -rf "$tmp"
     test -f "$jars/hadoop-aws-3.3.1.jar" && test -f "$jars/aws-java-sdk-bundle-1.11.901.jar"
+fi
+# The repository's own hooks (commit-msg: short subjects), when this is a git work tree.
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1 \
+    && [ "$(git config --get core.hooksPath || true)" != .githooks ]; then
+    git config core.hooksPath .githooks
 fi
 log "ready"
