@@ -37,7 +37,7 @@ __all__ = [
 
 def http_date(epoch_seconds: float) -> str:
     """Last-Modified and friends: 'Fri, 20 Nov 2026 23:18:56 GMT'. Objects written in the
-    same second share the text (formatting it was 2% of a small GET)."""
+    same second share the text: formatting it anew is a visible part of a small GET."""
     return _http_date(math.floor(epoch_seconds))
 
 

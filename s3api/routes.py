@@ -8,9 +8,10 @@ plus, as S3 does).
 Operations are chosen by method, by whether a bucket and key are named, and by the
 subresource query parameters. ACLs and the bucket settings nothing here can change are
 read as their defaults (`FIXED_BUCKET_SETTINGS`, the `private` ACL). Other subresources
-this gateway does not implement (and setting those) resolve to `NOT_IMPLEMENTED`, whose handler answers NotImplemented (rather than a plain GET or PUT
-mistaking them for its own) once the request's signature is verified, as S3 checks
-authentication first: an anonymous or forged request learns nothing from them.
+this gateway does not implement (and setting those) resolve to `NOT_IMPLEMENTED`, whose
+handler answers NotImplemented (rather than a plain GET or PUT mistaking them for its own)
+once the request's signature is verified, as S3 checks authentication first: an
+anonymous or forged request learns nothing from them.
 """
 
 from __future__ import annotations
@@ -128,9 +129,13 @@ def resolve_operation(
     return _object_operation(method, query, headers)
 
 
-def _bucket_operation(method: str, query: Mapping[str, str]) -> str:
-    if method == "GET":
-        for name, operation in (
+# Operations by method: the first subresource the query names picks one (in the order
+# listed), otherwise the method's default. Bucket GET, object PUT and the POSTs with no
+# default have helpers of their own.
+_Choices = tuple[tuple[tuple[str, str], ...], str]
+_BUCKET_OPERATIONS: dict[str, _Choices] = {
+    "GET": (
+        (
             ("location", "GetBucketLocation"),
             ("versioning", "GetBucketVersioning"),
             ("tagging", "GetBucketTagging"),
@@ -138,73 +143,95 @@ def _bucket_operation(method: str, query: Mapping[str, str]) -> str:
             ("lifecycle", "GetBucketLifecycleConfiguration"),
             ("versions", "ListObjectVersions"),
             ("uploads", "ListMultipartUploads"),
-        ):
-            if name in query:
-                return operation
-        if query.get("list-type") == "2":
-            return "ListObjectsV2"
-        return "ListObjects"
-    if method == "HEAD":
-        return "HeadBucket"
-    if method == "PUT":
-        for name, operation in (
+        ),
+        "ListObjects",
+    ),
+    "HEAD": ((), "HeadBucket"),
+    "PUT": (
+        (
             ("versioning", "PutBucketVersioning"),
             ("tagging", "PutBucketTagging"),
             ("cors", "PutBucketCors"),
             ("lifecycle", "PutBucketLifecycleConfiguration"),
-        ):
-            if name in query:
-                return operation
-        return "CreateBucket"
-    if method == "DELETE":
-        for name, operation in (
+        ),
+        "CreateBucket",
+    ),
+    "DELETE": (
+        (
             ("tagging", "DeleteBucketTagging"),
             ("cors", "DeleteBucketCors"),
             ("lifecycle", "DeleteBucketLifecycle"),
-        ):
-            if name in query:
-                return operation
-        return "DeleteBucket"
-    if method == "POST":
-        if "delete" in query:
-            return "DeleteObjects"
-        raise S3Error("NotImplemented", "POST uploads (browser forms) are not implemented")
-    raise S3Error("MethodNotAllowed", Method=method, ResourceType="BUCKET")
+        ),
+        "DeleteBucket",
+    ),
+}
+_OBJECT_OPERATIONS: dict[str, _Choices] = {
+    "GET": (
+        (
+            ("tagging", "GetObjectTagging"),
+            ("attributes", "GetObjectAttributes"),
+            ("uploadId", "ListParts"),
+        ),
+        "GetObject",
+    ),
+    "HEAD": ((), "HeadObject"),
+    "DELETE": (
+        (("tagging", "DeleteObjectTagging"), ("uploadId", "AbortMultipartUpload")),
+        "DeleteObject",
+    ),
+}
+_OBJECT_POSTS = (("uploads", "CreateMultipartUpload"), ("uploadId", "CompleteMultipartUpload"))
+
+
+def _chosen(query: Mapping[str, str], subresources: tuple[tuple[str, str], ...]) -> str:
+    """The operation of the first subresource `query` names ("" for none)."""
+    for name, operation in subresources:
+        if name in query:
+            return operation
+    return ""
+
+
+def _bucket_operation(method: str, query: Mapping[str, str]) -> str:
+    choices = _BUCKET_OPERATIONS.get(method)
+    if choices is None:
+        return _bucket_post(method, query)
+    subresources, default = choices
+    operation = _chosen(query, subresources)
+    if operation:
+        return operation
+    if method == "GET" and query.get("list-type") == "2":
+        return "ListObjectsV2"
+    return default
+
+
+def _bucket_post(method: str, query: Mapping[str, str]) -> str:
+    if method != "POST":
+        raise S3Error("MethodNotAllowed", Method=method, ResourceType="BUCKET")
+    if "delete" in query:
+        return "DeleteObjects"
+    raise S3Error("NotImplemented", "POST uploads (browser forms) are not implemented")
 
 
 def _object_operation(method: str, query: Mapping[str, str], headers: Mapping[str, str]) -> str:
-    if method == "GET":
-        if "tagging" in query:
-            return "GetObjectTagging"
-        if "attributes" in query:
-            return "GetObjectAttributes"
-        if "uploadId" in query:
-            return "ListParts"
-        return "GetObject"
-    if method == "HEAD":
-        return "HeadObject"
     if method == "PUT":
-        if "tagging" in query:
-            return "PutObjectTagging"
-        if "uploadId" in query or "partNumber" in query:
-            if "x-amz-copy-source" in headers:
-                return "UploadPartCopy"
-            return "UploadPart"
-        if "x-amz-copy-source" in headers:
-            return "CopyObject"
-        return "PutObject"
-    if method == "DELETE":
-        if "tagging" in query:
-            return "DeleteObjectTagging"
-        if "uploadId" in query:
-            return "AbortMultipartUpload"
-        return "DeleteObject"
-    if method == "POST":
-        if "uploads" in query:
-            return "CreateMultipartUpload"
-        if "uploadId" in query:
-            return "CompleteMultipartUpload"
-    raise S3Error("MethodNotAllowed", Method=method, ResourceType="OBJECT")
+        return _object_put(query, headers)
+    choices = _OBJECT_OPERATIONS.get(method)
+    if choices is None:
+        operation = _chosen(query, _OBJECT_POSTS) if method == "POST" else ""
+        if not operation:
+            raise S3Error("MethodNotAllowed", Method=method, ResourceType="OBJECT")
+        return operation
+    subresources, default = choices
+    return _chosen(query, subresources) or default
+
+
+def _object_put(query: Mapping[str, str], headers: Mapping[str, str]) -> str:
+    if "tagging" in query:
+        return "PutObjectTagging"
+    copy = "x-amz-copy-source" in headers
+    if "uploadId" in query or "partNumber" in query:
+        return "UploadPartCopy" if copy else "UploadPart"
+    return "CopyObject" if copy else "PutObject"
 
 
 def _fixed_setting(method: str, bucket: str, key: str, query: Mapping[str, str]) -> str:

@@ -6,18 +6,21 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import logging
 from dataclasses import replace
 
 from starlette.responses import Response
 
 from blobstore.catalog.records import ListResult
 from blobstore.catalog.versioning import well_formed_version_id
-from s3api import xml as s3xml
+from s3api import xml_requests, xml_responses
 from s3api.errors import S3Error, to_s3_error
 from s3api.handlers._private import xml_response
 from s3api.handlers.context import S3Context
 from s3api.handlers.objects import check_acl
 from s3api.limits import parse_max_count, validate_bucket_name
+
+logger = logging.getLogger(__name__)
 
 DELETE_CONCURRENCY = 16
 
@@ -73,7 +76,7 @@ async def list_buckets(ctx: S3Context) -> Response:
         buckets = buckets[:max_buckets]
         next_token = _token(buckets[-1].name)
     return xml_response(
-        s3xml.list_all_my_buckets_result(
+        xml_responses.list_all_my_buckets_result(
             buckets, ctx.user.name, prefix=prefix, continuation_token=next_token
         )
     )
@@ -84,7 +87,9 @@ async def create_bucket(ctx: S3Context) -> Response:
     if ctx.headers.get("x-amz-bucket-object-lock-enabled", "").lower() == "true":
         raise S3Error("NotImplemented", "Object Lock is not implemented")
     check_acl(ctx, "InvalidBucketAclWithObjectOwnership")
-    region = s3xml.parse_create_bucket_configuration(await ctx.small_body()) or ctx.config.region
+    region = (
+        xml_requests.parse_create_bucket_configuration(await ctx.small_body()) or ctx.config.region
+    )
     await ctx.store.catalog.create_bucket(ctx.bucket, ctx.user.name, region)
     return Response(b"", headers={"Location": f"/{ctx.bucket}"})
 
@@ -102,17 +107,17 @@ async def delete_bucket(ctx: S3Context) -> Response:
 
 async def get_bucket_location(ctx: S3Context) -> Response:
     record = await ctx.owned_bucket()
-    return xml_response(s3xml.location_constraint(record.region))
+    return xml_response(xml_responses.location_constraint(record.region))
 
 
 async def get_bucket_versioning(ctx: S3Context) -> Response:
     record = await ctx.owned_bucket()
-    return xml_response(s3xml.versioning_configuration(record.versioning))
+    return xml_response(xml_responses.versioning_configuration(record.versioning))
 
 
 async def put_bucket_versioning(ctx: S3Context) -> Response:
     await ctx.owned_bucket()
-    status = s3xml.parse_versioning_configuration(await ctx.small_body())
+    status = xml_requests.parse_versioning_configuration(await ctx.small_body())
     await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, versioning=status))
     return Response(b"")
 
@@ -121,12 +126,12 @@ async def get_bucket_tagging(ctx: S3Context) -> Response:
     record = await ctx.owned_bucket()
     if not record.tags:
         raise S3Error("NoSuchTagSet", BucketName=ctx.bucket)
-    return xml_response(s3xml.tagging(record.tags))
+    return xml_response(xml_responses.tagging(record.tags))
 
 
 async def put_bucket_tagging(ctx: S3Context) -> Response:
     await ctx.owned_bucket()
-    tags = s3xml.parse_tagging(await ctx.small_body(), bucket=True)
+    tags = xml_requests.parse_tagging(await ctx.small_body(), bucket=True)
     await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, tags=tags))
     return Response(b"", status_code=204)
 
@@ -141,12 +146,12 @@ async def get_bucket_lifecycle(ctx: S3Context) -> Response:
     record = await ctx.owned_bucket()
     if not record.lifecycle:
         raise S3Error("NoSuchLifecycleConfiguration", BucketName=ctx.bucket)
-    return xml_response(s3xml.lifecycle_configuration(record.lifecycle))
+    return xml_response(xml_responses.lifecycle_configuration(record.lifecycle))
 
 
 async def put_bucket_lifecycle(ctx: S3Context) -> Response:
     await ctx.owned_bucket()
-    rules = s3xml.parse_lifecycle_configuration(await ctx.small_body())
+    rules = xml_requests.parse_lifecycle_configuration(await ctx.small_body())
     await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, lifecycle=rules))
     return Response(b"")
 
@@ -208,7 +213,7 @@ async def list_objects_v2(ctx: S3Context) -> Response:
         position = max(_untoken(token), start_after)
     result = await _list_objects(ctx, prefix, delimiter, position, max_keys)
     return xml_response(
-        s3xml.list_bucket_result_v2(
+        xml_responses.list_bucket_result_v2(
             ctx.bucket,
             prefix=prefix,
             delimiter=delimiter,
@@ -236,7 +241,7 @@ async def list_objects_v1(ctx: S3Context) -> Response:
     max_keys = parse_max_count(ctx.query.get("max-keys"))
     result = await _list_objects(ctx, prefix, delimiter, marker, max_keys)
     return xml_response(
-        s3xml.list_bucket_result_v1(
+        xml_responses.list_bucket_result_v1(
             ctx.bucket,
             prefix=prefix,
             delimiter=delimiter,
@@ -283,7 +288,7 @@ async def list_object_versions(ctx: S3Context) -> Response:
         view=ctx.view(),
     )
     return xml_response(
-        s3xml.list_versions_result(
+        xml_responses.list_versions_result(
             ctx.bucket,
             prefix=prefix,
             delimiter=delimiter,
@@ -305,30 +310,47 @@ async def list_object_versions(ctx: S3Context) -> Response:
 
 async def delete_objects(ctx: S3Context) -> Response:
     await ctx.owned_bucket()
-    request = s3xml.parse_delete(await ctx.small_body(checksum_required=True))
+    request = xml_requests.parse_delete(await ctx.small_body(checksum_required=True))
     slots = asyncio.Semaphore(DELETE_CONCURRENCY)
+    outcomes = await asyncio.gather(*(_delete_one(ctx, item, slots) for item in request.objects))
+    deleted = [o for o in outcomes if isinstance(o, xml_responses.Deleted)]
+    errors = [o for o in outcomes if isinstance(o, xml_responses.DeleteError)]
+    return xml_response(xml_responses.delete_result([] if request.quiet else deleted, errors))
 
-    async def delete_one(item: s3xml.ObjectToDelete) -> s3xml.Deleted | s3xml.DeleteError:
-        if item.version_id is not None and not well_formed_version_id(item.version_id):
-            # A version no key can have (S3 answers so, where DeleteObject says
-            # InvalidArgument).
-            error = S3Error("NoSuchVersion")
-            return s3xml.DeleteError(item.key, error.code, error.message, item.version_id)
-        async with slots:
-            try:
-                result = await ctx.store.catalog.delete_object(
-                    ctx.bucket, item.key, item.version_id, owner=ctx.user.name, if_match=item.etag
-                )
-            except Exception as e:  # noqa: BLE001 - reported per key, as S3 does
-                error = to_s3_error(e)
-                return s3xml.DeleteError(item.key, error.code, error.message, item.version_id)
-        if result.delete_marker and item.version_id is None:
-            return s3xml.Deleted(item.key, None, True, result.version_id)
-        # A delete marker removed by its version id: S3 names it twice.
-        marker_id = item.version_id if result.delete_marker else None
-        return s3xml.Deleted(item.key, item.version_id, result.delete_marker, marker_id)
 
-    outcomes = await asyncio.gather(*(delete_one(item) for item in request.objects))
-    deleted = [o for o in outcomes if isinstance(o, s3xml.Deleted)]
-    errors = [o for o in outcomes if isinstance(o, s3xml.DeleteError)]
-    return xml_response(s3xml.delete_result([] if request.quiet else deleted, errors))
+async def _delete_one(
+    ctx: S3Context, item: xml_requests.ObjectToDelete, slots: asyncio.Semaphore
+) -> xml_responses.Deleted | xml_responses.DeleteError:
+    if item.version_id is not None and not well_formed_version_id(item.version_id):
+        # A version no key can have (S3 answers so, where DeleteObject says
+        # InvalidArgument).
+        error = S3Error("NoSuchVersion")
+        return xml_responses.DeleteError(item.key, error.code, error.message, item.version_id)
+    async with slots:
+        try:
+            result = await ctx.store.catalog.delete_object(
+                ctx.bucket, item.key, item.version_id, owner=ctx.user.name, if_match=item.etag
+            )
+        except Exception as e:  # noqa: BLE001 - reported per key, as S3 does
+            return delete_error(e, item, request_id=ctx.request_id, bucket=ctx.bucket)
+    if result.delete_marker and item.version_id is None:
+        return xml_responses.Deleted(item.key, None, True, result.version_id)
+    # A delete marker removed by its version id: S3 names it twice.
+    marker_id = item.version_id if result.delete_marker else None
+    return xml_responses.Deleted(item.key, item.version_id, result.delete_marker, marker_id)
+
+
+def delete_error(
+    exc: Exception, item: xml_requests.ObjectToDelete, *, request_id: str, bucket: str
+) -> xml_responses.DeleteError:
+    """The <Error> entry for a key whose delete raised `exc`; an exception the gateway
+    does not map (InternalError) is logged with its traceback, as a request's is."""
+    error = to_s3_error(exc)
+    if error.code == "InternalError":
+        logger.error(
+            "event=internal_error request_id=%s resource=%s",
+            request_id,
+            f"/{bucket}/{item.key}",
+            exc_info=exc,
+        )
+    return xml_responses.DeleteError(item.key, error.code, error.message, item.version_id)

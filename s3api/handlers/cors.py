@@ -2,7 +2,7 @@
 CORS headers added to ordinary responses when the request has an Origin that a rule
 allows.
 
-Rules are stored in the bucket record as `s3api.xml.parse_cors_configuration` returns
+Rules are stored in the bucket record as `s3api.xml_requests.parse_cors_configuration` returns
 them: {"ID", "AllowedOrigin": [...], "AllowedMethod": [...], "AllowedHeader": [...],
 "ExposeHeader": [...], "MaxAgeSeconds"}. An origin or header pattern may hold '*'.
 """
@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from blobstore.catalog.records import BucketRecord
 from blobstore.objects import ObjectStore
-from s3api import xml as s3xml
+from s3api import xml_requests, xml_responses
 from s3api.errors import S3Error
 from s3api.handlers._private import xml_response
 from s3api.handlers.context import S3Context
@@ -112,12 +112,12 @@ async def get_bucket_cors(ctx: S3Context) -> Response:
     record = await ctx.owned_bucket()
     if not record.cors:
         raise S3Error("NoSuchCORSConfiguration", BucketName=ctx.bucket)
-    return xml_response(s3xml.cors_configuration(record.cors))
+    return xml_response(xml_responses.cors_configuration(record.cors))
 
 
 async def put_bucket_cors(ctx: S3Context) -> Response:
     await ctx.owned_bucket()
-    rules = s3xml.parse_cors_configuration(await ctx.small_body())
+    rules = xml_requests.parse_cors_configuration(await ctx.small_body())
     await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, cors=rules))
     return Response(b"", status_code=200)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from s3api import xml as s3xml
+from s3api import xml_requests, xml_responses
 from s3api.errors import S3Error
 from s3api.handlers._private import version_headers, xml_response
 from s3api.handlers.context import S3Context
@@ -40,11 +40,15 @@ UNSET_CONFIGURATION_ERRORS: dict[str, str] = {
 }
 # ... or the document S3 returns with nothing set.
 UNSET_CONFIGURATION_DOCUMENTS: dict[str, bytes] = {
-    "GetBucketLogging": s3xml.empty_configuration("BucketLoggingStatus"),
-    "GetBucketNotificationConfiguration": s3xml.empty_configuration("NotificationConfiguration"),
-    "GetBucketAccelerateConfiguration": s3xml.empty_configuration("AccelerateConfiguration"),
-    "GetBucketRequestPayment": s3xml.request_payment_configuration(),
-    "GetBucketOwnershipControls": s3xml.ownership_controls("BucketOwnerEnforced"),
+    "GetBucketLogging": xml_responses.empty_configuration("BucketLoggingStatus"),
+    "GetBucketNotificationConfiguration": xml_responses.empty_configuration(
+        "NotificationConfiguration"
+    ),
+    "GetBucketAccelerateConfiguration": xml_responses.empty_configuration(
+        "AccelerateConfiguration"
+    ),
+    "GetBucketRequestPayment": xml_responses.request_payment_configuration(),
+    "GetBucketOwnershipControls": xml_responses.ownership_controls("BucketOwnerEnforced"),
 }
 UNSET_CONFIGURATION_OPERATIONS = frozenset(UNSET_CONFIGURATION_ERRORS) | frozenset(
     UNSET_CONFIGURATION_DOCUMENTS
@@ -61,7 +65,7 @@ async def get_unset_configuration(ctx: S3Context) -> Response:
 
 async def get_bucket_acl(ctx: S3Context) -> Response:
     bucket = await ctx.owned_bucket()
-    return xml_response(s3xml.access_control_policy(bucket.owner))
+    return xml_response(xml_responses.access_control_policy(bucket.owner))
 
 
 async def put_bucket_acl(ctx: S3Context) -> Response:
@@ -75,7 +79,7 @@ async def get_object_acl(ctx: S3Context) -> Response:
     bucket = await ctx.owned_bucket()
     record = await load_version(ctx)
     return xml_response(
-        s3xml.access_control_policy(bucket.owner),
+        xml_responses.access_control_policy(bucket.owner),
         headers=version_headers(record.version_id, bucket.versioning),
     )
 
@@ -101,6 +105,6 @@ async def _check_private(ctx: S3Context, owner: str) -> None:
         )
     if canned is None and not granted and not body:
         raise S3Error("MissingSecurityHeader", "Your request was missing a required header")
-    if body and not s3xml.acl_grants_only_owner(body, owner) and ctx.config.acls != "ignore":
+    if body and not xml_requests.acl_grants_only_owner(body, owner) and ctx.config.acls != "ignore":
         raise S3Error("AccessControlListNotSupported")
     check_acl(ctx)

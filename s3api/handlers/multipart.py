@@ -5,6 +5,7 @@ extents into one object record without copying a byte."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from urllib.parse import quote
 
 from starlette.responses import Response
@@ -24,7 +25,7 @@ from blobstore.catalog.records import (
 )
 from blobstore.objects import VerifiedBody, WrittenData
 from blobstore.objects.errors import InvalidPartListError
-from s3api import xml as s3xml
+from s3api import xml_requests, xml_responses
 from s3api.checksums import (
     ALGORITHMS,
     COMPOSITE,
@@ -63,6 +64,7 @@ from s3api.limits import (
     validate_key,
 )
 from s3api.ranges import parse_copy_source_range
+from s3api.xml_requests import CompletedPart
 
 
 async def _upload(ctx: S3Context) -> UploadRecord:
@@ -103,7 +105,7 @@ async def create_multipart_upload(ctx: S3Context) -> Response:
         headers["x-amz-checksum-algorithm"] = algorithm
         headers["x-amz-checksum-type"] = checksum_type or COMPOSITE
     return xml_response(
-        s3xml.initiate_multipart_upload_result(ctx.bucket, ctx.key, upload.upload_id),
+        xml_responses.initiate_multipart_upload_result(ctx.bucket, ctx.key, upload.upload_id),
         headers=headers,
     )
 
@@ -177,104 +179,30 @@ async def upload_part_copy(ctx: S3Context) -> Response:
     if source.version_id != "null":
         headers["x-amz-copy-source-version-id"] = source.version_id
     return xml_response(
-        s3xml.copy_part_result(part.etag, part.last_modified, part.checksums), headers=headers
+        xml_responses.copy_part_result(part.etag, part.last_modified, part.checksums),
+        headers=headers,
     )
 
 
 async def complete_multipart_upload(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     await ctx.owned_bucket()
-    try:
-        upload: UploadRecord | None = await _upload(ctx)
-        gone: S3Error | None = None
-    except NoSuchUploadError:
-        upload, gone = None, S3Error("NoSuchUpload", UploadId=ctx.query.get("uploadId", ""))
-    except S3Error as e:
-        if e.code != "NoSuchUpload":
-            raise
-        upload, gone = None, e
+    upload, gone = await _upload_in_progress(ctx)
     # Its x-amz-checksum-* header is the whole object's (checked in `finish`).
     body = await ctx.small_body(checksum_headers_are_the_body=False)
     if upload is None:
         assert gone is not None
         return await _completed_before(ctx, gone)
-    requested = s3xml.parse_complete_multipart_upload(body)
-    algorithm = upload.checksum_algorithm
-    if algorithm and upload.checksum_type != FULL_OBJECT:
-        # A composite checksum is made of the parts' own: S3 wants each one named.
-        for part in requested:
-            if algorithm not in part.checksums:
-                raise S3Error(
-                    "InvalidRequest",
-                    f"The upload was created using a {algorithm.lower()} checksum. The "
-                    "complete request must include the checksum for each part. It was "
-                    f"missing for part {part.part_number} in the request.",
-                )
+    requested = xml_requests.parse_complete_multipart_upload(body)
+    _check_parts_name_checksums(upload, requested)
     if_match, if_none_match = parse_write_conditions(ctx.headers)
     _check_completion_checksum_headers(ctx, upload)
     object_size = _declared_object_size(ctx)
     by_number = {p.part_number: p for p in requested}
 
-    def full_object(
-        algorithm: str, values: list[str | None], parts: list[PartRecord]
-    ) -> dict[str, str]:
-        """The whole object's checksum combined from its parts', checked against the
-        value the request declares for it, if any."""
-        value = combine_full_object(
-            algorithm, [(v, p.size) for v, p in zip(values, parts, strict=True) if v is not None]
-        )
-        declared = ctx.headers.get(header_name(algorithm))
-        if declared is not None and decode_checksum_value(
-            algorithm, declared
-        ) != decode_checksum_value(algorithm, value):
-            raise mismatch_error(algorithm)
-        return {algorithm: value, "type": FULL_OBJECT}
-
-    def composite(algorithm: str, values: list[str]) -> dict[str, str]:
-        """The checksum of the parts' checksums (`<base64>-<parts>`), checked against the
-        value the request declares for it, if any (the part count may be left out)."""
-        value = composite_checksum(algorithm, values)
-        declared = ctx.headers.get(header_name(algorithm))
-        if declared is not None:
-            digest, _, count = value.rpartition("-")
-            declared_digest, dash, declared_count = declared.strip().rpartition("-")
-            if not dash:
-                declared_digest, declared_count = declared.strip(), count
-            if declared_count != count or decode_checksum_value(
-                algorithm, declared_digest
-            ) != decode_checksum_value(algorithm, digest):
-                raise mismatch_error(algorithm)
-        return {algorithm: value, "type": COMPOSITE}
-
     async def finish(upload: UploadRecord, parts: list[PartRecord]) -> dict[str, str]:
-        total = sum(p.size for p in parts)
-        if total > OBJECT_SIZE_MAX:
-            raise S3Error("EntityTooLarge", ProposedSize=total, MaxSizeAllowed=OBJECT_SIZE_MAX)
-        if object_size is not None and object_size != total:
-            raise S3Error(
-                "InvalidRequest",
-                f"The provided 'x-amz-mp-object-size' header value {object_size} does not "
-                f"match what was computed: {total}",
-            )
-        for part in parts:
-            for algorithm, value in by_number[part.part_number].checksums.items():
-                stored = part.checksums.get(algorithm)
-                if stored is not None and stored != value:
-                    raise S3Error("InvalidPart", PartNumber=part.part_number)
-        algorithm = upload.checksum_algorithm
-        if not algorithm:
-            # S3's default checksum, when every part has it (a part uploaded with another
-            # named checksum has not).
-            defaults = [p.checksums.get(DEFAULT_ALGORITHM) for p in parts]
-            if not parts or any(v is None for v in defaults):
-                return {}
-            return full_object(DEFAULT_ALGORITHM, defaults, parts)
-        values = [p.checksums.get(algorithm) for p in parts]
-        if any(v is None for v in values):
-            raise S3Error("InvalidPart", f"A part was uploaded without its {algorithm} checksum")
-        if upload.checksum_type == FULL_OBJECT:
-            return full_object(algorithm, values, parts)
-        return composite(algorithm, values)  # type: ignore[arg-type]
+        _check_completed_parts(parts, by_number, object_size)
+        return _completed_checksums(upload, parts, ctx.headers)
 
     try:
         result = await ctx.store.complete_upload(
@@ -294,21 +222,133 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
         # answer as it did, else the parts really were wrong.
         return await _completed_before(ctx, to_s3_error(e))
     except RecordTooLargeError as e:
-        # Long part lists go to a manifest, so this is the key's versions together (a
-        # versioned key's record line holds every version): not the user's metadata.
+        raise _record_too_large(e) from e
+    return _completed_response(ctx, result.record)
+
+
+async def _upload_in_progress(ctx: S3Context) -> tuple[UploadRecord | None, S3Error | None]:
+    """The upload the request completes, or (None, the NoSuchUpload to answer unless an
+    earlier completion of it made the key's current version)."""
+    try:
+        return await _upload(ctx), None
+    except NoSuchUploadError:
+        return None, S3Error("NoSuchUpload", UploadId=ctx.query.get("uploadId", ""))
+    except S3Error as e:
+        if e.code != "NoSuchUpload":
+            raise
+        return None, e
+
+
+def _check_parts_name_checksums(upload: UploadRecord, requested: list[CompletedPart]) -> None:
+    """A composite checksum is made of the parts' own: S3 wants each one named."""
+    algorithm = upload.checksum_algorithm
+    if not algorithm or upload.checksum_type == FULL_OBJECT:
+        return
+    for part in requested:
+        if algorithm not in part.checksums:
+            raise S3Error(
+                "InvalidRequest",
+                f"The upload was created using a {algorithm.lower()} checksum. The "
+                "complete request must include the checksum for each part. It was "
+                f"missing for part {part.part_number} in the request.",
+            )
+
+
+def _check_completed_parts(
+    parts: list[PartRecord], requested: Mapping[int, CompletedPart], object_size: int | None
+) -> None:
+    """The stored parts against the request: the object's size (at most OBJECT_SIZE_MAX,
+    and x-amz-mp-object-size if declared), and each checksum the request names for a
+    part against the part's own."""
+    total = sum(p.size for p in parts)
+    if total > OBJECT_SIZE_MAX:
+        raise S3Error("EntityTooLarge", ProposedSize=total, MaxSizeAllowed=OBJECT_SIZE_MAX)
+    if object_size is not None and object_size != total:
         raise S3Error(
             "InvalidRequest",
-            f"The object's catalog record is too large to complete ({e}); delete old "
-            "versions of this key, or complete the upload under another key",
-        ) from e
-    return _completed_response(ctx, result.record)
+            f"The provided 'x-amz-mp-object-size' header value {object_size} does not "
+            f"match what was computed: {total}",
+        )
+    for part in parts:
+        for algorithm, value in requested[part.part_number].checksums.items():
+            stored = part.checksums.get(algorithm)
+            if stored is not None and stored != value:
+                raise S3Error("InvalidPart", PartNumber=part.part_number)
+
+
+def _completed_checksums(
+    upload: UploadRecord, parts: list[PartRecord], headers: Mapping[str, str]
+) -> dict[str, str]:
+    """The completed object's checksums, combined from its parts' and checked against the
+    value `headers` declare for the whole object, if any."""
+    algorithm = upload.checksum_algorithm
+    if not algorithm:
+        # S3's default checksum, when every part has it (a part uploaded with another
+        # named checksum has not).
+        defaults = [p.checksums.get(DEFAULT_ALGORITHM) for p in parts]
+        if not parts or any(v is None for v in defaults):
+            return {}
+        return _full_object(DEFAULT_ALGORITHM, defaults, parts, headers)
+    values = [p.checksums.get(algorithm) for p in parts]
+    if any(v is None for v in values):
+        raise S3Error("InvalidPart", f"A part was uploaded without its {algorithm} checksum")
+    if upload.checksum_type == FULL_OBJECT:
+        return _full_object(algorithm, values, parts, headers)
+    return _composite(algorithm, values, headers)  # type: ignore[arg-type]
+
+
+def _full_object(
+    algorithm: str,
+    values: list[str | None],
+    parts: list[PartRecord],
+    headers: Mapping[str, str],
+) -> dict[str, str]:
+    """The whole object's checksum combined from its parts', checked against the value
+    the request declares for it, if any."""
+    value = combine_full_object(
+        algorithm, [(v, p.size) for v, p in zip(values, parts, strict=True) if v is not None]
+    )
+    declared = headers.get(header_name(algorithm))
+    if declared is not None and decode_checksum_value(algorithm, declared) != (
+        decode_checksum_value(algorithm, value)
+    ):
+        raise mismatch_error(algorithm)
+    return {algorithm: value, "type": FULL_OBJECT}
+
+
+def _composite(algorithm: str, values: list[str], headers: Mapping[str, str]) -> dict[str, str]:
+    """The checksum of the parts' checksums (`<base64>-<parts>`), checked against the
+    value the request declares for it, if any (the part count may be left out)."""
+    value = composite_checksum(algorithm, values)
+    declared = headers.get(header_name(algorithm))
+    if declared is not None:
+        digest, _, count = value.rpartition("-")
+        declared_digest, dash, declared_count = declared.strip().rpartition("-")
+        if not dash:
+            declared_digest, declared_count = declared.strip(), count
+        if declared_count != count or decode_checksum_value(
+            algorithm, declared_digest
+        ) != decode_checksum_value(algorithm, digest):
+            raise mismatch_error(algorithm)
+    return {algorithm: value, "type": COMPOSITE}
+
+
+def _record_too_large(e: RecordTooLargeError) -> S3Error:
+    """Long part lists go to a manifest, so a record too large is the key's versions
+    together (a versioned key's record line holds every version), not the user's
+    metadata."""
+    return S3Error(
+        "InvalidRequest",
+        f"The object's catalog record is too large to complete ({e}); delete old "
+        "versions of this key, or complete the upload under another key",
+    )
 
 
 def _completed_response(ctx: S3Context, record: ObjectRecord) -> Response:
     # A URI, so the key percent-encoded (as S3 does, '/' included).
     location = f"{ctx.config.scheme}://{ctx.headers.get('host', '')}/{ctx.bucket}/{quote(ctx.key, safe='')}"
     return xml_response(
-        s3xml.complete_multipart_upload_result(
+        xml_responses.complete_multipart_upload_result(
             location, ctx.bucket, ctx.key, record.etag, record.checksums
         ),
         headers=written_version_headers(record.version_id),
@@ -397,7 +437,7 @@ async def list_parts(ctx: S3Context) -> Response:
     parts = result.parts if max_parts else []
     truncated = result.is_truncated and bool(max_parts)
     return xml_response(
-        s3xml.list_parts_result(
+        xml_responses.list_parts_result(
             ctx.bucket,
             ctx.key,
             upload.upload_id,
@@ -436,7 +476,7 @@ async def list_multipart_uploads(ctx: S3Context) -> Response:
     )
     truncated = result.is_truncated and bool(max_uploads)
     return xml_response(
-        s3xml.list_multipart_uploads_result(
+        xml_responses.list_multipart_uploads_result(
             ctx.bucket,
             prefix=prefix,
             delimiter=delimiter,

@@ -15,7 +15,7 @@ from blobstore.catalog import versioning
 from blobstore.catalog.errors import DeleteMarkerError, NoSuchKeyError, NoSuchVersionError
 from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, BucketRecord, ObjectRecord
 from blobstore.objects import VerifiedBody, WrittenData
-from s3api import xml as s3xml
+from s3api import xml_requests, xml_responses
 from s3api.aws_chunked import PayloadReader, strip_aws_chunked
 from s3api.checksums import (
     COMPOSITE,
@@ -425,42 +425,18 @@ async def get_object(ctx: S3Context) -> Response:
     bucket, record = await owned_bucket_and_version(ctx)
     check_read_conditions(ctx.headers, record.etag, record.last_modified)
     headers = object_headers(ctx, record, bucket.versioning)
-    status = 200
-    first, last = 0, record.size - 1
     part_number_text = ctx.query.get("partNumber")
     checksum_mode = ctx.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
-    if part_number_text is not None:
+    if part_number_text is None:
+        status, first, last = _range_read(ctx.headers.get("range"), record, checksum_mode, headers)
+    else:
         if "range" in ctx.headers:
             raise S3Error(
                 "InvalidRequest", "Cannot specify both Range header and partNumber query parameter"
             )
         part_number = parse_part_number(part_number_text)
         record = await ctx.store.resolve(record)  # its part list may live in a manifest
-        first, last = _part_range(record, part_number)
-        if record.parts or record.size:
-            # A ranged read of the part; a single PUT's object is its own part 1 (S3
-            # answers that with 206 too, without a part count).
-            status = 206
-            headers["Content-Range"] = (
-                f"bytes {first}-{last}/{record.size}" if record.size else f"bytes */{record.size}"
-            )
-        if record.parts:
-            headers["x-amz-mp-parts-count"] = str(len(record.parts))
-            if checksum_mode and record.checksums.get("type") == COMPOSITE:
-                # A part's own checksum exists only under a COMPOSITE object checksum (a
-                # copy given a FULL_OBJECT one of another algorithm keeps old part lists).
-                part = next(p for p in record.parts if p.part_number == part_number)
-                headers.update(checksum_headers(part.checksums))
-        elif checksum_mode:
-            headers.update(checksum_headers(record.checksums))
-    else:
-        byte_range = parse_range(ctx.headers.get("range"), record.size)
-        if byte_range is not None:
-            status = 206
-            first, last = byte_range.first, byte_range.last
-            headers["Content-Range"] = byte_range.content_range
-        elif checksum_mode:
-            headers.update(checksum_headers(record.checksums))
+        status, first, last = _part_read(record, part_number, checksum_mode, headers)
     length = max(0, last - first + 1)
     headers["Content-Length"] = str(length)
     if record.tier_location is not None and not record.extents and length:
@@ -479,11 +455,63 @@ async def get_object(ctx: S3Context) -> Response:
         if len(body_bytes) != length:
             raise AssertionError(f"{len(body_bytes)} bytes for {length} bytes of {record.key!r}")
         return Response(body_bytes, status_code=status, headers=headers, media_type=None)
+    return await _streamed_response(ctx, record, first, last, status, headers)
 
+
+def _range_read(
+    range_header: str | None, record: ObjectRecord, checksum_mode: bool, headers: dict[str, str]
+) -> tuple[int, int, int]:
+    """(status, first, last) of a GET without partNumber: the Range asked for, or the
+    whole object (whose checksums the checksum mode adds to `headers`)."""
+    byte_range = parse_range(range_header, record.size)
+    if byte_range is not None:
+        headers["Content-Range"] = byte_range.content_range
+        return 206, byte_range.first, byte_range.last
+    if checksum_mode:
+        headers.update(checksum_headers(record.checksums))
+    return 200, 0, record.size - 1
+
+
+def _part_read(
+    record: ObjectRecord, part_number: int, checksum_mode: bool, headers: dict[str, str]
+) -> tuple[int, int, int]:
+    """(status, first, last) of a GET of one part, with its headers added to `headers`."""
+    first, last = _part_range(record, part_number)
+    status = 200
+    if record.parts or record.size:
+        # A ranged read of the part; a single PUT's object is its own part 1 (S3
+        # answers that with 206 too, without a part count).
+        status = 206
+        headers["Content-Range"] = (
+            f"bytes {first}-{last}/{record.size}" if record.size else f"bytes */{record.size}"
+        )
+    if record.parts:
+        headers["x-amz-mp-parts-count"] = str(len(record.parts))
+        if checksum_mode and record.checksums.get("type") == COMPOSITE:
+            # A part's own checksum exists only under a COMPOSITE object checksum (a
+            # copy given a FULL_OBJECT one of another algorithm keeps old part lists).
+            part = next(p for p in record.parts if p.part_number == part_number)
+            headers.update(checksum_headers(part.checksums))
+    elif checksum_mode:
+        headers.update(checksum_headers(record.checksums))
+    return status, first, last
+
+
+async def _streamed_response(
+    ctx: S3Context,
+    record: ObjectRecord,
+    first: int,
+    last: int,
+    status: int,
+    headers: dict[str, str],
+) -> StreamingResponse:
+    """The bytes first..last of a large body, streamed; its first piece is read before
+    the answer starts, so a read that fails at once is an error response."""
     pieces = ctx.store.read(record, first, last)
     try:
         head = await anext(pieces)
     except StopAsyncIteration:
+        length = last - first + 1
         raise AssertionError(f"no bytes for {length} bytes of {record.key!r}") from None
     except BaseException:
         await pieces.aclose()
@@ -555,6 +583,38 @@ async def copy_object(ctx: S3Context) -> Response:
             "InvalidRequest",
             f"The specified copy source is larger than the maximum allowable size for a copy source: {PUT_OBJECT_SIZE_MAX}",
         )
+    metadata_directive, tagging_directive = _copy_directives(ctx)
+    # Without the header the copy is STANDARD, whatever the source's class (as S3).
+    new_class = storage_class(ctx) if "x-amz-storage-class" in ctx.headers else "STANDARD"
+    unchanged = _copies_to_itself_unchanged(ctx, source, record, metadata_directive, new_class)
+    if unchanged and bucket.versioning != "Enabled":
+        raise S3Error(
+            "InvalidRequest",
+            "This copy request is illegal because it is trying to copy an object to itself "
+            "without changing the object's metadata, storage class, website redirect location "
+            "or encryption attributes.",
+        )
+    template = _copy_template(ctx, record, metadata_directive, tagging_directive, new_class)
+    if_match, if_none_match = parse_write_conditions(ctx.headers)
+    algorithm_text = ctx.headers.get("x-amz-checksum-algorithm")
+    if (if_match is not None or if_none_match) and _copy_reads_source(record, algorithm_text):
+        # The commit checks these again; here they spare a doomed copy its source's read.
+        await _check_destination_conditions(ctx, if_match, if_none_match)
+    checksums = await _copy_checksums(ctx, record, algorithm_text)
+    result = await ctx.store.copy_object(
+        record, template, checksums=checksums, if_match=if_match, if_none_match=if_none_match
+    )
+    copied = result.record
+    headers = written_version_headers(copied.version_id)
+    if source.version_id or record.version_id != "null":
+        headers["x-amz-copy-source-version-id"] = record.version_id
+    body = xml_responses.copy_object_result(copied.etag, copied.last_modified, copied.checksums)
+    return xml_response(body, headers=headers)
+
+
+def _copy_directives(ctx: S3Context) -> tuple[str, str]:
+    """x-amz-metadata-directive and x-amz-tagging-directive: COPY (the default) or
+    REPLACE."""
     metadata_directive = ctx.headers.get("x-amz-metadata-directive", "COPY").upper()
     tagging_directive = ctx.headers.get("x-amz-tagging-directive", "COPY").upper()
     if metadata_directive not in ("COPY", "REPLACE") or tagging_directive not in (
@@ -562,23 +622,37 @@ async def copy_object(ctx: S3Context) -> Response:
         "REPLACE",
     ):
         raise S3Error("InvalidArgument", "Unknown metadata or tagging directive")
-    # Without the header the copy is STANDARD, whatever the source's class (as S3).
-    new_class = storage_class(ctx) if "x-amz-storage-class" in ctx.headers else "STANDARD"
-    if (
+    return metadata_directive, tagging_directive
+
+
+def _copies_to_itself_unchanged(
+    ctx: S3Context,
+    source: CopySource,
+    record: ObjectRecord,
+    metadata_directive: str,
+    new_class: str,
+) -> bool:
+    """Whether the copy writes the source's own version back as it is (which S3 refuses
+    unless the bucket keeps versions)."""
+    return (
         source.bucket == ctx.bucket
         and source.key == ctx.key
         and source.version_id in (None, record.version_id)
         and metadata_directive == "COPY"
         and WEBSITE_REDIRECT not in ctx.headers
         and new_class == record.storage_class
-        and bucket.versioning != "Enabled"
-    ):
-        raise S3Error(
-            "InvalidRequest",
-            "This copy request is illegal because it is trying to copy an object to itself "
-            "without changing the object's metadata, storage class, website redirect location "
-            "or encryption attributes.",
-        )
+    )
+
+
+def _copy_template(
+    ctx: S3Context,
+    record: ObjectRecord,
+    metadata_directive: str,
+    tagging_directive: str,
+    new_class: str,
+) -> ObjectRecord:
+    """The copy's record but for its data: metadata and tags from the source (COPY) or
+    the request (REPLACE), the requested storage class, the requester as owner."""
     if metadata_directive == "REPLACE":
         template = ObjectRecord(
             bucket=ctx.bucket,
@@ -600,22 +674,7 @@ async def copy_object(ctx: S3Context) -> Response:
         if tagging_directive == "REPLACE"
         else dict(record.tags)
     )
-    template = replace(template, storage_class=new_class, owner=ctx.user.name, tags=tags)
-    if_match, if_none_match = parse_write_conditions(ctx.headers)
-    algorithm_text = ctx.headers.get("x-amz-checksum-algorithm")
-    if (if_match is not None or if_none_match) and _copy_reads_source(record, algorithm_text):
-        # The commit checks these again; here they spare a doomed copy its source's read.
-        await _check_destination_conditions(ctx, if_match, if_none_match)
-    checksums = await _copy_checksums(ctx, record, algorithm_text)
-    result = await ctx.store.copy_object(
-        record, template, checksums=checksums, if_match=if_match, if_none_match=if_none_match
-    )
-    copied = result.record
-    headers = written_version_headers(copied.version_id)
-    if source.version_id or record.version_id != "null":
-        headers["x-amz-copy-source-version-id"] = record.version_id
-    body = s3xml.copy_object_result(copied.etag, copied.last_modified, copied.checksums)
-    return xml_response(body, headers=headers)
+    return replace(template, storage_class=new_class, owner=ctx.user.name, tags=tags)
 
 
 def _copied_system_metadata(ctx: S3Context, source: ObjectRecord) -> dict[str, str]:
@@ -693,14 +752,15 @@ async def get_object_tagging(ctx: S3Context) -> Response:
     bucket = await ctx.owned_bucket()
     record = await load_version(ctx)
     return xml_response(
-        s3xml.tagging(record.tags), headers=version_headers(record.version_id, bucket.versioning)
+        xml_responses.tagging(record.tags),
+        headers=version_headers(record.version_id, bucket.versioning),
     )
 
 
 async def put_object_tagging(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     bucket = await ctx.owned_bucket()
-    tags = s3xml.parse_tagging(await ctx.small_body())
+    tags = xml_requests.parse_tagging(await ctx.small_body())
     record = await _retag(ctx, tags)
     return Response(b"", headers=version_headers(record.version_id, bucket.versioning))
 
@@ -739,7 +799,7 @@ async def get_object_attributes(ctx: S3Context) -> Response:
     parts = [p for p in record.parts if p.part_number > marker]
     shown = parts[:max_parts]
     truncated = len(parts) > len(shown)
-    body = s3xml.get_object_attributes_response(
+    body = xml_responses.get_object_attributes_response(
         etag=record.etag if "ETag" in wanted else None,
         checksums=record.checksums if "Checksum" in wanted else None,
         parts=shown if "ObjectParts" in wanted and record.parts else None,

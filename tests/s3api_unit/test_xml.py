@@ -8,7 +8,7 @@ from urllib.parse import unquote_plus
 
 import pytest
 
-from s3api import xml as s3xml
+from s3api import xml_requests, xml_responses
 from s3api.errors import S3Error
 from s3api.limits import REQUEST_XML_BYTES_MAX
 
@@ -73,13 +73,13 @@ def _ns(path: str) -> str:
 
 
 def test_iso_timestamp() -> None:
-    assert s3xml.iso_timestamp(0) == "1970-01-01T00:00:00.000Z"
-    assert s3xml.iso_timestamp(1_795_000_000.25) == "2026-11-18T11:06:40.250Z"
-    assert s3xml.iso_timestamp(1.9996) == "1970-01-01T00:00:02.000Z"
+    assert xml_responses.iso_timestamp(0) == "1970-01-01T00:00:00.000Z"
+    assert xml_responses.iso_timestamp(1_795_000_000.25) == "2026-11-18T11:06:40.250Z"
+    assert xml_responses.iso_timestamp(1.9996) == "1970-01-01T00:00:02.000Z"
 
 
 def test_list_all_my_buckets() -> None:
-    root = parse(s3xml.list_all_my_buckets_result([Bucket("b&1", 0)], "alice"))
+    root = parse(xml_responses.list_all_my_buckets_result([Bucket("b&1", 0)], "alice"))
     assert root.tag == NS + "ListAllMyBucketsResult"
     assert text(root, "Owner/ID") == "alice"
     assert text(root, "Buckets/Bucket/Name") == "b&1"
@@ -88,7 +88,7 @@ def test_list_all_my_buckets() -> None:
 
 def test_list_v2_with_url_encoding() -> None:
     key = "a b/ü&<x>+"
-    body = s3xml.list_bucket_result_v2(
+    body = xml_responses.list_bucket_result_v2(
         "bucket",
         prefix="a b/",
         delimiter="/",
@@ -118,7 +118,7 @@ def test_list_v2_with_url_encoding() -> None:
 
 def test_list_v1_and_versions() -> None:
     root = parse(
-        s3xml.list_bucket_result_v1(
+        xml_responses.list_bucket_result_v1(
             "bucket",
             prefix="",
             delimiter="/",
@@ -133,7 +133,7 @@ def test_list_v1_and_versions() -> None:
     assert text(root, "NextMarker") == "k<"
     assert text(root, "Contents/Key") == "k<"
     root = parse(
-        s3xml.list_versions_result(
+        xml_responses.list_versions_result(
             "bucket",
             prefix="",
             delimiter="",
@@ -158,10 +158,10 @@ def test_list_v1_and_versions() -> None:
 
 
 def test_multipart_documents() -> None:
-    root = parse(s3xml.initiate_multipart_upload_result("b", "k", "u1"))
+    root = parse(xml_responses.initiate_multipart_upload_result("b", "k", "u1"))
     assert text(root, "UploadId") == "u1"
     root = parse(
-        s3xml.complete_multipart_upload_result(
+        xml_responses.complete_multipart_upload_result(
             "http://h/b/k", "b", "k", "abc-2", {"CRC32": "AAAAAA==-2", "type": "COMPOSITE"}
         )
     )
@@ -169,7 +169,7 @@ def test_multipart_documents() -> None:
     assert text(root, "ChecksumCRC32") == "AAAAAA==-2"
     assert text(root, "ChecksumType") == "COMPOSITE"
     root = parse(
-        s3xml.list_parts_result(
+        xml_responses.list_parts_result(
             "b",
             "k",
             "u1",
@@ -186,7 +186,7 @@ def test_multipart_documents() -> None:
     assert text(root, "Part/ChecksumSHA256") == "x"
     assert text(root, "Initiator/ID") == "alice"
     root = parse(
-        s3xml.list_multipart_uploads_result(
+        xml_responses.list_multipart_uploads_result(
             "b",
             prefix="",
             delimiter="",
@@ -205,22 +205,25 @@ def test_multipart_documents() -> None:
 
 
 def test_small_documents() -> None:
-    assert text(parse(s3xml.copy_object_result("e", 0)), "ETag") == '"e"'
-    assert text(parse(s3xml.copy_part_result("e", 0)), "LastModified") == "1970-01-01T00:00:00.000Z"
+    assert text(parse(xml_responses.copy_object_result("e", 0)), "ETag") == '"e"'
+    assert (
+        text(parse(xml_responses.copy_part_result("e", 0)), "LastModified")
+        == "1970-01-01T00:00:00.000Z"
+    )
     root = parse(
-        s3xml.delete_result(
-            [s3xml.Deleted("a"), s3xml.Deleted("b", None, True, "dm1")],
-            [s3xml.DeleteError("c", "AccessDenied", "Access Denied")],
+        xml_responses.delete_result(
+            [xml_responses.Deleted("a"), xml_responses.Deleted("b", None, True, "dm1")],
+            [xml_responses.DeleteError("c", "AccessDenied", "Access Denied")],
         )
     )
     assert [d.findtext(NS + "Key") for d in root.findall(NS + "Deleted")] == ["a", "b"]
     assert text(root, "Error/Code") == "AccessDenied"
-    assert parse(s3xml.location_constraint("us-east-1")).text is None
-    assert parse(s3xml.location_constraint("eu-west-1")).text == "eu-west-1"
-    assert parse(s3xml.versioning_configuration("")).find(NS + "Status") is None
-    assert text(parse(s3xml.versioning_configuration("Enabled")), "Status") == "Enabled"
+    assert parse(xml_responses.location_constraint("us-east-1")).text is None
+    assert parse(xml_responses.location_constraint("eu-west-1")).text == "eu-west-1"
+    assert parse(xml_responses.versioning_configuration("")).find(NS + "Status") is None
+    assert text(parse(xml_responses.versioning_configuration("Enabled")), "Status") == "Enabled"
     root = parse(
-        s3xml.get_object_attributes_response(
+        xml_responses.get_object_attributes_response(
             etag='"e"',
             parts=[Part(1, 5, "e1")],
             parts_count=1,
@@ -237,7 +240,7 @@ def test_small_documents() -> None:
 
 
 def wrap(root: str, inner: str, namespace: bool = True) -> bytes:
-    xmlns = f' xmlns="{s3xml.NAMESPACE}"' if namespace else ""
+    xmlns = f' xmlns="{xml_responses.NAMESPACE}"' if namespace else ""
     return f"<{root}{xmlns}>{inner}</{root}>".encode()
 
 
@@ -256,13 +259,13 @@ def wrap(root: str, inner: str, namespace: bool = True) -> bytes:
 )
 def test_malformed_xml(body: bytes) -> None:
     with pytest.raises(S3Error) as caught:
-        s3xml.parse_tagging(body)
+        xml_requests.parse_tagging(body)
     assert caught.value.code == "MalformedXML"
 
 
 def test_tagging_round_trip_and_limits() -> None:
     tags = {"a": "1", "b c": "", "ü": "v" * 256}
-    assert s3xml.parse_tagging(s3xml.tagging(tags)) == tags
+    assert xml_requests.parse_tagging(xml_responses.tagging(tags)) == tags
 
     def tagset(pairs: list[tuple[str, str]]) -> bytes:
         inner = "".join(f"<Tag><Key>{k}</Key><Value>{v}</Value></Tag>" for k, v in pairs)
@@ -277,19 +280,24 @@ def test_tagging_round_trip_and_limits() -> None:
         [("aws:x", "v")],
     ):
         with pytest.raises(S3Error) as caught:
-            s3xml.parse_tagging(tagset(bad))
+            xml_requests.parse_tagging(tagset(bad))
         assert caught.value.code == "InvalidTag"
-    assert len(s3xml.parse_tagging(tagset([(f"k{i}", "v") for i in range(50)]), bucket=True)) == 50
+    assert (
+        len(xml_requests.parse_tagging(tagset([(f"k{i}", "v") for i in range(50)]), bucket=True))
+        == 50
+    )
     with pytest.raises(S3Error):
-        s3xml.parse_tagging(tagset([(f"k{i}", "v") for i in range(51)]), bucket=True)
+        xml_requests.parse_tagging(tagset([(f"k{i}", "v") for i in range(51)]), bucket=True)
 
 
 def test_create_bucket_and_versioning() -> None:
-    assert s3xml.parse_create_bucket_configuration(b"") is None
+    assert xml_requests.parse_create_bucket_configuration(b"") is None
     body = wrap("CreateBucketConfiguration", "<LocationConstraint>eu-west-1</LocationConstraint>")
-    assert s3xml.parse_create_bucket_configuration(body) == "eu-west-1"
+    assert xml_requests.parse_create_bucket_configuration(body) == "eu-west-1"
     assert (
-        s3xml.parse_versioning_configuration(s3xml.versioning_configuration("Suspended"))
+        xml_requests.parse_versioning_configuration(
+            xml_responses.versioning_configuration("Suspended")
+        )
         == "Suspended"
     )
     for bad in (
@@ -297,7 +305,7 @@ def test_create_bucket_and_versioning() -> None:
         wrap("VersioningConfiguration", ""),
     ):
         with pytest.raises(S3Error) as caught:
-            s3xml.parse_versioning_configuration(bad)
+            xml_requests.parse_versioning_configuration(bad)
         assert caught.value.code == "MalformedXML"
 
 
@@ -307,16 +315,23 @@ def test_delete_request() -> None:
         "<Quiet>true</Quiet><Object><Key>a&amp;b</Key></Object>"
         "<Object><Key>c</Key><VersionId>v1</VersionId></Object>",
     )
-    request = s3xml.parse_delete(body)
+    request = xml_requests.parse_delete(body)
     assert request.quiet
-    assert request.objects == (s3xml.ObjectToDelete("a&b"), s3xml.ObjectToDelete("c", "v1"))
+    assert request.objects == (
+        xml_requests.ObjectToDelete("a&b"),
+        xml_requests.ObjectToDelete("c", "v1"),
+    )
     too_many = wrap("Delete", "<Object><Key>k</Key></Object>" * 1001)
     for bad in (too_many, wrap("Delete", ""), wrap("Delete", "<Object></Object>")):
         with pytest.raises(S3Error) as caught:
-            s3xml.parse_delete(bad)
+            xml_requests.parse_delete(bad)
         assert caught.value.code == "MalformedXML"
     assert (
-        len(s3xml.parse_delete(wrap("Delete", "<Object><Key>k</Key></Object>" * 1000)).objects)
+        len(
+            xml_requests.parse_delete(
+                wrap("Delete", "<Object><Key>k</Key></Object>" * 1000)
+            ).objects
+        )
         == 1000
     )
 
@@ -327,10 +342,10 @@ def test_complete_multipart_upload() -> None:
         '<Part><PartNumber>1</PartNumber><ETag>"e1"</ETag><ChecksumCRC32>AAAAAA==</ChecksumCRC32></Part>'
         "<Part><ETag>e3</ETag><PartNumber>3</PartNumber></Part>",
     )
-    parts = s3xml.parse_complete_multipart_upload(body)
+    parts = xml_requests.parse_complete_multipart_upload(body)
     assert parts == [
-        s3xml.CompletedPart(1, "e1", {"CRC32": "AAAAAA=="}),
-        s3xml.CompletedPart(3, "e3", {}),
+        xml_requests.CompletedPart(1, "e1", {"CRC32": "AAAAAA=="}),
+        xml_requests.CompletedPart(3, "e3", {}),
     ]
     for inner, code in (
         (
@@ -347,7 +362,7 @@ def test_complete_multipart_upload() -> None:
         ("<Part><PartNumber>10001</PartNumber><ETag>a</ETag></Part>", "InvalidArgument"),
     ):
         with pytest.raises(S3Error) as caught:
-            s3xml.parse_complete_multipart_upload(wrap("CompleteMultipartUpload", inner))
+            xml_requests.parse_complete_multipart_upload(wrap("CompleteMultipartUpload", inner))
         assert caught.value.code == code, inner
 
 
@@ -360,7 +375,7 @@ CORS = wrap(
 
 
 def test_cors_round_trip() -> None:
-    rules = s3xml.parse_cors_configuration(CORS)
+    rules = xml_requests.parse_cors_configuration(CORS)
     assert rules == [
         {
             "ID": "r1",
@@ -371,17 +386,17 @@ def test_cors_round_trip() -> None:
             "MaxAgeSeconds": 3000,
         }
     ]
-    assert s3xml.parse_cors_configuration(s3xml.cors_configuration(rules)) == rules
+    assert xml_requests.parse_cors_configuration(xml_responses.cors_configuration(rules)) == rules
     bad_method = CORS.replace(b"PUT", b"PATCH")
     with pytest.raises(S3Error) as caught:
-        s3xml.parse_cors_configuration(bad_method)
+        xml_requests.parse_cors_configuration(bad_method)
     assert caught.value.code == "InvalidRequest"
     for bad in (
         wrap("CORSConfiguration", ""),
         CORS.replace(b"<AllowedOrigin>*</AllowedOrigin>", b""),
     ):
         with pytest.raises(S3Error) as caught:
-            s3xml.parse_cors_configuration(bad)
+            xml_requests.parse_cors_configuration(bad)
         assert caught.value.code == "MalformedXML"
 
 
@@ -405,7 +420,7 @@ LIFECYCLE = wrap(
 
 
 def test_lifecycle_round_trip() -> None:
-    rules = s3xml.parse_lifecycle_configuration(LIFECYCLE)
+    rules = xml_requests.parse_lifecycle_configuration(LIFECYCLE)
     assert rules[0]["Filter"]["And"]["Tag"] == [
         {"Key": "a", "Value": "1"},
         {"Key": "b", "Value": "2"},
@@ -413,7 +428,10 @@ def test_lifecycle_round_trip() -> None:
     assert rules[0]["Expiration"] == {"Days": 30}
     assert rules[0]["Transition"] == [{"Days": 7, "StorageClass": "GLACIER"}]
     assert rules[1]["Expiration"] == {"ExpiredObjectDeleteMarker": True}
-    assert s3xml.parse_lifecycle_configuration(s3xml.lifecycle_configuration(rules)) == rules
+    assert (
+        xml_requests.parse_lifecycle_configuration(xml_responses.lifecycle_configuration(rules))
+        == rules
+    )
 
 
 @pytest.mark.parametrize(
@@ -432,7 +450,7 @@ def test_lifecycle_round_trip() -> None:
 )
 def test_lifecycle_rejects(inner: str) -> None:
     with pytest.raises(S3Error) as caught:
-        s3xml.parse_lifecycle_configuration(wrap("LifecycleConfiguration", inner))
+        xml_requests.parse_lifecycle_configuration(wrap("LifecycleConfiguration", inner))
     assert caught.value.code == "MalformedXML"
 
 
@@ -486,19 +504,19 @@ def test_lifecycle_values_as_s3_checks_them(
 ) -> None:
     body = _expiring_rule(actions) if rule_filter is None else _expiring_rule(actions, rule_filter)
     with pytest.raises(S3Error) as caught:
-        s3xml.parse_lifecycle_configuration(body)
+        xml_requests.parse_lifecycle_configuration(body)
     assert caught.value.code == code
 
 
 def test_lifecycle_duplicate_ids() -> None:
     rule = "<Rule><ID>x</ID><Status>Enabled</Status><Expiration><Days>1</Days></Expiration></Rule>"
     with pytest.raises(S3Error) as caught:
-        s3xml.parse_lifecycle_configuration(wrap("LifecycleConfiguration", rule * 2))
+        xml_requests.parse_lifecycle_configuration(wrap("LifecycleConfiguration", rule * 2))
     assert caught.value.code == "InvalidArgument"
 
 
 def test_carriage_return_in_keys_survives_parsing() -> None:
-    root = parse(s3xml.tagging({"a\rb": "c\r\nd"}))
+    root = parse(xml_responses.tagging({"a\rb": "c\r\nd"}))
     assert text(root, "TagSet/Tag/Key") == "a\rb"
     assert text(root, "TagSet/Tag/Value") == "c\r\nd"
-    assert b"&#1;" in s3xml.tagging({"k": "\x01"})
+    assert b"&#1;" in xml_responses.tagging({"k": "\x01"})

@@ -1,0 +1,549 @@
+"""S3 XML request bodies: bounded, defused parsers.
+
+Parsers take the raw request body (at most REQUEST_XML_BYTES_MAX bytes), parse it with
+defusedxml (no DTDs, entities or external references), accept the S3 namespace or none,
+and raise MalformedXML (or the specific S3 error) on anything S3 would reject.
+Configurations that the catalog stores (CORS, lifecycle) become JSON-able dicts that
+s3api.xml_responses renders back to the same XML.
+"""
+
+from __future__ import annotations
+
+import datetime
+import unicodedata
+from collections.abc import AsyncIterable
+from dataclasses import dataclass, field
+from typing import Any
+from xml.etree.ElementTree import Element, ParseError
+
+import defusedxml.ElementTree as defused_element_tree
+from defusedxml import DefusedXmlException
+
+from s3api.errors import S3Error
+from s3api.limits import (
+    BUCKET_TAGS_MAX,
+    DELETE_OBJECTS_MAX,
+    OBJECT_TAGS_MAX,
+    PART_NUMBER_MAX,
+    REQUEST_XML_BYTES_MAX,
+    TAG_KEY_LENGTH_MAX,
+    TAG_VALUE_LENGTH_MAX,
+)
+
+__all__ = [
+    "CompletedPart",
+    "DeleteRequest",
+    "ObjectToDelete",
+    "acl_grants_only_owner",
+    "parse_complete_multipart_upload",
+    "parse_cors_configuration",
+    "parse_create_bucket_configuration",
+    "parse_delete",
+    "parse_lifecycle_configuration",
+    "parse_tagging",
+    "parse_versioning_configuration",
+    "read_bounded",
+]
+
+CORS_RULES_MAX = 100
+LIFECYCLE_RULES_MAX = 1000
+RULE_ID_LENGTH_MAX = 255
+_CORS_METHODS = ("GET", "PUT", "POST", "DELETE", "HEAD")
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectToDelete:
+    key: str
+    version_id: str | None = None
+    etag: str | None = None  # delete only if the current version has it ("*": exists)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRequest:
+    quiet: bool
+    objects: tuple[ObjectToDelete, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedPart:
+    """One <Part> of CompleteMultipartUpload: number, ETag (unquoted), checksums (b64)."""
+
+    part_number: int
+    etag: str
+    checksums: dict[str, str] = field(default_factory=dict)
+
+
+async def read_bounded(source: AsyncIterable[bytes], limit: int = REQUEST_XML_BYTES_MAX) -> bytes:
+    """Read a request body meant for XML parsing, refusing more than limit bytes."""
+    buffer = bytearray()
+    async for data in source:
+        buffer += data
+        if len(buffer) > limit:
+            raise S3Error(
+                "MalformedXML", "The XML you provided was larger than the maximum allowed size"
+            )
+    return bytes(buffer)
+
+
+def _malformed() -> S3Error:
+    return S3Error("MalformedXML")
+
+
+def _local(tag: str) -> str:
+    return tag.rpartition("}")[2]
+
+
+def _parse(body: bytes, root: str) -> Element:
+    if len(body) > REQUEST_XML_BYTES_MAX:
+        raise S3Error(
+            "MalformedXML", "The XML you provided was larger than the maximum allowed size"
+        )
+    if not body.strip():
+        raise _malformed()
+    try:
+        element: Element = defused_element_tree.fromstring(body, forbid_dtd=True)
+    except (ParseError, DefusedXmlException, ValueError, UnicodeError):
+        raise _malformed() from None
+    if _local(element.tag) != root:
+        raise _malformed()
+    return element
+
+
+def _children(element: Element, name: str) -> list[Element]:
+    return [child for child in element if _local(child.tag) == name]
+
+
+def _child(element: Element, name: str) -> Element | None:
+    found = _children(element, name)
+    if len(found) > 1:
+        raise _malformed()
+    return found[0] if found else None
+
+
+def _child_text(element: Element, name: str, *, required: bool = False) -> str | None:
+    child = _child(element, name)
+    if child is None:
+        if required:
+            raise _malformed()
+        return None
+    if len(child):
+        raise _malformed()
+    return child.text or ""
+
+
+def _int(text: str | None) -> int:
+    if text is None or not text.strip().isdigit() or not text.strip().isascii():
+        raise _malformed()
+    return int(text.strip())
+
+
+def parse_create_bucket_configuration(body: bytes) -> str | None:
+    """CreateBucket's optional body -> LocationConstraint (None when no body or no element)."""
+    if not body.strip():
+        return None
+    element = _parse(body, "CreateBucketConfiguration")
+    region = _child_text(element, "LocationConstraint")
+    return region or None
+
+
+def parse_versioning_configuration(body: bytes) -> str:
+    """PutBucketVersioning -> "Enabled" | "Suspended"; MFADelete Enabled is NotImplemented."""
+    element = _parse(body, "VersioningConfiguration")
+    status = _child_text(element, "Status")
+    mfa_delete = _child_text(element, "MfaDelete") or _child_text(element, "MFADelete")
+    if mfa_delete == "Enabled":
+        raise S3Error("NotImplemented", "MFA Delete is not supported")
+    if status not in ("Enabled", "Suspended"):
+        raise _malformed()
+    return status
+
+
+# Besides letters, numbers and spaces (any Unicode separator), what a bucket's tag keys
+# and values may contain: AWS's rule for resource tags, `^([\p{L}\p{Z}\p{N}_.:/=+\-@]*)$`.
+_TAG_PUNCTUATION = frozenset("_.:/=+-@")
+
+
+def _resource_tag_text(text: str) -> bool:
+    return all(
+        c.isalnum() or c in _TAG_PUNCTUATION or unicodedata.category(c).startswith("Z")
+        for c in text
+    )
+
+
+def parse_tagging(body: bytes, *, bucket: bool = False) -> dict[str, str]:
+    """PutObjectTagging / PutBucketTagging -> {key: value} (InvalidTag on S3's rules;
+    a bucket's tags are resource tags, held to AWS's character set too)."""
+    element = _parse(body, "Tagging")
+    tag_set = _child(element, "TagSet")
+    if tag_set is None:
+        raise _malformed()
+    tags: dict[str, str] = {}
+    limit = BUCKET_TAGS_MAX if bucket else OBJECT_TAGS_MAX
+    for tag in _children(tag_set, "Tag"):
+        key = _child_text(tag, "Key", required=True)
+        value = _child_text(tag, "Value", required=True)
+        assert key is not None and value is not None
+        if not key or len(key) > TAG_KEY_LENGTH_MAX or bucket and not _resource_tag_text(key):
+            raise S3Error("InvalidTag", "The TagKey you have provided is invalid")
+        if len(value) > TAG_VALUE_LENGTH_MAX or bucket and not _resource_tag_text(value):
+            raise S3Error("InvalidTag", "The TagValue you have provided is invalid")
+        if key.startswith("aws:"):
+            raise S3Error("InvalidTag", "Your TagKey cannot be prefixed with aws:")
+        if key in tags:
+            raise S3Error(
+                "InvalidTag", "Cannot provide multiple Tags with the same key", TagKey=key
+            )
+        tags[key] = value
+        if len(tags) > limit:
+            what = "Bucket tag count" if bucket else "Object tags"
+            raise S3Error("InvalidTag", f"{what} cannot be greater than {limit}")
+    return tags
+
+
+_CORS_LISTS = ("AllowedHeader", "AllowedMethod", "AllowedOrigin", "ExposeHeader")
+_CORS_ELEMENTS = frozenset(("ID", *_CORS_LISTS, "MaxAgeSeconds"))
+
+
+def parse_cors_configuration(body: bytes) -> list[dict[str, Any]]:
+    """PutBucketCors -> rules as JSON-able dicts (lists for the repeatable elements)."""
+    element = _parse(body, "CORSConfiguration")
+    rules_xml = _children(element, "CORSRule")
+    if not rules_xml or len(rules_xml) > CORS_RULES_MAX:
+        raise _malformed()
+    return [_cors_rule(rule_xml) for rule_xml in rules_xml]
+
+
+def _cors_rule(rule_xml: Element) -> dict[str, Any]:
+    """One <CORSRule>, checked in the order S3 reports its errors."""
+    rule: dict[str, Any] = {}
+    rule_id = _child_text(rule_xml, "ID")
+    if rule_id is not None:
+        _check_rule_id_length(rule_id)
+        rule["ID"] = rule_id
+    for name in _CORS_LISTS:
+        values = [(child.text or "").strip() for child in _children(rule_xml, name)]
+        if values:
+            rule[name] = values
+    if not rule.get("AllowedMethod") or not rule.get("AllowedOrigin"):
+        raise _malformed()
+    _check_cors_wildcards(rule)
+    _check_cors_methods(rule["AllowedMethod"])
+    max_age = _child_text(rule_xml, "MaxAgeSeconds")
+    if max_age is not None:
+        rule["MaxAgeSeconds"] = _int(max_age)
+    if any(_local(child.tag) not in _CORS_ELEMENTS for child in rule_xml):
+        raise _malformed()
+    return rule
+
+
+def _check_rule_id_length(rule_id: str) -> None:
+    if len(rule_id) > RULE_ID_LENGTH_MAX:
+        raise S3Error("InvalidArgument", "ID length should not exceed allowed limit of 255")
+
+
+def _check_cors_wildcards(rule: dict[str, Any]) -> None:
+    """An allowed origin or header holds at most one `*`."""
+    for name in ("AllowedOrigin", "AllowedHeader"):
+        for value in rule.get(name, ()):
+            if value.count("*") > 1:
+                raise S3Error(
+                    "InvalidRequest",
+                    f'{name} "{value}" can not have more than one wildcard.',
+                )
+
+
+def _check_cors_methods(methods: list[str]) -> None:
+    for method in methods:
+        if method not in _CORS_METHODS:
+            raise S3Error(
+                "InvalidRequest",
+                "Found unsupported HTTP method in CORS config. Unsupported method is " + method,
+            )
+
+
+# Lifecycle elements S3 accepts, by parent: child name -> (kind, repeatable).
+# kind "text" / "int" / "bool" / "date" are leaves; anything else names a nested element.
+_LIFECYCLE_SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
+    "Rule": {
+        "ID": ("text", False),
+        "Prefix": ("text", False),
+        "Filter": ("Filter", False),
+        "Status": ("text", False),
+        "Expiration": ("Expiration", False),
+        "Transition": ("Transition", True),
+        "NoncurrentVersionExpiration": ("NoncurrentVersionExpiration", False),
+        "NoncurrentVersionTransition": ("NoncurrentVersionTransition", True),
+        "AbortIncompleteMultipartUpload": ("AbortIncompleteMultipartUpload", False),
+    },
+    "Filter": {
+        "Prefix": ("text", False),
+        "Tag": ("Tag", False),
+        "ObjectSizeGreaterThan": ("int", False),
+        "ObjectSizeLessThan": ("int", False),
+        "And": ("And", False),
+    },
+    "And": {
+        "Prefix": ("text", False),
+        "Tag": ("Tag", True),
+        "ObjectSizeGreaterThan": ("int", False),
+        "ObjectSizeLessThan": ("int", False),
+    },
+    "Tag": {"Key": ("text", False), "Value": ("text", False)},
+    "Expiration": {
+        "Days": ("int", False),
+        "Date": ("date", False),
+        "ExpiredObjectDeleteMarker": ("bool", False),
+    },
+    "Transition": {
+        "Days": ("int", False),
+        "Date": ("date", False),
+        "StorageClass": ("text", False),
+    },
+    "NoncurrentVersionExpiration": {
+        "NoncurrentDays": ("int", False),
+        "NewerNoncurrentVersions": ("int", False),
+    },
+    "NoncurrentVersionTransition": {
+        "NoncurrentDays": ("int", False),
+        "NewerNoncurrentVersions": ("int", False),
+        "StorageClass": ("text", False),
+    },
+    "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": ("int", False)},
+}
+_LIFECYCLE_ACTIONS = (
+    "Expiration",
+    "Transition",
+    "NoncurrentVersionExpiration",
+    "NoncurrentVersionTransition",
+    "AbortIncompleteMultipartUpload",
+)
+
+
+def _lifecycle_element(element: Element, kind: str) -> dict[str, Any]:
+    schema = _LIFECYCLE_SCHEMA[kind]
+    result: dict[str, Any] = {}
+    for child in element:
+        name = _local(child.tag)
+        if name not in schema:
+            raise _malformed()
+        child_kind, repeatable = schema[name]
+        if child_kind in _LIFECYCLE_SCHEMA:
+            value: Any = _lifecycle_element(child, child_kind)
+        else:
+            if len(child):
+                raise _malformed()
+            text = (child.text or "").strip()
+            if child_kind == "int":
+                value = _int(text)
+            elif child_kind == "bool":
+                if text not in ("true", "false"):
+                    raise _malformed()
+                value = text == "true"
+            elif child_kind == "date":
+                if len(text) < 10 or not text[:4].isdigit():
+                    raise S3Error("InvalidArgument", "'Date' must be at midnight GMT")
+                value = text
+            else:
+                value = child.text or ""
+        if repeatable:
+            result.setdefault(name, []).append(value)
+        elif name in result:
+            raise _malformed()
+        else:
+            result[name] = value
+    return result
+
+
+def parse_lifecycle_configuration(body: bytes) -> list[dict[str, Any]]:
+    """PutBucketLifecycleConfiguration -> rules as JSON-able dicts, structure validated."""
+    element = _parse(body, "LifecycleConfiguration")
+    rules_xml = _children(element, "Rule")
+    if not rules_xml or len(rules_xml) > LIFECYCLE_RULES_MAX or len(rules_xml) != len(element):
+        raise _malformed()
+    rules = []
+    ids: set[str] = set()
+    for rule_xml in rules_xml:
+        rule = _lifecycle_element(rule_xml, "Rule")
+        if rule.get("Status") not in ("Enabled", "Disabled"):
+            raise _malformed()
+        if "Filter" in rule and "Prefix" in rule:
+            raise _malformed()
+        rule_id = rule.get("ID")
+        if rule_id is not None:
+            _check_rule_id_length(rule_id)
+            if rule_id in ids:
+                raise S3Error(
+                    "InvalidArgument",
+                    "Rule ID must be unique. Found same ID for more than one rule",
+                )
+            ids.add(rule_id)
+        if not any(action in rule for action in _LIFECYCLE_ACTIONS):
+            raise _malformed()
+        lifecycle_filter = rule.get("Filter")
+        if lifecycle_filter is not None and len(lifecycle_filter) > 1:
+            raise _malformed()
+        expiration = rule.get("Expiration")
+        if expiration is not None and len(expiration) != 1:
+            raise _malformed()
+        _check_lifecycle_values(rule)
+        rules.append(rule)
+    return rules
+
+
+# Where a lifecycle transition may send objects, and the least age for each that has one.
+_TRANSITION_CLASSES = {
+    "GLACIER": 0,
+    "GLACIER_IR": 0,
+    "DEEP_ARCHIVE": 0,
+    "INTELLIGENT_TIERING": 0,
+    "STANDARD_IA": 30,
+    "ONEZONE_IA": 30,
+}
+
+
+def _check_lifecycle_values(rule: dict[str, Any]) -> None:
+    """The values S3 checks in a rule: ages in days (positive for expirations, at least
+    the class's minimum for transitions), dates at midnight UTC, transition classes, and
+    no tag filter with AbortIncompleteMultipartUpload."""
+
+    def positive(value: int | None, field: str, action: str) -> None:
+        if value is not None and value <= 0:
+            raise S3Error(
+                "InvalidArgument", f"'{field}' for {action} action must be a positive integer"
+            )
+
+    expiration = rule.get("Expiration", {})
+    positive(expiration.get("Days"), "Days", "Expiration")
+    positive(
+        rule.get("NoncurrentVersionExpiration", {}).get("NoncurrentDays"),
+        "NoncurrentDays",
+        "NoncurrentVersionExpiration",
+    )
+    positive(
+        rule.get("AbortIncompleteMultipartUpload", {}).get("DaysAfterInitiation"),
+        "DaysAfterInitiation",
+        "AbortIncompleteMultipartUpload",
+    )
+    for date in [expiration.get("Date")] + [t.get("Date") for t in rule.get("Transition", [])]:
+        if date is not None:
+            _midnight_utc(date)
+    transitions = [(t, "Days", "Transition") for t in rule.get("Transition", [])]
+    transitions += [
+        (t, "NoncurrentDays", "NoncurrentVersionTransition")
+        for t in rule.get("NoncurrentVersionTransition", [])
+    ]
+    for transition, age_field, action in transitions:
+        target = transition.get("StorageClass")
+        if target not in _TRANSITION_CLASSES:
+            raise _malformed()
+        age = transition.get(age_field)
+        if age is not None and age < _TRANSITION_CLASSES[target]:
+            raise S3Error(
+                "InvalidArgument",
+                f"'{age_field}' in {action} action must be greater than or equal to "
+                f"{_TRANSITION_CLASSES[target]} for storageClass '{target}'",
+            )
+    if "AbortIncompleteMultipartUpload" in rule:
+        lifecycle_filter = rule.get("Filter", {})
+        if "Tag" in lifecycle_filter or lifecycle_filter.get("And", {}).get("Tag"):
+            raise S3Error(
+                "InvalidRequest", "AbortIncompleteMultipartUpload cannot be specified with Tags."
+            )
+
+
+def _midnight_utc(text: str) -> None:
+    """A lifecycle date: ISO 8601, at midnight UTC (InvalidArgument otherwise)."""
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        moment = None
+    if (
+        moment is None
+        or moment.utcoffset() not in (None, datetime.timedelta(0))
+        or (moment.hour, moment.minute, moment.second, moment.microsecond) != (0, 0, 0, 0)
+    ):
+        raise S3Error("InvalidArgument", "'Date' must be at midnight GMT")
+
+
+def parse_delete(body: bytes) -> DeleteRequest:
+    """DeleteObjects: up to 1,000 keys; more (or none) is MalformedXML, as S3 answers."""
+    element = _parse(body, "Delete")
+    quiet_text = _child_text(element, "Quiet")
+    if quiet_text is not None and quiet_text.strip().lower() not in ("true", "false"):
+        raise _malformed()
+    quiet = quiet_text is not None and quiet_text.strip().lower() == "true"
+    objects = []
+    for item in _children(element, "Object"):
+        key = _child_text(item, "Key", required=True)
+        assert key is not None
+        # An empty <VersionId/> names no version (answered NoSuchVersion), not the latest.
+        version_id = _child_text(item, "VersionId")
+        # A conditional delete of this key: its current version's ETag (or "*"). The
+        # conditions S3 takes only in directory buckets are refused, not ignored.
+        etag_text = _child_text(item, "ETag")
+        etag = None if etag_text is None else etag_text.strip().removeprefix("W/").strip('"')
+        if etag == "":
+            raise _malformed()
+        if etag is not None and "," in etag:  # one ETag, as DeleteObject's If-Match
+            raise S3Error("NotImplemented", "A conditional delete names one ETag (or *)")
+        for name in ("LastModifiedTime", "Size"):
+            if _child(item, name) is not None:
+                raise S3Error(
+                    "NotImplemented", f"Conditional deletes by {name} are not implemented"
+                )
+        objects.append(ObjectToDelete(key, version_id, etag))
+        if len(objects) > DELETE_OBJECTS_MAX:
+            raise _malformed()
+    if not objects:
+        raise _malformed()
+    return DeleteRequest(quiet, tuple(objects))
+
+
+def parse_complete_multipart_upload(body: bytes) -> list[CompletedPart]:
+    """CompleteMultipartUpload -> parts in ascending order (InvalidPartOrder otherwise)."""
+    element = _parse(body, "CompleteMultipartUpload")
+    parts: list[CompletedPart] = []
+    for item in _children(element, "Part"):
+        number = _int(_child_text(item, "PartNumber", required=True))
+        if not 1 <= number <= PART_NUMBER_MAX:
+            raise S3Error(
+                "InvalidArgument",
+                f"Part number must be an integer between 1 and {PART_NUMBER_MAX}, inclusive",
+                ArgumentName="partNumber",
+                ArgumentValue=number,
+            )
+        etag = _child_text(item, "ETag", required=True)
+        assert etag is not None
+        checksums = {}
+        for algorithm in ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256"):
+            value = _child_text(item, f"Checksum{algorithm}")
+            if value:
+                checksums[algorithm] = value.strip()
+        if parts and number <= parts[-1].part_number:
+            raise S3Error("InvalidPartOrder")
+        parts.append(CompletedPart(number, etag.strip().strip('"'), checksums))
+        if len(parts) > PART_NUMBER_MAX:
+            raise S3Error("TooManyParts")
+    if not parts:
+        raise _malformed()
+    return parts
+
+
+def acl_grants_only_owner(body: bytes, owner: str) -> bool:
+    """PutBucketAcl / PutObjectAcl body: whether it grants FULL_CONTROL to `owner` and
+    nothing to anyone else (the `private` ACL written out); MalformedXML if it is not an
+    AccessControlPolicy."""
+    element = _parse(body, "AccessControlPolicy")
+    acl = _child(element, "AccessControlList")
+    if acl is None:
+        raise _malformed()
+    grants = _children(acl, "Grant")
+    for grant in grants:
+        grantee = _child(grant, "Grantee")
+        if grantee is None:
+            raise _malformed()
+        if _child_text(grant, "Permission") != "FULL_CONTROL":
+            return False
+        if _child_text(grantee, "ID") != owner or _child(grantee, "URI") is not None:
+            return False
+    return bool(grants)
