@@ -2,16 +2,26 @@
 
 An `S3Error` carries the code, HTTP status, message and the extra fields S3 puts in the
 error document (BucketName, Key, Condition, ...). `to_s3_error` maps exceptions raised
-below the gateway (catalog, ledger client, object layer) to S3 errors by class name, so
-this module does not import those packages. Anything unmapped becomes InternalError;
-the caller logs the traceback.
+below the gateway (catalog, ledger client, object layer, ZooKeeper session) to S3 errors
+through one table keyed by their classes, so renaming or moving an exception breaks the
+import here instead of turning its answer into a 500. Anything unmapped becomes
+InternalError; the caller logs the traceback.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 from xml.sax.saxutils import escape
+
+from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+
+from blobstore.catalog import errors as catalog_errors
+from blobstore.ledger import errors as ledger_errors
+from blobstore.objects import errors as object_errors
+from blobstore.objects.writer_pool import WriterPoolExhaustedError
+from blobstore.runtime.zk_session import ZooKeeperRequestTooLargeError
 
 __all__ = [
     "DOMAIN_ERROR_CODES",
@@ -260,60 +270,63 @@ def render_error(
     return "".join(parts).encode("utf-8")
 
 
-# Exceptions from below the gateway, by class name (looked up along the MRO, so a subclass
-# maps like its base unless listed itself). Storage trouble that a retry can fix becomes
-# SlowDown or ServiceUnavailable (503): SDKs retry 503 with backoff. Anything else that is
-# not listed (a bug, lost data) is InternalError and gets its traceback logged.
-DOMAIN_ERROR_CODES: dict[str, str] = {
-    # catalog (blobstore/catalog/errors.py)
-    "InvalidBucketNameError": "InvalidBucketName",
-    "InvalidObjectKeyError": "InvalidArgument",
-    "RecordTooLargeError": "MetadataTooLarge",
-    "BucketAlreadyExistsError": "BucketAlreadyExists",
-    "NoSuchBucketError": "NoSuchBucket",
-    "BucketNotEmptyError": "BucketNotEmpty",
-    "NoSuchKeyError": "NoSuchKey",
-    "NoSuchVersionError": "NoSuchVersion",
-    "DeleteMarkerError": "NoSuchKey",
-    "PreconditionFailedError": "PreconditionFailed",
-    "BucketOwnerChangedError": "AccessDenied",
-    "NoSuchUploadError": "NoSuchUpload",
-    "CatalogBusyError": "SlowDown",
-    "CatalogUnavailableError": "ServiceUnavailable",
-    # ledger client (blobstore/ledger/errors.py)
-    "AddOutcomeUnknownError": "SlowDown",  # includes LedgerFencedError
-    "NotEnoughBookiesError": "ServiceUnavailable",  # message says why (read-only bookies)
-    "PendingAddsFullError": "SlowDown",
-    "MetadataVersionConflictError": "SlowDown",
-    "ReadFailedError": "ServiceUnavailable",
-    "LedgerRecoveryError": "ServiceUnavailable",
-    "WriterPoolExhaustedError": "SlowDown",
-    # object layer (blobstore/objects/errors.py)
-    "EntityTooLargeError": "EntityTooLarge",
-    "IncompleteBodyError": "IncompleteBody",
-    "InvalidPartError": "InvalidPart",
-    "InvalidPartListError": "InvalidPart",
-    "InvalidPartOrderError": "InvalidPartOrder",
-    "EntityTooSmallError": "EntityTooSmall",
-    "ObjectUnavailableError": "ServiceUnavailable",
-    # ZooKeeper (kazoo) and timeouts escaping a bounded wait
-    "ZooKeeperRequestTooLargeError": "InvalidRequest",
-    "ConnectionLoss": "ServiceUnavailable",
-    "SessionExpiredError": "ServiceUnavailable",
-    "TimeoutError": "ServiceUnavailable",
+# Exceptions from below the gateway, by class, looked up along the MRO: a subclass maps like
+# its base unless listed itself. Storage trouble that a retry can fix becomes SlowDown or
+# ServiceUnavailable (503): SDKs retry 503 with backoff. Anything else that is not listed
+# (a bug, lost data) is InternalError and gets its traceback logged.
+DOMAIN_ERROR_CODES: dict[type[BaseException], str] = {
+    catalog_errors.InvalidBucketNameError: "InvalidBucketName",
+    catalog_errors.InvalidObjectKeyError: "InvalidArgument",
+    catalog_errors.ObjectKeyTooLongError: "KeyTooLongError",
+    catalog_errors.RecordTooLargeError: "MetadataTooLarge",
+    catalog_errors.BucketAlreadyExistsError: "BucketAlreadyExists",
+    catalog_errors.NoSuchBucketError: "NoSuchBucket",
+    catalog_errors.BucketNotEmptyError: "BucketNotEmpty",
+    catalog_errors.NoSuchKeyError: "NoSuchKey",
+    catalog_errors.NoSuchVersionError: "NoSuchVersion",
+    catalog_errors.DeleteMarkerError: "NoSuchKey",
+    catalog_errors.PreconditionFailedError: "PreconditionFailed",
+    catalog_errors.BucketOwnerChangedError: "AccessDenied",
+    catalog_errors.NoSuchUploadError: "NoSuchUpload",
+    catalog_errors.InvalidPartError: "InvalidPart",
+    catalog_errors.CatalogBusyError: "SlowDown",
+    catalog_errors.CatalogUnavailableError: "ServiceUnavailable",
+    ledger_errors.AddOutcomeUnknownError: "SlowDown",  # includes LedgerFencedError
+    ledger_errors.NotEnoughBookiesError: "ServiceUnavailable",
+    ledger_errors.PendingAddsFullError: "SlowDown",
+    ledger_errors.MetadataVersionConflictError: "SlowDown",
+    ledger_errors.ReadFailedError: "ServiceUnavailable",
+    ledger_errors.LedgerRecoveryError: "ServiceUnavailable",
+    WriterPoolExhaustedError: "SlowDown",
+    object_errors.EntityTooLargeError: "EntityTooLarge",
+    object_errors.IncompleteBodyError: "IncompleteBody",
+    object_errors.InvalidPartListError: "InvalidPart",
+    object_errors.InvalidPartOrderError: "InvalidPartOrder",
+    object_errors.EntityTooSmallError: "EntityTooSmall",
+    object_errors.ObjectUnavailableError: "ServiceUnavailable",
+    # ZooKeeper and timeouts escaping a bounded wait (ConnectionClosedError is a
+    # SessionExpiredError)
+    ZooKeeperRequestTooLargeError: "InvalidRequest",
+    ConnectionLoss: "ServiceUnavailable",
+    SessionExpiredError: "ServiceUnavailable",
+    TimeoutError: "ServiceUnavailable",
 }
-assert all(code in ERROR_SPECS for code in DOMAIN_ERROR_CODES.values())
+assert set(DOMAIN_ERROR_CODES.values()) <= ERROR_SPECS.keys(), "a domain error maps to no S3 code"
+
+# The attributes of a domain error that become S3 error fields, by S3's names.
+_FIELD_ATTRIBUTES = (
+    ("bucket", "BucketName"),
+    ("key", "Key"),
+    ("version_id", "VersionId"),
+    ("upload_id", "UploadId"),
+)
 
 
-def _fields(exc: BaseException, code: str) -> dict[str, str | int]:
-    """The S3 error fields the exception carries (bucket, key, version, upload)."""
+def _fields(exc: BaseException) -> dict[str, str | int]:
+    """The S3 error fields the exception carries: its `bucket`, `key`, `version_id` and
+    `upload_id`, then its `details` (what S3 names beside the code, by S3's names)."""
     fields: dict[str, str | int] = {}
-    bucket = getattr(exc, "bucket", None)
-    if bucket is None and code in ("NoSuchBucket", "BucketNotEmpty", "InvalidBucketName"):
-        bucket = getattr(exc, "name", None)
-    if isinstance(bucket, str):
-        fields["BucketName"] = bucket
-    for attribute, name in (("key", "Key"), ("version_id", "VersionId"), ("upload_id", "UploadId")):
+    for attribute, name in _FIELD_ATTRIBUTES:
         value = getattr(exc, attribute, None)
         if isinstance(value, str):
             fields[name] = value
@@ -323,58 +336,88 @@ def _fields(exc: BaseException, code: str) -> dict[str, str | int]:
     return fields
 
 
+def _plain_answer(exc: BaseException, code: str, requester: str | None) -> S3Error:
+    return S3Error(code).with_fields(_fields(exc))
+
+
+def _bucket_exists_answer(
+    exc: catalog_errors.BucketAlreadyExistsError, code: str, requester: str | None
+) -> S3Error:
+    """BucketAlreadyOwnedByYou when the existing owner is the requester."""
+    if requester is not None and exc.existing_owner == requester:
+        code = "BucketAlreadyOwnedByYou"
+    return S3Error(code).with_fields(_fields(exc))
+
+
+def _delete_marker_answer(
+    exc: catalog_errors.DeleteMarkerError, code: str, requester: str | None
+) -> S3Error:
+    """NoSuchKey with x-amz-delete-marker and the marker's version id (a request that
+    named the version of a delete marker gets MethodNotAllowed from the handler)."""
+    headers = {"x-amz-delete-marker": "true"}
+    if exc.record.version_id:
+        headers["x-amz-version-id"] = exc.record.version_id
+    fields = {"Key": exc.record.key} if exc.record.key else {}
+    return S3Error(code, headers=headers).with_fields(fields)
+
+
+def _key_too_long_answer(
+    exc: catalog_errors.ObjectKeyTooLongError, code: str, requester: str | None
+) -> S3Error:
+    """KeyTooLongError without the key it refuses (which may be many kilobytes)."""
+    return S3Error(code)
+
+
+def _request_too_large_answer(
+    exc: ZooKeeperRequestTooLargeError, code: str, requester: str | None
+) -> S3Error:
+    return S3Error(
+        code,
+        f"The request's catalog update is {exc.request_bytes} bytes; "
+        f"the limit is {exc.limit_bytes}",
+    )
+
+
+def _not_enough_bookies_answer(
+    exc: ledger_errors.NotEnoughBookiesError, code: str, requester: str | None
+) -> S3Error:
+    """Why, without showing clients the cluster's insides: how many bookies are
+    read-only, not their addresses (the gateway's log has them)."""
+    read_only = len(exc.read_only)
+    why = f": {read_only} read-only (disk full or failing)" if read_only else ""
+    return S3Error(
+        code,
+        f"The cluster cannot store new data now: too few writable bookies{why}. "
+        "Retry later; an operator must add bookies or free their disks.",
+    )
+
+
+# Domain errors whose answer is not just the code and the fields the exception carries:
+# a message made from its data, a header, the requester, fewer fields.
+_DOMAIN_ANSWERS: dict[type[BaseException], Callable[[Any, str, str | None], S3Error]] = {
+    catalog_errors.BucketAlreadyExistsError: _bucket_exists_answer,
+    catalog_errors.DeleteMarkerError: _delete_marker_answer,
+    catalog_errors.ObjectKeyTooLongError: _key_too_long_answer,
+    ZooKeeperRequestTooLargeError: _request_too_large_answer,
+    ledger_errors.NotEnoughBookiesError: _not_enough_bookies_answer,
+}
+assert _DOMAIN_ANSWERS.keys() <= DOMAIN_ERROR_CODES.keys(), "an answer for an unmapped error"
+
+
 def to_s3_error(exc: BaseException, *, requester: str | None = None) -> S3Error:
     """The S3 error for an exception; unmapped ones become InternalError (log the traceback).
 
-    requester (the authenticated owner) turns BucketAlreadyExists into
-    BucketAlreadyOwnedByYou when the existing owner is the requester. A DeleteMarkerError
-    becomes NoSuchKey with x-amz-delete-marker (and x-amz-version-id when known); a request
-    that named the version of a delete marker gets MethodNotAllowed from the handler.
-    An error caused by too few writable bookies is answered as that cause (503
-    ServiceUnavailable naming the read-only bookies), whatever wraps it.
+    requester is the authenticated owner (BucketAlreadyOwnedByYou). An error caused by
+    too few writable bookies is answered as that cause (503 ServiceUnavailable counting
+    the read-only bookies), whatever wraps it: e.g. an add that failed for want of a
+    writable replacement.
     """
     if isinstance(exc, S3Error):
         return exc
-    cause = exc.__cause__
-    if cause is not None and type(cause).__name__ == "NotEnoughBookiesError":
-        exc = cause  # e.g. an add failed for want of a writable replacement
+    if isinstance(exc.__cause__, ledger_errors.NotEnoughBookiesError):
+        exc = exc.__cause__
     for cls in type(exc).__mro__:
-        code = DOMAIN_ERROR_CODES.get(cls.__name__)
-        if code is None:
-            continue
-        if code == "BucketAlreadyExists":
-            owner = getattr(exc, "existing_owner", None)
-            if requester is not None and owner == requester:
-                return S3Error("BucketAlreadyOwnedByYou").with_fields(_fields(exc, code))
-            return S3Error(code).with_fields(_fields(exc, code))
-        if cls.__name__ == "DeleteMarkerError":
-            headers = {"x-amz-delete-marker": "true"}
-            record = getattr(exc, "record", None)
-            version_id = getattr(record, "version_id", None)
-            if version_id:
-                headers["x-amz-version-id"] = str(version_id)
-            key = getattr(record, "key", None)
-            return S3Error(code, headers=headers).with_fields({"Key": key} if key else {})
-        if cls.__name__ == "ZooKeeperRequestTooLargeError":
-            size, limit = getattr(exc, "request_bytes", "?"), getattr(exc, "limit_bytes", "?")
-            return S3Error(
-                code, f"The request's catalog update is {size} bytes; the limit is {limit}"
-            )
-        if cls.__name__ == "NotEnoughBookiesError":
-            # The count, not the addresses (the gateway's log has them): why, without
-            # showing clients the cluster's insides.
-            read_only = len(getattr(exc, "read_only", ()))
-            why = f": {read_only} read-only (disk full or failing)" if read_only else ""
-            return S3Error(
-                code,
-                f"The cluster cannot store new data now: too few writable bookies{why}. "
-                "Retry later; an operator must add bookies or free their disks.",
-            )
-        if cls.__name__ == "InvalidObjectKeyError" and "long" in str(getattr(exc, "reason", "")):
-            return S3Error("KeyTooLongError")
-        if cls.__name__ == "EntityTooLargeError" and isinstance(
-            getattr(exc, "size_max", None), int
-        ):
-            return S3Error(code, MaxSizeAllowed=exc.size_max)  # type: ignore[attr-defined]
-        return S3Error(code).with_fields(_fields(exc, code))
+        code = DOMAIN_ERROR_CODES.get(cls)
+        if code is not None:
+            return _DOMAIN_ANSWERS.get(cls, _plain_answer)(exc, code, requester)
     return S3Error("InternalError")

@@ -2,12 +2,11 @@
 
 uvicorn writes a response's status line and headers, then its body, with two
 `transport.write` calls; each is a send syscall (and, on loopback, the peer's receive
-work) and its own TCP segment. For a 4 KiB GET those sends were a visible share of the
-gateway's CPU. Here small writes are gathered and written together when the response
-is complete (the same step, so the client waits for no other work of the loop), or at
-the end of the loop turn for a response still streaming; a large write (a streamed body
-chunk) goes through at once, after what is gathered, so flow control still sees the
-real buffer.
+work) and its own TCP segment, a visible share of the gateway's CPU for small responses.
+Here small writes are gathered and written together when the response is complete (the
+same step, so the client waits for no other work of the loop), or at the end of the loop
+turn for a response still streaming; a large write (a streamed body chunk) goes through
+at once, after what is gathered, so flow control still sees the real buffer.
 
 The protocol also accepts a request head that repeats Content-Length with one value
 (`collapse_content_length`), as S3 does, where llhttp alone would answer 400, and answers
@@ -20,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from http import HTTPStatus
 from typing import Any
 
 from uvicorn.protocols.http.flow_control import service_unavailable
@@ -41,9 +41,10 @@ HEAD_BYTES_MAX = 64 * 1024
 _CONTENT_LENGTH_FIELD = re.compile(rb"\r\ncontent-length:[ \t]*([^\r\n]*?)[ \t]*(?=\r\n)", re.I)
 
 
-def _closing_error(code: str, operation: str) -> tuple[str, bytes, list[tuple[bytes, bytes]]]:
-    """(request id, body, headers) of an S3 error answered outside the gateway's own
-    request handling (the connection then closes), counted in the request metrics."""
+def _closing_error(code: str, operation: str) -> tuple[int, str, bytes, list[tuple[bytes, bytes]]]:
+    """(status, request id, body, headers) of an S3 error answered outside the gateway's
+    own request handling (the connection then closes), counted in the request metrics.
+    The status and message are the code's, from the table in `s3api/errors.py`."""
     request_id = new_request_id()
     error = S3Error(code)
     body = render_error(error, request_id, host_id=HOST_ID)
@@ -55,16 +56,16 @@ def _closing_error(code: str, operation: str) -> tuple[str, bytes, list[tuple[by
         (b"connection", b"close"),
     ]
     metrics.TALLY.add(operation, str(error.status), 0.0, 0, len(body))
-    return request_id, body, headers
+    return error.status, request_id, body, headers
 
 
 async def slow_down(scope: Any, receive: Any, send: Any) -> None:
     """The answer to a request over the worker's concurrency limit (`limit_concurrency`,
     in place of uvicorn's plain text): S3's 503 SlowDown, with its request id; the
     connection closes (its body, if any, is not read)."""
-    _, body, headers = _closing_error("SlowDown", "Unknown")
+    status, _, body, headers = _closing_error("SlowDown", "Unknown")
     headers.append((b"retry-after", b"1"))
-    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -196,9 +197,9 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         """A request the parser refused (bad framing, a bad method or target): S3's XML
         error with its request id headers, as every other answer, instead of uvicorn's
         plain text; the connection then closes (what follows cannot be framed)."""
-        request_id, body, headers = _closing_error("BadRequest", "Unparsable")
+        status, request_id, body, headers = _closing_error("BadRequest", "Unparsable")
         head = [
-            b"HTTP/1.1 400 Bad Request\r\n",
+            b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode("ascii")),
             *(
                 name + b": " + value + b"\r\n"
                 for name, value in (*self.server_state.default_headers, *headers)

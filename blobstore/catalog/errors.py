@@ -1,4 +1,6 @@
-"""Errors of the catalog. The gateway maps each to one S3 error in `s3api/errors.py`."""
+"""Errors of the catalog. The gateway maps each, by class, to one S3 error in
+`s3api/errors.py`. An error's `bucket`, `key`, `version_id` and `upload_id` attributes
+are the names S3 shows beside the code (BucketName, Key, VersionId, UploadId)."""
 
 from __future__ import annotations
 
@@ -18,16 +20,26 @@ class InvalidBucketNameError(CatalogError):
     def __init__(self, name: str, reason: str) -> None:
         super().__init__(f"invalid bucket name {name!r}: {reason}")
         self.name = name
+        self.bucket = name
         self.reason = reason
 
 
 class InvalidObjectKeyError(CatalogError):
-    """The key is empty, too long or not valid UTF-8 (S3: KeyTooLongError / InvalidArgument)."""
+    """The key is empty or not valid UTF-8 (S3: InvalidArgument, 400)."""
 
     def __init__(self, key: str, reason: str) -> None:
         super().__init__(f"invalid object key {key[:64]!r}: {reason}")
         self.key = key
         self.reason = reason
+
+
+class ObjectKeyTooLongError(InvalidObjectKeyError):
+    """The key is longer than the limit in UTF-8 bytes (S3: KeyTooLongError, 400)."""
+
+    def __init__(self, key: str, size_bytes: int, limit_bytes: int) -> None:
+        super().__init__(key, f"is {size_bytes} bytes; at most {limit_bytes} allowed")
+        self.size_bytes = size_bytes
+        self.limit_bytes = limit_bytes
 
 
 class RecordTooLargeError(CatalogError):
@@ -40,7 +52,8 @@ class RecordTooLargeError(CatalogError):
 
 
 class BucketAlreadyExistsError(CatalogError):
-    """The name is taken; `existing_owner` tells BucketAlreadyOwnedByYou from BucketAlreadyExists."""
+    """The name is taken; `existing_owner` tells BucketAlreadyOwnedByYou from BucketAlreadyExists.
+    The answer names no bucket (no `bucket` attribute)."""
 
     def __init__(self, name: str, existing_owner: str) -> None:
         super().__init__(f"bucket {name!r} already exists (owner {existing_owner!r})")
@@ -52,6 +65,7 @@ class NoSuchBucketError(CatalogError):
     def __init__(self, name: str) -> None:
         super().__init__(f"no such bucket {name!r}")
         self.name = name
+        self.bucket = name
 
 
 class BucketNotEmptyError(CatalogError):
@@ -60,6 +74,7 @@ class BucketNotEmptyError(CatalogError):
     def __init__(self, name: str, what: str = "objects") -> None:
         super().__init__(f"bucket {name!r} is not empty: it holds {what}")
         self.name = name
+        self.bucket = name
         self.what = what
 
 

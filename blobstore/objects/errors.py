@@ -1,4 +1,5 @@
-"""Errors of the object layer. The gateway maps each to its S3 error in one table."""
+"""Errors of the object layer. The gateway maps each, by class, to its S3 error in one
+table (`s3api/errors.py`)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ class ObjectLayerError(Exception):
 
 
 class EntityTooLargeError(ObjectLayerError):
-    """The body passed the size limit of the operation."""
+    """The body passed the size limit of the operation (S3 names it MaxSizeAllowed)."""
 
     def __init__(self, size_max: int) -> None:
-        super().__init__(f"body larger than {size_max} bytes")
+        super().__init__(f"body larger than {size_max} bytes", MaxSizeAllowed=size_max)
         self.size_max = size_max
 
 

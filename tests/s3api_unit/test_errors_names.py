@@ -6,6 +6,10 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
+from blobstore.catalog import errors as catalog_errors
+from blobstore.catalog.records import ObjectRecord
+from blobstore.ledger import errors as ledger_errors
+from blobstore.runtime.zk_session import ZooKeeperRequestTooLargeError
 from s3api import limits
 from s3api.errors import DOMAIN_ERROR_CODES, ERROR_SPECS, S3Error, render_error, to_s3_error
 
@@ -91,55 +95,32 @@ def test_undeclared_code_is_a_bug() -> None:
         S3Error("NoSuchThing")
 
 
-class CatalogError(Exception):
+class SpecialNoSuchBucketError(catalog_errors.NoSuchBucketError):
     pass
 
 
-class NoSuchBucketError(CatalogError):
-    pass
-
-
-class BucketAlreadyExistsError(CatalogError):
-    def __init__(self, existing_owner: str) -> None:
-        super().__init__(existing_owner)
-        self.existing_owner = existing_owner
-
-
-class DeleteMarkerError(CatalogError):
-    def __init__(self, record: object) -> None:
-        super().__init__("delete marker")
-        self.record = record
-
-
-class SpecialNoSuchBucketError(NoSuchBucketError):
-    pass
-
-
-class Record:
-    version_id = "v9"
-
-
-def test_domain_errors_map_by_class_name() -> None:
-    assert to_s3_error(NoSuchBucketError()).code == "NoSuchBucket"
-    assert to_s3_error(SpecialNoSuchBucketError()).code == "NoSuchBucket"
-    assert to_s3_error(type("CatalogBusyError", (Exception,), {})()).status == 503
-    assert (
-        to_s3_error(type("NotEnoughBookiesError", (Exception,), {})()).code == "ServiceUnavailable"
-    )
+def test_domain_errors_map_by_class() -> None:
+    assert to_s3_error(catalog_errors.NoSuchBucketError("b1")).code == "NoSuchBucket"
+    assert to_s3_error(SpecialNoSuchBucketError("b1")).code == "NoSuchBucket"
+    assert to_s3_error(catalog_errors.CatalogBusyError()).status == 503
+    assert to_s3_error(ledger_errors.NotEnoughBookiesError("none")).code == "ServiceUnavailable"
+    # A class that only shares a domain error's name is not that error.
+    assert to_s3_error(type("CatalogBusyError", (Exception,), {})()).code == "InternalError"
+    assert to_s3_error(type("NotEnoughBookiesError", (Exception,), {})()).status == 500
     assert to_s3_error(ValueError("boom")).code == "InternalError"
     assert (
-        to_s3_error(BucketAlreadyExistsError("bob"), requester="alice").code
+        to_s3_error(catalog_errors.BucketAlreadyExistsError("b1", "bob"), requester="alice").code
         == "BucketAlreadyExists"
     )
     assert (
-        to_s3_error(BucketAlreadyExistsError("alice"), requester="alice").code
+        to_s3_error(catalog_errors.BucketAlreadyExistsError("b1", "alice"), requester="alice").code
         == "BucketAlreadyOwnedByYou"
     )
-    marker = to_s3_error(DeleteMarkerError(Record()))
+    marker = to_s3_error(
+        catalog_errors.DeleteMarkerError(ObjectRecord("b1", "k1", "v9", is_delete_marker=True))
+    )
     assert marker.code == "NoSuchKey"
     assert marker.headers == {"x-amz-delete-marker": "true", "x-amz-version-id": "v9"}
-    from blobstore.runtime.zk_session import ZooKeeperRequestTooLargeError
-
     too_large = to_s3_error(ZooKeeperRequestTooLargeError(5 << 20, 4 << 20, "MultiTransaction"))
     assert (too_large.code, too_large.status) == ("InvalidRequest", 400)
     assert (
@@ -225,8 +206,6 @@ def test_counts_and_parts() -> None:
 
 
 def test_real_domain_errors_map() -> None:
-    from blobstore.catalog import errors as catalog_errors
-    from blobstore.ledger import errors as ledger_errors
     from blobstore.objects import errors as object_errors
 
     err = to_s3_error(catalog_errors.NoSuchBucketError("b1"))
