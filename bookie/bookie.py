@@ -153,11 +153,42 @@ class Bookie:
     async def _serve(
         self, zk: ZooKeeperClient, sock: socket.socket, loop: asyncio.AbstractEventLoop
     ) -> int:
+        """Start in order (cookie, journal replay, serve, register, ready file), run until
+        `stopping`, then stop in reverse (`_shut_down`)."""
         config = self.config
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stopping.set)
         await cookie.verify_or_create(zk, self.bookie_id, config.journal_dir, config.ledger_dir)
+        storage = await self._open_storage()
+        journal = await self._open_journal(storage)
+        server = self._make_server(storage, journal)
+        await self.check_disk()
+        tcp_server = await loop.create_server(server.new_connection, sock=sock)
+        await self._start_http(journal)
+        registration = Registration(
+            zk, self.bookie_id, self.registration_payload, config.registration_refresh_s
+        )
+        self.registration = registration
+        await registration.register()
+        self._spawn_background(zk, storage, registration)
+        loop_lag = LoopLagMonitor(METRICS.event_loop_lag_seconds, f"bookie {self.bookie_id}")
+        loop_lag.start()
+        freeze_after_startup(METRICS.registry)
+        failure = self._announce_ready()
 
+        await self.stopping.wait()
+        logger.info("bookie stopping bookie_id=%s", self.bookie_id)
+        loop_lag.stop()
+        tcp_server.close()
+        await self._shut_down(server, registration, journal, storage)
+        logger.info("bookie stopped bookie_id=%s", self.bookie_id)
+        if failure is not None:
+            raise failure
+        return 0
+
+    async def _open_storage(self) -> LedgerStorage:
+        """Open the ledger storage and replay the journal from its LastLogMark."""
+        config = self.config
         storage = await asyncio.to_thread(
             LedgerStorage,
             config.ledger_dir,
@@ -168,6 +199,12 @@ class Bookie:
         )
         self.storage = storage
         await asyncio.to_thread(storage.replay_journal, config.journal_dir)
+        return storage
+
+    async def _open_journal(self, storage: LedgerStorage) -> Journal:
+        """A fresh journal file (after the replayed ones), files before the mark deleted,
+        and the writer started."""
+        config = self.config
         journal = Journal(
             config.journal_dir,
             max_group_wait_ms=config.journal_max_group_wait_ms,
@@ -187,7 +224,10 @@ class Bookie:
         storage.journal = journal
         journal.start()
         METRICS.ledgers.set(len(storage.states))
+        return journal
 
+    def _make_server(self, storage: LedgerStorage, journal: Journal) -> BookieServer:
+        config = self.config
         self.server = BookieServer(
             bookie_id=self.bookie_id,
             storage=storage,
@@ -202,8 +242,10 @@ class Bookie:
             info=self.info,
             checkpoint_soon=self.checkpoint_soon,
         )
-        await self.check_disk()
-        tcp_server = await loop.create_server(self.server.new_connection, sock=sock)
+        return self.server
+
+    async def _start_http(self, journal: Journal) -> None:
+        config = self.config
         self.http = HttpAdmin(self.admin_info, lambda: journal.failure is None)
         try:
             await self.http.start(config.host, config.http_port)
@@ -212,20 +254,21 @@ class Bookie:
                 f"cannot bind http port {config.host}:{config.http_port}: {e.strerror}"
             ) from None
 
-        self.registration = Registration(
-            zk, self.bookie_id, self.registration_payload, config.registration_refresh_s
-        )
-        await self.registration.register()
-        gc = GarbageCollector(zk, storage, config, lambda: self.read_only)
-        self.spawn(self.registration.run(), "registration")
+    def _spawn_background(
+        self, zk: ZooKeeperClient, storage: LedgerStorage, registration: Registration
+    ) -> None:
+        gc = GarbageCollector(zk, storage, self.config, lambda: self.read_only)
+        self.spawn(registration.run(), "registration")
         self.spawn(self.checkpoint_loop(), "checkpoint")
         self.spawn(self.disk_loop(), "disk-check")
         self.spawn(self.stall_loop(), "stalled-connections")
         self.spawn(gc.run(), "gc")
-        loop_lag = LoopLagMonitor(METRICS.event_loop_lag_seconds, f"bookie {self.bookie_id}")
-        loop_lag.start()
-        freeze_after_startup(METRICS.registry)
-        failure: UsageError | None = None
+
+    def _announce_ready(self) -> UsageError | None:
+        """Write the ready file (when configured). A failure to write it stops the bookie
+        as any other stop (the journal, registration and tasks all run), and is returned
+        to be raised once stopped."""
+        config = self.config
         try:
             if config.ready_file:
                 write_ready_file(
@@ -233,23 +276,28 @@ class Bookie:
                     {"bookie_id": self.bookie_id, "port": self.port, "http_port": self.http.port},
                 )
         except OSError as e:
-            # Stopped as any other stop (the journal, registration and tasks all run).
-            failure = UsageError(f"--ready-file {config.ready_file}: {e.strerror or e}")
             self.stopping.set()
-        else:
-            logger.info(
-                "bookie ready bookie_id=%s http_port=%d thread_switch_interval_ms=%g",
-                self.bookie_id,
-                self.http.port,
-                sys.getswitchinterval() * 1000,
-            )
+            return UsageError(f"--ready-file {config.ready_file}: {e.strerror or e}")
+        logger.info(
+            "bookie ready bookie_id=%s http_port=%d thread_switch_interval_ms=%g",
+            self.bookie_id,
+            self.http.port,
+            sys.getswitchinterval() * 1000,
+        )
+        return None
 
-        await self.stopping.wait()
-        logger.info("bookie stopping bookie_id=%s", self.bookie_id)
-        loop_lag.stop()
-        tcp_server.close()
-        await self.server.drain(config.shutdown_timeout_s)
-        await self.registration.unregister()
+    async def _shut_down(
+        self,
+        server: BookieServer,
+        registration: Registration,
+        journal: Journal,
+        storage: LedgerStorage,
+    ) -> None:
+        """Stop in the reverse order of startup: finish in-flight requests (bounded),
+        unregister (bounded), stop background tasks, close the journal, checkpoint
+        (unless the journal failed), close the HTTP admin, then storage."""
+        await server.drain(self.config.shutdown_timeout_s)
+        await registration.unregister()
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -258,10 +306,6 @@ class Bookie:
             await storage.checkpoint(paced=False)
         await self.http.close()
         await storage.close()
-        logger.info("bookie stopped bookie_id=%s", self.bookie_id)
-        if failure is not None:
-            raise failure
-        return 0
 
     # ------------------------------------------------------------------ background work
 

@@ -41,7 +41,7 @@ RESPONSE_HEADER = struct.Struct(">IBBHQ")
 ADD_RESPONSE = struct.Struct(">IBBHQQQ")  # frame header + AddResponse (ledger_id, entry_id)
 OPS = frozenset(int(op) for op in Op)
 # Per-request updates, batched (blobstore.runtime.batched_metrics): a prometheus_client update
-# per add or read was a visible share of a bookie's CPU.
+# per add or read is a visible share of a bookie's CPU.
 ADDS_OK = BatchedCounter(METRICS.adds.labels(Status.OK.name))
 ADDS_FAILED = BatchedCounter(METRICS.adds.labels(Status.INTERNAL_ERROR.name))
 ADD_BYTES = BatchedCounter(METRICS.add_bytes)
@@ -90,6 +90,20 @@ def _wanted_entry(state: LedgerState, entry_id: int) -> int:
 
 def _is_long_poll(op: int, flags: int) -> bool:
     return op == _READ_ENTRY and bool(flags & _LONG_POLL)
+
+
+async def _lac_changed_within(state: LedgerState, timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for the ledger's next LAC change; False when none came."""
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    state.lac_waiters.append(waiter)
+    try:
+        await asyncio.wait_for(waiter, timeout_s)
+    except TimeoutError:
+        return False
+    finally:
+        if waiter in state.lac_waiters:
+            state.lac_waiters.remove(waiter)
+    return True
 
 
 def _unblock(blocked: set[BookieConnection]) -> None:
@@ -348,6 +362,9 @@ class BookieConnection(asyncio.BufferedProtocol):
             self.reading_paused = False
 
     def _process(self) -> None:
+        """Handle the whole frames buffered, in order, while this connection and the
+        bookie have room. The common path (an add, or a read with room) runs inline; a
+        malformed frame and a read without room leave through helpers."""
         received = self.buffer
         buf = received.data
         pos = received.start
@@ -367,21 +384,15 @@ class BookieConnection(asyncio.BufferedProtocol):
                 (length,) = protocol.FRAME_LENGTH.unpack_from(buf, pos)
                 length_error = protocol.frame_length_error(length)
                 if length_error is not None:
-                    request_id = None
-                    if size - pos >= HEADER_BYTES:
-                        request_id = protocol.FRAME_HEADER.unpack_from(buf, pos + 4)[3]
-                    self._reject(Status.BAD_REQUEST, 0, request_id, str(length_error))
+                    self._reject_length(buf, pos, size, length_error)
                     return
                 end = pos + protocol.FRAME_LENGTH.size + length
                 if size < end:
                     break
                 version, op, flags, request_id = protocol.FRAME_HEADER.unpack_from(buf, pos + 4)
                 body_start = pos + HEADER_BYTES
-                if version != protocol.PROTOCOL_VERSION:
-                    self._reject(Status.BAD_VERSION, op, request_id, f"version {version}")
-                    return
-                if op not in OPS:
-                    self._reject(Status.BAD_REQUEST, op, request_id, f"unknown op {op}")
+                if version != protocol.PROTOCOL_VERSION or op not in OPS:
+                    self._reject_header(version, op, request_id)
                     return
                 if op == Op.ADD_ENTRY:
                     ok = self._add(flags, request_id, buf, body_start, end, adds)
@@ -389,11 +400,7 @@ class BookieConnection(asyncio.BufferedProtocol):
                     self.tasks_in_flight >= self.server.connection_reads_in_flight_max
                     or self.server.reads_in_flight >= self.server.reads_in_flight_max
                 ):
-                    # Stays buffered; reading resumes when a read (of this connection,
-                    # or of any for the bookie-wide bound) finishes.
-                    if self.tasks_in_flight < self.server.connection_reads_in_flight_max:
-                        METRICS.read_waits.inc()
-                    self.read_waiting = True
+                    self._wait_for_read_room()
                     break
                 else:
                     self.read_waiting = False
@@ -407,11 +414,40 @@ class BookieConnection(asyncio.BufferedProtocol):
                     return
                 pos = end
         finally:
-            if adds.records:
-                self._submit_adds(adds)
-            if not self.closed:
-                received.consume_to(pos)
-            self._update_reading()
+            self._processed(adds, pos)
+
+    def _processed(self, adds: AddBatch, pos: int) -> None:
+        """After a pass over the buffer: journal its adds, drop the frames handled (up
+        to `pos`), and pause or resume reading."""
+        if adds.records:
+            self._submit_adds(adds)
+        if not self.closed:
+            self.buffer.consume_to(pos)
+        self._update_reading()
+
+    def _wait_for_read_room(self) -> None:
+        """The next frame is a read and this connection or the bookie has no room for
+        it: it stays buffered, and reading resumes when a read (of this connection, or
+        of any for the bookie-wide bound) finishes."""
+        if self.tasks_in_flight < self.server.connection_reads_in_flight_max:
+            METRICS.read_waits.inc()
+        self.read_waiting = True
+
+    def _reject_length(
+        self, buf: bytearray, pos: int, size: int, error: protocol.ProtocolError
+    ) -> None:
+        """A frame length out of bounds: answered when its request id was received."""
+        request_id = None
+        if size - pos >= HEADER_BYTES:
+            request_id = protocol.FRAME_HEADER.unpack_from(buf, pos + 4)[3]
+        self._reject(Status.BAD_REQUEST, 0, request_id, str(error))
+
+    def _reject_header(self, version: int, op: int, request_id: int) -> None:
+        """A frame of an unknown protocol version or op."""
+        if version != protocol.PROTOCOL_VERSION:
+            self._reject(Status.BAD_VERSION, op, request_id, f"version {version}")
+        else:
+            self._reject(Status.BAD_REQUEST, op, request_id, f"unknown op {op}")
 
     def _reject(self, status: Status, op: int, request_id: int | None, why: str) -> None:
         METRICS.bad_frames.inc()
@@ -696,8 +732,9 @@ class BookieConnection(asyncio.BufferedProtocol):
     async def _do_read(
         self, flags: int, request_id: int, request: protocol.ReadRequest, memory_tried: bool
     ) -> Status:
-        server = self.server
-        storage = server.storage
+        """A READ_ENTRY as a task: fence first (FENCE flag), wait for the LAC to pass
+        `previous_lac` (LONG_POLL flag), then read the entry."""
+        storage = self.server.storage
         ledger_id = request.ledger_id
 
         def answer(status: Status, entry_id: int, lac: int, entry: bytes = b"") -> Status:
@@ -705,52 +742,17 @@ class BookieConnection(asyncio.BufferedProtocol):
 
         if request.entry_id < protocol.LAST_ENTRY:
             return answer(Status.BAD_REQUEST, request.entry_id, protocol.NO_ENTRY)
-        if flags & protocol.ReadFlag.FENCE:
-            state = storage.states.get(ledger_id)
-            if (
-                state is not None
-                and state.master_key is not None
-                and state.master_key != request.master_key
-            ):
-                return answer(Status.UNAUTHORIZED, request.entry_id, protocol.NO_ENTRY)
-            future, done = server.journal_future()
-            server.fence_durably(ledger_id, request.master_key, done)
-            self._started()  # the fence must finish even when the reader goes away
-            try:
-                await future
-            finally:
-                self._finished()
-            logger.info("ledger fenced ledger_id=%d peer=%s", ledger_id, self.peer)
+        if flags & protocol.ReadFlag.FENCE and not await self._fence_for_read(request):
+            return answer(Status.UNAUTHORIZED, request.entry_id, protocol.NO_ENTRY)
         state = storage.states.get(ledger_id)
         if state is None:
             return answer(Status.NO_SUCH_LEDGER, request.entry_id, protocol.NO_ENTRY)
-        if flags & protocol.ReadFlag.LONG_POLL and state.last_add_confirmed <= request.previous_lac:
-            if server.long_poll_waiters >= server.long_poll_waiters_max:
-                return answer(Status.TIMEOUT, request.entry_id, state.last_add_confirmed)
-            timeout_s = min(max(request.timeout_ms, 0), protocol.LONG_POLL_TIMEOUT_MS_MAX) / 1000.0
-            deadline = time.monotonic() + timeout_s
-            server.long_poll_waiters += 1
-            try:
-                while (
-                    state.last_add_confirmed <= request.previous_lac
-                    and storage.states.get(ledger_id) is state
-                ):
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                    state.lac_waiters.append(waiter)
-                    try:
-                        await asyncio.wait_for(waiter, remaining)
-                    except TimeoutError:
-                        break
-                    finally:
-                        if waiter in state.lac_waiters:
-                            state.lac_waiters.remove(waiter)
-            finally:
-                server.long_poll_waiters -= 1
-            if state.last_add_confirmed <= request.previous_lac:
-                return answer(Status.TIMEOUT, request.entry_id, state.last_add_confirmed)
+        if (
+            flags & protocol.ReadFlag.LONG_POLL
+            and state.last_add_confirmed <= request.previous_lac
+            and not await self._wait_for_lac(state, request)
+        ):
+            return answer(Status.TIMEOUT, request.entry_id, state.last_add_confirmed)
         entry_id = _wanted_entry(state, request.entry_id)
         if entry_id == protocol.NO_ENTRY:
             return answer(Status.NO_SUCH_ENTRY, protocol.LAST_ENTRY, state.last_add_confirmed)
@@ -759,6 +761,50 @@ class BookieConnection(asyncio.BufferedProtocol):
         else:
             entry = await storage.read(ledger_id, entry_id)
         return self._respond_entry(request_id, ledger_id, entry_id, state, entry)
+
+    async def _fence_for_read(self, request: protocol.ReadRequest) -> bool:
+        """Fence the ledger durably (journaled) before the read; False, with nothing
+        done, when the request's master key is not the ledger's."""
+        server = self.server
+        ledger_id = request.ledger_id
+        state = server.storage.states.get(ledger_id)
+        if (
+            state is not None
+            and state.master_key is not None
+            and state.master_key != request.master_key
+        ):
+            return False
+        future, done = server.journal_future()
+        server.fence_durably(ledger_id, request.master_key, done)
+        self._started()  # the fence must finish even when the reader goes away
+        try:
+            await future
+        finally:
+            self._finished()
+        logger.info("ledger fenced ledger_id=%d peer=%s", ledger_id, self.peer)
+        return True
+
+    async def _wait_for_lac(self, state: LedgerState, request: protocol.ReadRequest) -> bool:
+        """A long poll: wait (up to the request's timeout, bounded) until the ledger's LAC
+        passes `previous_lac`. True when it did; False on timeout, when the ledger was
+        dropped meanwhile, or when long_poll_waiters_max polls already wait."""
+        server = self.server
+        if server.long_poll_waiters >= server.long_poll_waiters_max:
+            return False
+        timeout_s = min(max(request.timeout_ms, 0), protocol.LONG_POLL_TIMEOUT_MS_MAX) / 1000.0
+        deadline = time.monotonic() + timeout_s
+        server.long_poll_waiters += 1
+        try:
+            while (
+                state.last_add_confirmed <= request.previous_lac
+                and server.storage.states.get(request.ledger_id) is state
+            ):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not await _lac_changed_within(state, remaining):
+                    break
+        finally:
+            server.long_poll_waiters -= 1
+        return state.last_add_confirmed > request.previous_lac
 
     async def _read_lac(self, request_id: int, request: protocol.ReadLacRequest) -> Status:
         state = self.server.storage.states.get(request.ledger_id)

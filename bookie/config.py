@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from blobstore.runtime.errors import UsageError
@@ -47,7 +48,7 @@ class BookieConfig:
     journal_zero_ahead_max_mb_s: float = 32.0
     # How long a thread may hold the GIL while another waits for it (sys.setswitchinterval).
     # The journal writer needs the GIL back after every fsync while the loop thread is
-    # busy: at Python's 5 ms that wait sat in every acknowledgement's tail.
+    # busy: at Python's 5 ms that wait sits in every acknowledgement's tail.
     thread_switch_interval_ms: float = 0.5
     entry_log_bytes_max: int = 1 * GIB
     write_cache_bytes_max: int = 64 * MIB
@@ -55,8 +56,8 @@ class BookieConfig:
     checkpoint_interval_s: float = 10.0
     # A checkpoint writes its entries to the entry log at about this rate (faster when the
     # write cache would fill first; not paced while adds arrive at half this rate or
-    # more), each slice's disk writes started as it goes: written at once, its fsync put
-    # tens of MiB ahead of every journal fsync (0 = not paced).
+    # more), each slice's disk writes started as it goes: written at once, its fsync would
+    # put tens of MiB ahead of every journal fsync (0 = not paced).
     checkpoint_write_mb_s: float = 32.0
     gc_interval_s: float = 300.0
     minor_compaction_threshold: float = 0.2
@@ -88,94 +89,137 @@ class BookieConfig:
         return self.connections_max * self.connection_in_flight_max + 1024
 
     def validate(self) -> BookieConfig:
-        def need(ok: bool, key: str, why: str) -> None:
-            if not ok:
-                raise UsageError(f"bad bookie setting {key}={getattr(self, key)!r}: {why}")
-
-        need(bool(self.zk), "zk", "a ZooKeeper connect string HOST:PORT[/chroot] is required")
-        need(bool(self.journal_dir), "journal_dir", "required")
-        need(bool(self.ledger_dir), "ledger_dir", "required")
-        need(0 <= self.port <= 65535, "port", "must be in [0, 65535]")
-        need(0 <= self.http_port <= 65535, "http_port", "must be in [0, 65535]")
-        need(
-            0 <= self.journal_max_group_wait_ms <= 1000, "journal_max_group_wait_ms", "in [0, 1000]"
-        )
-        need(
-            4 * KIB <= self.journal_buffered_writes_threshold_bytes <= 64 * MIB,
-            "journal_buffered_writes_threshold_bytes",
-            "in [4 KiB, 64 MiB]",
-        )
-        need(self.journal_file_bytes_max >= 64 * KIB, "journal_file_bytes_max", ">= 64 KiB")
-        need(
-            self.journal_zero_ahead_bytes == 0
-            or 64 * KIB <= self.journal_zero_ahead_bytes <= 1 * GIB,
-            "journal_zero_ahead_bytes",
-            "0 (off) or in [64 KiB, 1 GiB]",
-        )
-        need(self.journal_zero_ahead_max_mb_s > 0, "journal_zero_ahead_max_mb_s", "> 0")
-        need(
-            0.05 <= self.thread_switch_interval_ms <= 100,
-            "thread_switch_interval_ms",
-            "in [0.05, 100]",
-        )
-        need(
-            12 * MIB <= self.entry_log_bytes_max <= 4 * GIB - 1,
-            "entry_log_bytes_max",
-            "in [12 MiB, 4 GiB) so a log holds two maximal entries and offsets fit 32 bits",
-        )
-        need(self.write_cache_bytes_max >= 8 * MIB, "write_cache_bytes_max", ">= 8 MiB")
-        need(self.read_cache_bytes_max >= 0, "read_cache_bytes_max", ">= 0")
-        need(self.checkpoint_interval_s > 0, "checkpoint_interval_s", "> 0")
-        need(self.checkpoint_write_mb_s >= 0, "checkpoint_write_mb_s", ">= 0")
-        need(self.gc_interval_s > 0, "gc_interval_s", "> 0")
-        need(0 <= self.minor_compaction_threshold <= 1, "minor_compaction_threshold", "in [0, 1]")
-        need(0 <= self.major_compaction_threshold <= 1, "major_compaction_threshold", "in [0, 1]")
-        need(
-            self.minor_compaction_threshold <= self.major_compaction_threshold,
-            "minor_compaction_threshold",
-            "must not exceed major_compaction_threshold",
-        )
-        need(self.minor_compaction_interval_s > 0, "minor_compaction_interval_s", "> 0")
-        need(self.major_compaction_interval_s > 0, "major_compaction_interval_s", "> 0")
-        need(0 < self.disk_usage_threshold <= 1, "disk_usage_threshold", "in (0, 1]")
-        need(
-            0 < self.disk_usage_warn_threshold < self.disk_usage_threshold,
-            "disk_usage_warn_threshold",
-            "in (0, disk_usage_threshold)",
-        )
-        need(self.disk_capacity_bytes >= 0, "disk_capacity_bytes", ">= 0 (0 = filesystem size)")
-        need(self.disk_check_interval_s > 0, "disk_check_interval_s", "> 0")
-        need(self.registration_refresh_s > 0, "registration_refresh_s", "> 0")
-        need(1 <= self.connections_max <= 65536, "connections_max", "in [1, 65536]")
-        need(
-            1 <= self.connection_in_flight_max <= 65536,
-            "connection_in_flight_max",
-            "in [1, 65536]",
-        )
-        need(
-            1 <= self.connection_reads_in_flight_max <= self.connection_in_flight_max,
-            "connection_reads_in_flight_max",
-            "in [1, connection_in_flight_max]",
-        )
-        need(
-            self.in_flight_bytes_max >= 2 * protocol.FRAME_BYTES_MAX,
-            "in_flight_bytes_max",
-            ">= two maximal frames (10 MiB)",
-        )
-        need(self.long_poll_waiters_max >= 1, "long_poll_waiters_max", ">= 1")
-        need(
-            self.connection_reads_in_flight_max <= self.reads_in_flight_max <= 1_000_000,
-            "reads_in_flight_max",
-            "in [connection_reads_in_flight_max, 1000000]",
-        )
-        need(self.shutdown_timeout_s > 0, "shutdown_timeout_s", "> 0")
-        need(
-            0.1 <= self.frame_stall_timeout_s <= 3600,
-            "frame_stall_timeout_s",
-            "in [0.1, 3600]",
-        )
-        need(self.zk_session_timeout_s >= 2, "zk_session_timeout_s", ">= 2")
+        """This config, or UsageError naming the first setting that breaks a rule."""
+        broken = first_broken_rule(self)
+        if broken is not None:
+            key, why = broken
+            raise UsageError(f"bad bookie setting {key}={getattr(self, key)!r}: {why}")
         return self
+
+
+# A rule: (the setting it is about, whether a config keeps it, what the setting must be).
+# Checked in order; an error names the first one broken.
+Rule = tuple[str, Callable[[BookieConfig], bool], str]
+
+_PROCESS_RULES: tuple[Rule, ...] = (
+    ("zk", lambda c: bool(c.zk), "a ZooKeeper connect string HOST:PORT[/chroot] is required"),
+    ("journal_dir", lambda c: bool(c.journal_dir), "required"),
+    ("ledger_dir", lambda c: bool(c.ledger_dir), "required"),
+    ("port", lambda c: 0 <= c.port <= 65535, "must be in [0, 65535]"),
+    ("http_port", lambda c: 0 <= c.http_port <= 65535, "must be in [0, 65535]"),
+)
+
+_JOURNAL_RULES: tuple[Rule, ...] = (
+    (
+        "journal_max_group_wait_ms",
+        lambda c: 0 <= c.journal_max_group_wait_ms <= 1000,
+        "in [0, 1000]",
+    ),
+    (
+        "journal_buffered_writes_threshold_bytes",
+        lambda c: 4 * KIB <= c.journal_buffered_writes_threshold_bytes <= 64 * MIB,
+        "in [4 KiB, 64 MiB]",
+    ),
+    ("journal_file_bytes_max", lambda c: c.journal_file_bytes_max >= 64 * KIB, ">= 64 KiB"),
+    (
+        "journal_zero_ahead_bytes",
+        lambda c: (
+            c.journal_zero_ahead_bytes == 0 or 64 * KIB <= c.journal_zero_ahead_bytes <= 1 * GIB
+        ),
+        "0 (off) or in [64 KiB, 1 GiB]",
+    ),
+    ("journal_zero_ahead_max_mb_s", lambda c: c.journal_zero_ahead_max_mb_s > 0, "> 0"),
+    (
+        "thread_switch_interval_ms",
+        lambda c: 0.05 <= c.thread_switch_interval_ms <= 100,
+        "in [0.05, 100]",
+    ),
+)
+
+_STORAGE_RULES: tuple[Rule, ...] = (
+    (
+        "entry_log_bytes_max",
+        lambda c: 12 * MIB <= c.entry_log_bytes_max <= 4 * GIB - 1,
+        "in [12 MiB, 4 GiB) so a log holds two maximal entries and offsets fit 32 bits",
+    ),
+    ("write_cache_bytes_max", lambda c: c.write_cache_bytes_max >= 8 * MIB, ">= 8 MiB"),
+    ("read_cache_bytes_max", lambda c: c.read_cache_bytes_max >= 0, ">= 0"),
+    ("checkpoint_interval_s", lambda c: c.checkpoint_interval_s > 0, "> 0"),
+    ("checkpoint_write_mb_s", lambda c: c.checkpoint_write_mb_s >= 0, ">= 0"),
+    ("gc_interval_s", lambda c: c.gc_interval_s > 0, "> 0"),
+    (
+        "minor_compaction_threshold",
+        lambda c: 0 <= c.minor_compaction_threshold <= 1,
+        "in [0, 1]",
+    ),
+    (
+        "major_compaction_threshold",
+        lambda c: 0 <= c.major_compaction_threshold <= 1,
+        "in [0, 1]",
+    ),
+    (
+        "minor_compaction_threshold",
+        lambda c: c.minor_compaction_threshold <= c.major_compaction_threshold,
+        "must not exceed major_compaction_threshold",
+    ),
+    ("minor_compaction_interval_s", lambda c: c.minor_compaction_interval_s > 0, "> 0"),
+    ("major_compaction_interval_s", lambda c: c.major_compaction_interval_s > 0, "> 0"),
+    ("disk_usage_threshold", lambda c: 0 < c.disk_usage_threshold <= 1, "in (0, 1]"),
+    (
+        "disk_usage_warn_threshold",
+        lambda c: 0 < c.disk_usage_warn_threshold < c.disk_usage_threshold,
+        "in (0, disk_usage_threshold)",
+    ),
+    (
+        "disk_capacity_bytes",
+        lambda c: c.disk_capacity_bytes >= 0,
+        ">= 0 (0 = filesystem size)",
+    ),
+    ("disk_check_interval_s", lambda c: c.disk_check_interval_s > 0, "> 0"),
+    ("registration_refresh_s", lambda c: c.registration_refresh_s > 0, "> 0"),
+)
+
+_LIMIT_RULES: tuple[Rule, ...] = (
+    ("connections_max", lambda c: 1 <= c.connections_max <= 65536, "in [1, 65536]"),
+    (
+        "connection_in_flight_max",
+        lambda c: 1 <= c.connection_in_flight_max <= 65536,
+        "in [1, 65536]",
+    ),
+    (
+        "connection_reads_in_flight_max",
+        lambda c: 1 <= c.connection_reads_in_flight_max <= c.connection_in_flight_max,
+        "in [1, connection_in_flight_max]",
+    ),
+    (
+        "in_flight_bytes_max",
+        lambda c: c.in_flight_bytes_max >= 2 * protocol.FRAME_BYTES_MAX,
+        ">= two maximal frames (10 MiB)",
+    ),
+    ("long_poll_waiters_max", lambda c: c.long_poll_waiters_max >= 1, ">= 1"),
+    (
+        "reads_in_flight_max",
+        lambda c: c.connection_reads_in_flight_max <= c.reads_in_flight_max <= 1_000_000,
+        "in [connection_reads_in_flight_max, 1000000]",
+    ),
+    ("shutdown_timeout_s", lambda c: c.shutdown_timeout_s > 0, "> 0"),
+    (
+        "frame_stall_timeout_s",
+        lambda c: 0.1 <= c.frame_stall_timeout_s <= 3600,
+        "in [0.1, 3600]",
+    ),
+    ("zk_session_timeout_s", lambda c: c.zk_session_timeout_s >= 2, ">= 2"),
+)
+
+RULES: tuple[Rule, ...] = _PROCESS_RULES + _JOURNAL_RULES + _STORAGE_RULES + _LIMIT_RULES
+
+
+def first_broken_rule(config: BookieConfig) -> tuple[str, str] | None:
+    """(setting, what it must be) of the first rule `config` breaks, or None."""
+    for key, kept, why in RULES:
+        if not kept(config):
+            return key, why
+    return None
 
 
 # Settings that are not tunables: each has its own flag.

@@ -16,10 +16,9 @@ and the mark never runs ahead of the index.
 A synced batch is written unsynced and then made durable with `flush_wal(True)`
 (RocksDB's SyncWAL: the WAL file, and its directory when new, fsync'd before it returns).
 rocksdict holds the interpreter lock through a sync write's fsync, and the storage thread
-that writes the index shares the bookie process with its event loop: every checkpoint's
-last write froze the loop (all adds and reads) for its fsync, tens of milliseconds when
-the disk was busy (a probe thread beside a write under disk load: 12 stalls of 16-28 ms
-in 40 sync writes; with flush_wal, one of 3 ms). SyncWAL releases the lock. The batch is
+that writes the index shares the bookie process with its event loop: a synced write
+would freeze the loop (all adds and reads) for its fsync, tens of milliseconds when the
+disk is busy. SyncWAL releases the lock. The batch is
 visible to this process's reads before it is durable; nothing reads the index back before
 the write returns.
 

@@ -25,9 +25,8 @@ metadata for them (the blocks' allocation and the file's size: on ext4 a commit 
 own journal), and that costs more than the data itself for the small batches of a
 journal below saturation. A helper thread keeps the next ``journal_zero_ahead_bytes`` of
 the current file written with zeros and fsync'd, so the writer overwrites allocated,
-written blocks and its fdatasync has only data to flush (measured on this machine's ext4:
-4 KiB write + fdatasync at ~10,000/s instead of ~6,500/s, with a third less CPU; space
-reserved with fallocate or a sparse size does not help, the blocks must be written).
+written blocks and its fdatasync has only data to flush (space reserved with fallocate
+or a sparse size does not help: the blocks must be written).
 The zeros double the journal's disk writes, so the thread stops while the journal writes
 faster than ``journal_zero_ahead_max_mb_s``: there batches are large and the metadata
 commit is a small part of each. Zeros are only ever written past every byte the writer
@@ -264,66 +263,106 @@ def replay(
     for n, journal_id in enumerate(ids):
         newest = n == len(ids) - 1
         path = os.path.join(directory, file_name(journal_id))
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            data = f.read() if size >= FILE_HEADER_BYTES else b""
+        size, data = _read_file(path)
         if size < FILE_HEADER_BYTES:
-            if not newest:
-                raise JournalCorruptError(
-                    f"journal file {path} is {size} bytes, shorter than its header, "
-                    "but a later journal file exists"
-                )
-            logger.warning(
-                "journal_torn_tail journal_id=%d reason=short-header size=%d: file removed",
-                journal_id,
-                size,
-            )
-            os.unlink(path)
-            fsync_directory(directory)
+            _remove_short_file(directory, path, journal_id, size, newest)
             continue
-        magic, version, _, header_id = FILE_HEADER.unpack_from(data, 0)
-        if magic != FILE_MAGIC or version != FILE_VERSION or header_id != journal_id:
-            raise JournalCorruptError(
-                f"journal file {path} has a bad header: {magic!r} v{version} id={header_id}"
-            )
+        _check_file_header(path, data, journal_id)
         offset = mark_offset if journal_id == mark_id else FILE_HEADER_BYTES
         offset = max(offset, FILE_HEADER_BYTES)
-        view = memoryview(data)
-        while offset < size:
-            try:
-                record, used = JournalRecord.decode(view[offset:])
-            except ValueError as e:
-                if newest and data.count(0, offset) == size - offset:
-                    # What zero-ahead wrote past the last record of a file that was
-                    # never finished (the bookie was killed): not a torn write.
-                    logger.info(
-                        "journal_zero_tail journal_id=%d offset=%d zero_bytes=%d: "
-                        "file truncated to its last record",
-                        journal_id,
-                        offset,
-                        size - offset,
-                    )
-                    _truncate(path, offset)
-                    break
-                if not newest:
-                    raise JournalCorruptError(
-                        f"journal file {path} is corrupt at offset {offset} ({e}); "
-                        f"{size - offset} bytes follow, and the file was complete when "
-                        "the next journal file was started, so acknowledged entries may "
-                        "be among them"
-                    ) from None
-                logger.warning(
-                    "journal_torn_tail journal_id=%d offset=%d reason=%s ignored_bytes=%d: "
-                    "file truncated to its last whole record",
-                    journal_id,
-                    offset,
-                    e,
-                    size - offset,
-                )
-                _truncate(path, offset)
-                break
-            offset += used
-            yield record, (journal_id, offset)
+        yield from _replay_file(path, journal_id, data, size, offset, newest)
+
+
+def _read_file(path: str) -> tuple[int, bytes]:
+    """(size, contents); no contents when the file is shorter than its header."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        return size, f.read() if size >= FILE_HEADER_BYTES else b""
+
+
+def _remove_short_file(directory: str, path: str, journal_id: int, size: int, newest: bool) -> None:
+    """A file cut short inside its header: the newest one is a torn start, removed."""
+    if not newest:
+        raise JournalCorruptError(
+            f"journal file {path} is {size} bytes, shorter than its header, "
+            "but a later journal file exists"
+        )
+    logger.warning(
+        "journal_torn_tail journal_id=%d reason=short-header size=%d: file removed",
+        journal_id,
+        size,
+    )
+    os.unlink(path)
+    fsync_directory(directory)
+
+
+def _check_file_header(path: str, data: bytes, journal_id: int) -> None:
+    magic, version, _, header_id = FILE_HEADER.unpack_from(data, 0)
+    if magic != FILE_MAGIC or version != FILE_VERSION or header_id != journal_id:
+        raise JournalCorruptError(
+            f"journal file {path} has a bad header: {magic!r} v{version} id={header_id}"
+        )
+
+
+def _replay_file(
+    path: str, journal_id: int, data: bytes, size: int, offset: int, newest: bool
+) -> Iterator[tuple[JournalRecord, tuple[int, int]]]:
+    """The records of one file from `offset` on; its tail is cut at the first bad one."""
+    view = memoryview(data)
+    while offset < size:
+        try:
+            record, used = JournalRecord.decode(view[offset:])
+        except ValueError as e:
+            _cut_bad_tail(path, journal_id, data, size, offset, newest, e)
+            return
+        offset += used
+        yield record, (journal_id, offset)
+
+
+def bad_tail_kind(data: bytes, size: int, offset: int, newest: bool) -> str:
+    """What follows the last whole record at `offset`:
+
+    - "zeros": what zero-ahead wrote past the last record of a newest file that was never
+      finished (the bookie was killed): not a torn write;
+    - "torn": the newest file's last write, torn by a crash, never acknowledged;
+    - "corrupt": damage in a file that was complete when the next one was started."""
+    if not newest:
+        return "corrupt"
+    if data.count(0, offset) == size - offset:
+        return "zeros"
+    return "torn"
+
+
+def _cut_bad_tail(
+    path: str, journal_id: int, data: bytes, size: int, offset: int, newest: bool, error: Exception
+) -> None:
+    """Truncate the file after its last whole record, or raise JournalCorruptError."""
+    kind = bad_tail_kind(data, size, offset, newest)
+    if kind == "corrupt":
+        raise JournalCorruptError(
+            f"journal file {path} is corrupt at offset {offset} ({error}); "
+            f"{size - offset} bytes follow, and the file was complete when "
+            "the next journal file was started, so acknowledged entries may "
+            "be among them"
+        ) from None
+    if kind == "zeros":
+        logger.info(
+            "journal_zero_tail journal_id=%d offset=%d zero_bytes=%d: "
+            "file truncated to its last record",
+            journal_id,
+            offset,
+            size - offset,
+        )
+    else:
+        logger.warning(
+            "journal_torn_tail journal_id=%d offset=%d reason=%s ignored_bytes=%d: "
+            "file truncated to its last whole record",
+            journal_id,
+            offset,
+            error,
+            size - offset,
+        )
+    _truncate(path, offset)
 
 
 def _truncate(path: str, size: int) -> None:
@@ -386,8 +425,8 @@ class Journal:
         # Synced journal bytes are never read again but by a replay after a crash, which
         # reads the disk: their pages are dropped from the page cache after each fsync
         # (BookKeeper's journalRemoveFromPageCache). Kept, they grow the page cache by the
-        # journal's write rate; on this 2-core VM that cost 4-5 ms of kernel CPU per MiB
-        # written (the cache keeps taking fresh memory) against ~0.5 ms when dropped.
+        # journal's write rate, and the kernel spends CPU on every MiB written taking
+        # fresh memory for the cache.
         self.remove_from_page_cache = remove_from_page_cache
         self._cached_from = 0  # offset of the file's first page not yet dropped
         self.synced_position: tuple[int, int] = (0, 0)
@@ -401,10 +440,15 @@ class Journal:
         # says so the thread waits for `wait_for_room()` run on the loop.
         self.needs_room: Callable[[], bool] | None = None
         self.wait_for_room: Callable[[], Coroutine[Any, Any, None]] | None = None
-        # Zero-ahead (module docstring). Under `_zero`: the end of the zeros on disk, the
-        # end of what the writer has written or is writing, and the start of the chunk
-        # being zeroed (-1: none). `_written_total` counts bytes the writer wrote (the
-        # thread's rate measure).
+        self._init_zero_ahead(zero_ahead_bytes, zero_ahead_max_write_bytes_per_s)
+
+    def _init_zero_ahead(
+        self, zero_ahead_bytes: int, zero_ahead_max_write_bytes_per_s: float
+    ) -> None:
+        """Zero-ahead state (module docstring). Under `_zero`: the end of the zeros on
+        disk, the end of what the writer has written or is writing, and the start of the
+        chunk being zeroed (-1: none). `_written_total` counts bytes the writer wrote (the
+        thread's rate measure)."""
         self.zero_ahead_bytes = zero_ahead_bytes
         self.zero_chunk_bytes = max(
             PAGE_BYTES, min(ZERO_AHEAD_CHUNK_MAX, zero_ahead_bytes // 4) // PAGE_BYTES * PAGE_BYTES

@@ -19,10 +19,10 @@ The write cache holds entries by ledger, then by entry id. A checkpoint:
 
 Each slice is its own call on the storage thread. That thread holds the interpreter
 lock while it runs Python, and the event loop, which gives the lock up on every socket
-call, waited up to the switch interval (5 ms) to get it back, again and again until a
-whole checkpoint (tens of thousands of entries, one RocksDB batch) was done: for a
-second every ten, adds took 50-120 ms. Between slices the loop runs freely, so a
-checkpoint delays a request by at most one slice.
+call, waits up to the switch interval to get it back: in one call, a whole checkpoint
+(tens of thousands of entries, one RocksDB batch) would make it wait again and again
+until the checkpoint is done. Between slices the loop runs freely, so a checkpoint
+delays a request by at most one slice.
 
 Faults tolerated
 ----------------
@@ -452,7 +452,12 @@ class LedgerStorage:
 
     async def checkpoint(self, *, paced: bool = True) -> None:
         """One checkpoint (module docstring); `paced=False` (at shutdown) writes at full
-        speed: nothing else is running to yield to."""
+        speed: nothing else is running to yield to.
+
+        The order is what makes it durable: the slices write the entry log and the index
+        (unsynced), `_flush_end` fsyncs the log and then moves the LastLogMark in one
+        synced index batch, and only after that are journal files before the mark
+        deleted."""
         assert self.journal is not None
         async with self._storage_lock:
             if not self.active and not self.dirty:
@@ -467,55 +472,18 @@ class LedgerStorage:
             METRICS.write_cache_bytes.set(self.active_bytes + self.flushing_bytes)
             loop = asyncio.get_running_loop()
             touched: dict[tuple[int, int], int] = {}
-            entries = 0
-            left_bytes = self.flushing_bytes
-            half = self.write_cache_bytes_max // 2
             try:
-                for piece in flush_slices(self.flushing):
-                    sliced = time.monotonic()
-                    slice_bytes = await loop.run_in_executor(
-                        self.storage_executor, self._flush_slice, piece, touched
-                    )
-                    entries += sum(len(ids) for _, ids, _ in piece)
-                    left_bytes -= sum(len(data) for _, _, datas in piece for data in datas)
-                    now = time.monotonic()
-                    # Background work, paced in CPU and in bytes (`checkpoint_pause`):
-                    # three bookies checkpointing at once on two cores held adds back
-                    # 100+ ms, and a checkpoint's writes reaching the disk in one burst
-                    # (the fsync of 32 MiB) held every journal fsync behind them.
-                    pause = checkpoint_pause(
-                        now - sliced,
-                        slice_bytes,
-                        left_bytes,
-                        0 if self.write_cache_full() else half - self.active_bytes,
-                        max(arrived_per_s, self.active_bytes / max(now - started, 1e-3)),
-                        self.checkpoint_write_bytes_per_s,
-                    )
-                    if pause > 0 and paced:
-                        await asyncio.sleep(pause)
+                entries = await self._write_slices(touched, started, arrived_per_s, paced)
                 written = time.monotonic()
                 await loop.run_in_executor(
                     self.storage_executor, self._flush_end, states, touched, mark
                 )
             except BaseException:
-                # Keep the entries readable and retry them with the next checkpoint.
-                for ledger_id, flushed in self.flushing.items():
-                    cached = self.active.setdefault(ledger_id, {})
-                    for entry_id, data in flushed.items():
-                        cached.setdefault(entry_id, data)
-                self.active_bytes = sum(
-                    len(data) for cached in self.active.values() for data in cached.values()
-                )
-                self.dirty.update(states)
-                self.flushing = {}
-                self.flushing_bytes = 0
-                self._checkpoint_done.set()
+                self._unswap(states)
                 raise
             synced = time.monotonic()
-            self.flushing = {}
-            self.flushing_bytes = 0
+            self._end_flushing()
             self.mark = mark
-            self._checkpoint_done.set()
             await loop.run_in_executor(
                 self.storage_executor, self.journal.delete_files_before, mark[0]
             )
@@ -530,6 +498,63 @@ class LedgerStorage:
                 (written - started) * 1e3,
                 (synced - written) * 1e3,
             )
+
+    async def _write_slices(
+        self,
+        touched: dict[tuple[int, int], int],
+        started: float,
+        arrived_per_s: float,
+        paced: bool,
+    ) -> int:
+        """Checkpoint step 2: the swapped entries, slice by slice, to the entry log and
+        the index (unsynced), with a pause after each slice. Returns the entry count."""
+        loop = asyncio.get_running_loop()
+        entries = 0
+        left_bytes = self.flushing_bytes
+        half = self.write_cache_bytes_max // 2
+        for piece in flush_slices(self.flushing):
+            sliced = time.monotonic()
+            slice_bytes = await loop.run_in_executor(
+                self.storage_executor, self._flush_slice, piece, touched
+            )
+            entries += sum(len(ids) for _, ids, _ in piece)
+            left_bytes -= sum(len(data) for _, _, datas in piece for data in datas)
+            now = time.monotonic()
+            # Background work, paced in CPU and in bytes (`checkpoint_pause`): bookies
+            # checkpointing at once on a few cores would hold adds back, and a
+            # checkpoint's writes reaching the disk in one burst would hold every
+            # journal fsync behind them.
+            pause = checkpoint_pause(
+                now - sliced,
+                slice_bytes,
+                left_bytes,
+                0 if self.write_cache_full() else half - self.active_bytes,
+                max(arrived_per_s, self.active_bytes / max(now - started, 1e-3)),
+                self.checkpoint_write_bytes_per_s,
+            )
+            if pause > 0 and paced:
+                await asyncio.sleep(pause)
+        return entries
+
+    def _unswap(self, states: dict[int, LedgerStateRecord]) -> None:
+        """A checkpoint failed: keep its entries readable and retry them, and its ledger
+        states, with the next checkpoint."""
+        for ledger_id, flushed in self.flushing.items():
+            cached = self.active.setdefault(ledger_id, {})
+            for entry_id, data in flushed.items():
+                cached.setdefault(entry_id, data)
+        self.active_bytes = sum(
+            len(data) for cached in self.active.values() for data in cached.values()
+        )
+        self.dirty.update(states)
+        self._end_flushing()
+
+    def _end_flushing(self) -> None:
+        """The swapped cache is written (or back in the write cache): adds waiting for
+        room go on."""
+        self.flushing = {}
+        self.flushing_bytes = 0
+        self._checkpoint_done.set()
 
     def _flush_slice(self, piece: FlushSlice, touched: dict[tuple[int, int], int]) -> int:
         """Storage thread: one slice -> entry log (its disk writes started, not waited
