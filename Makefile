@@ -19,9 +19,8 @@ soak: setup
 	$(PY) -m pytest -m soak $(PYTEST_ARGS)
 
 bench: setup
-	$(PY) bench/bookie_bench.py
-	@for b in ledger_bench catalog_bench s3_bench; do \
-	    if [ -f bench/$$b.py ]; then $(PY) bench/$$b.py || exit 1; fi; done
+	@for b in bookie_bench ledger_bench catalog_bench s3_bench; do \
+	    $(PY) -m bench.$$b || exit 1; done
 
 lint: setup
 	$(VENV)/bin/ruff check bookie blobstore s3api tests bench

@@ -2,7 +2,7 @@
 connections to one real bookie process, beside the machine's limits measured on the same
 disk in the same run (4 KiB write+fsync rate, sequential write+fsync bandwidth).
 
-    .venv/bin/python bench/bookie_bench.py [--seconds 8] [--connections 4] [--window 256]
+    .venv/bin/python -m bench.bookie_bench [--seconds 8] [--connections 4] [--window 256]
 
 Writes docs/benchmarks/bookie.md. Not a test: no assertion on speed.
 """
@@ -26,12 +26,11 @@ from pathlib import Path
 import crc32c
 import uvloop
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from blobstore.cli.zookeeper_server import free_port, start_zookeeper
+from blobstore.wire import protocol
+from blobstore.wire.protocol import Op
 
-from blobstore.cli.zookeeper_server import free_port, start_zookeeper  # noqa: E402
-from blobstore.wire import protocol  # noqa: E402
-from blobstore.wire.protocol import Op  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 KEY = protocol.master_key(b"bench")
 RESPONSE = struct.Struct(">IBBHQ")
@@ -170,6 +169,10 @@ class AddConnection(asyncio.Protocol):
             self.done.set_exception(ConnectionError(f"bookie closed the connection: {exc!r}"))
 
 
+async def connect(protocol: AddConnection, port: int) -> None:
+    await asyncio.get_running_loop().create_connection(lambda: protocol, "127.0.0.1", port)
+
+
 async def run_adds(
     port: int, size: int, connections: int, window: int, seconds: float, first_ledger: int
 ) -> dict[str, float]:
@@ -182,7 +185,7 @@ async def run_adds(
     for index in range(connections):
         done: asyncio.Future[None] = loop.create_future()
         conn = AddConnection(first_ledger + index, payload, window, deadline, done)
-        await loop.create_connection(lambda conn=conn: conn, "127.0.0.1", port)
+        await connect(conn, port)
         protocols.append(conn)
         waits.append(done)
     await asyncio.wait_for(asyncio.gather(*waits), seconds + 60)
@@ -234,7 +237,7 @@ def scrape(http_port: int) -> dict[str, float]:
 # --------------------------------------------------------------------------- driver
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="per entry size")
     parser.add_argument("--connections", type=int, default=4)
@@ -245,117 +248,146 @@ def main() -> int:
         "--dir", default=None, help="where the bookie's dirs go (default: a temp dir under bench/)"
     )
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "bookie.md"))
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def main() -> int:
+    args = parse_args()
     base = Path(args.dir) if args.dir else ROOT / "bench" / ".work"
     base.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base) as tmp:
         work = Path(tmp)
-        print("measuring disk limits ...", flush=True)
-        fsync_4k = fsync_rate_4k(work, 3.0)
-        bandwidth = sequential_bandwidth(work, 3.0)
-        print(
-            f"  4 KiB write+fdatasync: {fsync_4k:,.0f}/s; sequential write+fdatasync: {bandwidth:,.0f} MB/s",
-            flush=True,
-        )
-
+        fsync_4k, bandwidth = measure_disk_limits(work)
         zk = start_zookeeper(work / "zk", free_port())
-        zk_connect = zk.chroot("/bench")
         bookie = None
         try:
-            ready = work / "ready.json"
-            log = open(work / "bookie.log", "wb")  # noqa: SIM115 - closed below
-            bookie = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "blobstore.cli",
-                    "bookie",
-                    "--zk",
-                    zk_connect,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                    "--http-port",
-                    "0",
-                    "--journal-dir",
-                    str(work / "journal"),
-                    "--ledger-dir",
-                    str(work / "ledgers"),
-                    "--ready-file",
-                    str(ready),
-                ],  # fmt: skip
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=ROOT,
-                env={**os.environ, "BLOBSTORE_LOG_LEVEL": "WARNING"},
-            )
-            deadline = time.monotonic() + 60
-            while not ready.exists():
-                if bookie.poll() is not None or time.monotonic() > deadline:
-                    log.flush()
-                    tail = (work / "bookie.log").read_text(errors="replace")[-3000:]
-                    raise SystemExit(f"bookie did not start:\n{tail}")
-                time.sleep(0.05)
-            info = json.loads(ready.read_text())
-            results = []
-            for index, size in enumerate((1024, 64 * 1024, 1024 * 1024)):
-                # About 4 MiB in flight per connection: enough to keep group commits full
-                # without measuring only queueing.
-                window = min(args.window, max(4, (4 << 20) // size))
-                cpu_before = process_cpu_s(bookie.pid)
-                before = scrape(info["http_port"])
-                result = uvloop.run(
-                    run_adds(
-                        info["port"],
-                        size,
-                        args.connections,
-                        window,
-                        args.seconds,
-                        1000 * (index + 1),
-                    )
-                )
-                after = scrape(info["http_port"])
-                batches = (
-                    after["bookie_journal_batch_size_entries_count"]
-                    - before["bookie_journal_batch_size_entries_count"]
-                )
-                records = (
-                    after["bookie_journal_batch_size_entries_sum"]
-                    - before["bookie_journal_batch_size_entries_sum"]
-                )
-                fsync_sum = (
-                    after["bookie_journal_fsync_latency_seconds_sum"]
-                    - before["bookie_journal_fsync_latency_seconds_sum"]
-                )
-                result["window"] = window
-                result["bookie_cpu_us_per_add"] = (
-                    (process_cpu_s(bookie.pid) - cpu_before) / result["adds"] * 1e6
-                )
-                result["fsyncs"] = batches
-                result["adds_per_fsync"] = records / batches if batches else 0.0
-                result["fsync_ms"] = fsync_sum / batches * 1000 if batches else 0.0
-                results.append(result)
-                print(
-                    f"  {size // 1024:>5} KiB: {result['adds_per_s']:>9,.0f} adds/s {result['mb_per_s']:>7,.1f} MB/s "
-                    f"p50 {result['p50_ms']:.2f} ms p99 {result['p99_ms']:.2f} ms p99.9 {result['p999_ms']:.2f} ms "
-                    f"({result['adds_per_fsync']:.0f} adds per fsync, errors {result['errors']})",
-                    flush=True,
-                )
+            bookie, info = start_bookie(work, zk.chroot("/bench"))
+            results = [
+                measure_entry_size(args, bookie.pid, info, index, size)
+                for index, size in enumerate((1024, 64 * 1024, 1024 * 1024))
+            ]
         finally:
             if bookie is not None:
-                bookie.terminate()
-                try:
-                    bookie.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    bookie.kill()
+                stop_bookie(bookie)
             zk.stop()
     if not args.dir:
         base.rmdir()  # the temp dir inside it is gone already
     write_report(Path(args.output), args, fsync_4k, bandwidth, results)
     print(f"wrote {args.output}")
     return 0
+
+
+def measure_disk_limits(work: Path) -> tuple[float, float]:
+    """(4 KiB write+fdatasync per second, sequential write+fdatasync MB/s) on `work`'s disk."""
+    print("measuring disk limits ...", flush=True)
+    fsync_4k = fsync_rate_4k(work, 3.0)
+    bandwidth = sequential_bandwidth(work, 3.0)
+    print(
+        f"  4 KiB write+fdatasync: {fsync_4k:,.0f}/s; sequential write+fdatasync: {bandwidth:,.0f} MB/s",
+        flush=True,
+    )
+    return fsync_4k, bandwidth
+
+
+def start_bookie(work: Path, zk_connect: str) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
+    """A bookie process with its dirs under `work`, and its ready file once it is up."""
+    ready = work / "ready.json"
+    with open(work / "bookie.log", "wb") as log:
+        bookie = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "blobstore.cli",
+                "bookie",
+                "--zk",
+                zk_connect,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--http-port",
+                "0",
+                "--journal-dir",
+                str(work / "journal"),
+                "--ledger-dir",
+                str(work / "ledgers"),
+                "--ready-file",
+                str(ready),
+            ],  # fmt: skip
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, "BLOBSTORE_LOG_LEVEL": "WARNING"},
+        )
+    try:
+        wait_until_ready(bookie, ready, work / "bookie.log")
+        info: dict[str, int] = json.loads(ready.read_text())
+    except BaseException:
+        stop_bookie(bookie)
+        raise
+    return bookie, info
+
+
+def wait_until_ready(bookie: subprocess.Popen[bytes], ready: Path, log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        if bookie.poll() is not None or time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-3000:]
+            raise SystemExit(f"bookie did not start:\n{tail}")
+        time.sleep(0.05)
+
+
+def stop_bookie(bookie: subprocess.Popen[bytes]) -> None:
+    bookie.terminate()
+    try:
+        bookie.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        bookie.kill()
+
+
+def measure_entry_size(
+    args: argparse.Namespace, bookie_pid: int, info: dict[str, int], index: int, size: int
+) -> dict[str, float]:
+    """Pipelined adds of `size`-byte entries for --seconds, with the bookie's CPU and
+    journal figures over the same span."""
+    # About 4 MiB in flight per connection: enough to keep group commits full without
+    # measuring only queueing.
+    window = min(args.window, max(4, (4 << 20) // size))
+    cpu_before = process_cpu_s(bookie_pid)
+    before = scrape(info["http_port"])
+    first_ledger = 1000 * (index + 1)
+    result = uvloop.run(
+        run_adds(info["port"], size, args.connections, window, args.seconds, first_ledger)
+    )
+    after = scrape(info["http_port"])
+    result["window"] = window
+    result["bookie_cpu_us_per_add"] = (
+        (process_cpu_s(bookie_pid) - cpu_before) / result["adds"] * 1e6
+    )
+    result.update(journal_figures(before, after))
+    print(
+        f"  {size // 1024:>5} KiB: {result['adds_per_s']:>9,.0f} adds/s {result['mb_per_s']:>7,.1f} MB/s "
+        f"p50 {result['p50_ms']:.2f} ms p99 {result['p99_ms']:.2f} ms p99.9 {result['p999_ms']:.2f} ms "
+        f"({result['adds_per_fsync']:.0f} adds per fsync, errors {result['errors']})",
+        flush=True,
+    )
+    return result
+
+
+def journal_figures(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Journal fsyncs, adds per fsync and mean fsync time between two metric scrapes."""
+
+    def grown(name: str) -> float:
+        return after[name] - before[name]
+
+    batches = grown("bookie_journal_batch_size_entries_count")
+    records = grown("bookie_journal_batch_size_entries_sum")
+    fsync_sum = grown("bookie_journal_fsync_latency_seconds_sum")
+    return {
+        "fsyncs": batches,
+        "adds_per_fsync": records / batches if batches else 0.0,
+        "fsync_ms": fsync_sum / batches * 1000 if batches else 0.0,
+    }
 
 
 def write_report(
@@ -369,7 +401,7 @@ def write_report(
     lines = [
         "# Bookie benchmark",
         "",
-        f"Generated by `bench/bookie_bench.py` on {now} ({platform.node()}, {os.cpu_count()} CPUs, "
+        f"Generated by `python -m bench.bookie_bench` on {now} ({platform.node()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}). One bookie process with default settings "
         f"(journal_flush_when_queue_empty=true, journal_buffered_writes_threshold_bytes=512 KiB, "
         f"journal_zero_ahead_bytes=4 MiB below journal_zero_ahead_max_mb_s=32), "

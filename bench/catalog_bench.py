@@ -2,7 +2,7 @@
 raw ZooKeeper create rate of the same run. Starts its own ZooKeeper; writes
 docs/benchmarks/catalog.md.
 
-    .venv/bin/python bench/catalog_bench.py [--keys 1000000] [--seconds 5] [--out PATH]
+    .venv/bin/python -m bench.catalog_bench [--keys 1000000] [--seconds 5] [--out PATH]
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ from pathlib import Path
 
 import uvloop
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from blobstore.catalog import Catalog, CatalogConfig
+from blobstore.catalog.records import Extent, ObjectRecord, ObjectSummary
+from blobstore.cli.zookeeper_server import free_port, start_zookeeper
+from blobstore.runtime.zk import ZooKeeperClient
 
-from blobstore.catalog import Catalog, CatalogConfig  # noqa: E402
-from blobstore.catalog.records import Extent, ObjectRecord, ObjectSummary  # noqa: E402
-from blobstore.cli.zookeeper_server import free_port, start_zookeeper  # noqa: E402
-from blobstore.runtime.zk import ZooKeeperClient  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def record(bucket: str, key: str, n: int) -> ObjectRecord:
@@ -120,12 +119,16 @@ def decode_ceiling(seconds: float = 2.0) -> float:
     return decoded / (time.monotonic() - start)
 
 
-async def list_all(catalog: Catalog, bucket: str, **kwargs: str) -> tuple[int, float]:
+async def list_all(
+    catalog: Catalog, bucket: str, prefix: str = "", delimiter: str = ""
+) -> tuple[int, float]:
     start = time.monotonic()
     total = 0
     start_after = ""
     while True:
-        page = await catalog.list_objects(bucket, start_after=start_after, max_keys=1000, **kwargs)
+        page = await catalog.list_objects(
+            bucket, prefix=prefix, delimiter=delimiter, start_after=start_after, max_keys=1000
+        )
         total += len(page.contents) + len(page.common_prefixes)
         if not page.is_truncated:
             break
@@ -146,151 +149,163 @@ async def latency_ms(
 
 
 async def run(args: argparse.Namespace, connect: str) -> list[Row]:
-    rows: list[Row] = []
     zk = ZooKeeperClient(connect)
     await zk.start()
     config = CatalogConfig()
-    fill_kib = config.page_fill_bytes // 1024
     catalog = Catalog(zk, config)
     await catalog.start()
     try:
-        print("zookeeper raw create rate...", flush=True)
-        raw_1 = await zk_create_rate(zk, 1000, 1)
-        raw_64 = await zk_create_rate(zk, 10_000, 64)
-        rows.append(
-            Row("ZooKeeper create, 1 at a time", f"{raw_1:,.0f}/s", "sync write (fsync) per create")
-        )
-        rows.append(
-            Row(
-                "ZooKeeper create, 64 in flight", f"{raw_64:,.0f}/s", "pipelined: the write ceiling"
-            )
-        )
-        for writers in (1, 16, 64):
-            for sequential in (False, True):
-                kind = "sequential" if sequential else "random"
-                print(f"commits: {writers} writers, {kind} keys...", flush=True)
-                rate, p50 = await commit_rate(
-                    catalog, f"commits-{writers}-{kind}", writers, args.seconds, sequential
-                )
-                rows.append(
-                    Row(
-                        f"catalog commits, {writers} writers, {kind} keys",
-                        f"{rate:,.0f}/s",
-                        f"median commit {p50:.1f} ms; {rate / raw_64:.0%} of pipelined creates",
-                    )
-                )
-        print(f"bulk loading {args.keys:,} keys...", flush=True)
-        await catalog.create_bucket("listing", "bench")
-        start = time.monotonic()
-        pages = await catalog.bulk_load("listing", bulk_records("listing", args.keys))
-        load_s = time.monotonic() - start
-        rows.append(
-            Row(
-                f"bulk load of {args.keys:,} keys",
-                f"{args.keys / load_s:,.0f} keys/s",
-                f"{pages:,} pages, {load_s:.0f} s",
-            )
-        )
-        print("listing...", flush=True)
-        total, seconds = await list_all(catalog, "listing")
-        assert total == args.keys, (total, args.keys)
-        rows.append(
-            Row(
-                f"list all {args.keys:,} keys (max-keys 1000)",
-                f"{total / seconds:,.0f} keys/s",
-                f"{seconds:.1f} s, {total // 1000:,} requests",
-            )
-        )
-        total, seconds = await list_all(catalog, "listing", prefix="data/", delimiter="/")
-        rows.append(
-            Row(
-                f"list with delimiter: {total:,} common prefixes over all keys",
-                f"{seconds * 1000 / max(total, 1):.1f} ms per prefix",
-                f"each prefix rolls up {args.keys // max(total, 1):,} keys; the walk jumps "
-                "to the next prefix (one page read), it does not scan the keys",
-            )
-        )
-        decode_rate = decode_ceiling()
-        rows.append(
-            Row(
-                "listing CPU ceiling of this machine, same run",
-                f"{decode_rate:,.0f} keys/s",
-                "page decode + record construction only, no ZooKeeper: the bound on listing",
-            )
-        )
-        # Measured in the same ZooKeeper state as the 1,000,000-key bucket (its data
-        # tree loaded), so the two differ only by the bucket's size.
-        print("latency on an empty bucket...", flush=True)
-        round_trip = await latency_ms(lambda _i: zk.fresh_view(), 300)
-        await catalog.create_bucket("latency-empty", "bench")
-        put_empty = await latency_ms(
-            lambda i: catalog.put_object(record("latency-empty", f"k/{i:06d}", i)), 300
-        )
-        get_empty = await latency_ms(
-            lambda i: catalog.get_object("latency-empty", f"k/{i:06d}"), 300
-        )
-        print("latency at 1M keys...", flush=True)
-        per_dir = max(args.keys // 1000, 1)
-        rng = random.Random(7)
-        existing = [
-            f"data/part-{rng.randrange(1000):04d}/file-{rng.randrange(per_dir):06d}.bin"
-            for _ in range(300)
-        ]
-        get_full = await latency_ms(lambda i: catalog.get_object("listing", existing[i]), 300)
-        hot = existing[:20]  # their pages are cached now, as a working set's would be
-        get_hot = await latency_ms(lambda i: catalog.get_object("listing", hot[i % len(hot)]), 300)
-        put_full = await latency_ms(
-            lambda i: catalog.put_object(record("listing", existing[i] + ".new", i)), 300
-        )
-        shards = len(await catalog.index.shards("listing"))
-        rows.append(
-            Row(
-                "get latency, empty bucket (p50 / p99)",
-                f"{get_empty[0]:.2f} / {get_empty[1]:.2f} ms",
-                "sync; the one page stays cached under its data watch",
-            )
-        )
-        rows.append(
-            Row(
-                f"get latency, {args.keys:,} keys, cached pages (p50 / p99)",
-                f"{get_hot[0]:.2f} / {get_hot[1]:.2f} ms",
-                "sync; root map, map shard and page cached under watches",
-            )
-        )
-        rows.append(
-            Row(
-                f"get latency, {args.keys:,} keys, random keys (p50 / p99)",
-                f"{get_full[0]:.2f} / {get_full[1]:.2f} ms",
-                f"sync and page read sent back to back: one round trip plus a ~{fill_kib} KiB"
-                f" page ({pages:,} pages in {shards} map shards; the cache holds "
-                f"{config.page_read_cache_pages})",
-            )
-        )
-        rows.append(
-            Row(
-                "put latency, empty bucket (p50 / p99)",
-                f"{put_empty[0]:.2f} / {put_empty[1]:.2f} ms",
-                "one compare-and-set of the page",
-            )
-        )
-        rows.append(
-            Row(
-                f"put latency, {args.keys:,} keys, random keys (p50 / p99)",
-                f"{put_full[0]:.2f} / {put_full[1]:.2f} ms",
-                f"page read + one compare-and-set of a ~{fill_kib} KiB page",
-            )
-        )
-        rows.append(
-            Row(
-                "ZooKeeper round trip, same run (p50 / p99)",
-                f"{round_trip[0]:.2f} / {round_trip[1]:.2f} ms",
-                "an empty sync: the floor of any consistent read",
-            )
-        )
+        rows, pipelined_create_rate = await zookeeper_create_rows(zk)
+        rows += await commit_rows(catalog, args.seconds, pipelined_create_rate)
+        load_row, pages = await bulk_load_row(catalog, args.keys)
+        rows.append(load_row)
+        rows += await listing_rows(catalog, args.keys)
+        rows += await latency_rows(zk, catalog, config, args.keys, pages)
     finally:
         await catalog.close()
         await zk.stop()
     return rows
+
+
+async def zookeeper_create_rows(zk: ZooKeeperClient) -> tuple[list[Row], float]:
+    """ZooKeeper's own create rates; the pipelined one is the ceiling commits compare with."""
+    print("zookeeper raw create rate...", flush=True)
+    raw_1 = await zk_create_rate(zk, 1000, 1)
+    raw_64 = await zk_create_rate(zk, 10_000, 64)
+    rows = [
+        Row("ZooKeeper create, 1 at a time", f"{raw_1:,.0f}/s", "sync write (fsync) per create"),
+        Row("ZooKeeper create, 64 in flight", f"{raw_64:,.0f}/s", "pipelined: the write ceiling"),
+    ]
+    return rows, raw_64
+
+
+async def commit_rows(catalog: Catalog, seconds: float, raw_64: float) -> list[Row]:
+    rows = []
+    for writers in (1, 16, 64):
+        for sequential in (False, True):
+            kind = "sequential" if sequential else "random"
+            print(f"commits: {writers} writers, {kind} keys...", flush=True)
+            bucket = f"commits-{writers}-{kind}"
+            rate, p50 = await commit_rate(catalog, bucket, writers, seconds, sequential)
+            rows.append(
+                Row(
+                    f"catalog commits, {writers} writers, {kind} keys",
+                    f"{rate:,.0f}/s",
+                    f"median commit {p50:.1f} ms; {rate / raw_64:.0%} of pipelined creates",
+                )
+            )
+    return rows
+
+
+async def bulk_load_row(catalog: Catalog, keys: int) -> tuple[Row, int]:
+    """Bulk load of the `listing` bucket the later rows read; returns its page count too."""
+    print(f"bulk loading {keys:,} keys...", flush=True)
+    await catalog.create_bucket("listing", "bench")
+    start = time.monotonic()
+    pages = await catalog.bulk_load("listing", bulk_records("listing", keys))
+    load_s = time.monotonic() - start
+    row = Row(
+        f"bulk load of {keys:,} keys",
+        f"{keys / load_s:,.0f} keys/s",
+        f"{pages:,} pages, {load_s:.0f} s",
+    )
+    return row, pages
+
+
+async def listing_rows(catalog: Catalog, keys: int) -> list[Row]:
+    print("listing...", flush=True)
+    total, seconds = await list_all(catalog, "listing")
+    assert total == keys, (total, keys)
+    listed = Row(
+        f"list all {keys:,} keys (max-keys 1000)",
+        f"{total / seconds:,.0f} keys/s",
+        f"{seconds:.1f} s, {total // 1000:,} requests",
+    )
+    total, seconds = await list_all(catalog, "listing", prefix="data/", delimiter="/")
+    rolled_up = Row(
+        f"list with delimiter: {total:,} common prefixes over all keys",
+        f"{seconds * 1000 / max(total, 1):.1f} ms per prefix",
+        f"each prefix rolls up {keys // max(total, 1):,} keys; the walk jumps "
+        "to the next prefix (one page read), it does not scan the keys",
+    )
+    ceiling = Row(
+        "listing CPU ceiling of this machine, same run",
+        f"{decode_ceiling():,.0f} keys/s",
+        "page decode + record construction only, no ZooKeeper: the bound on listing",
+    )
+    return [listed, rolled_up, ceiling]
+
+
+def existing_keys(keys: int, count: int) -> list[str]:
+    """`count` keys of the bulk-loaded bucket (`bulk_records`), picked at random."""
+    per_dir = max(keys // 1000, 1)
+    rng = random.Random(7)
+    return [
+        f"data/part-{rng.randrange(1000):04d}/file-{rng.randrange(per_dir):06d}.bin"
+        for _ in range(count)
+    ]
+
+
+def p50_p99(latency: tuple[float, float]) -> str:
+    return f"{latency[0]:.2f} / {latency[1]:.2f} ms"
+
+
+async def latency_rows(
+    zk: ZooKeeperClient, catalog: Catalog, config: CatalogConfig, keys: int, pages: int
+) -> list[Row]:
+    """Single-key latencies on an empty bucket and on the bulk-loaded one, in the same
+    ZooKeeper state (its data tree loaded), so the two differ only by the bucket's size."""
+    print("latency on an empty bucket...", flush=True)
+    round_trip = await latency_ms(lambda _i: zk.fresh_view(), 300)
+    await catalog.create_bucket("latency-empty", "bench")
+    put_empty = await latency_ms(
+        lambda i: catalog.put_object(record("latency-empty", f"k/{i:06d}", i)), 300
+    )
+    get_empty = await latency_ms(lambda i: catalog.get_object("latency-empty", f"k/{i:06d}"), 300)
+    print("latency at 1M keys...", flush=True)
+    existing = existing_keys(keys, 300)
+    get_full = await latency_ms(lambda i: catalog.get_object("listing", existing[i]), 300)
+    hot = existing[:20]  # their pages are cached now, as a working set's would be
+    get_hot = await latency_ms(lambda i: catalog.get_object("listing", hot[i % len(hot)]), 300)
+    put_full = await latency_ms(
+        lambda i: catalog.put_object(record("listing", existing[i] + ".new", i)), 300
+    )
+    shards = len(await catalog.index.shards("listing"))
+    fill_kib = config.page_fill_bytes // 1024
+    return [
+        Row(
+            "get latency, empty bucket (p50 / p99)",
+            p50_p99(get_empty),
+            "sync; the one page stays cached under its data watch",
+        ),
+        Row(
+            f"get latency, {keys:,} keys, cached pages (p50 / p99)",
+            p50_p99(get_hot),
+            "sync; root map, map shard and page cached under watches",
+        ),
+        Row(
+            f"get latency, {keys:,} keys, random keys (p50 / p99)",
+            p50_p99(get_full),
+            f"sync and page read sent back to back: one round trip plus a ~{fill_kib} KiB"
+            f" page ({pages:,} pages in {shards} map shards; the cache holds "
+            f"{config.page_read_cache_pages})",
+        ),
+        Row(
+            "put latency, empty bucket (p50 / p99)",
+            p50_p99(put_empty),
+            "one compare-and-set of the page",
+        ),
+        Row(
+            f"put latency, {keys:,} keys, random keys (p50 / p99)",
+            p50_p99(put_full),
+            f"page read + one compare-and-set of a ~{fill_kib} KiB page",
+        ),
+        Row(
+            "ZooKeeper round trip, same run (p50 / p99)",
+            p50_p99(round_trip),
+            "an empty sync: the floor of any consistent read",
+        ),
+    ]
 
 
 def _number(rows: list[Row], name: str) -> float:
@@ -331,7 +346,7 @@ def write_report(rows: list[Row], args: argparse.Namespace, load: tuple[float, f
     lines = [
         "# Catalog benchmark",
         "",
-        "Produced by `bench/catalog_bench.py` (its own standalone ZooKeeper 3.8, one client",
+        "Produced by `python -m bench.catalog_bench` (its own standalone ZooKeeper 3.8, one client",
         "session, small object records of ~200 bytes, default CatalogConfig: pages split",
         "above 32 KiB, page map shards above 64 KiB). Commit rates are objects committed per second by N concurrent",
         "writers in one process; they are compared with ZooKeeper's own create rate",

@@ -4,7 +4,7 @@ single-bookie rate (E1/WQ1/AQ1, same client path) and the machine's limits measu
 the same disk in the same run (4 KiB write+fdatasync rate, sequential write+fdatasync
 bandwidth).
 
-    .venv/bin/python bench/ledger_bench.py [--seconds 10] [--output docs/benchmarks/ledger.md]
+    .venv/bin/python -m bench.ledger_bench [--seconds 10] [--output docs/benchmarks/ledger.md]
 
 Not a test: nothing asserts on speed. Writes the report to docs/benchmarks/ledger.md.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import functools
 import json
 import math
 import os
@@ -26,18 +27,18 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import uvloop
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from blobstore.cli.zookeeper_server import free_port, start_zookeeper
+from blobstore.ledger import LedgerClient, LedgerConfig, LedgerHandle
+from blobstore.runtime.gc_pauses import freeze_after_startup
+from blobstore.runtime.zk import ZooKeeperClient
 
-from blobstore.cli.zookeeper_server import free_port, start_zookeeper  # noqa: E402
-from blobstore.ledger import LedgerClient, LedgerConfig  # noqa: E402
-from blobstore.runtime.gc_pauses import freeze_after_startup  # noqa: E402
-from blobstore.runtime.zk import ZooKeeperClient  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -145,18 +146,7 @@ def process_round_trip(seconds: float, same_cpu: bool = False) -> RoundTrips:
     try:
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
-        child = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                _ECHO_CHILD,
-                str(listener.getsockname()[1]),
-                str(child_cpu),
-                str(ROUND_TRIP_REQUEST_BYTES),
-                str(ROUND_TRIP_REPLY_BYTES),
-            ],
-            stdin=subprocess.DEVNULL,
-        )
+        child = start_echo_child(listener.getsockname()[1], child_cpu)
     except BaseException:
         listener.close()
         raise
@@ -167,34 +157,47 @@ def process_round_trip(seconds: float, same_cpu: bool = False) -> RoundTrips:
         os.sched_setaffinity(0, {own_cpu})
         with connection:
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            request = os.urandom(ROUND_TRIP_REQUEST_BYTES)
-            ticks = os.sysconf("SC_CLK_TCK")
-
-            def child_cpu_s() -> float:
-                fields = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
-                return (int(fields[11]) + int(fields[12])) / ticks
-
-            count = 0
-            child_before = child_cpu_s()
+            child_before = process_cpu_s(child.pid)
             cpu_before = time.process_time()
             started = time.monotonic()
-            while time.monotonic() - started < seconds:
-                connection.sendall(request)
-                got = 0
-                while got < ROUND_TRIP_REPLY_BYTES:
-                    piece = connection.recv(ROUND_TRIP_REPLY_BYTES - got)
-                    if not piece:
-                        raise ConnectionError("round-trip probe: the echo process went away")
-                    got += len(piece)
-                count += 1
+            count = take_turns(connection, seconds)
             elapsed = time.monotonic() - started
-            cpu = time.process_time() - cpu_before + child_cpu_s() - child_before
+            cpu = time.process_time() - cpu_before + process_cpu_s(child.pid) - child_before
     finally:
         os.sched_setaffinity(0, saved)
         listener.close()
         child.kill()
         child.wait()
     return RoundTrips(count / elapsed, cpu / max(count, 1) * 1e6)
+
+
+def start_echo_child(port: int, cpu: int) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-c", _ECHO_CHILD, str(port), str(cpu)]
+    command += [str(ROUND_TRIP_REQUEST_BYTES), str(ROUND_TRIP_REPLY_BYTES)]
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL)
+
+
+def take_turns(connection: socket.socket, seconds: float) -> int:
+    """Requests sent and replies read, one at a time, for `seconds`: the turns taken."""
+    request = os.urandom(ROUND_TRIP_REQUEST_BYTES)
+    count = 0
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        connection.sendall(request)
+        got = 0
+        while got < ROUND_TRIP_REPLY_BYTES:
+            piece = connection.recv(ROUND_TRIP_REPLY_BYTES - got)
+            if not piece:
+                raise ConnectionError("round-trip probe: the echo process went away")
+            got += len(piece)
+        count += 1
+    return count
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def round_trip_rows() -> list[tuple[str, str, str]]:
@@ -380,45 +383,15 @@ async def run_paced(
     ensemble_size, write_quorum, ack_quorum = quorums
     handle = await client.create_ledger(ensemble_size, write_quorum, ack_quorum, b"bench")
     payload = os.urandom(entry_bytes)
-    # time.monotonic(), not loop.time(): uvloop's clock moves in whole milliseconds.
-    clock = time.monotonic
-
-    async def pace(duration: float, latencies: list[float] | None) -> int:
-        # Only the newest future is kept (adds complete in entry order): holding every
-        # one would grow the heap the garbage collector scans, and its pauses, over the row.
-        last: asyncio.Future[int] | None = None
-        started = clock()
-        sent = 0
-        while True:
-            now = clock()
-            if now - started >= duration:
-                break
-            due_count = int((now - started) * rate) + 1
-            while sent < due_count:
-                due = started + sent / rate
-                await handle.wait_for_capacity()  # a stall: the wait counts in the latency
-                last = handle.append(payload)
-                if latencies is not None:
-                    last.add_done_callback(lambda _f, due=due: latencies.append(clock() - due))
-                sent += 1
-            # At least a millisecond (uvloop's timer resolution): a shorter sleep returns
-            # at once and the loop would spin, taking CPU from the bookies it measures.
-            # Adds that fall due meanwhile go out together, their wait counted in their
-            # latency.
-            await asyncio.sleep(max(0.001, started + sent / rate - clock()))
-        if last is not None:
-            await last
-        return sent
-
     # Unmeasured first: the row before (saturated) leaves checkpoints running and write
     # caches full; the row measures the steady state at this rate, checkpoints included.
-    await pace(PACED_WARMUP_S, None)
+    await pace_adds(handle, payload, rate, PACED_WARMUP_S, None)
     latencies: list[float] = []
     fsync_before = await asyncio.to_thread(journal_fsync_buckets, http_ports)
     cpu_started = time.process_time()
-    started = clock()
-    sent = await pace(seconds, latencies)
-    elapsed = clock() - started
+    started = PACED_CLOCK()
+    sent = await pace_adds(handle, payload, rate, seconds, latency_recorder(latencies))
+    elapsed = PACED_CLOCK() - started
     client_cpu_s = time.process_time() - cpu_started
     fsync_after = await asyncio.to_thread(journal_fsync_buckets, http_ports)
     await handle.close()
@@ -435,6 +408,57 @@ async def run_paced(
         client_cpu_s,
         histogram_quantile(fsync_before, fsync_after, 0.99),
     )
+
+
+# time.monotonic(), not loop.time(): uvloop's clock moves in whole milliseconds.
+PACED_CLOCK = time.monotonic
+
+LatencyRecorder = Callable[[float, asyncio.Future[int]], None]
+
+
+def latency_recorder(latencies: list[float]) -> LatencyRecorder:
+    """A done callback (bound to an add's due time first) appending the time since due."""
+
+    def record(due: float, _future: asyncio.Future[int]) -> None:
+        latencies.append(PACED_CLOCK() - due)
+
+    return record
+
+
+async def pace_adds(
+    handle: LedgerHandle,
+    payload: bytes,
+    rate: float,
+    duration: float,
+    record: LatencyRecorder | None,
+) -> int:
+    """Appends `payload` at `rate` for `duration` seconds, each add's latency from when it
+    was due to `record`; returns the adds sent."""
+    clock = PACED_CLOCK
+    # Only the newest future is kept (adds complete in entry order): holding every one
+    # would grow the heap the garbage collector scans, and its pauses, over the row.
+    last: asyncio.Future[int] | None = None
+    started = clock()
+    sent = 0
+    while True:
+        now = clock()
+        if now - started >= duration:
+            break
+        due_count = int((now - started) * rate) + 1
+        while sent < due_count:
+            due = started + sent / rate
+            await handle.wait_for_capacity()  # a stall: the wait counts in the latency
+            last = handle.append(payload)
+            if record is not None:
+                last.add_done_callback(functools.partial(record, due))
+            sent += 1
+        # At least a millisecond (uvloop's timer resolution): a shorter sleep returns at
+        # once and the loop would spin, taking CPU from the bookies it measures. Adds that
+        # fall due meanwhile go out together, their wait counted in their latency.
+        await asyncio.sleep(max(0.001, started + sent / rate - clock()))
+    if last is not None:
+        await last
+    return sent
 
 
 async def run_all(zk_connect: str, seconds: float, http_ports: list[int]) -> list[Result]:
@@ -485,9 +509,33 @@ async def _single_bookie(
 # --------------------------------------------------------------------------- report
 
 
+# The analysis of the paced rows is prose kept by hand beside the generated report.
+PACED_ANALYSIS_DOCUMENT = "ledger-analysis.md"
+
+AimRow = tuple[str, str, float]  # aim, measured as shown, ratio
+
+
 def aims_table(results: list[Result], disk_mb_per_s: float) -> list[str]:
     """The issue's aims beside this run (ratio = measured / aim; >= 1 meets it)."""
-    rows: list[tuple[str, str, float]] = []  # aim, measured as shown, ratio
+    lines = [
+        "",
+        "## Against the aims (ratio >= 1 meets it)",
+        "",
+        "| aim | measured | ratio |",
+        "|---|---|---|",
+    ]
+    for name, shown, ratio in aim_rows(results, disk_mb_per_s):
+        lines.append(f"| {name} | {shown} | {ratio:.2f} |")
+    paced = [r for r in results if r.label.startswith("paced")]
+    if paced:
+        lines += paced_section(paced)
+    return lines
+
+
+def aim_rows(results: list[Result], disk_mb_per_s: float) -> list[AimRow]:
+    """One row per E3/WQ2/AQ2 result and, when several rows ran at the aim's rate, after
+    the last of them the row judging the aim on their median."""
+    rows: list[AimRow] = []
     at_aim_p99s: list[float] = []
     median_at = 0
     for r in results:
@@ -515,85 +563,44 @@ def aims_table(results: list[Result], disk_mb_per_s: float) -> list[str]:
                  f"{r.mb_per_s:,.0f} MB/s", r.mb_per_s / aim)
             )  # fmt: skip
     if len(at_aim_p99s) > 1:
-        # One 10 s row's p99 swings with the machine: the aim is judged on the median of
-        # the rows at its rate (as the S3 benchmark's paced PUTs).
-        median = statistics.median(at_aim_p99s)
-        shown = ", ".join(f"{v:.2f}" for v in at_aim_p99s)
-        rows.insert(
-            median_at,
-            (f"1 KiB p99 <= {AIM_P99_MS:g} ms at paced {AIM_ADDS_PER_S:,.0f}/s, median of "
-             f"the {len(at_aim_p99s)} rows ({shown} ms) (ratio = aim / measured)",
-             f"{median:.2f} ms", AIM_P99_MS / max(median, 1e-9)),
-        )  # fmt: skip
+        rows.insert(median_at, median_aim_row(at_aim_p99s))
+    return rows
+
+
+def median_aim_row(at_aim_p99s: list[float]) -> AimRow:
+    """One 10 s row's p99 swings with the machine: the aim is judged on the median of the
+    rows at its rate (as the S3 benchmark's paced PUTs)."""
+    median = statistics.median(at_aim_p99s)
+    shown = ", ".join(f"{v:.2f}" for v in at_aim_p99s)
+    return (
+        f"1 KiB p99 <= {AIM_P99_MS:g} ms at paced {AIM_ADDS_PER_S:,.0f}/s, median of "
+        f"the {len(at_aim_p99s)} rows ({shown} ms) (ratio = aim / measured)",
+        f"{median:.2f} ms",
+        AIM_P99_MS / max(median, 1e-9),
+    )
+
+
+def paced_section(paced: list[Result]) -> list[str]:
+    """Each paced row's add p99 beside the bookies' journal write+fsync p99, its floor."""
     lines = [
         "",
-        "## Against the aims (ratio >= 1 meets it)",
+        "Below saturation an add waits for its bookies' journal write+fsync: for one",
+        "already under way, then for its own. The bookies' own histogram of that time",
+        "(`bookie_journal_fsync_latency_seconds`, all three, over each paced row; the",
+        "upper bound of the bucket holding the 99th percentile) is the floor of an add's",
+        "p99 on this disk. What an add's p99 has beyond it, and how much the rows at the",
+        f"aim's rate owe to the machine's history: [{PACED_ANALYSIS_DOCUMENT}]"
+        f"({PACED_ANALYSIS_DOCUMENT}).",
         "",
-        "| aim | measured | ratio |",
+        "| paced row | add p99 ms | journal write+fsync p99 ms (at most) |",
         "|---|---|---|",
     ]
-    for name, shown, ratio in rows:
-        lines.append(f"| {name} | {shown} | {ratio:.2f} |")
-    paced = [r for r in results if r.label.startswith("paced")]
-    if paced:
-        lines += [
-            "",
-            "Below saturation an add waits for its bookies' journal write+fsync: for one",
-            "already under way, then for its own. The bookies' own histogram of that time",
-            "(`bookie_journal_fsync_latency_seconds`, all three, over each paced row; the",
-            "upper bound of the bucket holding the 99th percentile) is the floor of an add's",
-            "p99 on this disk. What an add's p99 has beyond it was, for the most part, the",
-            "bookies' checkpoints: each left its entries in the page cache and its final",
-            "fsync sent them to the disk at once (32 MiB per bookie, three bookies together,",
-            "since equal load fills their write caches at the same moment), and every",
-            "journal fsync queued behind that burst. A checkpoint now starts each slice's",
-            "disk writes as it goes and paces them (`checkpoint_write_mb_s`, docs/bookie.md):",
-            "at 9,800 adds/s, 15 s runs, p99 16.8-34.5 ms (eight runs) -> 5.8-16.5 ms (seven,",
-            "median 8.5). The rest is CPU (bookie request handling, the client, and five",
-            "processes sharing two cores), and this machine's own variation.",
-            "",
-            "The rows at the aim's rate show how much the machine's history weighs. On fresh",
-            "bookies (a separate harness: start, 12-20 s at 10,000 adds/s, stop) p99 was",
-            "5.5-8.9 ms in most runs (one in four to six over 10 ms, on slow stretches of",
-            "the machine). Here the rows come after a minute of saturated adds, and run back",
-            "to back: two runs of this benchmark today gave 8.0, 12.0, 14.8 and 14.5, 23.9,",
-            "23.4 ms, later rows worse. The harness reproduces it: after 40 s of saturated",
-            "adds, four 10 s rows at 10,000/s had p99 of 6-36 ms (median of twelve rows",
-            "~15 ms). The bookies' event loops were not what waited (their lag, now a",
-            "metric, stayed <= 5 ms at p99). Dropping each entry log's pages from the page",
-            "cache once a checkpoint has made them durable took the median row to ~9.5 ms",
-            "(three alternated runs), which points at the page cache growing by gigabytes",
-            "(on this VM a page the cache takes costs a host fault the first time); it also",
-            "took 16 MiB GETs from 1,040 to 727 MB/s, so it is not done. Metrics were ~15%",
-            "of the client's CPU (two prometheus_client updates per add and per bookie",
-            "answer); they are now counted in plain numbers and published once a second",
-            "(client CPU per add at 10,000/s 58-65 -> 48-54 us, bookies' 47 -> 42-46% of a",
-            "core, alternated pairs). At half the saturated rate the machine is already about",
-            "80% busy (client ~50 us of CPU per add, the three bookies ~100 us together):",
-            "fewer adds share each fsync and each wake-up, so CPU per add rises as the",
-            "rate falls. The journal writer thread takes the GIL back after every fsync;",
-            "at Python's 5 ms switch interval that wait behind a busy loop thread was in",
-            "every acknowledgement's tail (bookies now run at 0.5 ms,",
-            "`thread_switch_interval_ms`: p99 at 9,000 adds/s, median of five alternated",
-            "runs, 57 -> 20 ms). Each bookie's journal writes over zeros it wrote and",
-            "fsync'd ahead (`journal_zero_ahead_bytes`, docs/bookie.md): its fdatasync then",
-            "has no file system metadata to commit (the probe rows above: appending against",
-            "over zeros). At 9,500 adds/s, five alternated pairs with and without: p99",
-            "median 32 -> 21 ms, adds over 10 ms halved. Every add crosses processes and",
-            "threads (client, two bookies' event loops and journal threads, back), and the",
-            "round-trip rows of the limits table price each crossing: a turn between",
-            "processes on different CPUs costs ~3x the CPU of one between processes",
-            "sharing a CPU, the price of waking an idle CPU on this virtual machine.",
-            "",
-            "| paced row | add p99 ms | journal write+fsync p99 ms (at most) |",
-            "|---|---|---|",
-        ]
-        for r in paced:
-            fsync_ms = r.journal_fsync_p99_s * 1000
-            lines.append(
-                f"| {r.label} | {r.percentile_ms(0.99):.2f} "
-                f"| {'-' if math.isnan(fsync_ms) else f'{fsync_ms:g}'} |"
-            )
+    for r in paced:
+        fsync_ms = r.journal_fsync_p99_s * 1000
+        lines.append(
+            f"| {r.label} | {r.percentile_ms(0.99):.2f} "
+            f"| {'-' if math.isnan(fsync_ms) else f'{fsync_ms:g}'} |"
+        )
     return lines
 
 
@@ -608,11 +615,10 @@ def write_report(
 ) -> None:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = os.getloadavg()[0]
-    singles = {r.entry_bytes: r for r in results if r.label == "single bookie"}
     lines = [
         "# Ledger client benchmark",
         "",
-        f"Generated by `bench/ledger_bench.py` on {now} ({platform.machine()}, "
+        f"Generated by `python -m bench.ledger_bench` on {now} ({platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}). Three local bookie "
         "processes with default settings, a local ZooKeeper, one client process (uvloop) "
         f"appending through `LedgerHandle.append` with a fixed window of adds in flight, "
@@ -631,6 +637,18 @@ def write_report(
         "",
         "## Appends",
         "",
+        *appends_table(results, fsync_rate, disk_mb_per_s),
+        *aims_table(results, disk_mb_per_s),
+        "",
+        *READING,
+        "",
+    ]
+    output.write_text("\n".join(lines))
+
+
+def appends_table(results: list[Result], fsync_rate: float, disk_mb_per_s: float) -> list[str]:
+    singles = {r.entry_bytes: r for r in results if r.label == "single bookie"}
+    lines = [
         "| ensemble | entry | in flight | adds/s | MB/s | p50 ms | p99 ms | p99.9 ms "
         "| vs single bookie | vs fsync rate | journal bytes per payload byte | vs disk MB/s | client CPU µs/add | read MB/s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -649,30 +667,59 @@ def write_report(
             f"| {r.client_cpu_s / r.adds * 1e6:,.0f} "
             f"| {f'{r.read_mb_per_s:,.1f}' if r.read_mb_per_s else '-'} |"
         )
-    lines += aims_table(results, disk_mb_per_s)
-    lines += [
-        "",
-        "Reading: *vs single bookie* divides by the E1/WQ1/AQ1 row of the same entry size (same",
-        "client code, one replica). *vs fsync rate* compares adds/s with one 4 KiB",
-        "write+fdatasync per add: group commit in each bookie's journal is what lifts it above",
-        "1. Before an ack every payload byte is fsync'd WQ times to journals, all on the one",
-        "disk here, so *vs disk MB/s* (payload MB/s times WQ over the probe's bandwidth) near 1",
-        "means the disk is the limit; checkpoints later write each byte WQ times again to entry",
-        "logs (every 10 s or at half a write cache, so partly outside a row). Latencies run from `append` to the",
-        "ack-quorum completion with the window full, so they include queueing; *paced* rows",
-        "offer a fixed rate instead (a fraction of the saturated E3/WQ2/AQ2 rate above, and",
-        f"the aim's {AIM_ADDS_PER_S:,.0f}/s {AIM_REPEATS} times over when it is below that) and",
-        "time each add from when it was due: the latency below saturation (each measured",
-        f"after {PACED_WARMUP_S:g} s at its rate, so the checkpoints left by the saturated",
-        "row before do not count; its own checkpoints do). The read column",
-        "reads the ledger back with `iter_entries` (64 reads in flight for 1 KiB entries, 16",
-        "for 1 MiB). *client CPU µs/add* is the client process's CPU time over the adds: the",
-        "cost of the ledger client itself, one core's worth caps a single client process.",
-        "The machine is shared (see the load average): rows of one run vary by",
-        "tens of percent from run to run, so compare ratios within a run, not across runs.",
-        "",
-    ]
-    output.write_text("\n".join(lines))
+    return lines
+
+
+# How to read the appends table, below it in the report.
+READING = [
+    "Reading: *vs single bookie* divides by the E1/WQ1/AQ1 row of the same entry size (same",
+    "client code, one replica). *vs fsync rate* compares adds/s with one 4 KiB",
+    "write+fdatasync per add: group commit in each bookie's journal is what lifts it above",
+    "1. Before an ack every payload byte is fsync'd WQ times to journals, all on the one",
+    "disk here, so *vs disk MB/s* (payload MB/s times WQ over the probe's bandwidth) near 1",
+    "means the disk is the limit; checkpoints later write each byte WQ times again to entry",
+    "logs (every 10 s or at half a write cache, so partly outside a row). Latencies run from `append` to the",
+    "ack-quorum completion with the window full, so they include queueing; *paced* rows",
+    "offer a fixed rate instead (a fraction of the saturated E3/WQ2/AQ2 rate above, and",
+    f"the aim's {AIM_ADDS_PER_S:,.0f}/s {AIM_REPEATS} times over when it is below that) and",
+    "time each add from when it was due: the latency below saturation (each measured",
+    f"after {PACED_WARMUP_S:g} s at its rate, so the checkpoints left by the saturated",
+    "row before do not count; its own checkpoints do). The read column",
+    "reads the ledger back with `iter_entries` (64 reads in flight for 1 KiB entries, 16",
+    "for 1 MiB). *client CPU µs/add* is the client process's CPU time over the adds: the",
+    "cost of the ledger client itself, one core's worth caps a single client process.",
+    "The machine is shared (see the load average): rows of one run vary by",
+    "tens of percent from run to run, so compare ratios within a run, not across runs.",
+]
+
+
+Limits = tuple[float, float, float, list[tuple[str, str, str]]]
+
+
+def measure_limits(work: Path, probe_seconds: float) -> Limits:
+    """4 KiB write+fdatasync rate appending and over zeros, sequential MB/s, and the
+    process round-trip rows, printed as they are measured."""
+    fsync_rate = fsync_rate_4k(work, probe_seconds)
+    fsync_zeroed = fsync_rate_4k(work, probe_seconds, over_zeros=True)
+    disk_mb_per_s = sequential_mb_per_s(work, probe_seconds)
+    round_trips = round_trip_rows()
+    print(
+        f"fsync 4k: {fsync_rate:,.0f}/s appending, {fsync_zeroed:,.0f}/s over zeros  "
+        f"sequential: {disk_mb_per_s:,.0f} MB/s",
+        *[f"{probe}: {result} ({notes})" for probe, result, notes in round_trips],
+        sep="\n",
+        flush=True,
+    )
+    return fsync_rate, fsync_zeroed, disk_mb_per_s, round_trips
+
+
+def print_result(r: Result) -> None:
+    print(
+        f"{r.ensemble:14} {r.entry_bytes:>8} B  {r.adds_per_s:9,.0f} adds/s "
+        f"{r.mb_per_s:8,.1f} MB/s  p50 {r.percentile_ms(0.5):7.2f} ms  "
+        f"p99 {r.percentile_ms(0.99):7.2f} ms  read {r.read_mb_per_s:,.1f} MB/s",
+        flush=True,
+    )
 
 
 def main() -> int:
@@ -686,17 +733,7 @@ def main() -> int:
     http_ports: list[int] = []
     zk_server = None
     try:
-        fsync_rate = fsync_rate_4k(work, args.probe_seconds)
-        fsync_zeroed = fsync_rate_4k(work, args.probe_seconds, over_zeros=True)
-        disk_mb_per_s = sequential_mb_per_s(work, args.probe_seconds)
-        round_trips = round_trip_rows()
-        print(
-            f"fsync 4k: {fsync_rate:,.0f}/s appending, {fsync_zeroed:,.0f}/s over zeros  "
-            f"sequential: {disk_mb_per_s:,.0f} MB/s",
-            *[f"{probe}: {result} ({notes})" for probe, result, notes in round_trips],
-            sep="\n",
-            flush=True,
-        )
+        limits = measure_limits(work, args.probe_seconds)
         zk_server = start_zookeeper(work / "zk", free_port(), heap_mb=256)
         zk_connect = zk_server.chroot("/ledger-bench")
         for index in range(3):
@@ -708,12 +745,8 @@ def main() -> int:
             print(f"bookie {bookie_id} ready", flush=True)
         results = uvloop.run(run_all(zk_connect, args.seconds, http_ports))
         for r in results:
-            print(
-                f"{r.ensemble:14} {r.entry_bytes:>8} B  {r.adds_per_s:9,.0f} adds/s "
-                f"{r.mb_per_s:8,.1f} MB/s  p50 {r.percentile_ms(0.5):7.2f} ms  "
-                f"p99 {r.percentile_ms(0.99):7.2f} ms  read {r.read_mb_per_s:,.1f} MB/s",
-                flush=True,
-            )
+            print_result(r)
+        fsync_rate, fsync_zeroed, disk_mb_per_s, round_trips = limits
         write_report(
             Path(args.output),
             results,

@@ -2,7 +2,7 @@
 the style of MinIO's warp, light enough to drive a gateway at thousands of small requests
 per second from one core.
 
-    .venv/bin/python bench/s3_load.py --endpoint http://127.0.0.1:9000 \\
+    .venv/bin/python -m bench.s3_load --endpoint http://127.0.0.1:9000 \\
         --access-key KEY --secret-key SECRET --bucket load --create-bucket \\
         --op put --size 4KiB --concurrency 32 --duration 10 --ceiling
 
@@ -47,12 +47,15 @@ import hmac
 import os
 import random
 import re
+import subprocess
 import sys
 import time
 from array import array
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 from urllib.parse import quote, urlsplit
+from xml.etree.ElementTree import Element
 from xml.sax.saxutils import unescape as xml_unescape
 
 import httptools
@@ -75,6 +78,9 @@ ERRORS_MAX_DEFAULT = 1000
 CONCURRENCY_MAX = 4096
 SERVER_READY_TIMEOUT_S = 15.0
 MIB = 1 << 20
+T = TypeVar("T")
+# The trivial server runs as `python -m bench.s3_load` from here.
+REPOSITORY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 assert CONCATENATED_BODY_BYTES_MAX <= WRITE_SLICE_BYTES <= KEPT_BODY_BYTES_MAX
 
@@ -382,7 +388,7 @@ class HttpConnection(asyncio.Protocol):
             await self.connect()
         transport = self.transport
         assert transport is not None
-        waiter = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._waiter = waiter
         self._status = 0
         self._headers = [] if want_headers else None
@@ -421,15 +427,24 @@ class HttpConnection(asyncio.Protocol):
 # --------------------------------------------------------------------------- S3 client
 
 
-def _text(element: object, name: str) -> str | None:
-    found = element.find(f"{S3_NAMESPACE}{name}")  # type: ignore[attr-defined]
+def _text(element: Element, name: str) -> str | None:
+    found = element.find(f"{S3_NAMESPACE}{name}")
     if found is None:
-        found = element.find(name)  # type: ignore[attr-defined]
+        found = element.find(name)
     return None if found is None else (found.text or "")
 
 
 def _xml_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def complete_multipart_upload_body(etags: list[str]) -> bytes:
+    """The CompleteMultipartUpload document naming parts 1..n by their ETags."""
+    parts = "".join(
+        f"<Part><PartNumber>{number}</PartNumber><ETag>{_xml_escape(etag)}</ETag></Part>"
+        for number, etag in enumerate(etags, start=1)
+    )
+    return f"<CompleteMultipartUpload>{parts}</CompleteMultipartUpload>".encode()
 
 
 _ERROR_CODE = re.compile(rb"<Code>([^<]*)</Code>")
@@ -704,10 +719,7 @@ class S3Client:
         if part_count > PART_COUNT_MAX:
             raise ValueError(f"{part_count} parts: S3 allows at most {PART_COUNT_MAX}")
         path = object_path(bucket, key)
-        response = await self.request(connection, "POST", path, "uploads=", keep_body=True)
-        upload_id = _text(xml_fromstring(response.body or b""), "UploadId")
-        if not upload_id:
-            raise S3LoadError(f"CreateMultipartUpload returned no UploadId: {response.body!r}")
+        upload_id = await self._create_multipart_upload(connection, path)
         view = memoryview(body)
         etags: list[str] = [""] * part_count
         next_part = 0
@@ -730,40 +742,48 @@ class S3Client:
         borrowed = [await self.acquire() for _ in range(min(part_concurrency, part_count) - 1)]
         try:
             await asyncio.gather(upload_parts(connection), *map(upload_parts, borrowed))
-            complete = (
-                "<CompleteMultipartUpload>"
-                + "".join(
-                    f"<Part><PartNumber>{number}</PartNumber><ETag>{_xml_escape(etag)}</ETag></Part>"
-                    for number, etag in enumerate(etags, start=1)
-                )
-                + "</CompleteMultipartUpload>"
-            ).encode()
-            done = await self.request(
-                connection,
-                "POST",
-                path,
-                canonical_query((("uploadId", upload_id),)),
-                body=complete,
-                keep_body=True,
-            )
-            if done.body and b"<Error>" in done.body:
-                raise S3LoadError(f"CompleteMultipartUpload failed: {done.body[:300]!r}")
+            await self._complete_multipart_upload(connection, path, upload_id, etags)
         except BaseException:
             with contextlib.suppress(Exception):
-                abort_connection = await self.acquire()
-                await self.request(
-                    abort_connection,
-                    "DELETE",
-                    path,
-                    canonical_query((("uploadId", upload_id),)),
-                    expected=204,
-                )
-                self.release(abort_connection)
+                await self._abort_multipart_upload(path, upload_id)
             raise
         finally:
             for borrowed_connection in borrowed:
                 self.release(borrowed_connection)
         return len(body)
+
+    async def _create_multipart_upload(self, connection: HttpConnection, path: str) -> str:
+        response = await self.request(connection, "POST", path, "uploads=", keep_body=True)
+        upload_id = _text(xml_fromstring(response.body or b""), "UploadId")
+        if not upload_id:
+            raise S3LoadError(f"CreateMultipartUpload returned no UploadId: {response.body!r}")
+        return upload_id
+
+    async def _complete_multipart_upload(
+        self, connection: HttpConnection, path: str, upload_id: str, etags: list[str]
+    ) -> None:
+        done = await self.request(
+            connection,
+            "POST",
+            path,
+            canonical_query((("uploadId", upload_id),)),
+            body=complete_multipart_upload_body(etags),
+            keep_body=True,
+        )
+        if done.body and b"<Error>" in done.body:
+            raise S3LoadError(f"CompleteMultipartUpload failed: {done.body[:300]!r}")
+
+    async def _abort_multipart_upload(self, path: str, upload_id: str) -> None:
+        """On a connection of its own: the upload's may be the one that failed."""
+        abort_connection = await self.acquire()
+        await self.request(
+            abort_connection,
+            "DELETE",
+            path,
+            canonical_query((("uploadId", upload_id),)),
+            expected=204,
+        )
+        self.release(abort_connection)
 
     async def _request_raw(
         self, connection: HttpConnection, method: str, path: str, body: bytes | None = None
@@ -971,12 +991,7 @@ async def run_phase_async(
     the latencies instead of slowing the offered load (`concurrency` then only caps the
     requests in flight; an operation that finds every worker busy starts late, and that
     lateness counts)."""
-    if (duration_s is None) == (count is None):
-        raise ValueError("give exactly one of duration_s and count")
-    if rate is not None and not rate > 0:
-        raise ValueError(f"rate {rate}: must be > 0")
-    if not 1 <= concurrency <= CONCURRENCY_MAX:
-        raise ValueError(f"concurrency {concurrency}: must be 1..{CONCURRENCY_MAX}")
+    _check_phase(concurrency, duration_s, count, rate)
     async with S3Client(
         endpoint, access_key, secret_key, region, request_timeout_s, pool_idle_max=concurrency * 4
     ) as client:
@@ -1023,27 +1038,55 @@ async def run_phase_async(
         await asyncio.gather(*(worker(connection) for connection in connections))
         seconds = perf_counter() - started
         cpu_seconds = time.process_time() - cpu_started
-    ordered = sorted(latencies)
+    counts = PhaseCounts(latencies, total_bytes, errors, tuple(samples))
+    return _phase_result(name, concurrency, counts, seconds, cpu_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseCounts:
+    """What a phase's workers recorded: latencies of successful operations (seconds)."""
+
+    latencies: Sequence[float]
+    total_bytes: int
+    errors: int
+    error_samples: tuple[str, ...]
+
+
+def _phase_result(
+    name: str, concurrency: int, counts: PhaseCounts, seconds: float, cpu_seconds: float
+) -> PhaseResult:
+    ordered = sorted(counts.latencies)
     return PhaseResult(
         name=name,
         ops=len(ordered),
-        bytes=total_bytes,
+        bytes=counts.total_bytes,
         seconds=seconds,
         ops_per_s=len(ordered) / seconds if seconds else 0.0,
-        mb_per_s=total_bytes / MIB / seconds if seconds else 0.0,
+        mb_per_s=counts.total_bytes / MIB / seconds if seconds else 0.0,
         p50_ms=_percentile_ms(ordered, 0.50),
         p99_ms=_percentile_ms(ordered, 0.99),
-        errors=errors,
+        errors=counts.errors,
         concurrency=concurrency,
         client_cpu_s=cpu_seconds,
-        error_samples=tuple(samples),
+        error_samples=counts.error_samples,
     )
 
 
-def run_async(coroutine: Awaitable[object]) -> object:
+def _check_phase(
+    concurrency: int, duration_s: float | None, count: int | None, rate: float | None
+) -> None:
+    if (duration_s is None) == (count is None):
+        raise ValueError("give exactly one of duration_s and count")
+    if rate is not None and not rate > 0:
+        raise ValueError(f"rate {rate}: must be > 0")
+    if not 1 <= concurrency <= CONCURRENCY_MAX:
+        raise ValueError(f"concurrency {concurrency}: must be 1..{CONCURRENCY_MAX}")
+
+
+def run_async(coroutine: Coroutine[object, object, T]) -> T:
     """Run a coroutine on a fresh uvloop event loop (from synchronous code)."""
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(coroutine)  # type: ignore[arg-type]
+        return runner.run(coroutine)
 
 
 def run_phase(
@@ -1055,10 +1098,14 @@ def run_phase(
     concurrency: int,
     duration_s: float | None = None,
     count: int | None = None,
-    **options: object,
+    *,
+    region: str = "us-east-1",
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
+    errors_max: int = ERRORS_MAX_DEFAULT,
+    rate: float | None = None,
 ) -> PhaseResult:
     """Synchronous run_phase_async on its own uvloop loop (see there)."""
-    return run_async(  # type: ignore[return-value]
+    return run_async(
         run_phase_async(
             name,
             endpoint,
@@ -1068,7 +1115,10 @@ def run_phase(
             concurrency,
             duration_s,
             count,
-            **options,  # type: ignore[arg-type]
+            region=region,
+            request_timeout_s=request_timeout_s,
+            errors_max=errors_max,
+            rate=rate,
         )
     )
 
@@ -1160,33 +1210,42 @@ def trivial_server(
     response_bytes: int = 0, chunked: bool = False, close_every: int = 0, cpu: int | None = None
 ) -> Iterator[str]:
     """A trivial HTTP server in a child process; yields its endpoint URL."""
-    import subprocess
-
-    command = [sys.executable, os.path.abspath(__file__), "--serve-trivial"]
+    command = [sys.executable, "-m", "bench.s3_load", "--serve-trivial"]
     command += ["--size", str(response_bytes), "--close-every", str(close_every)]
     command += ["--chunked"] if chunked else []
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=REPOSITORY_ROOT
+    )
     try:
         if cpu is not None and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(process.pid, {cpu})
-        assert process.stdout is not None
         line = _readline_with_deadline(process, SERVER_READY_TIMEOUT_S)
         if not line.startswith(b"PORT "):
             raise RuntimeError(f"trivial server did not start: {line!r}")
         yield f"http://127.0.0.1:{int(line.split()[1])}"
     finally:
+        _stop_trivial_server(process)
+
+
+def _stop_trivial_server(process: subprocess.Popen[bytes]) -> None:
+    """Terminate (kill after 10 s), and close the pipe it printed its port on."""
+    try:
         process.terminate()
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+    finally:
+        if process.stdout is not None:
+            process.stdout.close()
 
 
-def _readline_with_deadline(process: object, timeout_s: float) -> bytes:
+def _readline_with_deadline(process: subprocess.Popen[bytes], timeout_s: float) -> bytes:
     import selectors
 
-    stdout = process.stdout  # type: ignore[attr-defined]
+    stdout = process.stdout
+    assert stdout is not None
     with selectors.DefaultSelector() as selector:
         selector.register(stdout, selectors.EVENT_READ)
         if not selector.select(timeout_s):
@@ -1312,85 +1371,127 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Operations that read, list or delete objects a preparing phase puts first.
+PREPARED_OPS = ("get", "range", "delete", "list", "delete-objects")
+# Operations whose keys may be scattered; listing and DeleteObjects name keys in order.
+SCATTERED_OPS = ("put", "get", "range", "delete")
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedPhase:
+    name: str
+    factory: OpFactory
+    count: int | None = None  # None: the command's --count, else its --duration
+    rate: float | None = None
+
+
+def prepare_count(args: argparse.Namespace) -> int:
+    """Objects put first: --objects, rounded up to whole DeleteObjects batches for that op."""
+    objects: int = args.objects
+    if args.op == "delete-objects":
+        return -(-objects // DELETE_OBJECTS_MAX) * DELETE_OBJECTS_MAX
+    return objects
+
+
+def scattered_keys(args: argparse.Namespace) -> bool:
+    return bool(args.scattered_keys and args.op in SCATTERED_OPS)
+
+
+def prepare_phase(args: argparse.Namespace) -> PlannedPhase:
+    factory = put_op(args.bucket, args.size, args.prefix, scattered_keys(args))
+    return PlannedPhase(f"prepare: put {args.size} B", factory, count=prepare_count(args))
+
+
+def measured_phase(args: argparse.Namespace) -> PlannedPhase:
+    """The phase of --op, built when it is about to run (its bodies take memory)."""
+    bucket, prefix, scattered = args.bucket, args.prefix, scattered_keys(args)
+    seed = 0 if args.random_order else None
+    if args.op == "put":
+        factory = put_op(bucket, args.size, prefix, scattered)
+        return PlannedPhase(f"put {args.size} B", factory, rate=args.rate or None)
+    if args.op == "get":
+        factory = get_op(bucket, args.objects, prefix, None, scattered, seed)
+        return PlannedPhase(f"get {args.size} B", factory)
+    if args.op == "range":
+        byte_range = (0, min(args.range_bytes, args.size) - 1)
+        factory = get_op(bucket, args.objects, prefix, byte_range, scattered, seed)
+        return PlannedPhase(f"get range {byte_range[1] + 1} B", factory)
+    if args.op == "delete":
+        return PlannedPhase("delete", delete_op(bucket, prefix, scattered), count=args.objects)
+    if args.op == "list":
+        return PlannedPhase("list (1000 keys/page)", list_op(bucket, prefix))
+    if args.op == "delete-objects":
+        batches = prepare_count(args) // DELETE_OBJECTS_MAX
+        factory = delete_objects_op(bucket, prefix)
+        return PlannedPhase("delete-objects (1000/batch)", factory, count=batches)
+    factory = multipart_op(bucket, args.size, args.part_size, args.part_concurrency)
+    return PlannedPhase(f"multipart {args.size} B / {args.part_size} B parts", factory)
+
+
+def phase_span(args: argparse.Namespace, planned: PlannedPhase) -> tuple[float | None, int | None]:
+    """(duration_s, count) of a phase: its own count, else --count, else --duration."""
+    if planned.count is not None:
+        return None, planned.count
+    if args.count:
+        return None, args.count
+    return args.duration, None
+
+
+def run_planned(args: argparse.Namespace, planned: PlannedPhase) -> PhaseResult:
+    duration_s, count = phase_span(args, planned)
+    return run_phase(
+        planned.name,
+        args.endpoint,
+        args.access_key,
+        args.secret_key,
+        planned.factory,
+        args.concurrency,
+        duration_s=duration_s,
+        count=count,
+        region=args.region,
+        rate=planned.rate,
+    )
+
+
+def generator_ceiling(args: argparse.Namespace) -> PhaseResult:
+    """The generator against a trivial server, with the operation closest to --op's."""
+    op = {"get": "get", "range": "get", "delete": "delete"}.get(args.op, "put")
+    size = args.range_bytes if args.op == "range" else args.size
+    duration_s = args.duration if not args.count else 5.0
+    return measure_ceiling(op, size, args.concurrency, duration_s)
+
+
+def run_command(args: argparse.Namespace, results: list[PhaseResult]) -> None:
+    """Every phase --op asks for, in order, each result appended as it is measured."""
+    if args.create_bucket:
+        create_bucket(args.endpoint, args.access_key, args.secret_key, args.bucket, args.region)
+    if args.op in PREPARED_OPS:
+        results.append(run_planned(args, prepare_phase(args)))
+    results.append(run_planned(args, measured_phase(args)))
+    if args.ceiling:
+        results.append(generator_ceiling(args))
+
+
+def usage_problem(args: argparse.Namespace) -> str | None:
+    if not (args.endpoint and args.access_key and args.secret_key):
+        return "--endpoint, --access-key and --secret-key are required"
+    if args.concurrency < 1 or args.concurrency > CONCURRENCY_MAX:
+        return f"--concurrency must be 1..{CONCURRENCY_MAX}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.serve_trivial:
         serve_trivial(args.size, args.chunked, args.close_every)
         return 0
-    if not (args.endpoint and args.access_key and args.secret_key):
-        print("s3_load: --endpoint, --access-key and --secret-key are required", file=sys.stderr)
+    problem = usage_problem(args)
+    if problem is not None:
+        print(f"s3_load: {problem}", file=sys.stderr)
         return 2
-    if args.concurrency < 1 or args.concurrency > CONCURRENCY_MAX:
-        print(f"s3_load: --concurrency must be 1..{CONCURRENCY_MAX}", file=sys.stderr)
-        return 2
-    credentials = (args.endpoint, args.access_key, args.secret_key)
-    span = {"count": args.count} if args.count else {"duration_s": args.duration}
     results: list[PhaseResult] = []
     try:
-        if args.create_bucket:
-            create_bucket(*credentials, args.bucket, args.region)
-
-        def phase(name: str, factory: OpFactory, **how: object) -> PhaseResult:
-            if "count" not in how:
-                how = {**span, **how}
-            result = run_phase(
-                name, *credentials, factory, args.concurrency, region=args.region, **how
-            )
-            results.append(result)
-            return result
-
-        prepare_count = args.objects
-        if args.op == "delete-objects":
-            prepare_count = -(-args.objects // DELETE_OBJECTS_MAX) * DELETE_OBJECTS_MAX
-        # Listing and DeleteObjects phases name their keys in order.
-        scattered = args.scattered_keys and args.op in ("put", "get", "range", "delete")
-        seed = 0 if args.random_order else None
-        if args.op in ("get", "range", "delete", "list", "delete-objects"):
-            phase(f"prepare: put {args.size} B",
-                  put_op(args.bucket, args.size, args.prefix, scattered),
-                  count=prepare_count)  # fmt: skip
-        if args.op == "put":
-            paced = {"rate": args.rate} if args.rate else {}
-            phase(
-                f"put {args.size} B",
-                put_op(args.bucket, args.size, args.prefix, scattered),
-                **paced,
-            )
-        elif args.op == "get":
-            phase(
-                f"get {args.size} B",
-                get_op(args.bucket, args.objects, args.prefix, None, scattered, seed),
-            )
-        elif args.op == "range":
-            byte_range = (0, min(args.range_bytes, args.size) - 1)
-            phase(
-                f"get range {byte_range[1] + 1} B",
-                get_op(args.bucket, args.objects, args.prefix, byte_range, scattered, seed),
-            )
-        elif args.op == "delete":
-            phase("delete", delete_op(args.bucket, args.prefix, scattered), count=args.objects)
-        elif args.op == "list":
-            phase("list (1000 keys/page)", list_op(args.bucket, args.prefix))
-        elif args.op == "delete-objects":
-            batches = prepare_count // DELETE_OBJECTS_MAX
-            phase("delete-objects (1000/batch)", delete_objects_op(args.bucket, args.prefix),
-                  count=batches)  # fmt: skip
-        elif args.op == "multipart":
-            phase(
-                f"multipart {args.size} B / {args.part_size} B parts",
-                multipart_op(args.bucket, args.size, args.part_size, args.part_concurrency),
-            )
-        if args.ceiling:
-            ceiling_op = {"get": "get", "range": "get", "delete": "delete"}.get(args.op, "put")
-            ceiling_size = args.range_bytes if args.op == "range" else args.size
-            results.append(
-                measure_ceiling(
-                    ceiling_op,
-                    ceiling_size,
-                    args.concurrency,
-                    args.duration if not args.count else 5.0,
-                )
-            )
+        run_command(args, results)
     except (S3LoadError, ValueError, RuntimeError) as error:
         if results:
             print_results(results)

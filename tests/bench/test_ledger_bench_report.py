@@ -3,12 +3,7 @@ the ratio to the aim (>= 1 meets it)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import ledger_bench  # noqa: E402
+from bench import ledger_bench
 
 KIB, MIB = 1024, 1024 * 1024
 

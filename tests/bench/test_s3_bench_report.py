@@ -3,13 +3,8 @@ runs and names every run's p99 beside it."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import s3_bench  # noqa: E402
-from s3_load import PhaseResult  # noqa: E402
+from bench import s3_bench
+from bench.s3_load import PhaseResult
 
 
 def _result(name: str, p99_ms: float = 10.0, ops_per_s: float = 1000.0) -> PhaseResult:

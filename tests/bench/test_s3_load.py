@@ -11,7 +11,6 @@ import hashlib
 import os
 import random
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,9 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from bench import s3_load
 from tests.cluster.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess
 from tests.cluster.processes import ProcessReaper
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import s3_load  # noqa: E402
 
 NOW = 1_795_000_123.0  # a fixed signing time
 
@@ -266,7 +262,7 @@ def test_every_operation_against_a_real_gateway(gateway: GatewayProcess) -> None
             )
             return keys, response.body
 
-    keys, chunk = s3_load.run_async(check_listing_and_range())  # type: ignore[misc]
+    keys, chunk = s3_load.run_async(check_listing_and_range())
     assert keys == [s3_load.object_key("o/", number) for number in range(40)]
     assert chunk == body[10:20]
 

@@ -1,0 +1,1 @@
+"""The benchmarks, run from the repository root as modules: `python -m bench.s3_bench`."""
