@@ -48,7 +48,8 @@ from blobstore.catalog.page import (
     new_page_id,
     pack_page,
 )
-from blobstore.catalog.page_commit_queue import ExtraOperationsFailedError, Mutation
+from blobstore.catalog.page_batch import ApplyFunction, Mutation
+from blobstore.catalog.page_commit_queue import ExtraOperationsFailedError
 from blobstore.catalog.records import (
     NULL_VERSION_ID,
     BucketRecord,
@@ -62,7 +63,7 @@ from blobstore.catalog.records import (
     UploadRecord,
     VersionListResult,
 )
-from blobstore.catalog.uploads import MultipartUploads
+from blobstore.catalog.uploads import MultipartUploads, VersionedPart
 from blobstore.runtime.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,55 @@ def _existing_bucket_name(name: str) -> str:
     except InvalidBucketNameError:
         raise NoSuchBucketError(name) from None
     return name
+
+
+def _unused_parts(
+    upload_id: str, record: ObjectRecord, parts: dict[int, VersionedPart]
+) -> list[ObjectRecord]:
+    """The stored parts `record` does not use, as records holding their extents (garbage
+    once the object is complete). InvalidPartError when a part it names is missing or
+    has another ETag."""
+    used = set()
+    for info in record.parts:
+        stored = parts.get(info.part_number)
+        if stored is None:
+            raise InvalidPartError(upload_id, info.part_number, "no such part")
+        if stored[0].etag.strip('"') != info.etag.strip('"'):
+            raise InvalidPartError(upload_id, info.part_number, "ETag differs")
+        used.add(info.part_number)
+    return [
+        ObjectRecord(record.bucket, record.key, size=p.size, extents=p.extents)
+        for n, (p, _) in sorted(parts.items())
+        if n not in used
+    ]
+
+
+def _completion(
+    candidate: ObjectRecord,
+    candidate_dict: dict[str, Any],
+    unused: list[ObjectRecord],
+    if_match: str | None,
+    if_none_match: bool,
+) -> ApplyFunction:
+    """The mutation that puts a completed upload's object: its result holds the
+    versions it replaced and the unused parts as garbage."""
+
+    def apply(versions: versioning.VersionList, bucket_record: BucketRecord) -> tuple[Any, Any]:
+        outcome = versioning.apply_put(
+            versions,
+            candidate,
+            bucket_record.versioning,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            record_dict=candidate_dict,
+        )
+        assert outcome.record is not None
+        return (
+            outcome.versions if outcome.changed else None,
+            CommitResult(outcome.record, [*outcome.garbage, *unused]),
+        )
+
+    return apply
 
 
 class Catalog:
@@ -621,8 +671,9 @@ class Catalog:
         Parts uploaded but not used come back in `garbage` (as records holding their
         extents). Retrying after an unknown outcome finds the object already committed.
         The parts' ETags are checked, not kept: nothing reads them once the object is
-        complete, and they were ~40% of a part's bytes. (A record naming a manifest keeps
-        no part list at all: the object layer wrote it to ledger entries beforehand.)
+        complete, and they are a large share of a part's bytes. (A record naming a
+        manifest keeps no part list at all: the object layer writes it to ledger entries
+        beforehand.)
         """
         _existing_bucket_name(bucket)
         assert record.bucket == bucket, (record.bucket, bucket)
@@ -639,48 +690,18 @@ class Catalog:
             try:
                 upload, upload_version = await self.uploads.get(bucket, upload_id)
             except NoSuchUploadError:
-                if attempted:
-                    done = await self._committed_version(candidate)
-                    if done is not None:
-                        return CommitResult(done, [])
-                raise
+                done = await self._committed_version(candidate) if attempted else None
+                if done is None:
+                    raise
+                return CommitResult(done, [])
             if upload.key != record.key:
                 raise InvalidPartError(upload_id, 0, f"upload is for key {upload.key!r}")
             parts = await self.uploads.parts(bucket, upload_id)
-            used = set()
-            for info in record.parts:
-                stored = parts.get(info.part_number)
-                if stored is None:
-                    raise InvalidPartError(upload_id, info.part_number, "no such part")
-                if stored[0].etag.strip('"') != info.etag.strip('"'):
-                    raise InvalidPartError(upload_id, info.part_number, "ETag differs")
-                used.add(info.part_number)
-            unused = [
-                ObjectRecord(bucket, record.key, size=p.size, extents=p.extents)
-                for n, (p, _) in sorted(parts.items())
-                if n not in used
-            ]
+            unused = _unused_parts(upload_id, record, parts)
             operations = tuple(
                 self.uploads.cleanup_operations(bucket, upload_id, upload_version, parts)
             )
-
-            def apply(
-                versions: versioning.VersionList, bucket_record: BucketRecord
-            ) -> tuple[Any, Any]:
-                outcome = versioning.apply_put(
-                    versions,
-                    candidate,
-                    bucket_record.versioning,
-                    if_match=if_match,
-                    if_none_match=if_none_match,
-                    record_dict=candidate_dict,
-                )
-                assert outcome.record is not None
-                return (
-                    outcome.versions if outcome.changed else None,
-                    CommitResult(outcome.record, [*outcome.garbage, *unused]),  # noqa: B023
-                )
-
+            apply = _completion(candidate, candidate_dict, unused, if_match, if_none_match)
             attempted = True
             try:
                 result: CommitResult = await self.index.submit(

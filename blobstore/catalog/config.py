@@ -78,7 +78,7 @@ class CatalogConfig:
     # A queue that lost a compare-and-set on its page to another writer (worker or
     # gateway) keeps the page it writes under a data watch for this long after, so the
     # other's writes drop its copy at once instead of failing its next compare-and-set.
-    # A page only this queue writes is not watched: the watch cost a request per write.
+    # A page only this queue writes is not watched: the watch costs a request per write.
     commit_watch_s: float = 10.0
     commit_queues_max: int = 4096
     # Deflate level of the page znodes (ISA-L's 1-3; 0 writes them plain). A page
@@ -95,25 +95,33 @@ class CatalogConfig:
     list_max_keys_max: int = 100_000
 
     def __post_init__(self) -> None:
-        def bad(name: str, why: str) -> ValueError:
-            return ValueError(f"catalog config {name}={getattr(self, name)!r}: {why}")
+        problem = self._layout_problem() or self._commit_problem()
+        if problem is not None:
+            name, why = problem
+            raise ValueError(f"catalog config {name}={getattr(self, name)!r}: {why}")
 
+    def _layout_problem(self) -> tuple[str, str] | None:
+        """The first bad setting of znodes, pages and records, with why it is bad."""
         if not self.root.startswith("/") or self.root.endswith("/"):
-            raise bad("root", "must be an absolute znode path without a trailing slash")
+            return "root", "must be an absolute znode path without a trailing slash"
         if not 16 * 1024 <= self.page_split_bytes <= PAGE_BYTES_HARD_MAX // 2:
-            raise bad("page_split_bytes", f"must be in [16384, {PAGE_BYTES_HARD_MAX // 2}]")
+            return "page_split_bytes", f"must be in [16384, {PAGE_BYTES_HARD_MAX // 2}]"
         if not 0 <= self.page_merge_bytes < self.page_merge_target_bytes:
-            raise bad("page_merge_bytes", "must be below page_merge_target_bytes")
+            return "page_merge_bytes", "must be below page_merge_target_bytes"
         if self.page_merge_target_bytes > self.page_split_bytes * 3 // 4:
-            raise bad("page_merge_target_bytes", "must be at most 3/4 of page_split_bytes")
+            return "page_merge_target_bytes", "must be at most 3/4 of page_split_bytes"
         if not 0 < self.page_fill_bytes <= self.page_split_bytes:
-            raise bad("page_fill_bytes", "must be in (0, page_split_bytes]")
+            return "page_fill_bytes", "must be in (0, page_split_bytes]"
         if not 0 < self.record_bytes_max <= RECORD_BYTES_HARD_MAX:
-            raise bad("record_bytes_max", f"must be in (0, {RECORD_BYTES_HARD_MAX}]")
+            return "record_bytes_max", f"must be in (0, {RECORD_BYTES_HARD_MAX}]"
         if not 256 <= self.map_shard_split_bytes <= MAP_SHARD_BYTES_MAX // 2:
-            raise bad("map_shard_split_bytes", f"must be in [256, {MAP_SHARD_BYTES_MAX // 2}]")
+            return "map_shard_split_bytes", f"must be in [256, {MAP_SHARD_BYTES_MAX // 2}]"
         if not 0 <= self.page_cache_s <= 60:
-            raise bad("page_cache_s", "must be in [0, 60]")
+            return "page_cache_s", "must be in [0, 60]"
+        return None
+
+    def _commit_problem(self) -> tuple[str, str] | None:
+        """The first bad setting of commits, retries and caches, with why it is bad."""
         for name in (
             "commit_queue_max",
             "commit_batch_max",
@@ -125,19 +133,20 @@ class CatalogConfig:
             "map_shard_cache_shards",
         ):
             if getattr(self, name) < 1:
-                raise bad(name, "must be at least 1")
+                return name, "must be at least 1"
         if self.cas_deadline_s <= 0:
-            raise bad("cas_deadline_s", "must be positive")
+            return "cas_deadline_s", "must be positive"
         if not 0 < self.cas_backoff_initial_ms <= self.cas_backoff_max_ms:
-            raise bad("cas_backoff_initial_ms", "must be in (0, cas_backoff_max_ms]")
+            return "cas_backoff_initial_ms", "must be in (0, cas_backoff_max_ms]"
         if not 0 <= self.page_compression_level <= 3:
-            raise bad("page_compression_level", "must be in [0, 3] (0: uncompressed)")
+            return "page_compression_level", "must be in [0, 3] (0: uncompressed)"
         if not 0 <= self.commit_group_wait_ms <= 100:
-            raise bad("commit_group_wait_ms", "must be in [0, 100]")
+            return "commit_group_wait_ms", "must be in [0, 100]"
         if not 0 <= self.commit_gather_ms <= 100:
-            raise bad("commit_gather_ms", "must be in [0, 100]")
+            return "commit_gather_ms", "must be in [0, 100]"
         if self.commit_watch_s < 0:
-            raise bad("commit_watch_s", "must be >= 0")
+            return "commit_watch_s", "must be >= 0"
+        return None
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> CatalogConfig:

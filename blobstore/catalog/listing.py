@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
-from blobstore.catalog.naming import prefix_successor
+from blobstore.catalog.naming import common_prefix, prefix_successor
 from blobstore.catalog.object_index import ObjectIndex
 from blobstore.catalog.page import IndexPage
 from blobstore.catalog.records import ListResult, ObjectRecord, ObjectSummary, VersionListResult
@@ -181,15 +181,6 @@ def _rolled_up_marker_start(prefix: str, delimiter: str, marker: str) -> str | N
     return prefix_successor(prefix + rest[: j + len(delimiter)]) or "\U0010ffff" * 2
 
 
-def _common_prefix(prefix: str, delimiter: str, key: str) -> str | None:
-    if not delimiter:
-        return None
-    j = key.find(delimiter, len(prefix))
-    if j < 0:
-        return None
-    return key[: j + len(delimiter)]
-
-
 async def list_objects(
     index: ObjectIndex,
     bucket: str,
@@ -226,7 +217,7 @@ async def list_objects(
             latest = walker.versions(page, i)[0]
             if latest.get("dm", False):
                 continue  # deleted keys are not listed and roll up into nothing
-            common = _common_prefix(prefix, delimiter, key)
+            common = common_prefix(prefix, delimiter, key)
             if common is not None:
                 if len(contents) + len(common_prefixes) >= max_keys:
                     truncated = True
@@ -245,6 +236,24 @@ async def list_objects(
     return ListResult(contents, common_prefixes, truncated, last if truncated else "")
 
 
+def _versions_start(prefix: str, delimiter: str, key_marker: str) -> str:
+    """Where a listing of versions starts: at the prefix, at the key marker when it
+    lies under the prefix, or after the common prefix the marker was rolled up into."""
+    if not key_marker or key_marker < prefix:
+        return prefix
+    jump = _rolled_up_marker_start(prefix, delimiter, key_marker)
+    return key_marker if jump is None else jump
+
+
+def _after_version(records: list[ObjectRecord], version_id_marker: str) -> list[ObjectRecord]:
+    """The versions of the marker's key after the marker's version (none when the
+    version is gone)."""
+    ids = [r.version_id for r in records]
+    if version_id_marker not in ids:
+        return []
+    return records[ids.index(version_id_marker) + 1 :]
+
+
 async def list_object_versions(
     index: ObjectIndex,
     bucket: str,
@@ -258,12 +267,7 @@ async def list_object_versions(
 ) -> VersionListResult:
     if max_keys <= 0:
         return VersionListResult([], [], False, "", "")
-    start = prefix
-    if key_marker and key_marker >= prefix:
-        start = key_marker
-        jump = _rolled_up_marker_start(prefix, delimiter, key_marker)
-        if jump is not None:
-            start = jump
+    start = _versions_start(prefix, delimiter, key_marker)
     walker = KeyWalker(index, bucket, start, prefix_successor(prefix) if prefix else None, view)
     versions: list[ObjectRecord] = []
     common_prefixes: list[str] = []
@@ -278,7 +282,7 @@ async def list_object_versions(
             key, page, i = item
             if key == key_marker and not version_id_marker:
                 continue
-            common = _common_prefix(prefix, delimiter, key)
+            common = common_prefix(prefix, delimiter, key)
             if common is not None:
                 if len(versions) + len(common_prefixes) >= max_keys:
                     truncated = True
@@ -289,10 +293,7 @@ async def list_object_versions(
                 continue
             records = page.records(bucket, i)
             if key == key_marker and version_id_marker:
-                ids = [r.version_id for r in records]
-                records = (
-                    records[ids.index(version_id_marker) + 1 :] if version_id_marker in ids else []
-                )
+                records = _after_version(records, version_id_marker)
             for record in records:
                 if len(versions) + len(common_prefixes) >= max_keys:
                     truncated = True

@@ -10,7 +10,11 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from blobstore.catalog.errors import InvalidBucketNameError, InvalidObjectKeyError
+from blobstore.catalog.errors import (
+    InvalidBucketNameError,
+    InvalidObjectKeyError,
+    ObjectKeyTooLongError,
+)
 
 KEY_BYTES_MAX = 1024
 _BUCKET_CHARS = re.compile(r"^[a-z0-9.-]+$")
@@ -35,30 +39,42 @@ _valid_names: set[str] = set()  # names already checked (every request checks it
 def _check_bucket_name(name: str) -> None:
     if not isinstance(name, str):
         raise InvalidBucketNameError(repr(name), "not a string")
+    problem = _bucket_name_shape_problem(name) or _bucket_name_reserved_problem(name)
+    if problem is not None:
+        raise InvalidBucketNameError(name, problem)
+
+
+def _bucket_name_shape_problem(name: str) -> str | None:
+    """What is wrong with the name's length and characters, if anything."""
     if not 3 <= len(name) <= 63:
-        raise InvalidBucketNameError(name, "must be 3 to 63 characters long")
+        return "must be 3 to 63 characters long"
     if not _BUCKET_CHARS.match(name):
-        raise InvalidBucketNameError(
-            name, "only lowercase letters, digits, dots and hyphens are allowed"
-        )
+        return "only lowercase letters, digits, dots and hyphens are allowed"
     if not (name[0].isalnum() and name[-1].isalnum()):
-        raise InvalidBucketNameError(name, "must begin and end with a letter or digit")
+        return "must begin and end with a letter or digit"
     if ".." in name:
-        raise InvalidBucketNameError(name, "must not contain two adjacent periods")
+        return "must not contain two adjacent periods"
     if ".-" in name or "-." in name:
-        raise InvalidBucketNameError(name, "a period must not be next to a hyphen")
+        return "a period must not be next to a hyphen"
+    return None
+
+
+def _bucket_name_reserved_problem(name: str) -> str | None:
+    """Which reserved form the name takes (an IP address, a reserved prefix or suffix),
+    if any."""
     try:
         ipaddress.IPv4Address(name)
     except ValueError:
         pass
     else:
-        raise InvalidBucketNameError(name, "must not be formatted as an IP address")
+        return "must not be formatted as an IP address"
     for prefix in _FORBIDDEN_PREFIXES:
         if name.startswith(prefix):
-            raise InvalidBucketNameError(name, f"must not start with {prefix!r}")
+            return f"must not start with {prefix!r}"
     for suffix in _FORBIDDEN_SUFFIXES:
         if name.endswith(suffix):
-            raise InvalidBucketNameError(name, f"must not end with {suffix!r}")
+            return f"must not end with {suffix!r}"
+    return None
 
 
 def validate_key(key: str) -> None:
@@ -70,7 +86,7 @@ def validate_key(key: str) -> None:
     except UnicodeEncodeError:
         raise InvalidObjectKeyError(key, "is not valid UTF-8") from None
     if size > KEY_BYTES_MAX:
-        raise InvalidObjectKeyError(key, f"is {size} bytes; at most {KEY_BYTES_MAX} allowed")
+        raise ObjectKeyTooLongError(key, size, KEY_BYTES_MAX)
 
 
 def prefix_successor(prefix: str) -> str | None:
@@ -86,6 +102,17 @@ def prefix_successor(prefix: str) -> str | None:
             return "".join(chars)
         chars.pop()
     return None
+
+
+def common_prefix(prefix: str, delimiter: str, key: str) -> str | None:
+    """The common prefix a listing rolls `key` up into: `key` up to and including the
+    first `delimiter` after `prefix` (None: no delimiter, or none in the rest)."""
+    if not delimiter:
+        return None
+    j = key.find(delimiter, len(prefix))
+    if j < 0:
+        return None
+    return key[: j + len(delimiter)]
 
 
 def shortest_separator(left: str, right: str) -> str:

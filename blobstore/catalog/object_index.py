@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
@@ -25,7 +25,8 @@ from blobstore.catalog._private import UNKNOWN_OUTCOME_ERRORS, zookeeper_errors
 from blobstore.catalog.config import CatalogConfig, CatalogPaths
 from blobstore.catalog.errors import CatalogBusyError, NoSuchBucketError
 from blobstore.catalog.page import IndexPage, PageMap, RootMap, new_page_id, pack_page
-from blobstore.catalog.page_commit_queue import Mutation, PageCommitQueue
+from blobstore.catalog.page_batch import Mutation
+from blobstore.catalog.page_commit_queue import PageCommitQueue
 from blobstore.catalog.records import BucketRecord
 from blobstore.catalog.retry import CasRetryPolicy
 from blobstore.runtime.zk import WatchedCache, ZooKeeperClient
@@ -41,6 +42,26 @@ def _decode_root(_path: str, data: bytes, version: int) -> RootMap | PageMap:
     if RootMap.is_single_level(data):
         return PageMap.decode(data, version)
     return RootMap.decode(data, version)
+
+
+@dataclass(frozen=True, slots=True)
+class _Merge:
+    """Two neighbouring pages of a map shard and the page they merge into."""
+
+    page_map: PageMap
+    left_pos: int
+    left: IndexPage
+    right: IndexPage
+    merged: IndexPage
+    encoded: bytes  # `merged`, encoded
+
+
+def _neighbours_agree(page_map: PageMap, left_pos: int, left: IndexPage, right: IndexPage) -> bool:
+    """Whether the pages read cover exactly the ranges the shard gives them (a page
+    split or merged since the shard was read does not)."""
+    if left.lo != page_map.bounds[left_pos] or left.hi != right.lo:
+        return False
+    return right.hi == page_map.upper_bound(left_pos + 1)
 
 
 class ObjectIndex:
@@ -235,7 +256,7 @@ class ObjectIndex:
         away). Recently read pages are kept decoded under a data watch, so a listing that
         reads the same page for consecutive requests transfers and decodes it once.
         `shared`: the kept page itself, for a caller that only reads it (a copy of a
-        page's key and line lists was a visible share of a small GET)."""
+        page's key and line lists is a visible share of a small GET)."""
         path = self.paths.page(bucket, page_id)
         kept = self._pages.peek(path)
         if kept is not None:
@@ -344,50 +365,10 @@ class ObjectIndex:
         (one multi: both pages and the shard, version checked). Best effort: any conflict
         leaves the pages as they are."""
         try:
-            # The cached shard will do: a stale one fails the multi's version check
-            # (and its watch drops it), which only abandons this attempt.
-            page_map = await self.page_map(bucket, key)
-            pos = page_map.position(page_id)
-            if pos < 0 or len(page_map.page_ids) < 2:
+            merge = await self._plan_merge(bucket, page_id, key)
+            if merge is None:
                 return
-            left_pos = pos if pos + 1 < len(page_map.page_ids) else pos - 1
-            left, right = await asyncio.gather(
-                self.read_page(bucket, page_map.page_ids[left_pos]),
-                self.read_page(bucket, page_map.page_ids[left_pos + 1]),
-            )
-            if left is None or right is None:
-                return
-            if left.lo != page_map.bounds[left_pos] or left.hi != right.lo:
-                return
-            if right.hi != page_map.upper_bound(left_pos + 1):
-                return
-            merged = left.merged_with(right)
-            encoded = merged.encode()
-            if len(encoded) > self.config.page_merge_target_bytes:
-                return
-            merged.check()
-            new_map = page_map.replace(left_pos, [merged], remove=2)
-            await self.zk.multi(
-                [
-                    (
-                        "set",
-                        (
-                            self.paths.page(bucket, left.page_id),
-                            pack_page(encoded, self.config.page_compression_level),
-                            left.version,
-                        ),
-                    ),
-                    ("delete", (self.paths.page(bucket, right.page_id), right.version)),
-                    (
-                        "set",
-                        (
-                            self.paths.map_shard(bucket, page_map.shard_id),
-                            new_map.encode(),
-                            page_map.version,
-                        ),
-                    ),
-                ]
-            )
+            await self.zk.multi(self._merge_operations(bucket, merge))
         except (BadVersionError, NoNodeError, NotEmptyError, NoSuchBucketError):
             metrics.CAS_CONFLICTS.inc()
             return
@@ -395,13 +376,56 @@ class ObjectIndex:
             return
         metrics.PAGE_MERGES.inc()
         metrics.COMMITS.labels("merge").inc()
-        self.forget_shard(bucket, page_map.shard_id)
-        self.forget_page(bucket, left.page_id)
-        self.forget_page(bucket, right.page_id)
+        self.forget_shard(bucket, merge.page_map.shard_id)
+        self.forget_page(bucket, merge.left.page_id)
+        self.forget_page(bucket, merge.right.page_id)
         logger.debug(
             "index pages merged bucket=%s left=%s right=%s keys=%d",
             bucket,
-            left.page_id,
-            right.page_id,
-            len(merged.keys),
+            merge.left.page_id,
+            merge.right.page_id,
+            len(merge.merged.keys),
         )
+
+    async def _plan_merge(self, bucket: str, page_id: str, key: str) -> _Merge | None:
+        """The merge of the page with its right neighbour (its left one for the shard's
+        last page), when both agree with the shard and fit page_merge_target_bytes."""
+        # The cached shard will do: a stale one fails the multi's version check (and its
+        # watch drops it), which only abandons this attempt.
+        page_map = await self.page_map(bucket, key)
+        pos = page_map.position(page_id)
+        if pos < 0 or len(page_map.page_ids) < 2:
+            return None
+        left_pos = pos if pos + 1 < len(page_map.page_ids) else pos - 1
+        left, right = await asyncio.gather(
+            self.read_page(bucket, page_map.page_ids[left_pos]),
+            self.read_page(bucket, page_map.page_ids[left_pos + 1]),
+        )
+        if left is None or right is None:
+            return None
+        if not _neighbours_agree(page_map, left_pos, left, right):
+            return None
+        merged = left.merged_with(right)
+        encoded = merged.encode()
+        if len(encoded) > self.config.page_merge_target_bytes:
+            return None
+        merged.check()
+        return _Merge(page_map, left_pos, left, right, merged, encoded)
+
+    def _merge_operations(self, bucket: str, merge: _Merge) -> list[tuple[str, tuple[Any, ...]]]:
+        """Set the left page to the merged one, delete the right one, set the shard."""
+        page_map = merge.page_map
+        new_map = page_map.replace(merge.left_pos, [merge.merged], remove=2)
+        stored = pack_page(merge.encoded, self.config.page_compression_level)
+        return [
+            ("set", (self.paths.page(bucket, merge.left.page_id), stored, merge.left.version)),
+            ("delete", (self.paths.page(bucket, merge.right.page_id), merge.right.version)),
+            (
+                "set",
+                (
+                    self.paths.map_shard(bucket, page_map.shard_id),
+                    new_map.encode(),
+                    page_map.version,
+                ),
+            ),
+        ]

@@ -3,38 +3,38 @@
 One queue per (bucket, page) with mutations waiting (bounded: a full queue refuses work
 with CatalogBusyError, the gateway's SlowDown). One writer task drains it: it takes every
 waiting mutation (up to commit_batch_max), applies them in arrival order to a copy of the
-page, and writes the page with one compare-and-set (a `multi` that also checks the bucket
-record's version, so a versioning change or a bucket deletion is never missed). Arrivals
-during that write form the next batch: a ZooKeeper write costs ~3 ms, so under load each
-write carries many mutations. A batch that follows another write (the page is busy)
-waits commit_gather_ms first and takes what arrived meanwhile too: at 1,000 sequential
-4 KiB PUTs/s through one worker, 3.3 mutations a write instead of 2.6 (ZooKeeper writes
-are a request through four server threads and a log fsync each). A page's first write
+page (`page_batch.apply_batch`), and writes the page with one compare-and-set (a `multi`
+that also checks the bucket record's version, so a versioning change or a bucket deletion
+is never missed). Arrivals during that write form the next batch: under load each write
+carries many mutations. A batch that follows another write (the page is busy) waits
+commit_gather_ms first and takes what arrived meanwhile too, because each ZooKeeper
+write is a request through four server threads and a log fsync. A page's first write
 after it went idle is not delayed.
 
 Within an attempt, a mutation whose precondition fails (If-Match, If-None-Match) fails
 alone; one whose key left this page (split or merge by another process) is routed again.
 On a version conflict the page is read again and the batch re-applied, with jittered
 backoff, an attempt cap and a deadline; mutations that arrived meanwhile join the retry
-(two processes writing one page then write fewer, larger batches). A page grown past
-page_split_bytes is split in the same write: one multi sets this page, creates the new
-pages and sets the page map, with version checks on the page and the map.
+(two processes writing one page then write fewer, larger batches). A write whose outcome
+is unknown (lost connection, timeout) is attempted again the same way: every mutation is
+idempotent, so the next attempt finds its own effect when the write happened. A page
+grown past page_split_bytes is split in the same write: one multi sets this page,
+creates the new pages and sets the page map, with version checks on the page and the map.
 
 A busy page's writes are pipelined (commit_pipeline_depth, default 2 in flight): the
 next batch is applied to the page as the write ahead of it will leave it and sent
-before that write is answered, expecting the version it makes. Waiting for the answer
-first was most of a commit's latency under load (a batch waited for the write ahead,
-then its own), and all of it in ZooKeeper's slow moments. A version check alone could
-let such a write succeed where the one ahead failed: another writer's single write
-makes the very version it expects, and it would then overwrite that writer's change.
-So every write of a busy page also sets the queue's fence, an ephemeral znode of its
-own (catalog `fences/`), expecting the fence version the write ahead makes: when that
-write failed, the fence never moved and the follower fails too. ZooKeeper applies one
-session's requests in order. Any failure ends the pipeline: the fence is dropped (a
-new one is made by the next busy write), later batches fail and retry in order, each
-after the ones ahead of it have finished, and no new batch follows until they have.
-Splits, merges, a contended page (under a watch) and batches with extra operations are
-never pipelined.
+before that write is answered, expecting the version it makes. Otherwise a batch under
+load waits for the write ahead, then for its own, and both waits grow in ZooKeeper's
+slow moments. A version check alone could let such a write succeed where the one ahead
+failed: another writer's single write makes the very version it expects, and it would
+then overwrite that writer's change. So every write of a busy page also sets the
+queue's fence, an ephemeral znode of its own (catalog `fences/`), expecting the fence
+version the write ahead makes: when that write failed, the fence never moved and the
+follower fails too. ZooKeeper applies one session's requests in order. Any failure ends
+the pipeline: the fence is dropped (a new one is made by the next busy write), later
+batches fail and retry in order, each after the ones ahead of it have finished, and no
+new batch follows until they have. Splits, merges, a contended page (under a watch) and
+batches with extra operations are never pipelined.
 """
 
 from __future__ import annotations
@@ -47,14 +47,14 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from blobstore.catalog import metrics
 from blobstore.catalog._private import UNKNOWN_OUTCOME_ERRORS
-from blobstore.catalog.config import PAGE_BYTES_HARD_MAX, PAGE_MAP_BYTES_MAX
+from blobstore.catalog.config import PAGE_BYTES_HARD_MAX, PAGE_MAP_BYTES_MAX, CatalogPaths
 from blobstore.catalog.errors import (
     CatalogBusyError,
     CatalogError,
@@ -62,8 +62,14 @@ from blobstore.catalog.errors import (
     NoSuchBucketError,
     RecordTooLargeError,
 )
-from blobstore.catalog.page import IndexPage, PageMap, encode_versions, pack_page
-from blobstore.catalog.records import BucketRecord
+from blobstore.catalog.page import IndexPage, PageMap, pack_page
+from blobstore.catalog.page_batch import (
+    BatchOnPage,
+    CommitAction,
+    Mutation,
+    apply_batch,
+    commit_action,
+)
 from blobstore.catalog.retry import CasRetry
 
 if TYPE_CHECKING:
@@ -71,10 +77,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# apply(versions, bucket) -> (new versions, or None when nothing changes; result)
-ApplyFunction = Callable[
-    [list[dict[str, Any]], BucketRecord], tuple[list[dict[str, Any]] | None, Any]
-]
+Operation = tuple[str, tuple[Any, ...]]  # one operation of a ZooKeeper multi
 
 
 class ExtraOperationsFailedError(CatalogError):
@@ -82,28 +85,50 @@ class ExtraOperationsFailedError(CatalogError):
     version checks while the page itself was unchanged."""
 
 
-@dataclass(eq=False, slots=True)
-class Mutation:
-    bucket: str
-    key: str
-    apply: ApplyFunction
-    extra_operations: tuple[tuple[str, tuple[Any, ...]], ...] = ()
-    future: asyncio.Future[Any] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-    submitted: float = field(default_factory=time.monotonic)
-    reroutes: int = 0
-    # An attempt's write failed with an unknown outcome: it may have been applied, and
-    # `apply` runs again on a state that may hold its own effect.
-    outcome_unknown: bool = False
+@dataclass(slots=True)
+class _Attempts:
+    """What a batch's attempts carry from one to the next."""
 
-    def fail(self, error: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(error)
+    pending: list[Mutation]  # not answered yet
+    page: IndexPage | None = None  # the page the latest attempt applied the batch to
+    validate: bool = False  # read the page only after a sync
+    fresh_bucket: bool = False  # the bucket record's check failed: read it again
+    unknown_outcome: bool = False  # a write's outcome was unknown
+    applied: BatchOnPage | None = None  # the batch as the successful write holds it
+    written_bytes: int = 0  # the encoded size of this page as written
 
-    def succeed(self, result: Any) -> None:
-        if not self.future.done():
-            self.future.set_result(result)
+
+@dataclass(slots=True)
+class _Split:
+    """A page grown past page_split_bytes, cut into pieces that one multi writes with
+    the map shard that lists them."""
+
+    work: IndexPage
+    pieces: list[IndexPage]
+    page_map: PageMap
+    map_operations: list[Operation]
+
+    def kept(self) -> IndexPage:
+        """The piece that keeps the page's id (the first, or the last after an append
+        split)."""
+        return next(piece for piece in self.pieces if piece.page_id == self.work.page_id)
+
+    def page_operations(
+        self, paths: CatalogPaths, bucket: str, page_version: int, level: int
+    ) -> tuple[list[Operation], int]:
+        """The kept piece is written over the page with the compare-and-set, the others
+        are created. Also returns the kept piece's encoded size."""
+        kept = self.kept()
+        kept_encoded = kept.encode()
+        path = paths.page(bucket, kept.page_id)
+        operations: list[Operation] = [
+            ("set", (path, pack_page(kept_encoded, level), page_version))
+        ]
+        for piece in self.pieces:
+            if piece is not kept:
+                stored = pack_page(piece.encode(), level)
+                operations.append(("create", (paths.page(bucket, piece.page_id), stored)))
+        return operations, len(kept_encoded)
 
 
 class PageCommitQueue:
@@ -386,158 +411,168 @@ class PageCommitQueue:
                 self._retrying -= 1
 
     async def _attempt(self, batch: list[Mutation], retry: CasRetry) -> None:
-        index = self.index
-        record_bytes_max = index.config.record_bytes_max
-        page: IndexPage | None = None
-        pending = [m for m in batch if not m.future.done()]
-        unknown_outcome = False
-        validate = False  # read only after a sync
-        fresh_bucket = False  # the bucket record's check failed: read it again
-        while pending:
+        """Apply the batch to its page and write it with one compare-and-set; after a
+        failure, again (with what arrived meanwhile) until the retry policy gives up."""
+        state = _Attempts([m for m in batch if not m.future.done()])
+        while state.pending:
             try:
-                if retry.attempt > 1:
-                    await self._after_writes_ahead()
-                    pending += self._top_up(batch, pending)
-                bucket, bucket_version = await index.bucket_state(self.bucket, fresh=fresh_bucket)
-                page = self._cached_page()
-                if page is not None and not all(page.contains(m.key) for m in pending):
-                    # Another process split or merged this page after we cached it: only
-                    # a fresh read may send a mutation elsewhere.
-                    self.page = page = None
-                from_cache = page is not None
-                if page is None:
-                    if validate:
-                        # Decide without a write only on the newest state: after a sync,
-                        # this session's server has every write acknowledged anywhere.
-                        await index.zk.fresh_view()
-                    page = await index.read_page_for_commit(self.bucket, self.page_id)
-                if page is None:  # merged away
-                    for mutation in pending:
-                        index.reroute(mutation)
-                    return
-                work = page.copy()
-                applied: list[tuple[Mutation, Any]] = []
-                refused: list[tuple[Mutation, CatalogError]] = []
-                changed = False
-                for mutation in pending:
-                    if not work.contains(mutation.key):
-                        index.reroute(mutation)
-                        continue
-                    try:
-                        versions, result = mutation.apply(work.versions(mutation.key), bucket)
-                    except CatalogError as e:
-                        refused.append((mutation, e))
-                        continue
-                    if versions is not None:
-                        line = encode_versions(versions) if versions else b""
-                        try:
-                            _check_line_size(mutation.key, line, versions, record_bytes_max)
-                        except RecordTooLargeError as e:
-                            refused.append((mutation, e))
-                            continue
-                        work.set_line(mutation.key, line)
-                        changed = True
-                    applied.append((mutation, result))
-                if validate and not from_cache:
-                    # Read after a sync: this is the newest state, refusals stand.
-                    self._refuse(refused)
-                    refused = []
-                elif not changed:
-                    # Nothing to write, so no compare-and-set proves the page current:
-                    # a page this queue wrote earlier, or one read from a server that
-                    # lags the ensemble, may miss another gateway's acknowledged write
-                    # (the key a delete finds absent, the object an If-Match names).
-                    # Decide again on a read after a sync.
-                    self.page = None
-                    validate = True
-                    continue
-                pending = [m for m, _ in applied] + [m for m, _ in refused]
-                if not changed:
-                    for mutation, result in applied:
-                        mutation.succeed(result)
-                    return
-                # The waiters are answered in the step that reads the write's success,
-                # one loop iteration before this task resumes to finish up.
-                answered = functools.partial(_succeed_all, list(applied))
-                written = await self._write(
-                    page, work, bucket_version, [m for m, _ in applied], answered
-                )
+                action = await self._apply_and_write(batch, retry, state)
             except BadVersionError as e:
-                self._attempt_failed(retry)
-                metrics.CAS_CONFLICTS.inc()
-                if await self._extra_operations_failed(pending, page):
-                    return
-                self.page = None
-                # The multi's first operation checks the bucket record's version; when
-                # another operation failed, the cached record is still good, and another
-                # writer moved the page (or its map): watch it for a while.
-                fresh_bucket = getattr(e, "operation_index", 0) == 0
-                if not fresh_bucket:
-                    self._contended_until = time.monotonic() + index.config.commit_watch_s
-                if not await retry.backoff("conflict"):
-                    self._fail_all(
-                        pending,
-                        CatalogBusyError(f"bucket {self.bucket!r}: too many write conflicts"),
-                    )
-                    return
-                continue
+                again = await self._conflicted(e, state, retry)
             except NoNodeError:
-                self._attempt_failed(retry)
-                self.page = None
-                if not await self._bucket_exists():
-                    self._fail_all(pending, NoSuchBucketError(self.bucket))
-                    return
-                if await self._extra_operations_failed(pending, page):
-                    return
-                if not await retry.backoff("moved"):
-                    self._fail_all(
-                        pending, CatalogBusyError(f"bucket {self.bucket!r}: index kept moving")
-                    )
-                    return
-                continue
-            except NoSuchBucketError as e:
-                self._fail_all(pending, e)
-                return
-            except RecordTooLargeError as e:
-                self._fail_all(pending, e)
+                again = await self._moved(state, retry)
+            except (NoSuchBucketError, RecordTooLargeError) as e:
+                self._fail_all(state.pending, e)
                 return
             except UNKNOWN_OUTCOME_ERRORS as e:
-                # The write may have happened. Every mutation is idempotent, so trying
-                # again finds its own result when it did.
-                self._attempt_failed(retry)
-                unknown_outcome = True
-                for mutation in pending:
-                    mutation.outcome_unknown = True
-                self.page = None
-                if not await retry.backoff("unavailable"):
-                    self._fail_all(
-                        pending, CatalogUnavailableError(f"commit outcome unknown: {e!r}")
-                    )
-                    return
-                continue
-            if unknown_outcome:
-                logger.info(
-                    "catalog commit retried after unknown outcome bucket=%s page=%s",
-                    self.bucket,
-                    self.page_id,
-                )
-            self._refuse(refused)
-            metrics.MUTATIONS.inc(len(applied))
-            metrics.BATCH_SIZE.observe(len(applied))
-            for mutation, result in applied:
-                mutation.succeed(result)
-            if (
-                written < index.config.page_merge_bytes
-                and page is not None
-                and work.encoded_size() < page.encoded_size()
-                and not self._others_in_flight()
-            ):
-                # Only a page that shrank (keys or versions removed) may merge. One small
-                # because it is new, the bucket's last page after an append split, has
-                # nothing to merge with: trying read two pages per commit under
-                # sequential PUTs, and a merge there was split again moments later.
-                await index.try_merge(self.bucket, self.page_id, page.lo)
-            return
+                again = await self._outcome_unknown(e, state, retry)
+            else:
+                if action is CommitAction.READ_AGAIN:
+                    continue
+                if action is CommitAction.WRITE:
+                    await self._written(state)
+                return
+            if not again:
+                return
+
+    async def _apply_and_write(
+        self, batch: list[Mutation], retry: CasRetry, state: _Attempts
+    ) -> CommitAction:
+        """One attempt: read the bucket record and the page, apply the pending mutations
+        (`apply_batch`) and do what `commit_action` says. ANSWER also stands for a page
+        merged away, whose mutations are routed again."""
+        index = self.index
+        if retry.attempt > 1:
+            await self._after_writes_ahead()
+            state.pending += self._top_up(batch, state.pending)
+        bucket, bucket_version = await index.bucket_state(self.bucket, fresh=state.fresh_bucket)
+        from_cache = await self._page_to_apply(state)
+        page = state.page
+        if page is None:  # merged away
+            for mutation in state.pending:
+                index.reroute(mutation)
+            return CommitAction.ANSWER
+        applied = apply_batch(page, state.pending, bucket, index.config.record_bytes_max)
+        for mutation in applied.rerouted:
+            index.reroute(mutation)
+        newest = state.validate and not from_cache
+        if newest:  # read after a sync: refusals stand
+            self._refuse(applied.refused)
+            applied.refused = []
+        action = commit_action(applied.changed, newest)
+        if action is CommitAction.READ_AGAIN:
+            self.page = None
+            state.validate = True
+            return action
+        state.pending = applied.still_pending()
+        if action is CommitAction.ANSWER:
+            _succeed_all(applied.applied)
+            return action
+        state.applied = applied
+        # The waiters are answered in the step that reads the write's success, one loop
+        # iteration before this task resumes to finish up.
+        answered = functools.partial(_succeed_all, list(applied.applied))
+        state.written_bytes = await self._write(
+            page, applied.work, bucket_version, applied.applied_mutations(), answered
+        )
+        return action
+
+    async def _page_to_apply(self, state: _Attempts) -> bool:
+        """Set `state.page` to the page the attempt applies the batch to: this queue's
+        copy when it covers every pending key, else the page read (after a sync when
+        `state.validate`), None when it was merged away. True when it is the copy."""
+        state.page = self._cached_page()
+        if state.page is not None and not all(state.page.contains(m.key) for m in state.pending):
+            # Another process split or merged this page after we cached it: only a fresh
+            # read may send a mutation elsewhere.
+            self.page = state.page = None
+        if state.page is not None:
+            return True
+        if state.validate:
+            # Decide without a write only on the newest state: after a sync, this
+            # session's server has every write acknowledged anywhere.
+            await self.index.zk.fresh_view()
+        state.page = await self.index.read_page_for_commit(self.bucket, self.page_id)
+        return False
+
+    async def _conflicted(self, error: BadVersionError, state: _Attempts, retry: CasRetry) -> bool:
+        """A version check of the write failed. True: attempt again."""
+        self._attempt_failed(retry)
+        metrics.CAS_CONFLICTS.inc()
+        if await self._extra_operations_failed(state.pending, state.page):
+            return False
+        self.page = None
+        # The multi's first operation checks the bucket record's version; when another
+        # operation failed, the cached record is still good, and another writer moved
+        # the page (or its map): watch it for a while.
+        state.fresh_bucket = getattr(error, "operation_index", 0) == 0
+        if not state.fresh_bucket:
+            self._contended_until = time.monotonic() + self.index.config.commit_watch_s
+        if await retry.backoff("conflict"):
+            return True
+        self._fail_all(
+            state.pending, CatalogBusyError(f"bucket {self.bucket!r}: too many write conflicts")
+        )
+        return False
+
+    async def _moved(self, state: _Attempts, retry: CasRetry) -> bool:
+        """A znode the write names is gone (the bucket, or the page or its map moved).
+        True: attempt again."""
+        self._attempt_failed(retry)
+        self.page = None
+        if not await self._bucket_exists():
+            self._fail_all(state.pending, NoSuchBucketError(self.bucket))
+            return False
+        if await self._extra_operations_failed(state.pending, state.page):
+            return False
+        if await retry.backoff("moved"):
+            return True
+        self._fail_all(
+            state.pending, CatalogBusyError(f"bucket {self.bucket!r}: index kept moving")
+        )
+        return False
+
+    async def _outcome_unknown(
+        self, error: BaseException, state: _Attempts, retry: CasRetry
+    ) -> bool:
+        """The write may have happened. Every mutation is idempotent, so trying again
+        finds its own result when it did. True: attempt again."""
+        self._attempt_failed(retry)
+        state.unknown_outcome = True
+        for mutation in state.pending:
+            mutation.outcome_unknown = True
+        self.page = None
+        if await retry.backoff("unavailable"):
+            return True
+        self._fail_all(state.pending, CatalogUnavailableError(f"commit outcome unknown: {error!r}"))
+        return False
+
+    async def _written(self, state: _Attempts) -> None:
+        """The write succeeded: answer the waiters, and merge the page when it shrank
+        below page_merge_bytes."""
+        applied, page = state.applied, state.page
+        assert applied is not None
+        assert page is not None
+        if state.unknown_outcome:
+            logger.info(
+                "catalog commit retried after unknown outcome bucket=%s page=%s",
+                self.bucket,
+                self.page_id,
+            )
+        self._refuse(applied.refused)
+        metrics.MUTATIONS.inc(len(applied.applied))
+        metrics.BATCH_SIZE.observe(len(applied.applied))
+        _succeed_all(applied.applied)
+        if (
+            state.written_bytes < self.index.config.page_merge_bytes
+            and applied.work.encoded_size() < page.encoded_size()
+            and not self._others_in_flight()
+        ):
+            # Only a page that shrank (keys or versions removed) may merge. One small
+            # because it is new, the bucket's last page after an append split, has
+            # nothing to merge with: trying would read two pages per commit under
+            # sequential PUTs, and a merge there would be split again moments later.
+            await self.index.try_merge(self.bucket, self.page_id, page.lo)
 
     async def _write(
         self,
@@ -549,111 +584,117 @@ class PageCommitQueue:
     ) -> int:
         """One compare-and-set of the page (split when it grew too large); returns the
         encoded size of this page as written."""
-        index = self.index
-        paths = index.paths
-        config = index.config
+        config = self.index.config
         encoded = work.encode()
-        operations: list[tuple[str, tuple[Any, ...]]] = [
-            ("check", (paths.bucket(self.bucket), bucket_version))
+        operations: list[Operation] = [
+            ("check", (self.index.paths.bucket(self.bucket), bucket_version))
         ]
         for mutation in batch:
             operations.extend(mutation.extra_operations)
-        pieces = [work]
-        page_map: PageMap | None = None
-        map_operations: list[tuple[str, tuple[Any, ...]]] = []
         if len(encoded) > config.page_split_bytes:
             pieces = (
                 work.append_split(page, config.page_fill_bytes)
                 or work.insertion_split(page, config.page_fill_bytes)
                 or work.split(config.page_split_bytes // 2)
             )
-        if len(pieces) > 1:
-            page_map = await self._map_for_split(work)
-            new_map = page_map.replace(page_map.position(work.page_id), pieces)
-            map_operations = await self._map_operations(page_map, new_map)
-            if not map_operations:
-                pieces = [work]
-        if len(pieces) == 1:
-            if len(encoded) > PAGE_BYTES_HARD_MAX:
-                raise RecordTooLargeError(
-                    f"index page of bucket {self.bucket!r}", len(encoded), PAGE_BYTES_HARD_MAX
-                )
-            work.check()
-            stored = pack_page(encoded, config.page_compression_level)
-            operations.append(
-                ("set", (paths.page(self.bucket, work.page_id), stored, page.version))
+            if len(pieces) > 1:
+                page_map = await self._map_for_split(work)
+                new_map = page_map.replace(page_map.position(work.page_id), pieces)
+                map_operations = await self._map_operations(page_map, new_map)
+                if map_operations:  # else the map cannot grow: the page stays whole
+                    split = _Split(work, pieces, page_map, map_operations)
+                    return await self._write_split(page, split, operations, answered)
+        return await self._write_page(page, work, encoded, batch, operations, answered)
+
+    async def _write_page(
+        self,
+        page: IndexPage,
+        work: IndexPage,
+        encoded: bytes,
+        batch: list[Mutation],
+        operations: list[Operation],
+        answered: Callable[[], None] | None,
+    ) -> int:
+        """Write the page over itself. A busy page's write is fenced, and the next batch
+        may follow it before its answer."""
+        if len(encoded) > PAGE_BYTES_HARD_MAX:
+            raise RecordTooLargeError(
+                f"index page of bucket {self.bucket!r}", len(encoded), PAGE_BYTES_HARD_MAX
             )
-            followed = self._others_in_flight()  # sent behind an unanswered write?
-            fenced = self._fence_operation(operations, batch, followed)
-            work.version = page.version + 1
-            if fenced:
-                # The next batch may apply to what this write leaves, before its answer.
-                self.page = work
-                self._page_written_at = time.monotonic()
-                self._chain = True
-            else:
-                self._chain = False
-            if followed:
-                metrics.PIPELINED_WRITES.inc()
-            if self._sent is not None and not self._sent.done():
-                self._sent.set_result(None)
-            try:
-                await index.zk.multi(operations, answered)
-            except BaseException:
-                if self.page is work:
-                    self.page = None
-                self._drop_fence()
-                raise
-            metrics.PAGE_COMMITS.inc()
-            self._remember(work)
-            return len(encoded)
-        assert page_map is not None
-        self._chain = False  # nothing follows a split before its answer
-        for piece in pieces:
-            piece.check()
-        # One piece keeps this page's id (the first, or the last after an append split)
-        # and is written over it with the compare-and-set; the others are created.
-        kept = next(piece for piece in pieces if piece.page_id == work.page_id)
-        rest = [piece for piece in pieces if piece is not kept]
-        kept_encoded = kept.encode()
-        level = config.page_compression_level
+        work.check()
+        stored = pack_page(encoded, self.index.config.page_compression_level)
         operations.append(
-            (
-                "set",
-                (
-                    paths.page(self.bucket, kept.page_id),
-                    pack_page(kept_encoded, level),
-                    page.version,
-                ),
-            )
+            ("set", (self.index.paths.page(self.bucket, work.page_id), stored, page.version))
         )
-        for piece in rest:
-            stored = pack_page(piece.encode(), level)
-            operations.append(("create", (paths.page(self.bucket, piece.page_id), stored)))
-        operations.extend(map_operations)
+        followed = self._others_in_flight()  # sent behind an unanswered write?
+        fenced = self._fence_operation(operations, batch, followed)
+        work.version = page.version + 1
+        if fenced:
+            # The next batch may apply to what this write leaves, before its answer.
+            self.page = work
+            self._page_written_at = time.monotonic()
+        self._chain = fenced
+        if followed:
+            metrics.PIPELINED_WRITES.inc()
+        if self._sent is not None and not self._sent.done():
+            self._sent.set_result(None)
         try:
-            await index.zk.multi(operations, answered)
+            await self.index.zk.multi(operations, answered)
+        except BaseException:
+            if self.page is work:
+                self.page = None
+            self._drop_fence()
+            raise
+        metrics.PAGE_COMMITS.inc()
+        self._remember(work)
+        return len(encoded)
+
+    async def _write_split(
+        self,
+        page: IndexPage,
+        split: _Split,
+        operations: list[Operation],
+        answered: Callable[[], None] | None,
+    ) -> int:
+        """Write the pieces of a split page and the map in one multi; returns the
+        encoded size of the piece that keeps this page's id."""
+        self._chain = False  # nothing follows a split before its answer
+        for piece in split.pieces:
+            piece.check()
+        level = self.index.config.page_compression_level
+        page_operations, kept_bytes = split.page_operations(
+            self.index.paths, self.bucket, page.version, level
+        )
+        operations.extend(page_operations)
+        operations.extend(split.map_operations)
+        shard_id = split.page_map.shard_id
+        try:
+            await self.index.zk.multi(operations, answered)
         except NodeExistsError:  # a new page or shard id collided: retry with fresh ids
             raise BadVersionError() from None
         except BadVersionError:
             self.index.forget_root(self.bucket)  # the page or the maps moved on
-            self.index.forget_shard(self.bucket, page_map.shard_id)
+            self.index.forget_shard(self.bucket, shard_id)
             raise
         metrics.COMMITS.labels("split").inc()
-        metrics.PAGE_SPLITS.inc(len(rest))
-        self.index.forget_shard(self.bucket, page_map.shard_id)
-        if len(map_operations) > 1:  # the shard was split too
+        metrics.PAGE_SPLITS.inc(len(split.pieces) - 1)
+        self.index.forget_shard(self.bucket, shard_id)
+        if len(split.map_operations) > 1:  # the shard was split too
             metrics.MAP_SHARD_SPLITS.inc()
-            logger.info("page map shard split bucket=%s shard=%s", self.bucket, page_map.shard_id)
+            logger.info("page map shard split bucket=%s shard=%s", self.bucket, shard_id)
+        kept = split.kept()
         kept.version = page.version + 1
         self._remember(kept)
         logger.debug(
-            "index page split bucket=%s page=%s pieces=%d", self.bucket, work.page_id, len(pieces)
+            "index page split bucket=%s page=%s pieces=%d",
+            self.bucket,
+            split.work.page_id,
+            len(split.pieces),
         )
-        return len(kept_encoded)
+        return kept_bytes
 
     def _fence_operation(
-        self, operations: list[tuple[str, tuple[Any, ...]]], batch: list[Mutation], followed: bool
+        self, operations: list[Operation], batch: list[Mutation], followed: bool
     ) -> bool:
         """Add the fence to a write of a busy page (one written within page_cache_s, or
         with a write of this queue unanswered); True when it was added. A write sent
@@ -674,9 +715,7 @@ class PageCommitQueue:
             self._fence_version += 1
         return True
 
-    async def _map_operations(
-        self, page_map: PageMap, new_map: PageMap
-    ) -> list[tuple[str, tuple[Any, ...]]]:
+    async def _map_operations(self, page_map: PageMap, new_map: PageMap) -> list[Operation]:
         """The writes that replace a map shard with `new_map`: a compare-and-set of the
         shard, or, when it grew past map_shard_split_bytes, a split of the shard (set,
         creates, and a compare-and-set of the root map). Empty when the map cannot grow."""
@@ -700,9 +739,7 @@ class PageCommitQueue:
                 )
                 return []
             return [("set", (shard_path, encoded, page_map.version))]
-        operations: list[tuple[str, tuple[Any, ...]]] = [
-            ("set", (shard_path, shards[0].encode(), page_map.version))
-        ]
+        operations: list[Operation] = [("set", (shard_path, shards[0].encode(), page_map.version))]
         for shard in shards[1:]:
             operations.append(
                 ("create", (paths.map_shard(self.bucket, shard.shard_id), shard.encode()))
@@ -757,17 +794,3 @@ class PageCommitQueue:
 def _succeed_all(applied: list[tuple[Mutation, Any]]) -> None:
     for mutation, result in applied:
         mutation.succeed(result)
-
-
-def _check_line_size(
-    key: str, line: bytes, versions: list[dict[str, Any]], record_bytes_max: int
-) -> None:
-    """One record at most record_bytes_max, one key's versions at most twice that, so a
-    page can always be split below the hard limit."""
-    if len(line) <= record_bytes_max:
-        return
-    if len(line) > 2 * record_bytes_max:
-        raise RecordTooLargeError(f"the versions of {key!r}", len(line), 2 * record_bytes_max)
-    newest = len(encode_versions(versions[:1]))
-    if newest > record_bytes_max:
-        raise RecordTooLargeError(f"record of {key!r}", newest, record_bytes_max)

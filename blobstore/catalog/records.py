@@ -210,13 +210,7 @@ class ObjectRecord:
             d["ck"] = self.checksums
         if self.storage_class != STORAGE_CLASS_DEFAULT:
             d["sc"] = self.storage_class
-        if self.manifest:
-            d["mf"] = [e.to_list() for e in self.manifest]  # extents and parts live there
-        else:
-            if self.extents:
-                d["ext"] = [e.to_list() for e in self.extents]
-            if self.parts:
-                d["parts"] = [p.to_list() for p in self.parts]
+        self._put_bytes_location(d)
         if self.owner:
             d["owner"] = self.owner
         if self.tags:
@@ -227,6 +221,17 @@ class ObjectRecord:
             d["up"] = self.upload_id
         return d
 
+    def _put_bytes_location(self, d: dict[str, Any]) -> None:
+        """Add where the object's bytes live to its compact form: the manifest, or the
+        extents and parts themselves."""
+        if self.manifest:
+            d["mf"] = [e.to_list() for e in self.manifest]  # extents and parts live there
+            return
+        if self.extents:
+            d["ext"] = [e.to_list() for e in self.extents]
+        if self.parts:
+            d["parts"] = [p.to_list() for p in self.parts]
+
     @classmethod
     def from_dict(
         cls,
@@ -235,9 +240,9 @@ class ObjectRecord:
         d: dict[str, Any],
         is_latest: bool = False,
     ) -> Self:
-        """Decode the compact form. The fields are set directly instead of through
-        __init__ (a third of the cost); the invariants of __post_init__ are still
-        checked. (Listings decode `ObjectSummary`s instead, six times cheaper.)"""
+        """Decode the compact form. The fields are set directly, which costs less than
+        __init__; the invariants of __post_init__ are still checked. (Listings decode
+        the much cheaper `ObjectSummary`s instead.)"""
         record = _new_object(cls)
         get = d.get
         extents = get("ext")
@@ -407,8 +412,9 @@ _NO_CHECKSUMS: MappingProxyType[str, str] = MappingProxyType({})
 class ObjectSummary(NamedTuple):
     """What ListObjects shows of an object's latest version. A listing decodes up to
     1,000 of these per request, out of index pages that hold whole records: building an
-    `ObjectRecord` (nineteen fields, four fresh dicts, extents) cost ~4.9 us a key,
-    this ~0.8 us, and it was most of a listing's CPU. `get_object` gives the record."""
+    `ObjectRecord` (nineteen fields, four fresh dicts, extents) for each would cost
+    several times as much, and be most of a listing's CPU. `get_object` gives the
+    record."""
 
     key: str
     version_id: str

@@ -17,7 +17,7 @@ import asyncio
 import os
 import time
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
@@ -29,7 +29,7 @@ from blobstore.catalog.errors import (
     NoSuchBucketError,
     NoSuchUploadError,
 )
-from blobstore.catalog.naming import prefix_successor, validate_key
+from blobstore.catalog.naming import common_prefix, prefix_successor, validate_key
 from blobstore.catalog.records import PartListResult, PartRecord, UploadListResult, UploadRecord
 from blobstore.catalog.retry import CasRetryPolicy
 from blobstore.runtime.zk import ZooKeeperClient
@@ -50,6 +50,69 @@ def _is_upload_id(upload_id: str) -> bool:
 
 
 VersionedPart = tuple[PartRecord, int]
+
+
+@dataclass(slots=True)
+class UploadPage:
+    """One page of a listing of uploads: the upload ids (in key order) and the common
+    prefixes it returns, and where the next page starts when it is truncated."""
+
+    upload_ids: list[str] = field(default_factory=list)
+    common_prefixes: list[str] = field(default_factory=list)
+    truncated: bool = False
+    next_key_marker: str = ""
+    next_upload_id_marker: str = ""
+
+    def full(self, max_uploads: int) -> bool:
+        return len(self.upload_ids) + len(self.common_prefixes) >= max_uploads
+
+
+def choose_uploads(
+    keyed: list[tuple[str, str]],
+    *,
+    prefix: str,
+    delimiter: str,
+    key_marker: str,
+    upload_id_marker: str,
+    max_uploads: int,
+) -> UploadPage:
+    """The page a listing returns from the (key, upload id) pairs, sorted: the uploads
+    under `prefix` after the markers, with those under a common prefix rolled up."""
+    page = UploadPage()
+    skip_below: str | None = None  # past the common prefix returned last
+    last_key = last_upload = ""
+    for key, upload_id in keyed:
+        if not key.startswith(prefix) or _at_or_before_marker(
+            key, upload_id, key_marker, upload_id_marker
+        ):
+            continue
+        if skip_below is not None and key < skip_below:
+            continue
+        common = common_prefix(prefix, delimiter, key)
+        if common is not None and key_marker and common <= key_marker:
+            continue  # rolled up on an earlier page
+        if page.full(max_uploads):
+            page.truncated = True
+            page.next_key_marker, page.next_upload_id_marker = last_key, last_upload
+            break
+        if common is not None:
+            page.common_prefixes.append(common)
+            last_key, last_upload = common, ""
+            skip_below = prefix_successor(common) or "\U0010ffff" * 2
+            continue
+        page.upload_ids.append(upload_id)
+        last_key, last_upload = key, upload_id
+    return page
+
+
+def _at_or_before_marker(key: str, upload_id: str, key_marker: str, upload_id_marker: str) -> bool:
+    """Whether the upload was listed on an earlier page (S3: after key-marker, or with
+    key-marker's key and after upload-id-marker)."""
+    if not key_marker or key > key_marker:
+        return False
+    if key < key_marker:
+        return True
+    return not upload_id_marker or upload_id <= upload_id_marker
 
 
 class MultipartUploads:
@@ -172,69 +235,58 @@ class MultipartUploads:
         max_uploads: int,
     ) -> UploadListResult:
         path = self.paths.bucket_uploads(bucket)
+        keys, records = await self._upload_keys_of(bucket, path)
+        # From this listing's own map: remembering may forget keys of the same listing.
+        keyed = sorted((key, upload_id) for upload_id, key in keys.items() if key is not None)
+        page = choose_uploads(
+            keyed,
+            prefix=prefix,
+            delimiter=delimiter,
+            key_marker=key_marker,
+            upload_id_marker=upload_id_marker,
+            max_uploads=max_uploads,
+        )
+        with zookeeper_errors("list uploads"):
+            missing = [u for u in page.upload_ids if u not in records]
+            for record in await _gather_bounded([self._read(path, u) for u in missing]):
+                if record is not None:
+                    records[record.upload_id] = record
+        # An upload completed or aborted since the child list was read is left out.
+        result = [records[u] for u in page.upload_ids if u in records]
+        return UploadListResult(
+            result,
+            page.common_prefixes,
+            page.truncated,
+            page.next_key_marker,
+            page.next_upload_id_marker,
+        )
+
+    async def _upload_keys_of(
+        self, bucket: str, path: str
+    ) -> tuple[dict[str, str | None], dict[str, UploadRecord]]:
+        """The key of every upload of the bucket (None: the upload is gone), and the
+        records read to learn them, by upload id.
+
+        Listing sorts by key, which only the records hold. A record never changes once
+        created, so the key of every upload read before is remembered: a listing reads
+        the uploads it has not seen, then the page it returns."""
         with zookeeper_errors("list uploads"):
             await self.zk.fresh_view()
             try:
                 children = await self.zk.get_children(path)
             except NoNodeError:
                 raise NoSuchBucketError(bucket) from None
-            # Listing sorts by key, which only the records hold. A record never changes
-            # once created, so the key of every upload read before is remembered: a
-            # listing reads the uploads it has not seen, then the page it returns.
             keys = {c: self._upload_keys.get((bucket, c)) for c in children}
             unseen = [c for c, key in keys.items() if key is None]
-            fresh = {
+            records = {
                 record.upload_id: record
                 for record in await _gather_bounded([self._read(path, c) for c in unseen])
                 if record is not None
             }
-        for record in fresh.values():
+        for record in records.values():
             keys[record.upload_id] = record.key
             self._remember_key(bucket, record.upload_id, record.key)
-        # From this listing's own map: remembering may forget keys of the same listing.
-        keyed = sorted((key, upload_id) for upload_id, key in keys.items() if key is not None)
-        chosen: list[str] = []  # upload ids of the page, in order
-        common_prefixes: list[str] = []
-        skip_below: str | None = None
-        truncated = False
-        last_key = last_upload = ""
-        for key, upload_id in keyed:
-            if not key.startswith(prefix):
-                continue
-            if key_marker:
-                if key < key_marker:
-                    continue
-                if key == key_marker and (not upload_id_marker or upload_id <= upload_id_marker):
-                    continue
-            if skip_below is not None and key < skip_below:
-                continue
-            common = None
-            if delimiter:
-                j = key.find(delimiter, len(prefix))
-                if j >= 0:
-                    common = key[: j + len(delimiter)]
-            if common is not None and key_marker and common <= key_marker:
-                continue  # rolled up on an earlier page
-            if len(chosen) + len(common_prefixes) >= max_uploads:
-                truncated = True
-                break
-            if common is not None:
-                common_prefixes.append(common)
-                last_key, last_upload = common, ""
-                skip_below = prefix_successor(common) or "\U0010ffff" * 2
-                continue
-            chosen.append(upload_id)
-            last_key, last_upload = key, upload_id
-        if not truncated:
-            last_key = last_upload = ""
-        with zookeeper_errors("list uploads"):
-            missing = [u for u in chosen if u not in fresh]
-            for record in await _gather_bounded([self._read(path, u) for u in missing]):
-                if record is not None:
-                    fresh[record.upload_id] = record
-        # An upload completed or aborted since the child list was read is left out.
-        result = [fresh[u] for u in chosen if u in fresh]
-        return UploadListResult(result, common_prefixes, truncated, last_key, last_upload)
+        return keys, records
 
     async def _read(self, path: str, upload_id: str) -> UploadRecord | None:
         value = await self._get_versioned(f"{path}/{upload_id}")

@@ -185,22 +185,11 @@ def apply_delete(
 
     if version_id is not None:
         check_condition()
-        kept = [d for d in versions if d["v"] != version_id]
-        if len(kept) == len(versions):
-            return Outcome(versions, None, [], version_id, False, changed=False)
-        removed = next(d for d in versions if d["v"] == version_id)
-        return Outcome(
-            kept,
-            None,
-            _garbage(bucket, key, removed),
-            version_id,
-            removed.get("dm", False),
-        )
+        return _remove_version(versions, bucket, key, version_id)
     if versioning == VERSIONING_ENABLED:
-        for d in versions:
-            if d["v"] != NULL_VERSION_ID and _token(d["v"]) == _token(marker_version_id):
-                marker = ObjectRecord.from_dict(bucket, key, d)
-                return Outcome(versions, marker, [], changed=False)
+        own = _own_marker(versions, bucket, key, marker_version_id)
+        if own is not None:
+            return Outcome(versions, own, [], changed=False)
         check_condition()
         marker = ObjectRecord(
             bucket,
@@ -223,16 +212,47 @@ def apply_delete(
         if versions and versions[0] == marker.to_dict():
             return Outcome(versions, marker, [], changed=False)
         check_condition()
-        garbage = [
-            g for d in versions if d["v"] == NULL_VERSION_ID for g in _garbage(bucket, key, d)
-        ]
-        kept = [d for d in versions if d["v"] != NULL_VERSION_ID]
+        kept, garbage = _without_null_version(versions, bucket, key)
         return Outcome([marker.to_dict(), *kept], replace(marker, is_latest=True), garbage)
     # Never versioned: only null versions exist; the key goes away.
     check_condition()
+    kept, garbage = _without_null_version(versions, bucket, key)
+    return Outcome(kept, None, garbage, changed=len(kept) != len(versions))
+
+
+def _remove_version(versions: VersionList, bucket: str, key: str, version_id: str) -> Outcome:
+    """Remove one version for good (nothing changes when it is gone already)."""
+    kept = [d for d in versions if d["v"] != version_id]
+    if len(kept) == len(versions):
+        return Outcome(versions, None, [], version_id, False, changed=False)
+    removed = next(d for d in versions if d["v"] == version_id)
+    return Outcome(
+        kept,
+        None,
+        _garbage(bucket, key, removed),
+        version_id,
+        removed.get("dm", False),
+    )
+
+
+def _own_marker(
+    versions: VersionList, bucket: str, key: str, marker_version_id: str
+) -> ObjectRecord | None:
+    """The delete marker an earlier attempt of this delete made, if it is there (its
+    version id's token is this delete's)."""
+    for d in versions:
+        if d["v"] != NULL_VERSION_ID and _token(d["v"]) == _token(marker_version_id):
+            return ObjectRecord.from_dict(bucket, key, d)
+    return None
+
+
+def _without_null_version(
+    versions: VersionList, bucket: str, key: str
+) -> tuple[VersionList, list[ObjectRecord]]:
+    """The versions but the null one, and the null one's bytes as garbage."""
     garbage = [g for d in versions if d["v"] == NULL_VERSION_ID for g in _garbage(bucket, key, d)]
     kept = [d for d in versions if d["v"] != NULL_VERSION_ID]
-    return Outcome(kept, None, garbage, changed=len(kept) != len(versions))
+    return kept, garbage
 
 
 def apply_swap(

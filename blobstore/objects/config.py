@@ -80,15 +80,19 @@ class ObjectStoreConfig:
     zk_session_timeout_s: float = 15.0
 
     def __post_init__(self) -> None:
-        def bad(name: str, why: str) -> UsageError:
-            return UsageError(f"BLOBSTORE_{name.upper()}={getattr(self, name)!r}: {why}")
+        problem = self._ledger_problem() or self._service_problem()
+        if problem is not None:
+            name, why = problem
+            raise UsageError(f"BLOBSTORE_{name.upper()}={getattr(self, name)!r}: {why}")
 
+    def _ledger_problem(self) -> tuple[str, str] | None:
+        """The first bad setting of entries, ledgers and windows, with why it is bad."""
         if not 1 <= self.entry_size_bytes <= ENTRY_PAYLOAD_BYTES_MAX:
-            raise bad("entry_size_bytes", f"must be 1..{ENTRY_PAYLOAD_BYTES_MAX}")
+            return "entry_size_bytes", f"must be 1..{ENTRY_PAYLOAD_BYTES_MAX}"
         if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
-            raise bad("ack_quorum", "need ensemble_size >= write_quorum >= ack_quorum >= 1")
+            return "ack_quorum", "need ensemble_size >= write_quorum >= ack_quorum >= 1"
         if self.ledger_bytes_max < self.entry_size_bytes:
-            raise bad("ledger_bytes_max", "must hold at least one entry")
+            return "ledger_bytes_max", "must hold at least one entry"
         for name in (
             "ledger_age_s_max",
             "sweep_interval_s",
@@ -96,30 +100,33 @@ class ObjectStoreConfig:
             "zk_session_timeout_s",
         ):
             if not getattr(self, name) > 0:
-                raise bad(name, "must be > 0")
+                return name, "must be > 0"
         for name in (
             "writer_ledgers_max",
             "read_handles_max",
         ):
             if not 1 <= getattr(self, name) <= 100_000:
-                raise bad(name, "must be 1..100000")
+                return name, "must be 1..100000"
         for name in ("append_window_bytes", "read_window_bytes"):
             if not self.entry_size_bytes <= getattr(self, name) <= 1 << 30:
-                raise bad(name, "must be between the entry size and 1 GiB")
+                return name, "must be between the entry size and 1 GiB"
+        return None
+
+    def _service_problem(self) -> tuple[str, str] | None:
+        """The first bad setting of caches, recovery and multipart, with why it is bad."""
         if not 0 <= self.entry_cache_bytes <= 1 << 40:
-            raise bad("entry_cache_bytes", "must be 0..1 TiB (0: no entry cache)")
+            return "entry_cache_bytes", "must be 0..1 TiB (0: no entry cache)"
         if self.audit_interval_s < 0:
-            raise bad("audit_interval_s", "must be >= 0 (0: no auditor in this process)")
+            return "audit_interval_s", "must be >= 0 (0: no auditor in this process)"
         if self.lost_bookie_delay_s < 0:
-            raise bad("lost_bookie_delay_s", "must be >= 0")
+            return "lost_bookie_delay_s", "must be >= 0"
         if not 0 <= self.recovery_rate_mb_s < 1e6:  # NaN and inf fail too
-            raise bad(
-                "recovery_rate_mb_s", "must be a number of MB/s in [0, 1000000) (0: no limit)"
-            )
+            return "recovery_rate_mb_s", "must be a number of MB/s in [0, 1000000) (0: no limit)"
         if not 0 <= self.manifest_bytes_min <= 1 << 20:
-            raise bad("manifest_bytes_min", "must be 0..1048576 (0: every multipart object)")
+            return "manifest_bytes_min", "must be 0..1048576 (0: every multipart object)"
         if not 1 <= self.part_bytes_min <= PART_BYTES_MAX:
-            raise bad("part_bytes_min", f"must be 1..{PART_BYTES_MAX}")
+            return "part_bytes_min", f"must be 1..{PART_BYTES_MAX}"
+        return None
 
     @property
     def append_window_entries(self) -> int:

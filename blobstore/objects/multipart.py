@@ -1,11 +1,13 @@
-"""Pure rules of CompleteMultipartUpload: which parts, in which order, and the ETag."""
+"""Pure rules of CompleteMultipartUpload: which parts, in which order, the ETag, and the
+object record they make."""
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Mapping, Sequence
 
-from blobstore.catalog.records import PartRecord
+from blobstore.catalog.records import COMPOSITE, ObjectRecord, PartInfo, PartRecord, UploadRecord
 from blobstore.objects.config import PART_NUMBER_MAX
 from blobstore.objects.errors import (
     EntityTooSmallError,
@@ -62,3 +64,42 @@ def multipart_etag(parts: Sequence[PartRecord]) -> str:
     """MD5 of the concatenated binary part MD5s, then "-" and the part count."""
     digest = hashlib.md5(b"".join(bytes.fromhex(part.etag) for part in parts)).hexdigest()
     return f"{digest}-{len(parts)}"
+
+
+def completed_record(
+    upload_id: str,
+    bucket: str,
+    upload: UploadRecord,
+    parts: Sequence[PartRecord],
+    checksums: dict[str, str],
+) -> ObjectRecord:
+    """The object a multipart upload completes into: the parts' extents stitched in
+    order (no byte is copied), with the upload's metadata."""
+    return ObjectRecord(
+        bucket=bucket,
+        key=upload.key,
+        size=sum(p.size for p in parts),
+        etag=multipart_etag(parts),
+        last_modified=time.time(),
+        content_type=upload.content_type,
+        metadata=dict(upload.metadata),
+        system_metadata=dict(upload.system_metadata),
+        checksums=checksums,
+        storage_class=upload.storage_class,
+        extents=tuple(extent for part in parts for extent in part.extents),
+        # A part's own checksums only for a COMPOSITE checksum (GetObject?partNumber
+        # returns them, as S3); a FULL_OBJECT one covers the object alone, and every
+        # byte of the record counts against record_bytes_max (the part count).
+        parts=tuple(
+            PartInfo(
+                p.part_number,
+                p.size,
+                p.etag,
+                dict(p.checksums) if checksums.get("type") == COMPOSITE else {},
+            )
+            for p in parts
+        ),
+        owner=upload.owner,
+        tags=dict(upload.tags),
+        upload_id=upload_id,
+    )

@@ -27,10 +27,8 @@ from kazoo.protocol.states import KazooState
 
 from blobstore.catalog import Catalog
 from blobstore.catalog.records import (
-    COMPOSITE,
     CommitResult,
     ObjectRecord,
-    PartInfo,
     PartRecord,
     UploadRecord,
 )
@@ -64,7 +62,7 @@ from blobstore.objects.metrics import (
     PUT_COMMITS,
     READ_RETRIES,
 )
-from blobstore.objects.multipart import choose_parts, multipart_etag
+from blobstore.objects.multipart import choose_parts, completed_record
 from blobstore.objects.read_object_op import (
     EntryCache,
     ReadHandleCache,
@@ -466,57 +464,44 @@ class ObjectStore:
             e.details = {"UploadId": upload_id, **e.details}  # as S3 names them
             raise
         checksums = await finish(upload, parts) if finish is not None else {}
-        record = ObjectRecord(
-            bucket=bucket,
-            key=upload.key,
-            size=sum(p.size for p in parts),
-            etag=multipart_etag(parts),
-            last_modified=time.time(),
-            content_type=upload.content_type,
-            metadata=dict(upload.metadata),
-            system_metadata=dict(upload.system_metadata),
-            checksums=checksums,
-            storage_class=upload.storage_class,
-            extents=tuple(extent for part in parts for extent in part.extents),
-            # A part's own checksums only for a COMPOSITE checksum (GetObject?partNumber
-            # returns them, as S3); a FULL_OBJECT one covers the object alone, and every
-            # byte of the record counts against record_bytes_max (the part count).
-            parts=tuple(
-                PartInfo(
-                    p.part_number,
-                    p.size,
-                    p.etag,
-                    dict(p.checksums) if checksums.get("type") == COMPOSITE else {},
-                )
-                for p in parts
-            ),
-            owner=upload.owner,
-            tags=dict(upload.tags),
-            upload_id=upload_id,
-        )
+        record = completed_record(upload_id, bucket, upload, parts, checksums)
         stored = record.without_part_etags()  # as the catalog keeps it
         if part_list_bytes(stored) > min(
             self.config.manifest_bytes_min, self.catalog.config.record_bytes_max // 2
         ):
             record = await self._with_manifest(record, encode_manifest(stored))
+        result = await self._commit_completion(
+            upload_id, record, if_match=if_match, if_none_match=if_none_match
+        )
+        COMPLETE_COMMITS.inc()
+        self._log_garbage(result)
+        return result
+
+    async def _commit_completion(
+        self,
+        upload_id: str,
+        record: ObjectRecord,
+        *,
+        if_match: str | None,
+        if_none_match: bool,
+    ) -> CommitResult:
+        """Commit the completed object in the catalog. A manifest written for a commit
+        that fails is garbage, like an abandoned write."""
         try:
-            result = await self.catalog.complete_upload(
-                bucket, upload_id, record, if_match=if_match, if_none_match=if_none_match
+            return await self.catalog.complete_upload(
+                record.bucket, upload_id, record, if_match=if_match, if_none_match=if_none_match
             )
         except BaseException as e:
-            if record.manifest:  # written for nothing: garbage, like an abandoned write
+            if record.manifest:
                 ABANDONED_WRITES.inc()
                 logger.info(
                     "event=manifest_abandoned bucket=%s key=%s ledger_id=%d error=%r",
-                    bucket,
+                    record.bucket,
                     record.key,
                     record.manifest[0].ledger_id,
                     e,
                 )
             raise
-        COMPLETE_COMMITS.inc()
-        self._log_garbage(result)
-        return result
 
     # ------------------------------------------------------------------ internals
 
