@@ -25,7 +25,7 @@ bench: setup
 lint: setup
 	$(VENV)/bin/ruff check bookie blobstore s3api tests bench
 	$(VENV)/bin/ruff format --check bookie blobstore s3api tests bench
-	$(VENV)/bin/mypy bookie blobstore s3api
+	$(VENV)/bin/mypy bookie blobstore s3api tests bench
 
 clean:
 	rm -rf $(VENV) .deps build *.egg-info

@@ -7,8 +7,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,18 +48,22 @@ def test_a_run_stopped_with_sigterm_stops_the_servers_it_started(tmp_path: Path)
     )
     servers: set[int] = set()
     try:
-        deadline = time.monotonic() + 120
-        while not servers:
+
+        def started_servers() -> set[int]:
             assert run.poll() is None, "the inner run ended before its ZooKeeper started"
-            assert time.monotonic() < deadline, "no ZooKeeper server was started"
-            servers = {pid for pid in _children(run.pid) if _is_zookeeper(pid)}
-            time.sleep(0.05)
+            return {pid for pid in _children(run.pid) if _is_zookeeper(pid)}
+
+        servers = wait_until(
+            started_servers, 120, message="no ZooKeeper server was started", interval_s=0.05
+        )
         run.send_signal(signal.SIGTERM)
         run.wait(timeout=60)
-        deadline = time.monotonic() + 10
-        while any(_is_zookeeper(pid) for pid in servers) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not any(_is_zookeeper(pid) for pid in servers), "ZooKeeper outlived the run"
+        wait_until(
+            lambda: not any(_is_zookeeper(pid) for pid in servers),
+            10,
+            message="ZooKeeper outlived the run",
+            interval_s=0.1,
+        )
     finally:
         if run.poll() is None:
             run.kill()

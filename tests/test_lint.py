@@ -32,9 +32,10 @@ def test_ruff_format_is_clean() -> None:
 
 
 def test_mypy_strict_is_clean() -> None:
-    """The product packages type-check under `strict` (settings in pyproject.toml)."""
+    """The product packages, the tests and the benchmarks type-check under `strict`
+    (settings in pyproject.toml)."""
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--no-incremental", "bookie", "blobstore", "s3api"],
+        [sys.executable, "-m", "mypy", "--no-incremental", *PACKAGES],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -16,7 +16,7 @@ def published(registry: CollectorRegistry) -> float | None:
 
 def test_published_on_zero_and_after_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [100.0]
-    monkeypatch.setattr(sampled_gauge.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr("blobstore.runtime.sampled_gauge.time.monotonic", lambda: now[0])
     registry = CollectorRegistry()
     gauge = SampledGauge(Gauge("work_in_flight", "work", registry=registry))
     gauge.add(1)  # first change: published at once

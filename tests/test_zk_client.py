@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 
 from blobstore.runtime.zk import WatchedCache, ZooKeeperClient
 from tests.catalog.helpers import seed
+from tests.waiting import wait_until_async
 
 
 @contextlib.asynccontextmanager
@@ -246,7 +247,7 @@ def test_watched_cache_concurrent_misses_share_one_read(zk_connect: str) -> None
             await asyncio.sleep(0)  # sent
             cache._changed(WatchedEvent(EventType.CHANGED, KeeperState.CONNECTED, "/shared"))
             after = asyncio.ensure_future(cache.get("/shared"))
-            assert await asyncio.gather(before, after) == [b"new", b"new"]
+            assert list(await asyncio.gather(before, after)) == [b"new", b"new"]
             assert len(decoded) == 2
 
             # The first reader is cancelled: the one sharing its read is not.
@@ -335,9 +336,7 @@ def test_a_watch_is_kept_while_a_watching_read_waits_to_be_sent(zk_connect: str)
             connection.resume_writing()
             assert (await again).value == b"0"
             await writer.set("/waiting", b"1")
-            async with asyncio.timeout(30):
-                while not events:
-                    await asyncio.sleep(0.01)
+            await wait_until_async(lambda: events, 30, message="the watch fired", interval_s=0.01)
             assert events[0].type == EventType.CHANGED
 
     _run(main())
@@ -355,9 +354,7 @@ def test_watch_started_arms_a_watch_that_can_be_forgotten(zk_connect: str) -> No
             stat = await watcher.watch_started("/armed", events.append)
             assert stat is not None and stat.version == 0
             await writer.set("/armed", b"1")
-            async with asyncio.timeout(30):
-                while not events:
-                    await asyncio.sleep(0.01)
+            await wait_until_async(lambda: events, 30, message="the watch fired", interval_s=0.01)
             assert events[0].type == EventType.CHANGED
 
             await watcher.fresh_view()

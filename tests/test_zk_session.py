@@ -27,8 +27,10 @@ from blobstore.runtime.zk_session import (
     parse_hosts,
     set_watches_batches,
 )
+from tests.waiting import wait_until_async
 
 TIMEOUT_S = 120.0
+EVENT_WAIT_S = 60.0
 
 
 def _count(name: str) -> float:
@@ -46,12 +48,6 @@ def own_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
 
 def _run(coro: object) -> None:
     asyncio.run(asyncio.wait_for(coro, TIMEOUT_S))  # type: ignore[arg-type]
-
-
-async def _until(predicate: object, what: str, timeout_s: float = 60.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():  # type: ignore[operator]
-            await asyncio.sleep(0.05)
 
 
 def test_parse_hosts() -> None:
@@ -84,7 +80,9 @@ def test_server_killed_and_restarted_keeps_the_session_and_its_watches(
             await zk.create("/mine", b"", ephemeral=True)
 
             server.kill()
-            await _until(lambda: KazooState.SUSPENDED in states, "suspended")
+            await wait_until_async(
+                lambda: KazooState.SUSPENDED in states, EVENT_WAIT_S, message="suspended"
+            )
             during = asyncio.ensure_future(zk.create("/made-while-away", b"x"))
             await asyncio.sleep(0.5)
             assert not during.done()
@@ -103,7 +101,9 @@ def test_server_killed_and_restarted_keeps_the_session_and_its_watches(
                 await other.set("/watched", b"1")
             finally:
                 await other.stop()
-            await _until(lambda: events, "the watch armed before the restart fired")
+            await wait_until_async(
+                lambda: events, EVENT_WAIT_S, message="the watch armed before the restart fired"
+            )
             assert events == [WatchedEvent(EventType.CHANGED, KeeperState.CONNECTED, "/watched")]
         finally:
             await zk.stop()
@@ -131,8 +131,8 @@ def test_expired_session_fires_watches_and_opens_a_new_session(
             # the session, and tells the client when it reconnects.
             time.sleep(zk._session.negotiated_timeout_s + 3.0)
 
-            await _until(lambda: KazooState.LOST in states, "lost")
-            await _until(lambda: zk.connected, "connected again")
+            await wait_until_async(lambda: KazooState.LOST in states, EVENT_WAIT_S, message="lost")
+            await wait_until_async(lambda: zk.connected, EVENT_WAIT_S, message="connected again")
             assert zk.session_id not in (None, old)
             assert _count("blobstore_zk_session_expirations_total") == expirations + 1
             assert events == [WatchedEvent(EventType.NONE, KeeperState.EXPIRED_SESSION, None)]
@@ -278,11 +278,17 @@ def test_more_watches_than_one_frame_holds_are_armed_again_after_a_restart(
             states: list[KazooState] = []
             zk.add_state_listener(states.append)
             server.kill()
-            await _until(lambda: KazooState.SUSPENDED in states, "suspended")
+            await wait_until_async(
+                lambda: KazooState.SUSPENDED in states, EVENT_WAIT_S, message="suspended"
+            )
             server = start_zookeeper(server.data_dir, server.port, heap_mb=256)
-            await _until(lambda: states[-1] == KazooState.CONNECTED, "reconnected")
+            await wait_until_async(
+                lambda: states[-1] == KazooState.CONNECTED, EVENT_WAIT_S, message="reconnected"
+            )
             await zk.create(paths[-1], b"")
-            await _until(lambda: fired, "the watch armed before the restart fired")
+            await wait_until_async(
+                lambda: fired, EVENT_WAIT_S, message="the watch armed before the restart fired"
+            )
             assert fired == [WatchedEvent(EventType.CREATED, KeeperState.CONNECTED, paths[-1])]
             assert await zk.exists("/") is not None
         finally:
@@ -346,13 +352,19 @@ def test_a_server_that_stops_reading_does_not_grow_the_write_buffer() -> None:
             assert connection is not None and connection.transport is not None
             value = b"v" * (1 << 20)
             futures = [session.submit(SetData(f"/n{i}", value, -1)) for i in range(200)]
-            await _until(lambda: connection.paused, "paused")
+            await wait_until_async(lambda: connection.paused, EVENT_WAIT_S, message="paused")
             buffered = connection.transport.get_write_buffer_size()
             assert buffered < 64 << 20, buffered  # not the 200 MiB submitted
             assert len(session._waiting) > 100
             reading.set()
-            await _until(lambda: not session._waiting, "sent once the server reads")
-            await _until(lambda: received >= 200 << 20, "every request reached the server")
+            await wait_until_async(
+                lambda: not session._waiting, EVENT_WAIT_S, message="sent once the server reads"
+            )
+            await wait_until_async(
+                lambda: received >= 200 << 20,
+                EVENT_WAIT_S,
+                message="every request reached the server",
+            )
             assert not any(f.done() for f in futures)  # unanswered, not lost
         finally:
             await session.close()
@@ -373,7 +385,11 @@ def test_an_unreachable_server_is_logged_once_then_its_return(
     async def main() -> None:
         session = ZooKeeperSession(f"127.0.0.1:{port}", 10.0)
         start = asyncio.ensure_future(session.start(60.0))
-        await _until(lambda: session._unreachable.get(("127.0.0.1", port), [0])[0] >= 4, "4 tries")
+        await wait_until_async(
+            lambda: session._unreachable.get(("127.0.0.1", port), [0])[0] >= 4,
+            EVENT_WAIT_S,
+            message="4 tries",
+        )
         unreachable = [r for r in caplog.records if "unreachable" in r.getMessage()]
         assert len(unreachable) == 1, [r.getMessage() for r in unreachable]
         server = await asyncio.to_thread(start_zookeeper, tmp_path / "zk", port, heap_mb=256)

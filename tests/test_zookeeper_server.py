@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 from blobstore.cli.zookeeper_server import free_port, is_serving
 from tests.cluster.processes import ManagedProcess, blobstore_command
+from tests.waiting import wait_until
 
 
 def _started_command(tmp_path: Path) -> tuple[ManagedProcess, int]:
@@ -19,13 +19,14 @@ def _started_command(tmp_path: Path) -> tuple[ManagedProcess, int]:
         blobstore_command("zookeeper", "--data-dir", str(tmp_path / "zk"), "--port", str(port)),
         tmp_path / "zk.log",
     )
+
+    def serving() -> bool:
+        assert process.alive(), process.log_tail()
+        return is_serving("127.0.0.1", port)
+
     process.start()
     try:
-        deadline = time.monotonic() + 60
-        while not is_serving("127.0.0.1", port):
-            assert process.alive(), process.log_tail()
-            assert time.monotonic() < deadline, process.log_tail()
-            time.sleep(0.1)
+        wait_until(serving, 60, message=process.log_tail, interval_s=0.1)
     except BaseException:
         process.kill()
         raise
@@ -53,10 +54,12 @@ def test_zookeeper_command_killed_takes_its_server_with_it(tmp_path: Path) -> No
     process, port = _started_command(tmp_path)
     try:
         process.kill()
-        deadline = time.monotonic() + 30
-        while is_serving("127.0.0.1", port):
-            assert time.monotonic() < deadline, "the server outlived its command"
-            time.sleep(0.1)
+        wait_until(
+            lambda: not is_serving("127.0.0.1", port),
+            30,
+            message="the server outlived its command",
+            interval_s=0.1,
+        )
     finally:
         process.kill()
 

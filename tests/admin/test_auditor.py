@@ -27,6 +27,7 @@ from tests.admin.test_decommission import _ledgers
 from tests.admin.workload import admin, mixed_workload, verify_all
 from tests.cluster.processes import blobstore_command
 from tests.conftest import BookieFactory
+from tests.waiting import wait_until, wait_until_async
 
 SEED = int(os.environ.get("BLOBSTORE_TEST_SEED", "12"))
 SHORT_SESSION = ["--zk-session-timeout-s", "3"]  # a killed bookie's registration goes soon
@@ -55,10 +56,12 @@ def _passes(result: str) -> float:
 
 
 async def _until_unregistered(zk: ZooKeeperClient, bookie_id: str) -> None:
-    deadline = time.monotonic() + 60
-    while await zk.exists(zk_layout.available_path(bookie_id)) is not None:
-        assert time.monotonic() < deadline, f"{bookie_id} still registered"
-        await asyncio.sleep(0.2)
+    async def unregistered() -> bool:
+        return await zk.exists(zk_layout.available_path(bookie_id)) is None
+
+    await wait_until_async(
+        unregistered, 60, message=f"{bookie_id} still registered", interval_s=0.2
+    )
 
 
 def test_auditor_rereplicates_a_bookie_gone_past_the_delay(
@@ -205,22 +208,26 @@ def test_autorecovery_command_rereplicates_a_bookie_killed_with_minus_9(
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 60
-        while b"event=autorecovery_ready" not in log_path.read_bytes():
+
+        def ready() -> bool:
             assert process.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.1)
+            return b"event=autorecovery_ready" in log_path.read_bytes()
+
+        wait_until(ready, 60, message=log_path.read_text, interval_s=0.1)
         victim.kill()
 
         async def until_decommissioned() -> None:
             zk = ZooKeeperClient(zk_connect)
             await zk.start()
             try:
-                deadline = time.monotonic() + 120
-                while await zk.exists(decommissioned_path(victim.bookie_id)) is None:
+
+                async def decommissioned() -> bool:
                     assert process.poll() is None, log_path.read_text()
-                    assert time.monotonic() < deadline, log_path.read_text()
-                    await asyncio.sleep(0.2)
+                    return await zk.exists(decommissioned_path(victim.bookie_id)) is not None
+
+                await wait_until_async(
+                    decommissioned, 120, message=log_path.read_text, interval_s=0.2
+                )
             finally:
                 await zk.stop()
 

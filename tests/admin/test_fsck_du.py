@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import time
 
 from blobstore.ledger import LedgerClient
 from blobstore.runtime.zk import ZooKeeperClient
 from tests.admin.workload import admin, mixed_workload, verify_all
 from tests.conftest import BookieFactory
+from tests.waiting import wait_until
 
 SEED = int(os.environ.get("BLOBSTORE_TEST_SEED", "7"))
 # Small journal files and frequent checkpoints: journal files covered by a checkpoint
@@ -162,10 +162,12 @@ def _wait_for_checkpointed_journal(journal_dir, timeout_s: float = 60.0) -> None
     """Until a checkpoint has deleted the first journal file: the entries it held now
     live only in the entry logs (and the index that locates them)."""
     first = journal_dir / f"{1:016x}.txn"
-    deadline = time.monotonic() + timeout_s
-    while first.exists():
-        assert time.monotonic() < deadline, f"no checkpoint deleted {first}"
-        time.sleep(0.1)
+    wait_until(
+        lambda: not first.exists(),
+        timeout_s,
+        message=f"no checkpoint deleted {first}",
+        interval_s=0.1,
+    )
 
 
 def _admin_error(zk: str, *args: str) -> tuple[int, str]:

@@ -3,6 +3,8 @@ the ratio to the aim (>= 1 meets it)."""
 
 from __future__ import annotations
 
+import os
+
 from bench import ledger_bench
 
 KIB, MIB = 1024, 1024 * 1024
@@ -68,7 +70,7 @@ def test_rows_at_the_aims_rate_are_marked_and_repeated_below_saturation() -> Non
 def test_round_trip_probe_counts_both_processes_and_restores_affinity() -> None:
     """The machine-limits probe between two processes: turns are counted, both sides'
     CPU is charged, and pinning for the one-CPU variant does not outlive the probe."""
-    affinity = ledger_bench.os.sched_getaffinity(0)
+    affinity = os.sched_getaffinity(0)
     for same_cpu in (False, True):
         probe = ledger_bench.process_round_trip(0.3, same_cpu=same_cpu)
         assert probe.per_s > 100
@@ -76,4 +78,4 @@ def test_round_trip_probe_counts_both_processes_and_restores_affinity() -> None:
         # processes spend at most twice its time (the child's CPU is read in 10 ms ticks).
         turns = probe.per_s * 0.3
         assert 0 < probe.cpu_us < 2e6 / probe.per_s + 0.01e6 / turns
-        assert ledger_bench.os.sched_getaffinity(0) == affinity
+        assert os.sched_getaffinity(0) == affinity

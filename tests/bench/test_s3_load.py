@@ -52,7 +52,7 @@ def botocore_authorization(
     canonical_request = auth.canonical_request(request)
     signature = auth.signature(auth.string_to_sign(request, canonical_request), request)
     auth._inject_signature_to_request(request, signature)
-    return request.headers["Authorization"]
+    return str(request.headers["Authorization"])
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ import asyncio
 import json
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -16,6 +15,7 @@ from tests.bookie.raw_client import RawBookie, http_get, metric_value
 from tests.bookie.test_bookie_storage import write_pipelined
 from tests.cluster.processes import BookieProcess, blobstore_command
 from tests.conftest import BookieFactory
+from tests.waiting import wait_until
 
 RUN_TIMEOUT_S = 60.0
 
@@ -158,19 +158,29 @@ def test_registration_returns_after_session_expiry(
     owner = zk_client.exists(path).ephemeralOwner
     bookie.suspend()
     try:
-        deadline = time.monotonic() + 30
-        while zk_client.exists(path) is not None:
-            assert time.monotonic() < deadline, "session never expired"
-            time.sleep(0.2)
+        wait_until(
+            lambda: zk_client.exists(path) is None,
+            30,
+            message="session never expired",
+            interval_s=0.2,
+        )
     finally:
         bookie.resume()
-    deadline = time.monotonic() + 30
-    while (stat := zk_client.exists(path)) is None or stat.ephemeralOwner == owner:
-        assert time.monotonic() < deadline, "bookie did not register again"
-        time.sleep(0.2)
+    wait_until(
+        lambda: _registered_again(zk_client, path, owner),
+        30,
+        message="bookie did not register again",
+        interval_s=0.2,
+    )
     asyncio.run(write_pipelined(bookie.port, [(1, 0, b"after expiry")]))
     assert bookie.managed is not None
     assert "registration_lost" in bookie.managed.log_path.read_text(), "the loss path ran"
+
+
+def _registered_again(zk_client: KazooClient, path: str, owner: int) -> bool:
+    """Whether `path` is registered by a session other than `owner`."""
+    stat = zk_client.exists(path)
+    return stat is not None and stat.ephemeralOwner != owner
 
 
 def test_refuses_to_run_without_assertions(tmp_path: Path) -> None:

@@ -12,9 +12,10 @@ from blobstore.wire import protocol
 from blobstore.wire.protocol import Status
 from bookie.bookie_server import INLINE_OUT_BYTES_MAX
 from tests.bookie.raw_client import RawBookie, http_get, metric_value, payload_for, seed
-from tests.bookie.test_bookie_storage import wait_until, write_pipelined
+from tests.bookie.test_bookie_storage import WAIT_S, write_pipelined
 from tests.bookie.test_inline_reads import drop_page_cache
 from tests.conftest import BookieFactory
+from tests.waiting import wait_until
 
 
 def metrics(port: int) -> str:
@@ -91,7 +92,11 @@ def test_inline_and_task_reads_give_the_same_answers(bookies: BookieFactory) -> 
 
     # Moved to the entry logs, and the caches emptied by a restart: reads find the log
     # bytes in the page cache (the checkpoint just wrote them) and answer inline.
-    wait_until(lambda: metric_value(metrics(bookie.http_port), "bookie_checkpoints_total") >= 1)
+    wait_until(
+        lambda: metric_value(metrics(bookie.http_port), "bookie_checkpoints_total") >= 1,
+        WAIT_S,
+        message="a checkpoint",
+    )
     assert bookie.stop() == 0
     bookie.start()
     check(asyncio.run(read_pipelined(bookie.port, keys)), keys, expected)

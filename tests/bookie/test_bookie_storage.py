@@ -9,7 +9,6 @@ import random
 import signal
 import socket
 import struct
-import time
 
 import pytest
 
@@ -25,17 +24,9 @@ from tests.bookie.raw_client import (
     seed,
 )
 from tests.conftest import BookieFactory
+from tests.waiting import wait_until
 
 WAIT_S = 30.0
-
-
-def wait_until(predicate, timeout_s: float = WAIT_S, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def write_pipelined(port: int, plan: list[tuple[int, int, bytes]]) -> None:
@@ -89,7 +80,9 @@ def test_round_trip_interleaved_ledgers_survives_restarts(bookies: BookieFactory
     wait_until(
         lambda: (
             metric_value(http_get(bookie.http_port, "/metrics")[1], "bookie_checkpoints_total") >= 1
-        )
+        ),
+        WAIT_S,
+        message="a checkpoint",
     )
     second = make_plan(rng, ledgers, 40, first_entry=60)
     asyncio.run(write_pipelined(bookie.port, second))
@@ -141,7 +134,7 @@ def test_stop_during_pipelined_adds_loses_nothing_acknowledged(
 
     async def stream() -> None:
         client = await RawBookie.connect(bookie.port)
-        window: set[asyncio.Future[None]] = set()
+        window: set[asyncio.Future[protocol.Frame]] = set()
         entry_id = 0
         killed = False
         try:
@@ -153,8 +146,10 @@ def test_stop_during_pipelined_adds_loses_nothing_acknowledged(
                     )
 
                     def record(
-                        f: asyncio.Future[protocol.Frame], key=(ledger, entry_id), data=payload
-                    ) -> None:  # type: ignore[no-untyped-def]
+                        f: asyncio.Future[protocol.Frame],
+                        key: tuple[int, int] = (ledger, entry_id),
+                        data: bytes = payload,
+                    ) -> None:
                         if (
                             not f.cancelled()
                             and f.exception() is None
@@ -443,4 +438,8 @@ def test_lac_long_poll_and_explicit_lac(bookies: BookieFactory, zk_client) -> No
     asyncio.run(after())
     # The registration comes back when its znode is removed (as after a session loss).
     zk_client.delete(zk_layout.available_path(bookie.bookie_id))
-    wait_until(lambda: zk_client.exists(zk_layout.available_path(bookie.bookie_id)) is not None)
+    wait_until(
+        lambda: zk_client.exists(zk_layout.available_path(bookie.bookie_id)) is not None,
+        WAIT_S,
+        message="the bookie registered again",
+    )

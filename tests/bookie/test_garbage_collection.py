@@ -11,8 +11,9 @@ from kazoo.client import KazooClient
 from blobstore.wire import zk_layout
 from blobstore.wire.protocol import Status
 from tests.bookie.raw_client import RawBookie, http_get, metric_value, payload_for, seed
-from tests.bookie.test_bookie_storage import read_all, wait_until, write_pipelined
+from tests.bookie.test_bookie_storage import WAIT_S, read_all, write_pipelined
 from tests.conftest import BookieFactory
+from tests.waiting import wait_until
 
 FAST_GC = [
     "--gc-interval-s", "0.3",
@@ -56,24 +57,33 @@ def test_gc_drops_deleted_ledgers_and_compaction_frees_space(
     wait_until(
         lambda: (
             metric_value(http_get(bookie.http_port, "/metrics")[1], "bookie_checkpoints_total") >= 1
-        )
+        ),
+        WAIT_S,
+        message="a checkpoint",
     )
     wait_until(
-        lambda: entry_log_bytes(bookie.ledger_dir) > 6_000_000, what="entries flushed to entry logs"
+        lambda: entry_log_bytes(bookie.ledger_dir) > 6_000_000,
+        WAIT_S,
+        message="entries flushed to entry logs",
     )
     before = entry_log_bytes(bookie.ledger_dir)
     # ~7 MB went through 256 KiB journal files: checkpoints delete the covered ones.
     wait_until(
-        lambda: len(list(bookie.journal_dir.glob("*.txn"))) <= 3, what="journal files deleted"
+        lambda: len(list(bookie.journal_dir.glob("*.txn"))) <= 3,
+        WAIT_S,
+        message="journal files deleted",
     )
 
     zk_client.delete(zk_layout.ledger_path(1))
     wait_until(
         lambda: asyncio.run(status_of(bookie.port, 1, 0)) == Status.NO_SUCH_LEDGER,
-        what="ledger 1 dropped",
+        WAIT_S,
+        message="ledger 1 dropped",
     )
     wait_until(
-        lambda: entry_log_bytes(bookie.ledger_dir) < before / 2, what="compaction freeing space"
+        lambda: entry_log_bytes(bookie.ledger_dir) < before / 2,
+        WAIT_S,
+        message="compaction freeing space",
     )
     survivors = {(ledger, entry): payload for ledger, entry, payload in plan if ledger != 1}
     asyncio.run(read_all(bookie.port, survivors))
@@ -86,7 +96,8 @@ def test_gc_drops_deleted_ledgers_and_compaction_frees_space(
             )
             > 0
         ),
-        what="reclaimed bytes counted",
+        WAIT_S,
+        message="reclaimed bytes counted",
     )
     metrics = http_get(bookie.http_port, "/metrics")[1]
     assert metric_value(metrics, "bookie_gc_ledgers_deleted_total") == 1
@@ -141,7 +152,8 @@ def test_full_bookie_turns_read_only_and_compaction_brings_it_back(
     assert written > 10
     wait_until(
         lambda: registration(zk_client, bookie.bookie_id)["read_only"] is True,
-        what="read-only registration",
+        WAIT_S,
+        message="read-only registration",
     )
     metrics = http_get(bookie.http_port, "/metrics")[1]
     assert metric_value(metrics, "bookie_read_only") == 1
@@ -163,7 +175,8 @@ def test_full_bookie_turns_read_only_and_compaction_brings_it_back(
     zk_client.delete(zk_layout.ledger_path(20))
     wait_until(
         lambda: registration(zk_client, bookie.bookie_id)["read_only"] is False,
-        what="writable again",
+        WAIT_S,
+        message="writable again",
     )
     assert asyncio.run(refused()) == Status.OK
     asyncio.run(

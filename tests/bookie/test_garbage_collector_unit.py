@@ -56,11 +56,11 @@ def test_gc_confirms_before_dropping_and_spares_late_ledgers() -> None:
     zk = FakeZooKeeper({1, 2}, created_late={4})
     storage = FakeStorage({1, 2, 3, 4})
     gc = GarbageCollector(
-        zk,
-        storage,
+        zk,  # type: ignore[arg-type]
+        storage,  # type: ignore[arg-type]
         bookie_config.BookieConfig(zk="x", journal_dir="j", ledger_dir="l"),
         lambda: False,
-    )  # type: ignore[arg-type]
+    )
     deleted = asyncio.run(gc.collect_ledgers())
     assert deleted == 1
     assert storage.deleted == [3], "4 was created after the snapshot: exists() saves it"

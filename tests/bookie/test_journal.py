@@ -29,6 +29,7 @@ from bookie.journal import (
     zero_ahead_start,
 )
 from tests.bookie.page_cache import resident_pages
+from tests.waiting import wait_until_async
 
 KEY = protocol.master_key(b"pw")
 
@@ -397,7 +398,11 @@ def test_the_writer_waits_for_room_in_the_write_cache(tmp_path: Path) -> None:
         full = True
         room = asyncio.Event()
         journal.needs_room = lambda: full
-        journal.wait_for_room = room.wait
+
+        async def wait_for_room() -> None:
+            await room.wait()
+
+        journal.wait_for_room = wait_for_room
         journal.start()
         pending = _submit(journal, JournalRecord(RecordKind.FENCE, 6, -1, KEY))
         await asyncio.sleep(0.2)
@@ -417,7 +422,12 @@ def test_a_journal_closing_writes_what_it_holds_even_without_room(tmp_path: Path
     async def main() -> None:
         journal = _journal(tmp_path)
         journal.needs_room = lambda: True
-        journal.wait_for_room = asyncio.Event().wait  # never
+        never = asyncio.Event()
+
+        async def wait_for_room() -> None:
+            await never.wait()
+
+        journal.wait_for_room = wait_for_room
         journal.start()
         pending = _submit(journal, JournalRecord(RecordKind.FENCE, 8, -1, KEY))
         await asyncio.sleep(0.3)
@@ -532,10 +542,12 @@ def test_zero_ahead_never_lands_on_records_and_files_end_at_their_last_record(
             if i % 7 == 0:
                 await futures[-1]  # batches of one record and of many
         await asyncio.gather(*futures)
-        deadline = time.monotonic() + 10
-        while journal._zeroed_end <= journal._offset:
-            assert time.monotonic() < deadline, "no zeros ahead of the writer"
-            await asyncio.sleep(0.01)
+        await wait_until_async(
+            lambda: journal._zeroed_end > journal._offset,
+            10,
+            message="no zeros ahead of the writer",
+            interval_s=0.01,
+        )
         current = running / file_name(journal.journal_id)
         assert current.stat().st_size > journal._offset
         shutil.copytree(running, killed)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import functools
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +22,7 @@ from blobstore.catalog.errors import (
     NoSuchVersionError,
     PreconditionFailedError,
 )
+from blobstore.catalog.page_commit_queue import PageCommitQueue
 from blobstore.catalog.records import (
     NULL_VERSION_ID,
     BucketRecord,
@@ -30,6 +31,9 @@ from blobstore.catalog.records import (
     UploadRecord,
 )
 from tests.catalog.helpers import object_record, open_catalog, run_with_catalog
+from tests.waiting import wait_until_async
+
+EVENT_WAIT_S = 10.0  # an event delivered by ZooKeeper, a timer
 
 
 def _count_and_sum(histogram: Any) -> tuple[float, float]:
@@ -40,14 +44,6 @@ def _count_and_sum(histogram: Any) -> tuple[float, float]:
     (family,) = histogram._child.collect()
     values = {sample.name: sample.value for sample in family.samples}
     return values[f"{family.name}_count"], values[f"{family.name}_sum"]
-
-
-async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    """Wait for `condition` (an event delivered by ZooKeeper, a timer), failing with `what`."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, what
-        await asyncio.sleep(0.01)
 
 
 def test_bucket_lifecycle(zk_connect: str) -> None:
@@ -167,7 +163,11 @@ def test_versioning_enabled_and_suspended(zk_connect: str) -> None:
     run_with_catalog(zk_connect, body)
 
 
-def _fields(record: object) -> dict[str, object]:
+def _page_dropped(queue: PageCommitQueue) -> bool:
+    return queue.page is None
+
+
+def _fields(record: object) -> dict[str, Any]:
     return {name: getattr(record, name) for name in record.__slots__}  # type: ignore[attr-defined]
 
 
@@ -350,7 +350,7 @@ def test_compressed_and_plain_pages_interoperate(zk_connect: str) -> None:
     from blobstore.catalog import CatalogConfig
     from blobstore.catalog.page import IndexPage
 
-    small = {"page_split_bytes": 16 * 1024, "page_fill_bytes": 12 * 1024}
+    small: dict[str, Any] = {"page_split_bytes": 16 * 1024, "page_fill_bytes": 12 * 1024}
     small |= {"page_merge_target_bytes": 10 * 1024, "page_merge_bytes": 2 * 1024}
     plain_config = CatalogConfig(page_compression_level=0, **small)
     packed_config = CatalogConfig(**small)
@@ -586,7 +586,7 @@ def test_a_page_written_elsewhere_is_read_again_before_the_next_commit(zk_connec
     config = CatalogConfig(page_cache_s=60, commit_queues_max=1)
 
     def conflicts() -> float:
-        return catalog_metrics.CAS_CONFLICTS._value.get()  # type: ignore[attr-defined]
+        return float(catalog_metrics.CAS_CONFLICTS._value.get())
 
     async def main() -> None:
         async with (
@@ -608,23 +608,32 @@ def test_a_page_written_elsewhere_is_read_again_before_the_next_commit(zk_connec
             assert queue.page is not None, "unwatched: the stale copy is kept"
             await one.put_object(object_record("watched", "a3", 1))  # fails once, retried
             assert conflicts() == before + 1
-            await _until(
+            await wait_until_async(
                 lambda: queue._page_changed in session._data_watches.get(path, set()),
-                "no watch armed after losing a compare-and-set",
+                EVENT_WAIT_S,
+                message="no watch armed after losing a compare-and-set",
+                interval_s=0.01,
             )
             await two.put_object(object_record("watched", "b3", 2))  # two loses once too
             assert conflicts() == before + 2
             # The watch event of two's write.
-            await _until(lambda: queue.page is None, "the page written elsewhere was kept")
+            await wait_until_async(
+                lambda: queue.page is None,
+                EVENT_WAIT_S,
+                message="the page written elsewhere was kept",
+                interval_s=0.01,
+            )
             before = conflicts()
             for n in range(3, 9):
                 writer = one if n % 2 else two
                 await writer.put_object(object_record("watched", f"k{n}", n))
                 other = two if writer is one else one
                 (other_queue,) = other.index._queues.values()
-                await _until(
-                    lambda q=other_queue: q.page is None,
-                    "the page written elsewhere was kept",
+                await wait_until_async(
+                    functools.partial(_page_dropped, other_queue),
+                    EVENT_WAIT_S,
+                    message="the page written elsewhere was kept",
+                    interval_s=0.01,
                 )
             assert conflicts() == before
             listed = [r.key for r in (await two.list_objects("watched")).contents]
@@ -635,17 +644,21 @@ def test_a_page_written_elsewhere_is_read_again_before_the_next_commit(zk_connec
             # watch goes, so the session keeps no callback of a discarded queue.
             await one.put_object(object_record("watched", "k9", 9))
             assert queue.page is not None
-            await _until(
+            await wait_until_async(
                 lambda: queue._page_changed in session._data_watches.get(path, set()),
-                "no watch armed on the page written",
+                EVENT_WAIT_S,
+                message="no watch armed on the page written",
+                interval_s=0.01,
             )
             await one.create_bucket("other", "alice")
             await one.put_object(object_record("other", "x", 1))
             # (The new queue goes idle, and pushes the other out, as its drain ends: in
             # the loop iteration after the commit's answer woke the caller.)
-            await _until(
+            await wait_until_async(
                 lambda: ("watched", queue.page_id) not in one.index._queues,
-                "the idle queue was kept",
+                EVENT_WAIT_S,
+                message="the idle queue was kept",
+                interval_s=0.01,
             )
             assert queue._page_changed not in session._data_watches.get(path, set())
 
@@ -675,11 +688,21 @@ def test_commit_attempts_count_the_retry_after_a_stale_copy(zk_connect: str) -> 
             await two.put_object(object_record("attempts", "b", 2))
             # (A batch's attempts are observed as its commit task ends: in the loop
             # iteration after the one that answered its callers.)
-            await _until(lambda: observed() == (count + 2, total + 2), "two single tries")
-            conflicts = catalog_metrics.CAS_CONFLICTS._value.get()  # type: ignore[attr-defined]
+            await wait_until_async(
+                lambda: observed() == (count + 2, total + 2),
+                EVENT_WAIT_S,
+                message="two single tries",
+                interval_s=0.01,
+            )
+            conflicts = catalog_metrics.CAS_CONFLICTS._value.get()
             await one.put_object(object_record("attempts", "c", 3))  # from the stale copy
-            assert catalog_metrics.CAS_CONFLICTS._value.get() == conflicts + 1  # type: ignore[attr-defined]
-            await _until(lambda: observed() == (count + 3, total + 4), "c tried twice")
+            assert catalog_metrics.CAS_CONFLICTS._value.get() == conflicts + 1
+            await wait_until_async(
+                lambda: observed() == (count + 3, total + 4),
+                EVENT_WAIT_S,
+                message="c tried twice",
+                interval_s=0.01,
+            )
             listed = [r.key for r in (await two.list_objects("attempts")).contents]
             assert listed == ["a", "b", "c"]
 
@@ -708,19 +731,28 @@ def test_an_idle_queue_lets_its_page_and_watch_go_after_page_cache_s(zk_connect:
             assert queue._page_changed not in session._data_watches.get(path, set())
             await two.put_object(object_record("expiring", "b0", 1))
             await one.put_object(object_record("expiring", "a2", 1))  # lost once: watched
-            await _until(
+            await wait_until_async(
                 lambda: queue._page_changed in session._data_watches.get(path, set()),
-                "no watch armed on the page written",
+                EVENT_WAIT_S,
+                message="no watch armed on the page written",
+                interval_s=0.01,
             )
             assert queue.page is not None
-            await _until(lambda: queue.page is None, "an idle queue kept its page")
+            await wait_until_async(
+                lambda: queue.page is None,
+                EVENT_WAIT_S,
+                message="an idle queue kept its page",
+                interval_s=0.01,
+            )
             assert queue._page_changed not in session._data_watches.get(path, set())
             # Forgotten while its exists is unanswered: the reply's watch is undone.
             await one.put_object(object_record("expiring", "a3", 1))
             await one.put_object(object_record("expiring", "a4", 1))
             # (Its commit task ends, sending the exists, one loop iteration after the
             # PUT was answered; a queue is only discarded once idle.)
-            await _until(lambda: queue.idle, "the queue went idle")
+            await wait_until_async(
+                lambda: queue.idle, EVENT_WAIT_S, message="the queue went idle", interval_s=0.01
+            )
             queue.forget()
             await one.index.zk.fresh_view()
             await asyncio.sleep(0)  # the exists reply's callbacks have run
@@ -749,15 +781,19 @@ def test_a_watch_left_without_a_page_copy_still_expires(zk_connect: str) -> None
             session = one.index.zk._session
             path = session.chrooted(one.index.paths.page("unwatched", queue.page_id))
             # Its commit task keeps the copy and arms the watch after the PUT's answer.
-            await _until(
+            await wait_until_async(
                 lambda: queue._page_changed in session._data_watches.get(path, set()),
-                "the page written by two writers was not watched",
+                EVENT_WAIT_S,
+                message="the page written by two writers was not watched",
+                interval_s=0.01,
             )
             await one.delete_object("unwatched", "missing")
             assert queue.page is None  # dropped to decide on a fresh read
-            await _until(
+            await wait_until_async(
                 lambda: queue._page_changed not in session._data_watches.get(path, set()),
-                "an idle queue kept its watch",
+                EVENT_WAIT_S,
+                message="an idle queue kept its watch",
+                interval_s=0.01,
             )
 
     asyncio.run(asyncio.wait_for(main(), 60))
@@ -853,7 +889,7 @@ async def _pipelined_behind_a_stale_write(zk_connect: str, fence: bool) -> tuple
 
         def retries() -> float:  # failed attempts: version conflicts, missing znodes
             return sum(
-                catalog_metrics.RETRIES.labels(reason)._value.get()  # type: ignore[attr-defined]
+                float(catalog_metrics.RETRIES.labels(reason)._value.get())
                 for reason in ("conflict", "moved", "unavailable")
             )
 
@@ -924,7 +960,12 @@ def test_a_write_that_follows_another_gathers_first(zk_connect: str) -> None:
             count, total = batches()
             await one.put_object(object_record("gathering", "a", 1))  # idle page: at once
             # (observed as the commit task ends, an iteration after the PUT's answer)
-            await _until(lambda: batches() == (count + 1, total + 1), "a's write")
+            await wait_until_async(
+                lambda: batches() == (count + 1, total + 1),
+                EVENT_WAIT_S,
+                message="a's write",
+                interval_s=0.01,
+            )
             (queue,) = one.index._queues.values()
             b = asyncio.ensure_future(one.put_object(object_record("gathering", "b", 2)))
 
@@ -941,8 +982,11 @@ def test_a_write_that_follows_another_gathers_first(zk_connect: str) -> None:
             assert not c.done() and len(queue._waiting) == 1, "c gathers, not yet written"
             d = asyncio.ensure_future(one.put_object(object_record("gathering", "d", 4)))
             await asyncio.gather(c, d)
-            await _until(
-                lambda: batches() == (count + 3, total + 4), "a, b, then c and d in one write"
+            await wait_until_async(
+                lambda: batches() == (count + 3, total + 4),
+                EVENT_WAIT_S,
+                message="a, b, then c and d in one write",
+                interval_s=0.01,
             )
             keys = [r.key for r in (await one.list_objects("gathering")).contents]
             assert keys == ["a", "b", "c", "d"]

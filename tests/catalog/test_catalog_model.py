@@ -391,7 +391,9 @@ class CatalogMachine(RuleBasedStateMachine):
                 )
             )
             assert len(page.versions) + len(page.common_prefixes) <= max_keys
-            entries = [(v.key, stored(v), v.is_latest) for v in page.versions]
+            entries: list[tuple[str, dict[str, Any] | None, bool]] = [
+                (v.key, stored(v), v.is_latest) for v in page.versions
+            ]
             entries += [(c, None, False) for c in page.common_prefixes]
             collected += sorted(entries, key=lambda e: e[0].encode())  # stable: versions keep order
             if not page.is_truncated:
@@ -426,8 +428,8 @@ class TwoSessionsMachine(CatalogMachine):
     catalogs: tuple[Catalog, Catalog]
     turns = itertools.count()
 
-    @property  # type: ignore[override]
-    def catalog(self) -> Catalog:
+    @property
+    def catalog(self) -> Catalog:  # type: ignore[override]
         return self.catalogs[next(self.turns) % 2]
 
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -68,21 +69,23 @@ def test_concurrent_writer_processes_serialize(zk_connect: str) -> None:
         await catalog.create_bucket("multi-plain", "owner")
 
     run_with_catalog(zk_connect, setup, SMALL_PAGES)
-    processes = [
-        _writer(zk_connect, "multi-versioned,multi-plain", w, "random") for w in range(WRITERS)
-    ]
     acks: dict[int, list[dict[str, str]]] = {}
-    try:
-        for w, process in enumerate(processes):
-            out, err = process.communicate(timeout=PROCESS_TIMEOUT_S)
-            assert process.returncode == 0, f"writer {w} failed:\n{err[-3000:]}"
-            acks[w] = [json.loads(line) for line in out.splitlines()]
-            assert len(acks[w]) == 2 * OPS, (w, len(acks[w]))
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+    with contextlib.ExitStack() as stack:
+        processes = [
+            stack.enter_context(_writer(zk_connect, "multi-versioned,multi-plain", w, "random"))
+            for w in range(WRITERS)
+        ]
+        try:
+            for w, process in enumerate(processes):
+                out, err = process.communicate(timeout=PROCESS_TIMEOUT_S)
+                assert process.returncode == 0, f"writer {w} failed:\n{err[-3000:]}"
+                acks[w] = [json.loads(line) for line in out.splitlines()]
+                assert len(acks[w]) == 2 * OPS, (w, len(acks[w]))
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
 
     async def read(catalog: Catalog) -> tuple[dict[str, list[str]], dict[str, str], int]:
         versions: dict[str, list[str]] = defaultdict(list)
@@ -119,15 +122,21 @@ def test_concurrent_writer_processes_serialize(zk_connect: str) -> None:
 
 def test_read_and_list_after_write_across_processes(zk_connect: str) -> None:
     run_with_catalog(zk_connect, lambda c: c.create_bucket("raw-bucket", "owner"))
-    writer = _writer(zk_connect, "raw-bucket", 0, "echo")
-    assert writer.stdin is not None and writer.stdout is not None
+    with _writer(zk_connect, "raw-bucket", 0, "echo") as writer:
+        _put_read_and_list(zk_connect, writer)
+
+
+def _put_read_and_list(zk_connect: str, writer: subprocess.Popen[str]) -> None:
+    """Each key the writer acknowledges is read and listed at once from this process."""
+    stdin, stdout = writer.stdin, writer.stdout
+    assert stdin is not None and stdout is not None
 
     async def body(catalog: Catalog) -> None:
         for n in range(60):
             key = f"k/{n:04d}"
-            writer.stdin.write(f"put {key}\n")  # type: ignore[union-attr]
-            writer.stdin.flush()  # type: ignore[union-attr]
-            line = await asyncio.wait_for(asyncio.to_thread(writer.stdout.readline), 30)  # type: ignore[union-attr]
+            stdin.write(f"put {key}\n")
+            stdin.flush()
+            line = await asyncio.wait_for(asyncio.to_thread(stdout.readline), 30)
             assert line.strip() == f"ack {key}", line
             record = await catalog.get_object("raw-bucket", key)
             assert record.key == key
@@ -139,7 +148,7 @@ def test_read_and_list_after_write_across_processes(zk_connect: str) -> None:
     try:
         run_with_catalog(zk_connect, body)
     finally:
-        writer.stdin.close()
+        stdin.close()
         try:
             writer.wait(timeout=30)
         finally:
@@ -159,22 +168,22 @@ def test_writer_killed_loses_nothing_acknowledged(zk_connect: str) -> None:
         await catalog.update_bucket("killed", lambda r: replace(r, versioning="Enabled"))
 
     run_with_catalog(zk_connect, setup, SMALL_PAGES)
-    writer = _writer(zk_connect, "killed", 0, "random")
-    assert writer.stdout is not None
     acked: list[dict[str, str]] = []
-    try:
-        while len(acked) < OPS // 2:
-            line = writer.stdout.readline()
-            assert line, "writer ended early"
-            acked.append(json.loads(line))
-        writer.send_signal(signal.SIGKILL)
-        writer.wait(timeout=30)
-        # Acknowledgements already written to the pipe count as acknowledged too.
-        acked += [json.loads(line) for line in writer.stdout.read().splitlines()]
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-            writer.wait()
+    with _writer(zk_connect, "killed", 0, "random") as writer:
+        assert writer.stdout is not None
+        try:
+            while len(acked) < OPS // 2:
+                line = writer.stdout.readline()
+                assert line, "writer ended early"
+                acked.append(json.loads(line))
+            writer.send_signal(signal.SIGKILL)
+            writer.wait(timeout=30)
+            # Acknowledgements already written to the pipe count as acknowledged too.
+            acked += [json.loads(line) for line in writer.stdout.read().splitlines()]
+        finally:
+            if writer.poll() is None:
+                writer.kill()
+                writer.wait()
 
     async def check(catalog: Catalog) -> None:
         stored = {(r.key, r.version_id): r.etag async for r in catalog.iter_objects("killed")}

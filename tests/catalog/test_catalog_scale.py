@@ -25,12 +25,16 @@ def _keys() -> list[str]:
     return sorted(keys, key=lambda k: k.encode("utf-8"))
 
 
-async def _list_all(catalog: Catalog, bucket: str, **kwargs: str) -> tuple[list[str], list[str]]:
+async def _list_all(
+    catalog: Catalog, bucket: str, prefix: str = "", delimiter: str = ""
+) -> tuple[list[str], list[str]]:
     keys: list[str] = []
     prefixes: list[str] = []
     start_after = ""
     for _ in range(KEY_COUNT):
-        page = await catalog.list_objects(bucket, start_after=start_after, max_keys=1000, **kwargs)
+        page = await catalog.list_objects(
+            bucket, prefix=prefix, delimiter=delimiter, start_after=start_after, max_keys=1000
+        )
         keys += [r.key for r in page.contents]
         prefixes += page.common_prefixes
         if not page.is_truncated:

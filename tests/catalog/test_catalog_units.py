@@ -23,7 +23,7 @@ from blobstore.catalog.naming import (
     validate_key,
 )
 from blobstore.catalog.page import IndexPage, PageMap, RootMap, encode_versions
-from blobstore.catalog.page_commit_queue import Mutation
+from blobstore.catalog.page_batch import Mutation
 from blobstore.catalog.records import (
     BucketRecord,
     DeleteResult,
@@ -356,7 +356,8 @@ def test_retry_policy_caps_attempts_and_deadline() -> None:
 def test_a_retried_batch_takes_in_what_arrived_meanwhile() -> None:
     from types import SimpleNamespace
 
-    from blobstore.catalog.page_commit_queue import Mutation, PageCommitQueue
+    from blobstore.catalog.page_batch import Mutation
+    from blobstore.catalog.page_commit_queue import PageCommitQueue
 
     async def scenario() -> None:
         index = SimpleNamespace(config=CatalogConfig(commit_batch_max=4))

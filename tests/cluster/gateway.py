@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from tests.cluster.processes import (
     blobstore_command,
     wait_for_ready_file,
 )
+from tests.waiting import wait_until
 
 ACCESS_KEY = "test-access-key"
 SECRET_KEY = "test-secret-key-0123456789"
@@ -185,14 +185,25 @@ def access_log(
 ) -> list[dict[str, str]]:
     """The fields of the gateway's access lines for `count` successful `operation`s on
     `path`, once all are written (lines go out in batches)."""
-    deadline = time.monotonic() + 10
-    while True:
-        lines = [
-            match.groupdict()
-            for match in map(ACCESS_LINE.search, gateway.log_text().splitlines())
-            if match and match.group("operation", "path", "status") == (operation, path, "200")
-        ]
-        if len(lines) >= count or time.monotonic() > deadline:
-            assert len(lines) == count, (operation, path, lines)
-            return lines
-        time.sleep(0.1)
+    assert count >= 1, count
+    lines = wait_until(
+        lambda: _access_lines(gateway, operation, path, count),
+        10,
+        message=lambda: repr((operation, path, _access_lines(gateway, operation, path, 0))),
+        interval_s=0.1,
+    )
+    assert len(lines) == count, (operation, path, lines)
+    return lines
+
+
+def _access_lines(
+    gateway: GatewayProcess, operation: str, path: str, count_min: int
+) -> list[dict[str, str]]:
+    """The access lines of successful `operation`s on `path`, or none while fewer than
+    `count_min` are written."""
+    lines = [
+        match.groupdict()
+        for match in map(ACCESS_LINE.search, gateway.log_text().splitlines())
+        if match and match.group("operation", "path", "status") == (operation, path, "200")
+    ]
+    return lines if len(lines) >= count_min else []

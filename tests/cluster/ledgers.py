@@ -4,12 +4,12 @@ and the sweeper left behind, without going through the code under test)."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from kazoo.client import KazooClient
 
 from blobstore.wire.zk_layout import ledger_path
+from tests.waiting import wait_until
 
 
 def ledger_metadata(zk: KazooClient) -> dict[int, dict[str, Any]]:
@@ -45,10 +45,13 @@ def ledger_states_of(zk: KazooClient, writer: str) -> dict[int, str]:
 
 def wait_until_swept(zk: KazooClient, writer: str, deadline_s: float) -> None:
     """Until the writer has ledgers and every one of them is CLOSED."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        states = ledger_states_of(zk, writer)
-        if states and all(state == "CLOSED" for state in states.values()):
-            return
-        assert time.monotonic() < deadline, f"never swept: {states}"
-        time.sleep(0.2)
+    wait_until(
+        lambda: _swept(ledger_states_of(zk, writer)),
+        deadline_s,
+        message=lambda: f"never swept: {ledger_states_of(zk, writer)}",
+        interval_s=0.2,
+    )
+
+
+def _swept(states: dict[int, str]) -> bool:
+    return bool(states) and all(state == "CLOSED" for state in states.values())

@@ -13,10 +13,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.waiting import wait_until
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
@@ -130,20 +131,26 @@ def wait_for_ready_file(
     process: ManagedProcess, ready_file: Path, timeout_s: float = READY_TIMEOUT_S
 ) -> dict[str, object]:
     """Poll for the JSON a child writes once it serves; fail fast if the child exits."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if ready_file.exists():
-            try:
-                return dict(json.loads(ready_file.read_text()))
-            except json.JSONDecodeError:
-                pass  # being written; it is renamed into place, but be lenient
-        if not process.alive():
-            raise RuntimeError(
-                f"{process.name} exited with {process.process and process.process.returncode} "
-                f"before it was ready:\n{process.log_tail()}"
-            )
-        time.sleep(0.05)
-    raise TimeoutError(f"{process.name} not ready within {timeout_s}s:\n{process.log_tail()}")
+    return wait_until(
+        lambda: _ready_or_exited(process, ready_file),
+        timeout_s,
+        message=lambda: f"{process.name} ready:\n{process.log_tail()}",
+    )
+
+
+def _ready_or_exited(process: ManagedProcess, ready_file: Path) -> dict[str, object] | None:
+    """The ready file's JSON once it is whole; raises if the child exited first."""
+    if ready_file.exists():
+        try:
+            return dict(json.loads(ready_file.read_text()))
+        except json.JSONDecodeError:
+            pass  # being written; it is renamed into place, but be lenient
+    if not process.alive():
+        raise RuntimeError(
+            f"{process.name} exited with {process.process and process.process.returncode} "
+            f"before it was ready:\n{process.log_tail()}"
+        )
+    return None
 
 
 @dataclass

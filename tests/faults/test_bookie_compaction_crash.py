@@ -44,7 +44,7 @@ def _write_until_killed(
 
     async def run() -> None:
         client = await RawBookie.connect(port)
-        in_flight: set[asyncio.Future[None]] = set()
+        in_flight: set[asyncio.Task[None]] = set()
 
         async def one(ledger: int, entry: int, payload: bytes) -> None:
             try:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.cluster.processes import BookieProcess
 from tests.faults.conftest import ENTRY_SIZE_BYTES, FaultCluster
+from tests.waiting import wait_until
 
 CHECKPOINT_DEADLINE_S = 30.0
 MARKER_BYTES = 64
@@ -35,6 +35,13 @@ def _find(bookie: BookieProcess, marker: bytes) -> tuple[Path, int] | None:
     return None
 
 
+def _holders(cluster: FaultCluster, marker: bytes, count_min: int) -> dict[int, tuple[Path, int]]:
+    """bookie index -> where its entry logs hold `marker`; empty while fewer than
+    `count_min` bookies hold it."""
+    holders = {b.index: found for b in cluster.bookies if (found := _find(b, marker))}
+    return holders if len(holders) >= count_min else {}
+
+
 def test_corrupt_replica_is_never_served(cluster: FaultCluster, rng: random.Random) -> None:
     cluster.add_bookies(3)
     gateway = cluster.start_gateway("gateway")
@@ -48,13 +55,12 @@ def test_corrupt_replica_is_never_served(cluster: FaultCluster, rng: random.Rand
     marker = body[marker_at : marker_at + MARKER_BYTES]
 
     # Wait until a checkpoint wrote the entry to the entry logs of its replicas.
-    deadline = time.monotonic() + CHECKPOINT_DEADLINE_S
-    while True:
-        holders = {b.index: found for b in cluster.bookies if (found := _find(b, marker))}
-        if len(holders) >= 2:
-            break
-        assert time.monotonic() < deadline, f"entry never checkpointed: {holders}"
-        time.sleep(0.1)
+    holders = wait_until(
+        lambda: _holders(cluster, marker, 2),
+        CHECKPOINT_DEADLINE_S,
+        message=lambda: f"entry never checkpointed: {_holders(cluster, marker, 0)}",
+        interval_s=0.1,
+    )
     victim_index, (path, offset) = sorted(holders.items())[0]
     fd = os.open(path, os.O_RDWR)
     try:

@@ -18,9 +18,12 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
+from tests.cluster.gateway import GatewayProcess
 from tests.cluster.ledgers import ledger_metadata, ledger_writer
+from tests.cluster.processes import BookieProcess
 from tests.faults.conftest import FaultCluster
 from tests.faults.workload import Model, run_workers
+from tests.waiting import wait_until
 
 WORKERS = 3
 KEYS_PER_WORKER = 10
@@ -49,11 +52,12 @@ def _crash_rounds(cluster: FaultCluster, rng: random.Random, rounds: int) -> Non
         time.sleep(rng.uniform(0.5, 2.5))
         # Mostly everything at once; sometimes only the gateway or only the bookies.
         mode = rng.choice(["all", "all", "gateway", "bookies"])
-        victims = {
+        choices: dict[str, list[BookieProcess | GatewayProcess]] = {
             "all": [*cluster.bookies, gateway],
             "gateway": [gateway],
             "bookies": list(cluster.bookies),
-        }[mode]
+        }
+        victims = choices[mode]
         rng.shuffle(victims)
         for victim in victims:
             victim.kill()
@@ -80,21 +84,25 @@ def _wait_for_orphans_closed(cluster: FaultCluster) -> None:
     zk = KazooClient(hosts=cluster.zk, timeout=15.0)
     zk.start(timeout=15.0)
     try:
-        deadline = time.monotonic() + SWEEP_DEADLINE_S
-        while True:
-            live = set(zk.get_children("/gateways"))
-            orphans = {
-                ledger_id: meta["state"]
-                for ledger_id, meta in ledger_metadata(zk).items()
-                if ledger_writer(meta) not in live and meta["state"] != "CLOSED"
-            }
-            if not orphans:
-                return
-            assert time.monotonic() < deadline, f"ledgers of dead gateways still open: {orphans}"
-            time.sleep(0.5)
+        wait_until(
+            lambda: not _open_orphans(zk),
+            SWEEP_DEADLINE_S,
+            message=lambda: f"ledgers of dead gateways still open: {_open_orphans(zk)}",
+            interval_s=0.5,
+        )
     finally:
         zk.stop()
         zk.close()
+
+
+def _open_orphans(zk: KazooClient) -> dict[int, str]:
+    """ledger id -> state, for the unclosed ledgers whose writer is not a live gateway."""
+    live = set(zk.get_children("/gateways"))
+    return {
+        ledger_id: meta["state"]
+        for ledger_id, meta in ledger_metadata(zk).items()
+        if ledger_writer(meta) not in live and meta["state"] != "CLOSED"
+    }
 
 
 def test_crash_everything_during_workload(cluster: FaultCluster, rng: random.Random) -> None:

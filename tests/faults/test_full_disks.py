@@ -11,14 +11,34 @@ default threshold) PUTs succeed.
 from __future__ import annotations
 
 import random
-import time
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from tests.faults.conftest import BOOKIE_ARGS, FaultCluster
+from tests.waiting import wait_until
 
 FULL = ("--disk-usage-threshold", "0.000001", "--disk-usage-warn-threshold", "0.0000005")
 READ_ONLY_WAIT_S = 30.0
+
+
+def _refused_put(s3: Any, key: str, body: bytes) -> ClientError | None:
+    """The error a PUT of `key` is refused with, or None if it is stored."""
+    try:
+        s3.put_object(Bucket="full", Key=key, Body=body)
+    except ClientError as e:
+        return e
+    return None
+
+
+def _accepted_put(s3: Any, key: str, body: bytes) -> bool:
+    """Whether a PUT of `key` is stored; a refusal may only be ServiceUnavailable."""
+    try:
+        s3.put_object(Bucket="full", Key=key, Body=body)
+    except ClientError as e:
+        assert e.response["Error"]["Code"] == "ServiceUnavailable", e.response
+        return False
+    return True
 
 
 def test_put_names_the_read_only_bookies(cluster: FaultCluster, rng: random.Random) -> None:
@@ -34,16 +54,14 @@ def test_put_names_the_read_only_bookies(cluster: FaultCluster, rng: random.Rand
         bookie.extra_args = (*BOOKIE_ARGS, *FULL)
         bookie.start()
     # The gateway hears of each bookie's new state through its registration's watch.
-    deadline = time.monotonic() + READ_ONLY_WAIT_S
-    while True:
-        try:
-            s3.put_object(Bucket="full", Key="refused", Body=b"x" * 100)
-        except ClientError as e:
-            error = e.response["Error"]
-            status = e.response["ResponseMetadata"]["HTTPStatusCode"]
-            break
-        assert time.monotonic() < deadline, "PUTs still succeed on read-only bookies"
-        time.sleep(0.5)
+    refusal = wait_until(
+        lambda: _refused_put(s3, "refused", b"x" * 100),
+        READ_ONLY_WAIT_S,
+        message="PUTs still succeed on read-only bookies",
+        interval_s=0.5,
+    )
+    error = refusal.response["Error"]
+    status = refusal.response["ResponseMetadata"]["HTTPStatusCode"]
     assert (status, error["Code"]) == (503, "ServiceUnavailable"), error
     message = error["Message"]
     assert "too few writable bookies: 3 read-only (disk full or failing)" in message, message
@@ -65,13 +83,10 @@ def test_put_names_the_read_only_bookies(cluster: FaultCluster, rng: random.Rand
         bookie.stop()
         bookie.extra_args = BOOKIE_ARGS
         bookie.start()
-    deadline = time.monotonic() + READ_ONLY_WAIT_S
-    while True:
-        try:
-            s3.put_object(Bucket="full", Key="after", Body=b"y" * 100)
-            break
-        except ClientError as e:
-            assert e.response["Error"]["Code"] == "ServiceUnavailable", e.response
-            assert time.monotonic() < deadline, "PUTs still refused on writable bookies"
-            time.sleep(0.5)
+    wait_until(
+        lambda: _accepted_put(s3, "after", b"y" * 100),
+        READ_ONLY_WAIT_S,
+        message="PUTs still refused on writable bookies",
+        interval_s=0.5,
+    )
     assert s3.get_object(Bucket="full", Key="after")["Body"].read() == b"y" * 100

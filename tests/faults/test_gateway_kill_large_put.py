@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import random
-import time
 from urllib.parse import urlsplit
 
 import pytest
@@ -21,6 +20,7 @@ from kazoo.client import KazooClient
 
 from tests.cluster.ledgers import ledger_metadata, ledger_writer
 from tests.faults.conftest import ENTRY_SIZE_BYTES, FaultCluster
+from tests.waiting import wait_until
 
 SWEEP_DEADLINE_S = 60.0
 SEND_CHUNK_BYTES = 1 << 20
@@ -67,10 +67,12 @@ def _kill_mid_put(
             connection.send(chunk)
             sent += len(chunk)
         # Kill once the gateway has appended a good part of what was sent.
-        deadline = time.monotonic() + 120
-        while gateway.bytes_written() < len(old) + sent // 2:
-            assert time.monotonic() < deadline, "the PUT never reached the ledgers"
-            time.sleep(0.02)
+        wait_until(
+            lambda: gateway.bytes_written() >= len(old) + sent // 2,
+            120,
+            message="the PUT never reached the ledgers",
+            interval_s=0.02,
+        )
         gateway.kill()
         connection.close()
         assert first_id in {w for w in _open_ledger_writers(zk).values()}, "a ledger was left OPEN"
@@ -84,10 +86,12 @@ def _kill_mid_put(
         assert [(o["Key"], o["Size"]) for o in listed] == [("k", len(old))]
         assert hashlib.md5(old).hexdigest() in listed[0]["ETag"]
 
-        deadline = time.monotonic() + SWEEP_DEADLINE_S
-        while first_id in set(_open_ledger_writers(zk).values()):
-            assert time.monotonic() < deadline, f"never swept: {_open_ledger_writers(zk)}"
-            time.sleep(0.2)
+        wait_until(
+            lambda: first_id not in set(_open_ledger_writers(zk).values()),
+            SWEEP_DEADLINE_S,
+            message=lambda: f"never swept: {_open_ledger_writers(zk)}",
+            interval_s=0.2,
+        )
         assert "event=orphan_ledger_recovered" in gateway.log_text()
         assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == old
         # The key takes a new version normally afterwards.

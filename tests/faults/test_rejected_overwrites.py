@@ -11,7 +11,6 @@ import hashlib
 import http.client
 import random
 import socket
-import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,6 +19,7 @@ from botocore.exceptions import ClientError
 
 from tests.cluster.gateway import GatewayProcess
 from tests.faults.conftest import ENTRY_SIZE_BYTES, FaultCluster
+from tests.waiting import wait_until
 
 ABANDON_DEADLINE_S = 30.0
 
@@ -30,10 +30,12 @@ def _abandoned(gateway: GatewayProcess) -> float:
 
 def _wait_abandoned(gateway: GatewayProcess, count: int) -> None:
     """Wait until the gateway has given up the write (so a wrong commit would be seen)."""
-    deadline = time.monotonic() + ABANDON_DEADLINE_S
-    while _abandoned(gateway) < count:
-        assert time.monotonic() < deadline, "the gateway never gave up the refused write"
-        time.sleep(0.05)
+    wait_until(
+        lambda: _abandoned(gateway) >= count,
+        ABANDON_DEADLINE_S,
+        message="the gateway never gave up the refused write",
+        interval_s=0.05,
+    )
 
 
 def _assert_old(s3: Any, bucket: str, old: bytes) -> None:

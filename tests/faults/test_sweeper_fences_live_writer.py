@@ -19,6 +19,7 @@ from kazoo.client import KazooClient
 from tests.cluster.ledgers import wait_until_swept
 from tests.faults.conftest import ENTRY_SIZE_BYTES, FaultCluster
 from tests.faults.workload import Model, run_workers
+from tests.waiting import wait_until
 
 SWEEP_DEADLINE_S = 60.0
 RESUME_DEADLINE_S = 60.0
@@ -55,10 +56,12 @@ def test_paused_gateway_put_fails_after_its_ledger_is_swept(
         connection.endheaders()
         half = total // 2
         connection.send(new[:half])
-        deadline = time.monotonic() + 30
-        while paused.bytes_written() < len(old) + 8 * ENTRY_SIZE_BYTES:
-            assert time.monotonic() < deadline, "the PUT never reached the ledgers"
-            time.sleep(0.05)
+        wait_until(
+            lambda: paused.bytes_written() >= len(old) + 8 * ENTRY_SIZE_BYTES,
+            30,
+            message="the PUT never reached the ledgers",
+            interval_s=0.05,
+        )
 
         assert paused.managed is not None
         paused.managed.suspend()
@@ -90,14 +93,20 @@ def test_paused_gateway_put_fails_after_its_ledger_is_swept(
 
         # The resumed gateway serves PUTs again (new ledgers, re-registered).
         latest = rng.randbytes(5 * ENTRY_SIZE_BYTES)
-        deadline = time.monotonic() + RESUME_DEADLINE_S
-        while True:
+
+        def put_latest() -> bool:
             try:
                 paused_s3.put_object(Bucket=bucket, Key="k", Body=latest)
-                break
             except Exception:  # noqa: BLE001 - until its session and ledgers are fresh
-                assert time.monotonic() < deadline, "the resumed gateway never wrote again"
-                time.sleep(0.5)
+                return False
+            return True
+
+        wait_until(
+            put_latest,
+            RESUME_DEADLINE_S,
+            message="the resumed gateway never wrote again",
+            interval_s=0.5,
+        )
         assert survivor_s3.get_object(Bucket=bucket, Key="k")["Body"].read() == latest
         assert paused_id in zk.get_children("/gateways"), "the gateway registered again"
     finally:

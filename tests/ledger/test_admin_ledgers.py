@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 
 from tests.cluster.processes import blobstore_command
 from tests.conftest import BookieFactory
+from tests.waiting import wait_until
 
 TIMEOUT_S = 120
 
@@ -111,16 +111,21 @@ def test_an_interrupted_simpletest_leaves_no_open_ledger(
         "admin", "--zk", zk_connect, "simpletest", "-e", "3", "-w", "2", "-a", "2",
         "-n", "5000000", "--size", "10",
     )  # fmt: skip
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not any(r["state"] == "OPEN" for r in simpletest_ledgers()):
-            assert time.monotonic() < deadline, "simpletest never opened its ledger"
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True) as process:
+
+        def opened() -> bool:
+            if any(r["state"] == "OPEN" for r in simpletest_ledgers()):
+                return True
             assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            time.sleep(0.2)
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=TIMEOUT_S) == 130
-    finally:
-        if process.poll() is None:
-            process.kill()
+            return False
+
+        try:
+            wait_until(
+                opened, TIMEOUT_S, message="simpletest never opened its ledger", interval_s=0.2
+            )
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=TIMEOUT_S) == 130
+        finally:
+            if process.poll() is None:
+                process.kill()
     assert simpletest_ledgers() == []

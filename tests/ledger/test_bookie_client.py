@@ -25,6 +25,7 @@ from blobstore.ledger.errors import EntryNotFoundError
 from blobstore.ledger.pending_read_op import PendingReadOp
 from blobstore.wire import protocol
 from blobstore.wire.protocol import Op, Status
+from tests.waiting import wait_until_async
 
 
 def _sample(name: str) -> float:
@@ -101,7 +102,7 @@ def test_parse_bookie_id() -> None:
     [
         (Status.FENCED, bookie_client.FencedError),
         (Status.UNAUTHORIZED, bookie_client.UnauthorizedError),
-        (Status.NO_SUCH_LEDGER, bookie_client.NoSuchLedgerError),
+        (Status.NO_SUCH_LEDGER, bookie_client.NoSuchLedgerOnBookieError),
         (Status.NO_SUCH_ENTRY, bookie_client.NoSuchEntryError),
         (Status.READ_ONLY, bookie_client.ReadOnlyBookieError),
         (Status.TOO_LARGE, bookie_client.TooLargeError),
@@ -498,11 +499,12 @@ def test_pending_read_on_the_fast_path_speculates_skips_bad_copies_and_frees_slo
                 await task
             assert pool._slots.free == 8 - 3  # the first silent read and these two
             release.set()
-            for _ in range(100):
-                if pool._slots.free == 8:
-                    break
-                await asyncio.sleep(0.01)
-            assert pool._slots.free == 8
+            await wait_until_async(
+                lambda: pool._slots.free == 8,
+                2.0,
+                message=lambda: f"{pool._slots.free} of 8 slots free",
+                interval_s=0.01,
+            )
         await a.stop()
         await b.stop()
 
@@ -561,6 +563,7 @@ def test_a_frame_queued_in_the_next_loop_iteration_joins_the_same_send() -> None
             entries = [protocol.Entry(7, e, e - 1, e + 1, b"x").encode() for e in range(4)]
             await pool.add_entry(bookie_id, 7, 0, key, entries[0])  # connected now
             transport = pool._connections[bookie_id]._protocol.transport  # type: ignore[union-attr]
+            assert transport is not None
             writes: list[int] = []
             write_lines = transport.writelines
 
@@ -568,7 +571,7 @@ def test_a_frame_queued_in_the_next_loop_iteration_joins_the_same_send() -> None
                 writes.append(len(frames))
                 write_lines(frames)
 
-            transport.writelines = counting
+            transport.writelines = counting  # type: ignore[method-assign]
             loop = asyncio.get_running_loop()
             answered: list[asyncio.Future[BaseException | None]] = []
 

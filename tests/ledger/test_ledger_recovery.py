@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from blobstore.ledger import LedgerFencedError
 from tests.conftest import BookieFactory
 from tests.ledger.conftest import ledger_client, run
 from tests.ledger.ledger_processes import PASSWORD, entry_payload
+from tests.waiting import wait_until
 
 ENTRY_BYTES = 3000
 DEADLINE_S = 60.0
@@ -51,12 +52,18 @@ class WriterProcess:
         for raw in self.process.stdout:
             self.lines.append(raw.decode().strip())
 
-    def wait_for(self, predicate, what: str) -> None:  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + DEADLINE_S
-        while not predicate():
+    def wait_for(self, predicate: Callable[[], bool], what: str) -> None:
+        """Until `predicate` holds; fails at once if the writer exits before it does."""
+
+        def holds() -> bool:
+            if predicate():
+                return True
             assert self.process.poll() is None or predicate(), f"writer exited: {self.lines[-5:]}"
-            assert time.monotonic() < deadline, f"no {what} within {DEADLINE_S}s: {self.lines[-5:]}"
-            time.sleep(0.01)
+            return False
+
+        wait_until(
+            holds, DEADLINE_S, message=lambda: f"no {what}: {self.lines[-5:]}", interval_s=0.01
+        )
 
     @property
     def ledger_id(self) -> int:
@@ -79,15 +86,15 @@ class WriterProcess:
         self.signal(signal.SIGKILL)
         self.process.wait(timeout=30)
         self._reader.join(timeout=10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
         self.log_file.close()
 
 
-def _recover_in_processes(
-    zk_connect: str, ledger_id: int, count: int, tmp_path: Path
-) -> list[dict[str, int]]:
-    logs = [tmp_path / f"recover-{i}.log" for i in range(count)]
-    processes = [
-        subprocess.Popen(
+def _start_recovery(zk_connect: str, ledger_id: int, log: Path) -> subprocess.Popen[bytes]:
+    """`ledger_processes recover` in its own process group, its stderr in `log`."""
+    with open(log, "wb") as log_file:  # the child keeps its own descriptor
+        return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -97,11 +104,16 @@ def _recover_in_processes(
                 str(ledger_id),
             ],
             stdout=subprocess.PIPE,
-            stderr=open(log, "wb"),  # noqa: SIM115 - the child owns it
+            stderr=log_file,
             start_new_session=True,
         )
-        for log in logs
-    ]
+
+
+def _recover_in_processes(
+    zk_connect: str, ledger_id: int, count: int, tmp_path: Path
+) -> list[dict[str, int]]:
+    logs = [tmp_path / f"recover-{i}.log" for i in range(count)]
+    processes = [_start_recovery(zk_connect, ledger_id, log) for log in logs]
     results = []
     for process, log in zip(processes, logs, strict=True):
         try:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import replace
+from typing import Any, TypeVar
 
 import pytest
 from kazoo.protocol.states import KazooState
@@ -17,6 +18,9 @@ from blobstore.catalog.records import ObjectRecord
 from blobstore.objects import ObjectStore, ObjectStoreConfig
 from blobstore.objects.store import drain
 from tests.conftest import BookieFactory
+from tests.waiting import wait_until_async
+
+T = TypeVar("T")
 
 ENTRY = 1024
 
@@ -33,7 +37,7 @@ def config(**overrides: object) -> ObjectStoreConfig:
     return ObjectStoreConfig(**values)  # type: ignore[arg-type]
 
 
-def run(coroutine):  # type: ignore[no-untyped-def]
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coroutine)
 
 
@@ -240,10 +244,11 @@ def test_one_sweep_pass_per_interval_across_processes(
                 3, 2, 2, LEDGER_PASSWORD, {"writer": "gone-gateway", "purpose": PURPOSE}
             )
             await orphan.append(b"left behind")
-            deadline = asyncio.get_running_loop().time() + 30
-            while (await ledgers.get_metadata(orphan.ledger_id)).state != "CLOSED":
-                assert asyncio.get_running_loop().time() < deadline, "orphan not recovered"
-                await asyncio.sleep(0.2)
+
+            async def recovered() -> bool:
+                return (await ledgers.get_metadata(orphan.ledger_id)).state == "CLOSED"
+
+            await wait_until_async(recovered, 30, message="orphan not recovered", interval_s=0.2)
         finally:
             for store in stores:
                 await store.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import random
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ from kazoo.client import KazooClient
 from tests.cluster.ledgers import ledger_states_of
 from tests.cluster.processes import BookieProcess
 from tests.s3.conftest import ENTRY_SIZE_BYTES, S3Cluster
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -70,10 +70,12 @@ def test_bookie_killed_during_put(
         thread = threading.Thread(target=upload)
         thread.start()
         # Kill the bookie once a quarter of the body is in the ledger.
-        deadline = time.monotonic() + 60
-        while gateway.bytes_written() < baseline + len(big) // 4:
-            assert time.monotonic() < deadline, "the upload never reached the ledgers"
-            time.sleep(0.01)
+        wait_until(
+            lambda: gateway.bytes_written() >= baseline + len(big) // 4,
+            60,
+            message="the upload never reached the ledgers",
+            interval_s=0.01,
+        )
         victim.kill()
         thread.join(timeout=120)
         assert not thread.is_alive()

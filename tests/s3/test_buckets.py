@@ -82,7 +82,7 @@ def test_expected_bucket_owner(s3: Any, bucket: str, bucket_name: Any) -> None:
     assert s3.get_object(Bucket=bucket, Key="mine", ExpectedBucketOwner=owner)["Body"].read() == (
         b"ok"
     )
-    refused = [
+    refused: list[Callable[[], object]] = [
         lambda: s3.put_object(Bucket=bucket, Key="theirs", Body=b"x", ExpectedBucketOwner="bob"),
         lambda: s3.get_object(Bucket=bucket, Key="k", ExpectedBucketOwner="bob"),
         lambda: s3.head_bucket(Bucket=bucket, ExpectedBucketOwner="bob"),

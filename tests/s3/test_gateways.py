@@ -9,7 +9,6 @@ import http.client
 import os
 import random
 import signal
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from kazoo.client import KazooClient
 from tests.cluster.gateway import GatewayProcess
 from tests.cluster.ledgers import ledger_states_of
 from tests.s3.conftest import ENTRY_SIZE_BYTES, S3Cluster
+from tests.waiting import wait_until
 
 SWEEP_DEADLINE_S = 60.0
 
@@ -94,10 +94,12 @@ def test_gateway_killed_mid_put_leaves_old_version_and_gets_swept(
         connection.send(chunk)
         sent += len(chunk)
     # Wait until the doomed gateway has appended some of the new body's entries.
-    deadline = time.monotonic() + 30
-    while doomed.bytes_written() < len(old) + 4 * ENTRY_SIZE_BYTES:
-        assert time.monotonic() < deadline, "the PUT never reached the ledgers"
-        time.sleep(0.05)
+    wait_until(
+        lambda: doomed.bytes_written() >= len(old) + 4 * ENTRY_SIZE_BYTES,
+        30,
+        message="the PUT never reached the ledgers",
+        interval_s=0.05,
+    )
     doomed.kill()
     connection.close()
 
@@ -108,14 +110,17 @@ def test_gateway_killed_mid_put_leaves_old_version_and_gets_swept(
     assert hashlib.md5(old).hexdigest() in listed[0]["ETag"]
 
     # The survivor's sweeper notices the dead writer and closes its ledgers.
-    deadline = time.monotonic() + SWEEP_DEADLINE_S
-    while True:
+    def swept() -> bool:
         states = ledger_states_of(zk, doomed_id)
         assert states, "the doomed gateway created ledgers"
-        if all(state == "CLOSED" for state in states.values()):
-            break
-        assert time.monotonic() < deadline, f"ledgers of {doomed_id} still open: {states}"
-        time.sleep(0.2)
+        return all(state == "CLOSED" for state in states.values())
+
+    wait_until(
+        swept,
+        SWEEP_DEADLINE_S,
+        message=lambda: f"ledgers of {doomed_id} still open: {ledger_states_of(zk, doomed_id)}",
+        interval_s=0.2,
+    )
     logs = "".join(g.log_text() for g in s3_cluster.gateways)
     assert "event=orphan_ledger_recovered" in logs and f"writer={doomed_id}" in logs
     # After recovery the old version still reads back whole.
@@ -144,51 +149,61 @@ def test_several_workers_share_the_port_and_metrics(
         assert puts == [12.0], "the metrics of both workers are aggregated"
         # One access line per request, from the gateway's access log (not uvicorn's too),
         # written once the workers are idle.
-        deadline = time.monotonic() + 10
-        while True:
-            put_lines = [
-                line
-                for line in multi.log_text().splitlines()
-                if "operation=PutObject" in line and "status=200" in line
-            ]
-            if len(put_lines) >= 12 or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+        put_lines = wait_until(
+            lambda: _put_lines(multi, 12),
+            10,
+            message=lambda: repr(_put_lines(multi, 0)),
+            interval_s=0.1,
+        )
         assert len(put_lines) == 12, put_lines
         assert all(" INFO s3api.access: request_id=" in line for line in put_lines)
         assert "uvicorn.access" not in multi.log_text()
         # Each worker listens on its own SO_REUSEPORT socket: new connections reach both,
         # once both serve (the ready file is the first worker's; a worker joins the port's
         # group when its startup is done).
-        deadline = time.monotonic() + 60
-        while len(_host_ids(multi, 32)) < 2:
-            assert time.monotonic() < deadline, "no new connection reached the second worker"
-            time.sleep(0.2)
+        wait_until(
+            lambda: len(_host_ids(multi, 32)) >= 2,
+            60,
+            message="no new connection reached the second worker",
+            interval_s=0.2,
+        )
         # A worker killed with -9 is replaced; the gateway answers throughout.
         workers = _children(multi.managed.pid)  # type: ignore[union-attr]
         assert len(workers) == 2, workers
         os.kill(workers[0], signal.SIGKILL)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def replaced() -> bool:
             assert client.head_object(Bucket="workers-bucket", Key="k0")["ContentLength"]
-            replaced = _children(multi.managed.pid)  # type: ignore[union-attr]
-            if len(replaced) == 2 and workers[0] not in replaced and len(_host_ids(multi, 32)) == 2:
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError("the killed worker was not replaced")
+            children = _children(multi.managed.pid)  # type: ignore[union-attr]
+            return (
+                len(children) == 2 and workers[0] not in children and len(_host_ids(multi, 32)) == 2
+            )
+
+        wait_until(replaced, 60, message="the killed worker was not replaced", interval_s=0.2)
         assert "event=gateway_worker_died" in multi.log_text()
         # A supervisor killed with -9 takes its workers along (SIGTERM from the kernel:
         # they stop gracefully), so none keeps serving the port alone.
         workers = _children(multi.managed.pid)  # type: ignore[union-attr]
         os.kill(multi.managed.pid, signal.SIGKILL)  # type: ignore[union-attr]
-        deadline = time.monotonic() + 60
-        while any(_running(pid) for pid in workers):
-            assert time.monotonic() < deadline, "workers outlived their supervisor"
-            time.sleep(0.2)
+        wait_until(
+            lambda: not any(_running(pid) for pid in workers),
+            60,
+            message="workers outlived their supervisor",
+            interval_s=0.2,
+        )
         assert "event=gateway_worker_stopped" in multi.log_text()
     finally:
         multi.kill()
+
+
+def _put_lines(gateway: GatewayProcess, count_min: int) -> list[str]:
+    """The access lines of successful PutObjects; none while fewer than `count_min`."""
+    lines = [
+        line
+        for line in gateway.log_text().splitlines()
+        if "operation=PutObject" in line and "status=200" in line
+    ]
+    return lines if len(lines) >= count_min else []
 
 
 def _children(pid: int) -> list[int]:
@@ -210,9 +225,10 @@ def _running(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def _host_ids(gateway: GatewayProcess, connections: int) -> set[str]:
+def _host_ids(gateway: GatewayProcess, connections: int) -> set[str | None]:
     """The x-amz-id-2 values (one per worker process) seen over new connections."""
     address = urlsplit(gateway.endpoint)
+    assert address.hostname is not None, gateway.endpoint
     ids = set()
     for _ in range(connections):
         connection = http.client.HTTPConnection(address.hostname, address.port, timeout=10)

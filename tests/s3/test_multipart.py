@@ -14,7 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.cluster.gateway import GatewayProcess
-from tests.s3.conftest import ENTRY_SIZE_BYTES, PART_BYTES_MIN
+from tests.s3.conftest import ENTRY_SIZE_BYTES, PART_BYTES_MIN, S3Cluster
 from tests.s3.test_default_checksum import crc64nvme
 from tests.s3.test_objects import error_code
 
@@ -46,7 +46,8 @@ def test_range_reads_across_unequal_parts(s3: Any, bucket: str, rng: random.Rand
     )
     whole = b"".join(datas)
     part_ends = [sum(sizes[: i + 1]) for i in range(len(sizes))]
-    cases = [(end - 1, end) for end in part_ends[:-1]] + [(0, len(whole) - 1)]
+    cases: list[tuple[int, ...]] = [(end - 1, end) for end in part_ends[:-1]]
+    cases += [(0, len(whole) - 1)]
     cases += [
         tuple(sorted((rng.randrange(len(whole)), rng.randrange(len(whole))))) for _ in range(25)
     ]
@@ -202,7 +203,7 @@ MANIFESTS_WRITTEN = 'blobstore_object_manifests_total{op="written"}'
 
 
 @pytest.fixture(scope="module")
-def manifest_gateway(s3_cluster: Any) -> GatewayProcess:
+def manifest_gateway(s3_cluster: S3Cluster) -> GatewayProcess:
     """A gateway keeping any part list over 1 KiB (~20 parts) in a manifest, whose index
     records hold at most 2 KiB (~35 parts inline: 60 used to be refused)."""
     return s3_cluster.start_gateway(
@@ -323,7 +324,7 @@ def test_a_long_part_list_lives_in_a_manifest(
 
 
 @pytest.fixture(scope="module")
-def tiny_parts_gateway(s3_cluster: Any) -> GatewayProcess:
+def tiny_parts_gateway(s3_cluster: S3Cluster) -> GatewayProcess:
     """A gateway taking parts of any size, so that 10,000 parts fit in a test."""
     return s3_cluster.start_gateway("gateway-tiny-parts", env={"BLOBSTORE_PART_BYTES_MIN": "1"})
 
@@ -482,7 +483,7 @@ def test_completion_checks_what_the_request_declares(
     }
     composite = base64.b64encode(hashlib.sha256(hashlib.sha256(data).digest()).digest()).decode()
     wrong = base64.b64encode(hashlib.sha256(b"other").digest()).decode()
-    refused = [
+    refused: list[tuple[dict[str, Any], str]] = [
         ({"ChecksumSHA256": f"{wrong}-1"}, "BadDigest"),
         ({"ChecksumSHA256": f"{composite}-2"}, "BadDigest"),
         ({"ChecksumCRC32": "AAAAAA=="}, "InvalidRequest"),

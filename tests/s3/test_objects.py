@@ -120,7 +120,8 @@ def test_range_reads_at_random_offsets(s3: Any, bucket: str, rng: random.Random)
     s3.put_object(Bucket=bucket, Key="k", Body=body)
     size = len(body)
     boundaries = [i * ENTRY_SIZE_BYTES for i in range(1, 8)]
-    cases = [(b - 1, b) for b in boundaries] + [(0, 0), (size - 1, size - 1), (0, size - 1)]
+    cases: list[tuple[int, ...]] = [(b - 1, b) for b in boundaries]
+    cases += [(0, 0), (size - 1, size - 1), (0, size - 1)]
     cases += [tuple(sorted((rng.randrange(size), rng.randrange(size)))) for _ in range(20)]
     for first, last in cases:
         got = s3.get_object(Bucket=bucket, Key="k", Range=f"bytes={first}-{last}")

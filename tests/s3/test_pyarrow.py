@@ -515,7 +515,7 @@ def assert_framed_upload(line: dict[str, str], decoded_bytes: int) -> None:
     assert int(line["bytes_in"]) > decoded_bytes + trailer, (line, decoded_bytes)
 
 
-class StreamingTrailerAuth(S3SigV4Auth):
+class StreamingTrailerAuth(S3SigV4Auth):  # type: ignore[misc]  # botocore has no types
     """SigV4 declaring the payload as the SDK does: unsigned, with a trailer."""
 
     def __init__(self) -> None:

@@ -22,7 +22,7 @@ from tests.cluster.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess
 CREDENTIALS = Credentials(ACCESS_KEY, SECRET_KEY)
 
 
-class DeclaredPayloadAuth(S3SigV4Auth):
+class DeclaredPayloadAuth(S3SigV4Auth):  # type: ignore[misc]  # botocore has no types
     """SigV4 with whatever x-amz-content-sha256 the test declares."""
 
     def __init__(self, payload_hash: str | None) -> None:

@@ -67,7 +67,7 @@ def test_lines_are_batched_and_keep_their_order(stream: io.StringIO) -> None:
 
 def test_written_when_full_or_old(stream: io.StringIO, monkeypatch: pytest.MonkeyPatch) -> None:
     now = [10.0]
-    monkeypatch.setattr(access_log.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr("s3api.access_log.time.monotonic", lambda: now[0])
     log = _log(8)
     _request(log, 0)  # the first line opens the interval
     assert stream.getvalue().count("\n") == 1

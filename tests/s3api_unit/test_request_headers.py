@@ -13,7 +13,8 @@ def test_request_headers_answer_the_first_value_and_keep_every_field() -> None:
     headers = GatewayRequest({"type": "http", "headers": raw}).headers
     assert headers["X-Amz-Meta-A"] == "1" and headers.get("x-amz-meta-a") == "1"
     assert headers.get("missing") is None and headers.get("missing", "d") == "d"
-    assert "X-B" in headers and "missing" not in headers and 3 not in headers
+    assert "X-B" in headers and "missing" not in headers
+    assert 3 not in headers  # type: ignore[comparison-overlap]  # a key that is no name
     assert headers.getlist("x-amz-meta-a") == ["1", "2"]
     assert headers.items() == [(k.decode(), v.decode()) for k, v in raw]
     with pytest.raises(KeyError):

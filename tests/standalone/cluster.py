@@ -7,21 +7,23 @@ look at that group through /proc to prove that a stop leaves nothing behind.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import boto3
 from botocore.config import Config
 
 from blobstore.cli.zookeeper_server import free_port
 from tests.cluster.processes import ManagedProcess, ProcessReaper
+from tests.waiting import wait_until
 
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
@@ -56,12 +58,8 @@ def port_is_listening(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def wait_until(condition, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout_s}s: {what}")
-        time.sleep(0.1)
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    return not port_is_listening(port, host)
 
 
 @dataclass
@@ -112,15 +110,23 @@ class Standalone:
             )
         )
         self.managed.start()
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not self.ready_file.exists():
-            if not self.managed.alive():
-                raise AssertionError(f"standalone exited early:\n{self.log_tails()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"standalone not ready:\n{self.log_tails()}")
-            time.sleep(0.1)
+        wait_until(
+            self._ready_or_exited,
+            READY_TIMEOUT_S,
+            message=lambda: f"standalone not ready:\n{self.log_tails()}",
+            interval_s=0.1,
+        )
         self.ready = json.loads(self.ready_file.read_text())
         return self
+
+    def _ready_or_exited(self) -> bool:
+        """Whether the ready file is written; fails at once if the supervisor exited."""
+        if self.ready_file.exists():
+            return True
+        assert self.managed is not None
+        if not self.managed.alive():
+            raise AssertionError(f"standalone exited early:\n{self.log_tails()}")
+        return False
 
     def log_tails(self) -> str:
         assert self.managed is not None
@@ -130,23 +136,23 @@ class Standalone:
             parts.append(f"----- {log.name}\n" + "\n".join(lines))
         return "\n".join(parts)
 
-    def layout(self) -> dict[str, object]:
+    def layout(self) -> dict[str, Any]:
         return dict(json.loads((self.data_dir / "cluster.json").read_text()))
 
     def cluster_ports(self) -> list[int]:
         layout = self.layout()
         return [
             self.port,
-            int(layout["zk_port"]),  # type: ignore[call-overload]
-            *layout["bookie_ports"],  # type: ignore[misc]
-            *layout["bookie_http_ports"],  # type: ignore[misc]
+            int(layout["zk_port"]),
+            *layout["bookie_ports"],
+            *layout["bookie_http_ports"],
         ]
 
     def credentials(self) -> tuple[str, str]:
         raw = json.loads((self.data_dir / "credentials.json").read_text())
         return raw["access_key"], raw["secret_key"]
 
-    def s3(self):  # type: ignore[no-untyped-def]
+    def s3(self) -> Any:
         access_key, secret_key = self.credentials()
         return boto3.client(
             "s3",
@@ -189,6 +195,16 @@ class Standalone:
 
     def assert_nothing_left(self) -> None:
         pgid = self.pgid
-        wait_until(lambda: not group_members(pgid), 30, f"process group {pgid} is empty")
+        wait_until(
+            lambda: not group_members(pgid),
+            30,
+            message=f"process group {pgid} is empty",
+            interval_s=0.1,
+        )
         for port in self.cluster_ports():
-            wait_until(lambda p=port: not port_is_listening(p), 30, f"port {port} is free")
+            wait_until(
+                functools.partial(port_is_free, port),
+                30,
+                message=f"port {port} is free",
+                interval_s=0.1,
+            )
