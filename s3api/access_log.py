@@ -1,7 +1,7 @@
 """The gateway's access log: one line per request, written in batches.
 
 A line per request through `logging` costs a LogRecord, a formatter pass and a write
-system call with its flush: about 7% of a small GET's CPU here. The access log keeps
+system call with its flush: a visible share of a small GET's CPU. The access log keeps
 logging's line format (`2026-11-21 10:41:52,123 INFO s3api.access: request_id=...`)
 but formats the line itself and appends it to a buffer, written to the root logger's
 stream in one call when no request is in flight, when half a second has passed since

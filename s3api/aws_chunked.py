@@ -189,36 +189,48 @@ class ChunkedDecoder:
                     self._state = _DATA_END
                     self._crlf_seen = 0
             elif state == _DATA_END:
-                while self._crlf_seen < 2 and position < end:
-                    if data[position] != b"\r\n"[self._crlf_seen]:
-                        raise _malformed("chunk data is not followed by CRLF")
-                    self._crlf_seen += 1
-                    position += 1
-                if self._crlf_seen == 2:
-                    self._state = _HEADER
-            elif state in (_HEADER, _TRAILER):
-                newline = data.find(b"\n", position)
-                limit = CHUNK_HEADER_BYTES_MAX if state == _HEADER else TRAILER_BYTES_MAX
-                if newline < 0:
-                    self._line += data[position:]
-                    if len(self._line) > limit:
-                        raise _malformed("chunk header or trailer line too long")
-                    position = end
-                    continue
-                line = bytes(self._line) + data[position : newline + 1]
-                self._line.clear()
-                position = newline + 1
-                if len(line) > limit:
-                    raise _malformed("chunk header or trailer line too long")
-                if len(line) < 2 or line[-2] != 0x0D:
-                    raise _malformed("line does not end with CRLF")
-                if state == _HEADER:
-                    self._chunk_header(line[:-2])
-                else:
-                    self._trailer_line(line[:-2])
-            else:
+                position = self._read_data_end(data, position)
+            elif state == _DONE:
                 raise _malformed("data after the end of the body")
+            else:
+                position = self._read_line(data, position)
         return out
+
+    def _read_data_end(self, data: bytes, position: int) -> int:
+        """Read the CRLF after a chunk's data from `data[position:]`; returns the position
+        after what it read."""
+        end = len(data)
+        while self._crlf_seen < 2 and position < end:
+            if data[position] != b"\r\n"[self._crlf_seen]:
+                raise _malformed("chunk data is not followed by CRLF")
+            self._crlf_seen += 1
+            position += 1
+        if self._crlf_seen == 2:
+            self._state = _HEADER
+        return position
+
+    def _read_line(self, data: bytes, position: int) -> int:
+        """Read a chunk header or trailer line from `data[position:]` (keeping a partial one
+        for the next buffer) and act on it; returns the position after what it read."""
+        header = self._state == _HEADER
+        limit = CHUNK_HEADER_BYTES_MAX if header else TRAILER_BYTES_MAX
+        newline = data.find(b"\n", position)
+        if newline < 0:
+            self._line += data[position:]
+            if len(self._line) > limit:
+                raise _malformed("chunk header or trailer line too long")
+            return len(data)
+        line = bytes(self._line) + data[position : newline + 1]
+        self._line.clear()
+        if len(line) > limit:
+            raise _malformed("chunk header or trailer line too long")
+        if len(line) < 2 or line[-2] != 0x0D:
+            raise _malformed("line does not end with CRLF")
+        if header:
+            self._chunk_header(line[:-2])
+        else:
+            self._trailer_line(line[:-2])
+        return newline + 1
 
     def finish(self) -> None:
         """The body ended: anything short of a complete encoding is IncompleteBody."""

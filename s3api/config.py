@@ -60,6 +60,11 @@ class GatewayConfig:
     objects: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
 
     def __post_init__(self) -> None:
+        self._check_serving()
+        self._check_request_handling()
+
+    def _check_serving(self) -> None:
+        """Where the gateway listens and who may use it."""
         if not self.zk:
             raise UsageError("no ZooKeeper address: pass --zk HOST:PORT or set BLOBSTORE_ZK")
         if not 0 <= self.port <= 65535:
@@ -75,6 +80,9 @@ class GatewayConfig:
             raise UsageError(
                 "no users: set BLOBSTORE_ACCESS_KEY and BLOBSTORE_SECRET_KEY or pass --users-file"
             )
+
+    def _check_request_handling(self) -> None:
+        """How requests are admitted, timed out and addressed."""
         if self.acls not in ("refuse", "ignore"):
             raise UsageError(f"BLOBSTORE_GATEWAY_ACLS={self.acls!r}: must be refuse or ignore")
         if not 1 <= self.backlog <= 65535:

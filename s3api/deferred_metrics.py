@@ -2,9 +2,9 @@
 
 In a multi-worker gateway prometheus_client keeps every sample in an mmap'd file per
 process, so /metrics, answered by any worker, can add up all of them. Each `inc` then
-takes a lock, packs two doubles and writes them into the mmap: a small GET made about
-fifteen such updates below the S3 layer (cache lookups, views, bookie and ledger
-timings, bytes read), ~6% of its CPU. Here an update adds to a plain number under one
+takes a lock, packs two doubles and writes them into the mmap, and a small GET makes
+about fifteen such updates below the S3 layer (cache lookups, views, bookie and ledger
+timings, bytes read). Here an update adds to a plain number under one
 process-wide lock; `flush()` writes every changed value to its file. The gateway
 flushes when no request is in flight, once a second meanwhile, before answering
 /metrics and at shutdown, so a scrape sees a worker's updates at most a second late,

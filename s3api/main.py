@@ -14,10 +14,15 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import tempfile
+from typing import TYPE_CHECKING
 
 from blobstore.runtime.errors import UsageError, check_ready_file
 from s3api.config import CONFIG_ENV, GatewayConfig, config_from_args
+
+if TYPE_CHECKING:
+    import uvicorn
 
 logger = logging.getLogger(__name__)
 
@@ -159,26 +164,67 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("the gateway refuses to run with assertions disabled (-O)")
     config = config_from_args(args)
     _check_before_workers(config)
-    import uvicorn
-
-    from s3api.supervisor import Supervisor, bound_socket
-
-    private_metrics_dir = None
-    if config.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        remove_stale_metrics_dirs(tempfile.gettempdir())
-        private_metrics_dir = tempfile.mkdtemp(prefix=f"{METRICS_DIR_PREFIX}{os.getpid()}-")
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = private_metrics_dir
+    private_metrics_dir = _private_metrics_dir(config)
+    sock = _bound_socket(config)
+    port = sock.getsockname()[1]
+    os.environ[CONFIG_ENV] = config.to_json()
+    os.environ["BLOBSTORE_GATEWAY_BOUND_PORT"] = str(port)
+    uvicorn_config = _uvicorn_config(config, port)
+    logger.info(
+        "event=gateway_starting address=%s://%s:%d workers=%d zk=%s",
+        config.scheme,
+        config.host,
+        port,
+        config.workers,
+        config.zk,
+    )
+    # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown; with these handlers
+    # installed first, that re-raise lands here and a requested stop exits 0.
+    stop_signals: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, _frame: stop_signals.append(received))
     try:
-        # With workers, this socket only reserves the port: each listens on its own.
+        status = _serve(config, uvicorn_config, sock, port, stop_signals)
+    finally:
+        sock.close()
+        if private_metrics_dir:
+            shutil.rmtree(private_metrics_dir, ignore_errors=True)
+    if status:
+        return status
+    if stop_signals:
+        logger.info("event=gateway_stopped signal=%d", stop_signals[0])
+    return 0
+
+
+def _private_metrics_dir(config: GatewayConfig) -> str | None:
+    """The metrics directory this gateway's workers share, created here when there are
+    several workers and the environment names none; the caller removes it."""
+    if config.workers == 1 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    remove_stale_metrics_dirs(tempfile.gettempdir())
+    directory = tempfile.mkdtemp(prefix=f"{METRICS_DIR_PREFIX}{os.getpid()}-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    return directory
+
+
+def _bound_socket(config: GatewayConfig) -> socket.socket:
+    """The gateway's socket: listening with one worker; with several, it only reserves
+    the port and each worker listens on its own."""
+    from s3api.supervisor import bound_socket
+
+    try:
         sock = bound_socket(config.host, config.port, reuse_port=config.workers > 1)
     except OSError as e:
         raise UsageError(f"cannot listen on {config.host}:{config.port}: {e.strerror}") from None
     if config.workers == 1:
         sock.listen(config.backlog)
-    port = sock.getsockname()[1]
-    os.environ[CONFIG_ENV] = config.to_json()
-    os.environ["BLOBSTORE_GATEWAY_BOUND_PORT"] = str(port)
-    uvicorn_config = uvicorn.Config(
+    return sock
+
+
+def _uvicorn_config(config: GatewayConfig, port: int) -> uvicorn.Config:
+    import uvicorn
+
+    return uvicorn.Config(
         "s3api.app:create_app",
         factory=True,
         host=config.host,
@@ -199,36 +245,28 @@ def run(args: argparse.Namespace) -> int:
         proxy_headers=False,
         log_config=None,
     )
-    logger.info(
-        "event=gateway_starting address=%s://%s:%d workers=%d zk=%s",
-        config.scheme,
-        config.host,
-        port,
-        config.workers,
-        config.zk,
-    )
-    # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown; with these handlers
-    # installed first, that re-raise lands here and a requested stop exits 0.
-    stop_signals: list[int] = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda received, _frame: stop_signals.append(received))
-    try:
-        if config.workers > 1:
-            supervisor = Supervisor(uvicorn_config, config.host, port, config.workers)
-            status = supervisor.run()
-            if supervisor.stop_signal is not None:
-                stop_signals.append(supervisor.stop_signal)
-            if status:
-                return status
-        else:
-            server = uvicorn.Server(uvicorn_config)
-            server.run(sockets=[sock])
-            if not server.started:
-                return 1
-    finally:
-        sock.close()
-        if private_metrics_dir:
-            shutil.rmtree(private_metrics_dir, ignore_errors=True)
-    if stop_signals:
-        logger.info("event=gateway_stopped signal=%d", stop_signals[0])
-    return 0
+
+
+def _serve(
+    config: GatewayConfig,
+    uvicorn_config: uvicorn.Config,
+    sock: socket.socket,
+    port: int,
+    stop_signals: list[int],
+) -> int:
+    """Serve until stopped: in this process with one worker, else from a supervisor of
+    worker processes (the signal that stopped it goes to `stop_signals`). Returns the
+    exit status."""
+    import uvicorn
+
+    from s3api.supervisor import Supervisor
+
+    if config.workers > 1:
+        supervisor = Supervisor(uvicorn_config, config.host, port, config.workers)
+        status = supervisor.run()
+        if supervisor.stop_signal is not None:
+            stop_signals.append(supervisor.stop_signal)
+        return status
+    server = uvicorn.Server(uvicorn_config)
+    server.run(sockets=[sock])
+    return 0 if server.started else 1

@@ -1,7 +1,7 @@
 """Request ids (x-amz-request-id) and this process's host id (x-amz-id-2).
 
 Unique, not secret: a random per-process prefix and a counter (reading the kernel's
-random source twice a request was a visible share of small-request CPU)."""
+random source twice a request costs a visible share of small-request CPU)."""
 
 from __future__ import annotations
 

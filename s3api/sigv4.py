@@ -27,7 +27,7 @@ import hashlib
 import hmac
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from urllib.parse import quote, unquote, unquote_to_bytes
@@ -195,8 +195,8 @@ def _parse_amz_date(text: str, error: Callable[[str], S3Error]) -> float:
 
 @functools.lru_cache(maxsize=1024)
 def _amz_date_seconds(text: str) -> float:
-    """Seconds since the epoch of a checked YYYYMMDDTHHMMSSZ (time.strptime costs ~20 us
-    a request; concurrent requests mostly share their second). ValueError when invalid."""
+    """Seconds since the epoch of a checked YYYYMMDDTHHMMSSZ (time.strptime is slow for
+    every request; concurrent requests mostly share their second). ValueError when invalid."""
     fields = (int(text[0:4]), int(text[4:6]), int(text[6:8]))
     clock = (int(text[9:11]), int(text[11:13]), int(text[13:15]))
     datetime.date(*fields)  # validates the day of the month
@@ -410,58 +410,47 @@ def authenticate(
     header_lists = _header_lists(headers)
     pairs = _query_pairs(query_string)
     authorization = _first(header_lists, "authorization")
-    query_algorithm = None
-    for key, value in pairs:
-        if key in (b"X-Amz-Algorithm", b"x-amz-algorithm"):
-            query_algorithm = unquote(value.decode("latin-1"))
-    if authorization is not None and query_algorithm is not None:
-        raise S3Error(
-            "InvalidArgument",
-            "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, "
-            "Signature query string parameter or the Authorization header should be specified",
-            ArgumentName="Authorization",
-            ArgumentValue=authorization[:200],
-        )
-    if authorization is not None and authorization.startswith("AWS "):
-        return _authenticate_v2(
-            method,
-            raw_path,
-            query_string,
-            header_lists,
-            authorization,
-            lookup_secret,
-            now,
-            region,
-            virtual_host_bucket,
-        )
+    query_algorithm = _query_algorithm(pairs)
     if authorization is not None:
-        if not authorization.startswith("AWS4-"):  # Bearer, Basic, ...: not AWS's at all
-            raise S3Error(
-                "InvalidArgument",
-                "Unsupported Authorization Type",
-                ArgumentName="Authorization",
-                ArgumentValue=authorization[:200],
+        if query_algorithm is not None:
+            raise _invalid_authorization(
+                "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, "
+                "Signature query string parameter or the Authorization header should be "
+                "specified",
+                authorization,
             )
-        return _authenticate_header(
-            method, raw_path, pairs, header_lists, authorization, lookup_secret, now, region
-        )
-    if query_algorithm is not None:
+        if authorization.startswith("AWS4-"):
+            return _authenticate_header(
+                method, raw_path, pairs, header_lists, authorization, lookup_secret, now, region
+            )
+        if not authorization.startswith("AWS "):  # Bearer, Basic, ...: not AWS's at all
+            raise _invalid_authorization("Unsupported Authorization Type", authorization)
+    elif query_algorithm is not None:
         return _authenticate_presigned(
             method, raw_path, pairs, header_lists, query_algorithm, lookup_secret, now, region
         )
-    if any(key == b"AWSAccessKeyId" for key, _ in pairs):
-        return _authenticate_v2(
-            method,
-            raw_path,
-            query_string,
-            header_lists,
-            None,
-            lookup_secret,
-            now,
-            region,
-            virtual_host_bucket,
-        )
-    return None
+    elif not any(key == b"AWSAccessKeyId" for key, _ in pairs):
+        return None
+    request = _V2Request(method, raw_path, query_string, header_lists, virtual_host_bucket)
+    return _authenticate_v2(request, authorization, lookup_secret, now, region)
+
+
+def _query_algorithm(pairs: list[tuple[bytes, bytes]]) -> str | None:
+    """The X-Amz-Algorithm query parameter of a presigned V4 URL (the last one given)."""
+    algorithm = None
+    for key, value in pairs:
+        if key in (b"X-Amz-Algorithm", b"x-amz-algorithm"):
+            algorithm = unquote(value.decode("latin-1"))
+    return algorithm
+
+
+def _invalid_authorization(message: str, authorization: str) -> S3Error:
+    return S3Error(
+        "InvalidArgument",
+        message,
+        ArgumentName="Authorization",
+        ArgumentValue=authorization[:200],
+    )
 
 
 def _authenticate_header(
@@ -520,21 +509,8 @@ def _authenticate_presigned(
     now: float,
     region: str | None,
 ) -> AuthContext:
-    params: dict[str, str] = {}
-    for key, value in pairs:
-        params[unquote(key.decode("latin-1")).lower()] = unquote(value.decode("latin-1"))
+    params = _presigned_params(algorithm, pairs)
     code = "AuthorizationQueryParametersError"
-    if algorithm != ALGORITHM:
-        raise S3Error(code, 'X-Amz-Algorithm only supports "AWS4-HMAC-SHA256"', Algorithm=algorithm)
-    needed = ("x-amz-credential", "x-amz-signature", "x-amz-signedheaders", "x-amz-date")
-    missing = [name for name in needed if not params.get(name)]
-    if missing or "x-amz-expires" not in params:
-        raise S3Error(
-            code,
-            "Query-string authentication version 4 requires the X-Amz-Algorithm, "
-            "X-Amz-Credential, X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and "
-            "X-Amz-Expires parameters.",
-        )
     timestamp = params["x-amz-date"]
     signed_at = _parse_amz_date(
         timestamp,
@@ -542,30 +518,11 @@ def _authenticate_presigned(
             code, "X-Amz-Date must be in the ISO8601 Long Format \"yyyyMMdd'T'HHmmss'Z'\""
         ),
     )
-    expires_text = params["x-amz-expires"]
-    if not expires_text.isdigit() or not expires_text.isascii():
-        raise S3Error(code, "X-Amz-Expires should be a number")
-    expires = int(expires_text)
-    if expires < 1:
-        raise S3Error(code, "X-Amz-Expires must be non-negative and at least 1 second")
-    if expires > PRESIGN_EXPIRES_SECONDS_MAX:
-        raise S3Error(
-            code,
-            "X-Amz-Expires must be less than a week (in seconds) that is 604800",
-        )
+    expires = _presigned_expires(params["x-amz-expires"])
     credential = _parse_credential(params["x-amz-credential"], timestamp, region, code)
     signed = tuple(params["x-amz-signedheaders"].split(";"))
     _check_signed_headers(signed, headers, presigned=True)
-    if signed_at - now > CLOCK_SKEW_SECONDS_MAX:
-        raise S3Error("AccessDenied", "Request is not valid yet")
-    if now > signed_at + expires:
-        raise S3Error("AccessDenied", "Request has expired").with_fields(
-            {
-                "X-Amz-Expires": expires,
-                "Expires": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(signed_at + expires)),
-                "ServerTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
-            }
-        )
+    _check_presigned_window(signed_at, expires, now)
     payload_value = _first(headers, "x-amz-content-sha256") or params.get(
         "x-amz-content-sha256", UNSIGNED_PAYLOAD
     )
@@ -592,6 +549,58 @@ def _authenticate_presigned(
     )
 
 
+def _presigned_params(algorithm: str, pairs: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The query parameters of a presigned V4 URL, names lowercased and values decoded,
+    once the algorithm is known and every parameter the signature needs is present."""
+    params: dict[str, str] = {}
+    for key, value in pairs:
+        params[unquote(key.decode("latin-1")).lower()] = unquote(value.decode("latin-1"))
+    code = "AuthorizationQueryParametersError"
+    if algorithm != ALGORITHM:
+        raise S3Error(code, 'X-Amz-Algorithm only supports "AWS4-HMAC-SHA256"', Algorithm=algorithm)
+    needed = ("x-amz-credential", "x-amz-signature", "x-amz-signedheaders", "x-amz-date")
+    missing = [name for name in needed if not params.get(name)]
+    if missing or "x-amz-expires" not in params:
+        raise S3Error(
+            code,
+            "Query-string authentication version 4 requires the X-Amz-Algorithm, "
+            "X-Amz-Credential, X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and "
+            "X-Amz-Expires parameters.",
+        )
+    return params
+
+
+def _presigned_expires(text: str) -> int:
+    """Seconds a presigned URL stays valid, from its X-Amz-Expires parameter."""
+    code = "AuthorizationQueryParametersError"
+    if not text.isdigit() or not text.isascii():
+        raise S3Error(code, "X-Amz-Expires should be a number")
+    expires = int(text)
+    if expires < 1:
+        raise S3Error(code, "X-Amz-Expires must be non-negative and at least 1 second")
+    if expires > PRESIGN_EXPIRES_SECONDS_MAX:
+        raise S3Error(
+            code,
+            "X-Amz-Expires must be less than a week (in seconds) that is 604800",
+        )
+    return expires
+
+
+def _check_presigned_window(signed_at: float, expires: int, now: float) -> None:
+    """A presigned URL is valid from its signing time (less the allowed clock skew) until
+    `expires` seconds after it."""
+    if signed_at - now > CLOCK_SKEW_SECONDS_MAX:
+        raise S3Error("AccessDenied", "Request is not valid yet")
+    if now > signed_at + expires:
+        raise S3Error("AccessDenied", "Request has expired").with_fields(
+            {
+                "X-Amz-Expires": expires,
+                "Expires": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(signed_at + expires)),
+                "ServerTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+            }
+        )
+
+
 def _verify(
     method: str,
     raw_path: bytes,
@@ -614,54 +623,68 @@ def _verify(
     signing_key = derive_signing_key(secret, credential.date, credential.region, credential.service)
     scope = f"{credential.date}/{credential.region}/{credential.service}/aws4_request"
     path = raw_path or b"/"
-    tail = (
+    tail = _canonical_tail(headers, signed, payload_value)
+    head = method.upper().encode("ascii") + b"\n"
+    canonical = head + path + b"\n" + _raw_query_string(pairs) + b"\n" + tail
+    provided = signature.lower().encode("ascii", "replace")
+    sts_head = f"{ALGORITHM}\n{timestamp}\n{scope}\n".encode("ascii")
+    string_to_sign = sts_head + hashlib.sha256(canonical).hexdigest().encode("ascii")
+    expected = hmac.digest(signing_key, string_to_sign, "sha256").hex()
+    if not hmac.compare_digest(expected.encode("ascii"), provided):
+        # Most clients sign the request as they send it; the rare others sign it decoded
+        # and re-encoded the way AWS canonicalizes.
+        normalized = head + _normalized_path(path) + b"\n" + canonical_query_string(pairs)
+        second = _second_candidate_signature(
+            normalized + b"\n" + tail, canonical, sts_head, signing_key, provided
+        )
+        if second is None:
+            raise S3Error(
+                "SignatureDoesNotMatch",
+                AWSAccessKeyId=credential.access_key,
+                StringToSign=string_to_sign.decode("latin-1"),
+                SignatureProvided=signature,
+                CanonicalRequest=canonical.decode("latin-1"),
+            )
+        expected = second
+    return AuthContext(
+        access_key=credential.access_key,
+        secret_key=secret,
+        signing_key=signing_key,
+        date=credential.date,
+        region=credential.region,
+        service=credential.service,
+        timestamp=timestamp,
+        seed_signature=expected,
+        payload_mode=payload_mode,
+        declared_payload_hash=declared,
+        presigned=presigned,
+        signed_headers=signed,
+    )
+
+
+def _canonical_tail(
+    headers: dict[str, list[bytes]], signed: tuple[str, ...], payload_value: str
+) -> bytes:
+    """The end of a canonical request: signed headers, their names, the payload hash."""
+    return (
         _canonical_headers(headers, signed)
         + b"\n"
         + ";".join(signed).encode("latin-1")
         + b"\n"
         + payload_value.encode("latin-1")
     )
-    head = method.upper().encode("ascii") + b"\n"
-    first = head + path + b"\n" + _raw_query_string(pairs) + b"\n" + tail
 
-    def candidates() -> Iterator[bytes]:
-        # The request as sent, then (only if that fails) decoded and re-encoded the way
-        # AWS canonicalizes: most clients sign what they send, so the second is rare.
-        yield first
-        yield head + _normalized_path(path) + b"\n" + canonical_query_string(pairs) + b"\n" + tail
 
-    provided = signature.lower().encode("ascii", "replace")
-    sts_head = f"{ALGORITHM}\n{timestamp}\n{scope}\n".encode("ascii")
-    first_string_to_sign = b""
-    for index, canonical in enumerate(candidates()):
-        if index > 0 and canonical == first:
-            break
-        string_to_sign = sts_head + hashlib.sha256(canonical).hexdigest().encode("ascii")
-        if index == 0:
-            first_string_to_sign = string_to_sign
-        expected = hmac.digest(signing_key, string_to_sign, "sha256").hex()
-        if hmac.compare_digest(expected.encode("ascii"), provided):
-            return AuthContext(
-                access_key=credential.access_key,
-                secret_key=secret,
-                signing_key=signing_key,
-                date=credential.date,
-                region=credential.region,
-                service=credential.service,
-                timestamp=timestamp,
-                seed_signature=expected,
-                payload_mode=payload_mode,
-                declared_payload_hash=declared,
-                presigned=presigned,
-                signed_headers=signed,
-            )
-    raise S3Error(
-        "SignatureDoesNotMatch",
-        AWSAccessKeyId=credential.access_key,
-        StringToSign=first_string_to_sign.decode("latin-1"),
-        SignatureProvided=signature,
-        CanonicalRequest=first.decode("latin-1"),
-    )
+def _second_candidate_signature(
+    canonical: bytes, first: bytes, sts_head: bytes, signing_key: bytes, provided: bytes
+) -> str | None:
+    """The signature of `canonical` when it differs from the `first` canonical request
+    and matches the one `provided`; None otherwise."""
+    if canonical == first:
+        return None
+    string_to_sign = sts_head + hashlib.sha256(canonical).hexdigest().encode("ascii")
+    expected = hmac.digest(signing_key, string_to_sign, "sha256").hex()
+    return expected if hmac.compare_digest(expected.encode("ascii"), provided) else None
 
 
 # ---------------------------------------------------------------------------- Signature V2
@@ -699,87 +722,36 @@ def _v2_resource(raw_path: bytes, query_string: bytes, bucket: str | None) -> by
     return path + b"?" + b"&".join(text for _, text in sub)
 
 
+@dataclass(frozen=True, slots=True)
+class _V2Request:
+    """What a Signature V2 string to sign covers of a request."""
+
+    method: str
+    raw_path: bytes
+    query_string: bytes
+    headers: dict[str, list[bytes]]
+    virtual_host_bucket: str | None
+
+
 def _authenticate_v2(
-    method: str,
-    raw_path: bytes,
-    query_string: bytes,
-    headers: dict[str, list[bytes]],
+    request: _V2Request,
     authorization: str | None,
     lookup_secret: Callable[[str], str | None],
     now: float,
     region: str | None,
-    virtual_host_bucket: str | None = None,
 ) -> AuthContext:
     params = {
         unquote(k.decode("latin-1")): unquote(v.decode("latin-1"))
-        for k, v in _query_pairs(query_string)
+        for k, v in _query_pairs(request.query_string)
     }
-    amz: dict[str, bytes] = {
-        name.lower(): value.encode("utf-8")
-        for name, value in params.items()
-        if name.lower().startswith("x-amz-")
-    }
-    for name, values in headers.items():
-        if name.startswith("x-amz-"):
-            amz[name] = b",".join(v.strip() for v in values)
+    amz = _v2_amz_headers(params, request.headers)
     presigned = authorization is None
-    if presigned:
-        access_key = params.get("AWSAccessKeyId", "")
-        signature = params.get("Signature", "")
-        expires_text = params.get("Expires", "")
-        if not signature or not expires_text.isdigit() or not expires_text.isascii():
-            raise S3Error(
-                "AccessDenied",
-                "Query-string authentication requires the Signature, Expires and "
-                "AWSAccessKeyId parameters",
-            )
-        if now > int(expires_text):
-            raise S3Error(
-                "AccessDenied",
-                "Request has expired",
-                Expires=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(expires_text))),
-                ServerTime=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
-            )
-        date_line = expires_text.encode("ascii")
+    if authorization is None:
+        access_key, signature, date_line = _v2_query_signature(params, now)
     else:
-        assert authorization is not None
-        access_key, sep, signature = authorization[4:].strip().rpartition(":")
-        if not sep or not access_key or not signature:
-            raise S3Error(
-                "InvalidArgument",
-                "AWS authorization header is invalid.  Expected AwsAccessKeyId:signature",
-            )
-        date_text = _first(headers, "x-amz-date") or _first(headers, "date")
-        try:
-            signed_at = parsedate_to_datetime(date_text).timestamp() if date_text else None
-        except (TypeError, ValueError):
-            signed_at = None
-        if signed_at is None:
-            raise S3Error(
-                "AccessDenied", "AWS authentication requires a valid Date or x-amz-date header"
-            )
-        _check_skew(date_text or "", signed_at, now)
-        # With x-amz-date present the Date line is empty (x-amz-date is among the amz headers).
-        date_line = b"" if "x-amz-date" in amz else (date_text or "").strip().encode("latin-1")
-
-    def standard(name: str) -> bytes:
-        value = _first(headers, name)
-        if value is None:
-            value = params.get(name)
-        return (value or "").strip().encode("latin-1")
-
-    string_to_sign = (
-        method.upper().encode("ascii")
-        + b"\n"
-        + standard("content-md5")
-        + b"\n"
-        + standard("content-type")
-        + b"\n"
-        + date_line
-        + b"\n"
-        + b"".join(name.encode("latin-1") + b":" + amz[name] + b"\n" for name in sorted(amz))
-        + _v2_resource(raw_path, query_string, virtual_host_bucket)
-    )
+        access_key, signature = _v2_authorization_signature(authorization)
+        date_line = _v2_date_line(request.headers, "x-amz-date" in amz, now)
+    string_to_sign = _v2_string_to_sign(request, params, date_line, amz)
     secret = lookup_secret(access_key)
     if secret is None:
         raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=access_key)
@@ -808,4 +780,90 @@ def _authenticate_v2(
         presigned=presigned,
         signed_headers=(),
         signature_version=2,
+    )
+
+
+def _v2_amz_headers(params: dict[str, str], headers: dict[str, list[bytes]]) -> dict[str, bytes]:
+    """The x-amz-* headers a V2 signature covers, query parameters first, headers over them."""
+    amz: dict[str, bytes] = {
+        name.lower(): value.encode("utf-8")
+        for name, value in params.items()
+        if name.lower().startswith("x-amz-")
+    }
+    for name, values in headers.items():
+        if name.startswith("x-amz-"):
+            amz[name] = b",".join(v.strip() for v in values)
+    return amz
+
+
+def _v2_query_signature(params: dict[str, str], now: float) -> tuple[str, str, bytes]:
+    """Access key, signature and Expires line of a V2 presigned URL that has not expired."""
+    access_key = params.get("AWSAccessKeyId", "")
+    signature = params.get("Signature", "")
+    expires_text = params.get("Expires", "")
+    if not signature or not expires_text.isdigit() or not expires_text.isascii():
+        raise S3Error(
+            "AccessDenied",
+            "Query-string authentication requires the Signature, Expires and "
+            "AWSAccessKeyId parameters",
+        )
+    if now > int(expires_text):
+        raise S3Error(
+            "AccessDenied",
+            "Request has expired",
+            Expires=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(expires_text))),
+            ServerTime=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+        )
+    return access_key, signature, expires_text.encode("ascii")
+
+
+def _v2_authorization_signature(authorization: str) -> tuple[str, str]:
+    """Access key and signature of an `AWS key:signature` Authorization header."""
+    access_key, sep, signature = authorization[4:].strip().rpartition(":")
+    if not sep or not access_key or not signature:
+        raise S3Error(
+            "InvalidArgument",
+            "AWS authorization header is invalid.  Expected AwsAccessKeyId:signature",
+        )
+    return access_key, signature
+
+
+def _v2_date_line(headers: dict[str, list[bytes]], amz_date_signed: bool, now: float) -> bytes:
+    """The Date line of a V2 header signature, once its date is within the allowed skew.
+
+    With x-amz-date present the line is empty: x-amz-date is signed among the amz headers.
+    """
+    date_text = _first(headers, "x-amz-date") or _first(headers, "date")
+    try:
+        signed_at = parsedate_to_datetime(date_text).timestamp() if date_text else None
+    except (TypeError, ValueError):
+        signed_at = None
+    if signed_at is None:
+        raise S3Error(
+            "AccessDenied", "AWS authentication requires a valid Date or x-amz-date header"
+        )
+    _check_skew(date_text or "", signed_at, now)
+    return b"" if amz_date_signed else (date_text or "").strip().encode("latin-1")
+
+
+def _v2_string_to_sign(
+    request: _V2Request, params: dict[str, str], date_line: bytes, amz: dict[str, bytes]
+) -> bytes:
+    def standard(name: str) -> bytes:
+        value = _first(request.headers, name)
+        if value is None:
+            value = params.get(name)
+        return (value or "").strip().encode("latin-1")
+
+    return (
+        request.method.upper().encode("ascii")
+        + b"\n"
+        + standard("content-md5")
+        + b"\n"
+        + standard("content-type")
+        + b"\n"
+        + date_line
+        + b"\n"
+        + b"".join(name.encode("latin-1") + b":" + amz[name] + b"\n" for name in sorted(amz))
+        + _v2_resource(request.raw_path, request.query_string, request.virtual_host_bucket)
     )

@@ -5,7 +5,7 @@ kernel spreads incoming connections over the workers by a hash of the connection
 addresses. With one socket shared by all workers (uvicorn's own supervisor), whichever
 worker wakes first accepts every connection waiting in the backlog: a client that opens
 its connection pool at once lands mostly on one worker, which saturates its core while
-the others idle (13 of 16 benchmark connections on one of two workers).
+the others idle.
 
 A worker's socket joins the port's group only when the worker starts serving (uvicorn
 calls listen() after the app's startup), so connections never wait on a worker that
