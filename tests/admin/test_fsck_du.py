@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from pathlib import Path
+from typing import Any
 
 from blobstore.ledger import LedgerClient
 from blobstore.runtime.zk import ZooKeeperClient
-from tests.admin.workload import admin, mixed_workload, verify_all
+from tests.admin.workload import Expected, admin, mixed_workload, verify_all
+from tests.cluster.processes import BookieProcess
 from tests.conftest import BookieFactory
 from tests.waiting import wait_until
 
@@ -24,7 +27,28 @@ def test_fsck_healthy_then_reports_a_lost_entry_log(
     print(f"BLOBSTORE_TEST_SEED={SEED}")
     started = bookies(3, extra_args=BOOKIE_ARGS)
     expected = asyncio.run(mixed_workload(zk_connect, SEED))
+    _assert_fsck_healthy(zk_connect, expected)
+    _assert_unreferenced_ledger_is_garbage(zk_connect)
+    _assert_fsck_of_one_bucket(zk_connect)
+    _assert_du_by_bucket(zk_connect, expected)
+    _assert_du_of_one_bucket(zk_connect)
+    _assert_buckets_listing(zk_connect, expected)
+    code, error = _admin_error(zk_connect, "du", "--bucket", "no-such-bucket")
+    assert code == 2 and "no bucket named" in error, error
 
+    victim = started[0]
+    _lose_entry_logs_and_index(victim)
+    damaged = _assert_under_replicated_on(zk_connect, victim)
+    # Every object is still readable from the other replicas.
+    asyncio.run(verify_all(zk_connect, expected))
+    lost_ledger = damaged[0]["ledger_id"]
+    _assert_extents_dangle_without(zk_connect, lost_ledger)
+    _assert_unreadable_manifests_reported(zk_connect, expected, lost_ledger)
+
+
+def _assert_fsck_healthy(zk_connect: str, expected: Expected) -> None:
+    """Every entry on both replicas, every ledger closed, and the ledgers named only
+    through a manifest referenced (not garbage)."""
     code, report = admin(zk_connect, "fsck")
     assert code == 0, report
     assert report["healthy"] is True
@@ -38,13 +62,14 @@ def test_fsck_healthy_then_reports_a_lost_entry_log(
     assert summary["upload_parts"] == 1
     assert all(o["state"] == "CLOSED" for o in report["open_ledgers"]) is True
     assert report["open_ledgers"] == []
-    # The ledgers named only through a manifest are referenced (not garbage).
     assert summary["unreadable_manifests"] == 0
     manifest_named = expected.manifest_ledgers | expected.manifest_data_ledgers
     unreferenced = {u["ledger_id"] for u in report["unreferenced_ledgers"]}
     assert manifest_named and not manifest_named & unreferenced, report["unreferenced_ledgers"]
 
-    # An unreferenced closed ledger is garbage: listed, not a failure unless --strict.
+
+def _assert_unreferenced_ledger_is_garbage(zk_connect: str) -> None:
+    """An unreferenced closed ledger is garbage: listed, not a failure unless --strict."""
     garbage = asyncio.run(_closed_ledger(zk_connect))
     code, report = admin(zk_connect, "fsck")
     assert code == 0, report
@@ -52,11 +77,15 @@ def test_fsck_healthy_then_reports_a_lost_entry_log(
     code, strict = admin(zk_connect, "fsck", "--strict")
     assert code == 1 and strict["healthy"] is False, strict
 
+
+def _assert_fsck_of_one_bucket(zk_connect: str) -> None:
     code, only = admin(zk_connect, "fsck", "--bucket", "versioned")
     assert code == 0 and only["summary"]["buckets"] == 1, only
     assert only["summary"]["unreferenced_ledgers"] is None  # not checked for one bucket
 
-    # du / buckets: logical bytes, stored = length x WQ, ledgers used.
+
+def _assert_du_by_bucket(zk_connect: str, expected: Expected) -> None:
+    """Logical bytes, stored = length x WQ, ledgers used."""
     code, du = admin(zk_connect, "du")
     assert code == 0, du
     by_bucket = {b["bucket"]: b for b in du["buckets"]}
@@ -74,11 +103,15 @@ def test_fsck_healthy_then_reports_a_lost_entry_log(
     assert current == {"plain", "versioned"}
     assert du["total"]["logical_bytes"] == sum(expected.logical_bytes.values())
 
+
+def _assert_du_of_one_bucket(zk_connect: str) -> None:
     code, one = admin(zk_connect, "du", "--bucket", "versioned")
     assert code == 0 and [b["bucket"] for b in one["buckets"]] == ["versioned"], one
     assert {row["ledger_id"] for row in one["ledgers"]}, one
     assert all(row["write_quorum"] == 2 for row in one["ledgers"])
 
+
+def _assert_buckets_listing(zk_connect: str, expected: Expected) -> None:
     code, listing = admin(zk_connect, "buckets")
     assert code == 0, listing
     names = {b["name"]: b for b in listing["buckets"]}
@@ -86,12 +119,10 @@ def test_fsck_healthy_then_reports_a_lost_entry_log(
     assert names["versioned"]["versioning"] == "Enabled"
     assert names["plain"]["logical_bytes"] == expected.logical_bytes["plain"]
 
-    code, error = _admin_error(zk_connect, "du", "--bucket", "no-such-bucket")
-    assert code == 2 and "no bucket named" in error, error
 
-    # Damage one bookie behind its back: once a checkpoint has moved the older entries
-    # out of the journal, delete its entry logs and index, and restart it.
-    victim = started[0]
+def _lose_entry_logs_and_index(victim: BookieProcess) -> None:
+    """Damage one bookie behind its back: once a checkpoint has moved the older entries
+    out of the journal, delete its entry logs and index, and restart it."""
     _wait_for_checkpointed_journal(victim.journal_dir)
     victim.stop()
     logs = list((victim.ledger_dir / "current").glob("*.log"))
@@ -101,20 +132,23 @@ def test_fsck_healthy_then_reports_a_lost_entry_log(
     shutil.rmtree(victim.ledger_dir / "index")
     victim.start()
 
+
+def _assert_under_replicated_on(zk_connect: str, victim: BookieProcess) -> list[dict[str, Any]]:
+    """fsck fails: the damaged entries have one good copy, the victim's missing."""
     code, report = admin(zk_connect, "fsck")
     assert code == 1, report
     assert report["healthy"] is False
     assert report["summary"]["dangling_references"] == 0, report["dangling"]
-    damaged = report["under_replicated"]
+    damaged: list[dict[str, Any]] = report["under_replicated"]
     assert damaged, report["summary"]
     for entry in damaged:
         assert entry["good_copies"] == 1, entry
         assert entry["copies"][victim.bookie_id] == "missing", entry
-    # Every object is still readable from the other replicas.
-    asyncio.run(verify_all(zk_connect, expected))
+    return damaged
 
-    # A ledger deleted behind the catalog's back: its objects' extents dangle.
-    lost_ledger = damaged[0]["ledger_id"]
+
+def _assert_extents_dangle_without(zk_connect: str, lost_ledger: int) -> None:
+    """A ledger deleted behind the catalog's back: its objects' extents dangle."""
     asyncio.run(_delete_ledger(zk_connect, lost_ledger))
     code, report = admin(zk_connect, "fsck")
     assert code == 1, report
@@ -123,8 +157,12 @@ def test_fsck_healthy_then_reports_a_lost_entry_log(
     assert {d["ledger_id"] for d in dangling} == {lost_ledger}
     assert all(d["bucket"] in ("plain", "versioned") and d["key"] for d in dangling)
 
-    # A manifest that cannot be read: reported, and no ledger is called unreferenced
-    # (the extents it names are unknown).
+
+def _assert_unreadable_manifests_reported(
+    zk_connect: str, expected: Expected, lost_ledger: int
+) -> None:
+    """A manifest that cannot be read: reported, and no ledger is called unreferenced
+    (the extents it names are unknown)."""
     for ledger_id in expected.manifest_ledgers - {lost_ledger}:
         asyncio.run(_delete_ledger(zk_connect, ledger_id))
     code, report = admin(zk_connect, "fsck")
@@ -158,7 +196,7 @@ async def _delete_ledger(zk_hosts: str, ledger_id: int) -> None:
         await zk.stop()
 
 
-def _wait_for_checkpointed_journal(journal_dir, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+def _wait_for_checkpointed_journal(journal_dir: Path, timeout_s: float = 60.0) -> None:
     """Until a checkpoint has deleted the first journal file: the entries it held now
     live only in the entry logs (and the index that locates them)."""
     first = journal_dir / f"{1:016x}.txn"

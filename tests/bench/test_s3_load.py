@@ -11,7 +11,10 @@ import hashlib
 import os
 import random
 import socket
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import pytest
 from botocore.auth import S3SigV4Auth
@@ -215,50 +218,79 @@ def gateway(bookies, zk_connect: str, reaper: ProcessReaper, tmp_path: Path) -> 
     ).start()
 
 
-def test_every_operation_against_a_real_gateway(gateway: GatewayProcess) -> None:
-    seed = int(os.environ.get("BLOBSTORE_TEST_SEED", "20261121"))
-    print(f"BLOBSTORE_TEST_SEED={seed}")
-    rng = random.Random(seed)
-    s3 = gateway.client()
-    credentials = (gateway.endpoint, ACCESS_KEY, SECRET_KEY)
-    bucket = "load"
-    s3_load.create_bucket(*credentials, bucket)
-    s3_load.create_bucket(*credentials, bucket)  # already owned: fine
+@dataclass
+class LoadTarget:
+    """One bucket on the gateway, driven by bench/s3_load.py and checked with boto3."""
 
-    put = s3_load.put_op(bucket, 3000, prefix="o/")
-    result = s3_load.run_phase("put", *credentials, put, concurrency=4, count=40)
+    gateway: GatewayProcess
+    bucket: str = "load"
+
+    @property
+    def credentials(self) -> tuple[str, str, str]:
+        return (self.gateway.endpoint, ACCESS_KEY, SECRET_KEY)
+
+    @cached_property
+    def s3(self) -> Any:
+        return self.gateway.client()
+
+    def run(
+        self, name: str, op: s3_load.OpFactory, concurrency: int, count: int
+    ) -> s3_load.PhaseResult:
+        return s3_load.run_phase(name, *self.credentials, op, concurrency=concurrency, count=count)
+
+    def body(self, key: str) -> bytes:
+        return bytes(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+
+    def listed(self, prefix: str) -> list[str]:
+        reply = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=prefix)
+        return [item["Key"] for item in reply["Contents"]]
+
+    def key_count(self, prefix: str) -> int:
+        return int(self.s3.list_objects_v2(Bucket=self.bucket, Prefix=prefix)["KeyCount"])
+
+
+def _put_and_get_forty(target: LoadTarget) -> bytes:
+    """40 objects of 3000 bytes under o/, read back in key order, shuffled and ranged;
+    the body of o/ number 7."""
+    put = s3_load.put_op(target.bucket, 3000, prefix="o/")
+    result = target.run("put", put, concurrency=4, count=40)
     assert (result.ops, result.errors, result.bytes) == (40, 0, 40 * 3000), result.error_samples
-    body = s3.get_object(Bucket=bucket, Key=s3_load.object_key("o/", 7))["Body"].read()
+    body = target.body(s3_load.object_key("o/", 7))
     assert len(body) == 3000
 
-    get = s3_load.get_op(bucket, 40, prefix="o/")
-    result = s3_load.run_phase("get", *credentials, get, concurrency=4, count=80)
+    get = s3_load.get_op(target.bucket, 40, prefix="o/")
+    result = target.run("get", get, concurrency=4, count=80)
     assert (result.ops, result.errors, result.bytes) == (80, 0, 80 * 3000), result.error_samples
-    shuffled = s3_load.get_op(bucket, 40, prefix="o/", random_seed=5)
-    result = s3_load.run_phase("get", *credentials, shuffled, concurrency=4, count=80)
+    shuffled = s3_load.get_op(target.bucket, 40, prefix="o/", random_seed=5)
+    result = target.run("get", shuffled, concurrency=4, count=80)
     assert (result.ops, result.errors, result.bytes) == (80, 0, 80 * 3000), result.error_samples
-    ranged = s3_load.get_op(bucket, 40, prefix="o/", byte_range=(100, 199))
-    result = s3_load.run_phase("range", *credentials, ranged, concurrency=2, count=10)
+    ranged = s3_load.get_op(target.bucket, 40, prefix="o/", byte_range=(100, 199))
+    result = target.run("range", ranged, concurrency=2, count=10)
     assert (result.ops, result.errors, result.bytes) == (10, 0, 10 * 100), result.error_samples
+    return body
 
-    # One worker walks the listing in pages of 7: 40 keys -> 6 pages, then starts over.
-    result = s3_load.run_phase(
-        "list", *credentials, s3_load.list_op(bucket, "o/", max_keys=7), concurrency=1, count=7
-    )
+
+def _list_and_read_a_range(target: LoadTarget, body: bytes) -> None:
+    """One worker walks the listing in pages of 7: 40 keys -> 6 pages, then starts over;
+    the client lists every key, scans a page without parsing it, and reads a range."""
+    list_pages = s3_load.list_op(target.bucket, "o/", max_keys=7)
+    result = target.run("list", list_pages, concurrency=1, count=7)
     assert (result.ops, result.errors) == (7, 0), result.error_samples
 
     async def check_listing_and_range() -> tuple[list[str], bytes | None]:
-        async with s3_load.S3Client(*credentials) as client:
+        async with s3_load.S3Client(*target.credentials) as client:
             connection = await client.connect()
-            keys = await client.list_all(connection, bucket, "o/")
+            keys = await client.list_all(connection, target.bucket, "o/")
             scanned = await client.list_objects_v2(
-                connection, bucket, "o/", max_keys=7, parse_keys=False
+                connection, target.bucket, "o/", max_keys=7, parse_keys=False
             )
             assert (scanned.keys, scanned.key_count) == ([], 7)
-            page = await client.list_objects_v2(connection, bucket, "o/", scanned.next_token, 7)
+            page = await client.list_objects_v2(
+                connection, target.bucket, "o/", scanned.next_token, 7
+            )
             assert page.keys == keys[7:14]
             response = await client.get_object(
-                connection, bucket, s3_load.object_key("o/", 7), (10, 19), keep_body=True
+                connection, target.bucket, s3_load.object_key("o/", 7), (10, 19), keep_body=True
             )
             return keys, response.body
 
@@ -266,52 +298,77 @@ def test_every_operation_against_a_real_gateway(gateway: GatewayProcess) -> None
     assert keys == [s3_load.object_key("o/", number) for number in range(40)]
     assert chunk == body[10:20]
 
-    # Multipart: 300 KiB in 64 KiB parts, 3 at a time; the object is the concatenation.
+
+def _upload_in_parts(target: LoadTarget, rng: random.Random) -> None:
+    """300 KiB in 64 KiB parts, 3 at a time; the object is the concatenation."""
     size = 300 * 1024 + rng.randrange(1000)
-    multipart = s3_load.multipart_op(bucket, size, 64 * 1024, part_concurrency=3, prefix="m/")
-    result = s3_load.run_phase("multipart", *credentials, multipart, concurrency=2, count=2)
+    multipart = s3_load.multipart_op(
+        target.bucket, size, 64 * 1024, part_concurrency=3, prefix="m/"
+    )
+    result = target.run("multipart", multipart, concurrency=2, count=2)
     assert (result.ops, result.errors, result.bytes) == (2, 0, 2 * size), result.error_samples
-    first = s3.get_object(Bucket=bucket, Key=s3_load.object_key("m/", 0))["Body"].read()
-    second = s3.get_object(Bucket=bucket, Key=s3_load.object_key("m/", 1))["Body"].read()
+    first = target.body(s3_load.object_key("m/", 0))
+    second = target.body(s3_load.object_key("m/", 1))
     assert len(first) == size and hashlib.sha256(first).digest() == hashlib.sha256(second).digest()
 
-    # DeleteObjects of 30 keys (batches of 10 with Content-MD5), then DELETE the last 10.
-    batch = s3_load.delete_objects_op(bucket, prefix="o/", batch=10)
-    result = s3_load.run_phase("delete-objects", *credentials, batch, concurrency=3, count=3)
+
+def _delete_the_forty(target: LoadTarget) -> None:
+    """DeleteObjects of 30 keys (batches of 10 with Content-MD5), then DELETE the last 10."""
+    batch = s3_load.delete_objects_op(target.bucket, prefix="o/", batch=10)
+    result = target.run("delete-objects", batch, concurrency=3, count=3)
     assert (result.ops, result.errors) == (3, 0), result.error_samples
-    remaining = [item["Key"] for item in s3.list_objects_v2(Bucket=bucket, Prefix="o/")["Contents"]]
-    assert remaining == [s3_load.object_key("o/", number) for number in range(30, 40)]
+    assert target.listed("o/") == [s3_load.object_key("o/", number) for number in range(30, 40)]
 
     async def delete_rest() -> None:
-        async with s3_load.S3Client(*credentials) as client:
+        async with s3_load.S3Client(*target.credentials) as client:
             connection = await client.connect()
             for number in range(30, 40):
-                await client.delete_object(connection, bucket, s3_load.object_key("o/", number))
+                key = s3_load.object_key("o/", number)
+                await client.delete_object(connection, target.bucket, key)
 
     s3_load.run_async(delete_rest())
-    assert s3.list_objects_v2(Bucket=bucket, Prefix="o/")["KeyCount"] == 0
+    assert target.key_count("o/") == 0
 
-    # Scattered keys: the same key for the same number in put, get and delete phases,
-    # spread over the key space instead of sorting in write order.
+
+def _put_get_and_delete_scattered(target: LoadTarget) -> None:
+    """Scattered keys: the same key for the same number in put, get and delete phases,
+    spread over the key space instead of sorting in write order."""
     scattered = [s3_load.object_key("s/", number, scattered=True) for number in range(20)]
     assert len(set(scattered)) == 20 and scattered != sorted(scattered)
-    put_scattered = s3_load.put_op(bucket, 100, prefix="s/", scattered=True)
-    result = s3_load.run_phase("put", *credentials, put_scattered, concurrency=4, count=20)
+    put_scattered = s3_load.put_op(target.bucket, 100, prefix="s/", scattered=True)
+    result = target.run("put", put_scattered, concurrency=4, count=20)
     assert (result.ops, result.errors) == (20, 0), result.error_samples
-    listed = [item["Key"] for item in s3.list_objects_v2(Bucket=bucket, Prefix="s/")["Contents"]]
-    assert listed == sorted(scattered)
-    get_scattered = s3_load.get_op(bucket, 20, prefix="s/", scattered=True)
-    result = s3_load.run_phase("get", *credentials, get_scattered, concurrency=4, count=20)
+    assert target.listed("s/") == sorted(scattered)
+    get_scattered = s3_load.get_op(target.bucket, 20, prefix="s/", scattered=True)
+    result = target.run("get", get_scattered, concurrency=4, count=20)
     assert (result.ops, result.errors, result.bytes) == (20, 0, 2000), result.error_samples
-    delete = s3_load.delete_op(bucket, prefix="s/", scattered=True)
-    result = s3_load.run_phase("delete", *credentials, delete, concurrency=4, count=20)
+    delete = s3_load.delete_op(target.bucket, prefix="s/", scattered=True)
+    result = target.run("delete", delete, concurrency=4, count=20)
     assert (result.ops, result.errors) == (20, 0), result.error_samples
-    assert s3.list_objects_v2(Bucket=bucket, Prefix="s/")["KeyCount"] == 0
+    assert target.key_count("s/") == 0
 
-    # A missing key is a counted error, and the connection keeps working after it.
-    result = s3_load.run_phase("get", *credentials, get, concurrency=1, count=3)
+
+def _get_missing_keys(target: LoadTarget) -> None:
+    """A missing key is a counted error, and the connection keeps working after it."""
+    get = s3_load.get_op(target.bucket, 40, prefix="o/")
+    result = target.run("get", get, concurrency=1, count=3)
     assert (result.ops, result.errors) == (0, 3)
     assert "HTTP 404 NoSuchKey" in result.error_samples[0], result.error_samples
+
+
+def test_every_operation_against_a_real_gateway(gateway: GatewayProcess) -> None:
+    seed = int(os.environ.get("BLOBSTORE_TEST_SEED", "20261121"))
+    print(f"BLOBSTORE_TEST_SEED={seed}")
+    rng = random.Random(seed)
+    target = LoadTarget(gateway)
+    s3_load.create_bucket(*target.credentials, target.bucket)
+    s3_load.create_bucket(*target.credentials, target.bucket)  # already owned: fine
+    body = _put_and_get_forty(target)
+    _list_and_read_a_range(target, body)
+    _upload_in_parts(target, rng)
+    _delete_the_forty(target)
+    _put_get_and_delete_scattered(target)
+    _get_missing_keys(target)
 
 
 def test_get_op_orders() -> None:

@@ -434,6 +434,106 @@ def test_absurd_answer_length_fails_in_flight_then_reconnects() -> None:
     run(scenario())
 
 
+class ReadReplicas:
+    """Two in-process bookies answering reads of entry 7 of ledger 7, each in the mode
+    set for it: "good", "corrupt" (a flipped payload byte), "missing" (NO_SUCH_ENTRY) or
+    "silent" (no answer until `release` is set)."""
+
+    def __init__(self) -> None:
+        self.good = protocol.Entry(7, 0, -1, 7, b"payload").encode()
+        corrupt = bytearray(self.good)
+        corrupt[-1] ^= 0xFF
+        self.corrupt = bytes(corrupt)
+        self.behaviour: dict[str, str] = {}
+        self.release = asyncio.Event()
+        self.servers = [self._server_for("a"), self._server_for("b")]
+
+    def _server_for(self, name: str) -> FrameServer:
+        async def handler(frame: protocol.Frame) -> tuple[int, bytes] | None:
+            request = protocol.ReadRequest.decode(frame.body)
+            mode = self.behaviour.get(name, "good")
+            if mode == "silent":
+                await self.release.wait()
+            if mode == "missing":
+                return Status.NO_SUCH_ENTRY, b""
+            body = self.corrupt if mode == "corrupt" else self.good
+            return Status.OK, protocol.ReadResponse(request.ledger_id, 0, -1, body).encode()
+
+        return FrameServer(handler)
+
+    async def start(self) -> list[str]:
+        return [await server.start() for server in self.servers]
+
+    async def stop(self) -> None:
+        for server in self.servers:
+            await server.stop()
+
+
+def _count_reads_sent_nowait(pool: BookieClientPool) -> list[int]:
+    """Wrap the pool's `read_entry_nowait`; the one-item list counts the reads it sent."""
+    sent_nowait = [0]
+    real = pool.read_entry_nowait
+
+    def counting(*args: object, **kwargs: object) -> bool:
+        sent = real(*args, **kwargs)  # type: ignore[arg-type]
+        sent_nowait[0] += sent
+        return sent
+
+    pool.read_entry_nowait = counting  # type: ignore[method-assign]
+    return sent_nowait
+
+
+async def _read_overtakes_a_silent_replica(
+    replicas: ReadReplicas, read: Callable[[], PendingReadOp]
+) -> None:
+    replicas.behaviour["a"] = "silent"
+    speculative = _sample("blobstore_ledger_speculative_reads_total")
+    assert (await read().run()).payload == b"payload"
+    assert _sample("blobstore_ledger_speculative_reads_total") == speculative + 1
+
+
+async def _read_skips_a_corrupt_copy(
+    replicas: ReadReplicas, read: Callable[[], PendingReadOp]
+) -> None:
+    replicas.behaviour["a"] = "corrupt"
+    mismatches = _sample("blobstore_ledger_digest_mismatches_total")
+    assert (await read().run()).payload == b"payload"
+    assert _sample("blobstore_ledger_digest_mismatches_total") == mismatches + 1
+
+
+async def _read_of_a_missing_entry_fails(
+    replicas: ReadReplicas, read: Callable[[], PendingReadOp]
+) -> None:
+    replicas.behaviour["a"] = replicas.behaviour["b"] = "missing"
+    with pytest.raises(EntryNotFoundError):
+        await read().run()
+
+
+async def _cancelled_read_frees_its_slots_once_answered(
+    replicas: ReadReplicas, read: Callable[[], PendingReadOp], pool: BookieClientPool
+) -> None:
+    """Slots stay taken while the silent replicas hold the requests, then all come back."""
+    replicas.behaviour["a"] = replicas.behaviour["b"] = "silent"
+    task = asyncio.ensure_future(read().run())
+    await wait_until_async(  # both replicas asked
+        lambda: pool._slots.free == 8 - 3,
+        2.0,
+        message=lambda: f"{pool._slots.free} of 8 slots free",
+        interval_s=0.01,
+    )
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert pool._slots.free == 8 - 3  # the first silent read and these two
+    replicas.release.set()
+    await wait_until_async(
+        lambda: pool._slots.free == 8,
+        2.0,
+        message=lambda: f"{pool._slots.free} of 8 slots free",
+        interval_s=0.01,
+    )
+
+
 def test_pending_read_on_the_fast_path_speculates_skips_bad_copies_and_frees_slots() -> None:
     """Reads sent without a task (connection up): a silent first replica is overtaken by a
     speculative read, a corrupt copy moves on to the next replica at once, replicas that
@@ -441,72 +541,22 @@ def test_pending_read_on_the_fast_path_speculates_skips_bad_copies_and_frees_slo
     taken once its requests are answered."""
 
     async def scenario() -> None:
-        good = protocol.Entry(7, 0, -1, 7, b"payload").encode()
-        corrupt = bytearray(good)
-        corrupt[-1] ^= 0xFF
-        behaviour: dict[str, str] = {}
-        release = asyncio.Event()
-
-        def server_for(name: str) -> FrameServer:
-            async def handler(frame: protocol.Frame) -> tuple[int, bytes] | None:
-                request = protocol.ReadRequest.decode(frame.body)
-                mode = behaviour.get(name, "good")
-                if mode == "silent":
-                    await release.wait()
-                if mode == "missing":
-                    return Status.NO_SUCH_ENTRY, b""
-                body = bytes(corrupt) if mode == "corrupt" else good
-                return Status.OK, protocol.ReadResponse(request.ledger_id, 0, -1, body).encode()
-
-            return FrameServer(handler)
-
-        a, b = server_for("a"), server_for("b")
-        ids = [await a.start(), await b.start()]
-        sent_nowait = 0
+        replicas = ReadReplicas()
+        ids = await replicas.start()
         async with BookieClientPool(request_timeout_s=5, in_flight_max=8) as pool:
-            real = pool.read_entry_nowait
-
-            def counting(*args: object, **kwargs: object) -> bool:
-                nonlocal sent_nowait
-                sent = real(*args, **kwargs)  # type: ignore[arg-type]
-                sent_nowait += sent
-                return sent
-
-            pool.read_entry_nowait = counting  # type: ignore[method-assign]
+            sent_nowait = _count_reads_sent_nowait(pool)
             for bookie_id in ids:  # connect both: later reads take the fast path
                 await pool.read_entry(bookie_id, 7, 0)
 
             def read() -> PendingReadOp:
                 return PendingReadOp(pool, 7, 0, ids, speculative_read_timeout_s=0.05)
 
-            behaviour["a"] = "silent"
-            speculative = _sample("blobstore_ledger_speculative_reads_total")
-            assert (await read().run()).payload == b"payload"
-            assert _sample("blobstore_ledger_speculative_reads_total") == speculative + 1
-            behaviour["a"] = "corrupt"
-            mismatches = _sample("blobstore_ledger_digest_mismatches_total")
-            assert (await read().run()).payload == b"payload"
-            assert _sample("blobstore_ledger_digest_mismatches_total") == mismatches + 1
-            behaviour["a"] = behaviour["b"] = "missing"
-            with pytest.raises(EntryNotFoundError):
-                await read().run()
-            assert sent_nowait >= 5
-            behaviour["a"] = behaviour["b"] = "silent"
-            task = asyncio.ensure_future(read().run())
-            await asyncio.sleep(0.2)  # both replicas asked
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            assert pool._slots.free == 8 - 3  # the first silent read and these two
-            release.set()
-            await wait_until_async(
-                lambda: pool._slots.free == 8,
-                2.0,
-                message=lambda: f"{pool._slots.free} of 8 slots free",
-                interval_s=0.01,
-            )
-        await a.stop()
-        await b.stop()
+            await _read_overtakes_a_silent_replica(replicas, read)
+            await _read_skips_a_corrupt_copy(replicas, read)
+            await _read_of_a_missing_entry_fails(replicas, read)
+            assert sent_nowait[0] >= 5
+            await _cancelled_read_frees_its_slots_once_answered(replicas, read, pool)
+        await replicas.stop()
 
     run(scenario())
 

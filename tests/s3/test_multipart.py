@@ -205,34 +205,25 @@ MANIFESTS_WRITTEN = 'blobstore_object_manifests_total{op="written"}'
 @pytest.fixture(scope="module")
 def manifest_gateway(s3_cluster: S3Cluster) -> GatewayProcess:
     """A gateway keeping any part list over 1 KiB (~20 parts) in a manifest, whose index
-    records hold at most 2 KiB (~35 parts inline: 60 used to be refused)."""
+    records hold at most 2 KiB (~35 parts inline: 60 fit only through a manifest)."""
     return s3_cluster.start_gateway(
         "gateway-manifests",
         env={"BLOBSTORE_MANIFEST_BYTES_MIN": "1024", "BLOBSTORE_CATALOG_RECORD_BYTES_MAX": "2048"},
     )
 
 
-def test_a_long_part_list_lives_in_a_manifest(
-    s3_cluster: Any, manifest_gateway: GatewayProcess, gateway: GatewayProcess, rng: random.Random
-) -> None:
-    """60 parts with SHA256 part checksums: the part list goes to a manifest. Every read
-    that needs it (whole and ranged GETs, partNumber, GetObjectAttributes, UploadPartCopy)
-    works, through this gateway and another process; a copy shares the manifest; tags
-    change by compare-and-swap of the small record."""
-    s3 = manifest_gateway.client()
-    other = gateway.client()
-    bucket = f"manifests-{rng.randrange(1 << 30)}"
-    s3.create_bucket(Bucket=bucket)
-    datas = [rng.randbytes(PART_BYTES_MIN + rng.randrange(ENTRY_SIZE_BYTES)) for _ in range(59)]
-    datas.append(rng.randbytes(777))
-    upload_id = s3.create_multipart_upload(Bucket=bucket, Key="big", ChecksumAlgorithm="SHA256")[
+def _upload_sha256_parts(
+    s3: Any, bucket: str, key: str, datas: list[bytes]
+) -> tuple[str, list[dict[str, Any]]]:
+    """An upload of `datas` as parts with SHA256 checksums: its id and the part list."""
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm="SHA256")[
         "UploadId"
     ]
     parts = []
     for number, data in enumerate(datas, start=1):
         response = s3.upload_part(
             Bucket=bucket,
-            Key="big",
+            Key=key,
             UploadId=upload_id,
             PartNumber=number,
             Body=data,
@@ -245,24 +236,29 @@ def test_a_long_part_list_lives_in_a_manifest(
                 "ChecksumSHA256": response["ChecksumSHA256"],
             }
         )
-    written = manifest_gateway.metric(MANIFESTS_WRITTEN)
-    s3.complete_multipart_upload(
-        Bucket=bucket, Key="big", UploadId=upload_id, MultipartUpload={"Parts": parts}
-    )
-    assert manifest_gateway.metric(MANIFESTS_WRITTEN) == written + 1
+    return upload_id, parts
+
+
+def _assert_reads_need_the_part_list(
+    client: Any, bucket: str, datas: list[bytes], parts: list[dict[str, Any]], rng: random.Random
+) -> None:
+    """Whole and ranged GETs, GET and HEAD by part number of the 60-part "big"."""
     whole = b"".join(datas)
-    for client in (s3, other):
-        assert client.get_object(Bucket=bucket, Key="big")["Body"].read() == whole
-        first = rng.randrange(len(whole) // 2)
-        last = first + 3 * PART_BYTES_MIN
-        ranged = client.get_object(Bucket=bucket, Key="big", Range=f"bytes={first}-{last}")
-        assert ranged["Body"].read() == whole[first : last + 1]
-        part = client.get_object(Bucket=bucket, Key="big", PartNumber=37, ChecksumMode="ENABLED")
-        assert part["Body"].read() == datas[36]
-        assert part["PartsCount"] == 60
-        assert part["ChecksumSHA256"] == parts[36]["ChecksumSHA256"]
-        assert client.head_object(Bucket=bucket, Key="big", PartNumber=60)["ContentLength"] == 777
-    attributes = other.get_object_attributes(
+    assert client.get_object(Bucket=bucket, Key="big")["Body"].read() == whole
+    first = rng.randrange(len(whole) // 2)
+    last = first + 3 * PART_BYTES_MIN
+    ranged = client.get_object(Bucket=bucket, Key="big", Range=f"bytes={first}-{last}")
+    assert ranged["Body"].read() == whole[first : last + 1]
+    part = client.get_object(Bucket=bucket, Key="big", PartNumber=37, ChecksumMode="ENABLED")
+    assert part["Body"].read() == datas[36]
+    assert part["PartsCount"] == 60
+    assert part["ChecksumSHA256"] == parts[36]["ChecksumSHA256"]
+    assert client.head_object(Bucket=bucket, Key="big", PartNumber=60)["ContentLength"] == 777
+
+
+def _assert_part_attributes_page(client: Any, bucket: str, datas: list[bytes]) -> None:
+    """GetObjectAttributes: 25 parts after part 30, of the 60."""
+    attributes = client.get_object_attributes(
         Bucket=bucket,
         Key="big",
         ObjectAttributes=["ObjectParts", "ObjectSize"],
@@ -273,30 +269,38 @@ def test_a_long_part_list_lives_in_a_manifest(
     assert shown["TotalPartsCount"] == 60 and shown["IsTruncated"] is True
     assert [p["PartNumber"] for p in shown["Parts"]] == list(range(31, 56))
     assert [p["Size"] for p in shown["Parts"]] == [len(d) for d in datas[30:55]]
-    assert attributes["ObjectSize"] == len(whole)
+    assert attributes["ObjectSize"] == sum(len(d) for d in datas)
 
-    # A copy shares the manifest (none is written) and outlives the source.
-    s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "big"})
-    assert manifest_gateway.metric(MANIFESTS_WRITTEN) == written + 1
-    # A copy asked for another algorithm: a whole-object CRC64NVME read through the
-    # manifest; its parts, read by number, then carry no checksum of their own.
+
+def _assert_copy_with_another_checksum(
+    s3: Any, other: Any, bucket: str, datas: list[bytes]
+) -> None:
+    """A copy asked for another algorithm: a whole-object CRC64NVME read through the
+    manifest; its parts, read by number, then carry no checksum of their own."""
     recrc = s3.copy_object(
         Bucket=bucket,
         Key="crc",
         CopySource={"Bucket": bucket, "Key": "big"},
         ChecksumAlgorithm="CRC64NVME",
     )
-    assert recrc["CopyObjectResult"]["ChecksumCRC64NVME"] == crc64nvme(whole)
+    assert recrc["CopyObjectResult"]["ChecksumCRC64NVME"] == crc64nvme(b"".join(datas))
     part = other.get_object(Bucket=bucket, Key="crc", PartNumber=37, ChecksumMode="ENABLED")
     assert part["Body"].read() == datas[36]
     assert "ChecksumSHA256" not in part and "ChecksumCRC64NVME" not in part
+
+
+def _assert_tags_change(s3: Any, bucket: str) -> None:
     s3.put_object_tagging(
         Bucket=bucket, Key="big", Tagging={"TagSet": [{"Key": "tier", "Value": "cold"}]}
     )
     assert s3.get_object_tagging(Bucket=bucket, Key="big")["TagSet"] == [
         {"Key": "tier", "Value": "cold"}
     ]
-    # A part copied out of the middle of it, across part boundaries.
+
+
+def _assert_part_copy_across_part_boundaries(s3: Any, bucket: str, datas: list[bytes]) -> None:
+    """A part copied out of the middle of "big", across part boundaries."""
+    whole = b"".join(datas)
     start = sum(len(d) for d in datas[:10]) - 5
     end = start + PART_BYTES_MIN + ENTRY_SIZE_BYTES
     target = s3.create_multipart_upload(Bucket=bucket, Key="slice")["UploadId"]
@@ -315,10 +319,41 @@ def test_a_long_part_list_lives_in_a_manifest(
         MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": copied["CopyPartResult"]["ETag"]}]},
     )
     assert s3.get_object(Bucket=bucket, Key="slice")["Body"].read() == whole[start : end + 1]
+
+
+def test_a_long_part_list_lives_in_a_manifest(
+    s3_cluster: Any, manifest_gateway: GatewayProcess, gateway: GatewayProcess, rng: random.Random
+) -> None:
+    """60 parts with SHA256 part checksums: the part list goes to a manifest. Every read
+    that needs it (whole and ranged GETs, partNumber, GetObjectAttributes, UploadPartCopy)
+    works, through this gateway and another process; a copy shares the manifest; tags
+    change by compare-and-swap of the small record."""
+    s3 = manifest_gateway.client()
+    other = gateway.client()
+    bucket = f"manifests-{rng.randrange(1 << 30)}"
+    s3.create_bucket(Bucket=bucket)
+    datas = [rng.randbytes(PART_BYTES_MIN + rng.randrange(ENTRY_SIZE_BYTES)) for _ in range(59)]
+    datas.append(rng.randbytes(777))
+    upload_id, parts = _upload_sha256_parts(s3, bucket, "big", datas)
+    written = manifest_gateway.metric(MANIFESTS_WRITTEN)
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key="big", UploadId=upload_id, MultipartUpload={"Parts": parts}
+    )
+    assert manifest_gateway.metric(MANIFESTS_WRITTEN) == written + 1
+    for client in (s3, other):
+        _assert_reads_need_the_part_list(client, bucket, datas, parts, rng)
+    _assert_part_attributes_page(other, bucket, datas)
+
+    # A copy shares the manifest (none is written) and outlives the source.
+    s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "big"})
+    assert manifest_gateway.metric(MANIFESTS_WRITTEN) == written + 1
+    _assert_copy_with_another_checksum(s3, other, bucket, datas)
+    _assert_tags_change(s3, bucket)
+    _assert_part_copy_across_part_boundaries(s3, bucket, datas)
     s3.delete_object(Bucket=bucket, Key="big")
     # Read by a process that never saw the source (nothing cached).
     fresh = s3_cluster.start_gateway("gateway-manifest-reader").client()
-    assert fresh.get_object(Bucket=bucket, Key="copy")["Body"].read() == whole
+    assert fresh.get_object(Bucket=bucket, Key="copy")["Body"].read() == b"".join(datas)
     part = fresh.get_object(Bucket=bucket, Key="copy", PartNumber=60)
     assert part["Body"].read() == datas[59] and part["PartsCount"] == 60
 

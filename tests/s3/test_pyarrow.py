@@ -266,7 +266,12 @@ def test_get_file_info_and_selectors(fs: pafs.S3FileSystem, s3: Any, bucket: str
     for key, body in bodies.items():
         s3.put_object(Bucket=bucket, Key=key, Body=body)
     fs.create_dir(f"{bucket}/empty")
+    _assert_file_info_of_paths(fs, s3, bucket)
+    _assert_selectors_list(fs, bucket)
 
+
+def _assert_file_info_of_paths(fs: pafs.S3FileSystem, s3: Any, bucket: str) -> None:
+    """Files, directories (implied by keys, or made empty) and paths that are neither."""
     infos = fs.get_file_info(
         [
             f"{bucket}/top.txt",
@@ -298,6 +303,11 @@ def test_get_file_info_and_selectors(fs: pafs.S3FileSystem, s3: Any, bucket: str
     assert infos[3].base_name == "3.txt"
     modified = s3.head_object(Bucket=bucket, Key="a/b/3.txt")["LastModified"]
     assert abs(infos[3].mtime.timestamp() - modified.timestamp()) < 1.0
+
+
+def _assert_selectors_list(fs: pafs.S3FileSystem, bucket: str) -> None:
+    """One level or recursive, from a directory or the bucket; a missing one only when
+    allowed."""
 
     def listed(selector: pafs.FileSelector) -> list[tuple[str, pafs.FileType, int | None]]:
         return sorted(
@@ -608,18 +618,11 @@ def test_https_needs_the_gateway_certificate(
             unverified.get_file_info(name)
 
 
-def test_https_uploads_store_the_bytes_without_framing_or_trailer(
-    tls_gateway: GatewayProcess,
-    tls_fs: pafs.S3FileSystem,
-    bucket_name: Callable[[], str],
-    rng: random.Random,
+def _assert_small_stream_is_one_upload_part(
+    tls_gateway: GatewayProcess, tls_fs: pafs.S3FileSystem, s3: Any, bucket: str
 ) -> None:
-    s3 = tls_gateway.client()
-    bucket = bucket_name()
-    tls_fs.create_dir(bucket)
-
-    # An output stream opens a multipart upload before it knows the size: a small object
-    # is one UploadPart, its body framed with the trailer.
+    """An output stream opens a multipart upload before it knows the size: a small object
+    is one UploadPart, its body framed with the trailer."""
     small = b"small and simple, over https\n"
     with tls_fs.open_output_stream(f"{bucket}/small.txt") as out:
         out.write(small)
@@ -636,15 +639,22 @@ def test_https_uploads_store_the_bytes_without_framing_or_trailer(
     [upload] = access_log(tls_gateway, "UploadPart", f"/{bucket}/small.txt", 1)
     assert_framed_upload(upload, len(small))
 
-    # With delayed open, a small stream is one PutObject, framed the same way; its
-    # trailer becomes the object's full-object checksum.
-    put_body = rng.randbytes(200_000)
+
+def _write_with_delayed_open(tls_gateway: GatewayProcess, bucket: str, put_body: bytes) -> None:
+    """put.bin holding `put_body`, and empty.bin, each written as one PutObject."""
     with no_metadata_service():
         delayed = s3_filesystem(tls_gateway, allow_delayed_open=True)
         with delayed.open_output_stream(f"{bucket}/put.bin") as out:
             out.write(put_body)
         with delayed.open_output_stream(f"{bucket}/empty.bin"):
             pass
+
+
+def _assert_put_object_stored(
+    tls_gateway: GatewayProcess, tls_fs: pafs.S3FileSystem, s3: Any, bucket: str, put_body: bytes
+) -> None:
+    """A small stream is one PutObject, framed like an UploadPart; its trailer becomes
+    the object's full-object checksum."""
     for head in (
         s3.head_object(Bucket=bucket, Key="put.bin", ChecksumMode="ENABLED"),
         s3.get_object(Bucket=bucket, Key="put.bin", ChecksumMode="ENABLED"),
@@ -659,31 +669,41 @@ def test_https_uploads_store_the_bytes_without_framing_or_trailer(
         assert stream.read() == put_body
     [put] = access_log(tls_gateway, "PutObject", f"/{bucket}/put.bin", 1)
     assert_framed_upload(put, len(put_body))
-    # The empty file: no body, the checksum as a header.
+
+
+def _assert_empty_put_object_stored(tls_gateway: GatewayProcess, s3: Any, bucket: str) -> None:
+    """The empty file: no body, the checksum as a header."""
     empty = s3.head_object(Bucket=bucket, Key="empty.bin", ChecksumMode="ENABLED")
     assert empty["ContentLength"] == 0
     assert empty["ChecksumCRC64NVME"] == crc64nvme(b"") == "AAAAAAAAAAA="
     [put_empty] = access_log(tls_gateway, "PutObject", f"/{bucket}/empty.bin", 1)
     assert put_empty["bytes_in"] == "0"
 
-    # A large stream, written in uneven pieces: several UploadParts in the background.
-    body = rng.randbytes(26 * MIB + 777)
-    with tls_fs.open_output_stream(f"{bucket}/big.bin") as out:
+
+def _write_in_uneven_pieces(
+    tls_fs: pafs.S3FileSystem, path: str, body: bytes, rng: random.Random
+) -> None:
+    """A large stream, written in pieces of up to 3 MiB: several UploadParts in the
+    background."""
+    with tls_fs.open_output_stream(path) as out:
         view = memoryview(body)
         position = 0
         while position < len(body):
             step = rng.randrange(1, 3 * MIB)
             out.write(view[position : position + step])
             position += step
-    head = s3.head_object(Bucket=bucket, Key="big.bin", ChecksumMode="ENABLED")
+
+
+def _assert_stored_in_parts(s3: Any, bucket: str, key: str, body: bytes) -> list[bytes]:
+    """The object holds `body` in two or more parts, with the multipart ETag and S3's
+    default checksum; the parts' bytes, in order."""
+    head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
     assert head["ContentLength"] == len(body)
     count = int(head["ETag"].strip('"').rsplit("-", 1)[1])
     assert count >= 2, head
     parts: list[bytes] = []
     for number in range(1, count + 1):
-        part = s3.head_object(
-            Bucket=bucket, Key="big.bin", PartNumber=number, ChecksumMode="ENABLED"
-        )
+        part = s3.head_object(Bucket=bucket, Key=key, PartNumber=number, ChecksumMode="ENABLED")
         start = sum(map(len, parts))
         data = body[start : start + part["ContentLength"]]
         assert part["PartsCount"] == count
@@ -695,22 +715,57 @@ def test_https_uploads_store_the_bytes_without_framing_or_trailer(
     # CRC64NVME of the whole object combined from its parts' (each from its trailer).
     assert head["ChecksumCRC64NVME"] == crc64nvme(body)
     assert head["ChecksumType"] == "FULL_OBJECT"
-    got_body = s3.get_object(Bucket=bucket, Key="big.bin")["Body"].read()
+    return parts
+
+
+def _assert_reads_whole_and_across_a_part_boundary(
+    tls_fs: pafs.S3FileSystem, s3: Any, bucket: str, key: str, parts: list[bytes]
+) -> None:
+    body = b"".join(parts)
+    got_body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     assert hashlib.sha256(got_body).digest() == hashlib.sha256(body).digest()
-    with tls_fs.open_input_file(f"{bucket}/big.bin") as f:
+    with tls_fs.open_input_file(f"{bucket}/{key}") as f:
         assert f.size() == len(body)
         boundary = len(parts[0])
         assert f.read_at(1000, boundary - 500) == body[boundary - 500 : boundary + 500]
         f.seek(0)
         assert hashlib.sha256(f.read()).digest() == hashlib.sha256(body).digest()
-    # Each UploadPart body was longer than its part (paired by size: framing only adds).
-    uploads = access_log(tls_gateway, "UploadPart", f"/{bucket}/big.bin", count)
+
+
+def _assert_upload_parts_framed(
+    tls_gateway: GatewayProcess, bucket: str, key: str, parts: list[bytes]
+) -> None:
+    """Each UploadPart body is longer than its part (paired by size: framing only adds)."""
+    uploads = access_log(tls_gateway, "UploadPart", f"/{bucket}/{key}", len(parts))
     for line, data in zip(
         sorted(uploads, key=lambda line: int(line["bytes_in"])),
         sorted(parts, key=len),
         strict=True,
     ):
         assert_framed_upload(line, len(data))
+
+
+def test_https_uploads_store_the_bytes_without_framing_or_trailer(
+    tls_gateway: GatewayProcess,
+    tls_fs: pafs.S3FileSystem,
+    bucket_name: Callable[[], str],
+    rng: random.Random,
+) -> None:
+    s3 = tls_gateway.client()
+    bucket = bucket_name()
+    tls_fs.create_dir(bucket)
+    _assert_small_stream_is_one_upload_part(tls_gateway, tls_fs, s3, bucket)
+
+    put_body = rng.randbytes(200_000)
+    _write_with_delayed_open(tls_gateway, bucket, put_body)
+    _assert_put_object_stored(tls_gateway, tls_fs, s3, bucket, put_body)
+    _assert_empty_put_object_stored(tls_gateway, s3, bucket)
+
+    body = rng.randbytes(26 * MIB + 777)
+    _write_in_uneven_pieces(tls_fs, f"{bucket}/big.bin", body, rng)
+    parts = _assert_stored_in_parts(s3, bucket, "big.bin", body)
+    _assert_reads_whole_and_across_a_part_boundary(tls_fs, s3, bucket, "big.bin", parts)
+    _assert_upload_parts_framed(tls_gateway, bucket, "big.bin", parts)
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
 
 

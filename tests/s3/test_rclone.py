@@ -30,6 +30,7 @@ MIB = 1024 * 1024
 BIG_FILE_BYTES = 40 * MIB
 CHUNK = "5M"
 REMOTE = "blobstore"
+Rclone = Callable[..., subprocess.CompletedProcess[bytes]]
 # Keys that need care in URLs and signatures.
 ODD_NAMES = [
     "docs/deep/name with spaces & ünïcode.txt",
@@ -168,14 +169,9 @@ def test_rclone_mkdir_lsd_and_rmdir_buckets(
     assert name not in [line.split()[-1] for line in listed.splitlines()]
 
 
-def test_rclone_copy_check_sync_cat_delete_and_purge(
-    rclone: Callable[..., subprocess.CompletedProcess[bytes]],
-    s3: Any,
-    bucket_name: Callable[[], str],
-    tmp_path: Path,
-) -> None:
-    rng = random.Random(11)
-    tree = tmp_path / "tree"
+def _write_tree(tree: Path, rng: random.Random) -> bytes:
+    """A 40 MiB big.bin, twelve notes of up to 70 kB, an empty file and the odd names;
+    the big file's bytes."""
     (tree / "docs" / "deep").mkdir(parents=True)
     big = rng.randbytes(BIG_FILE_BYTES)
     (tree / "big.bin").write_bytes(big)
@@ -184,14 +180,12 @@ def test_rclone_copy_check_sync_cat_delete_and_purge(
     (tree / "docs" / "deep" / "empty").write_bytes(b"")
     for name in ODD_NAMES:
         (tree / name).write_text(f"the file called {name}\n")
-    bucket = bucket_name()
-    target = f"{REMOTE}:{bucket}/tree"
+    return big
 
-    rclone("mkdir", f"{REMOTE}:{bucket}")
-    rclone(*copy_up(tree, target))
 
-    # The big file went up as a multipart upload of 5 MiB parts, with its MD5 kept in
-    # metadata (a multipart ETag is not an MD5); small files are single PUTs.
+def _assert_uploaded_by_size(s3: Any, bucket: str, tree: Path, big: bytes) -> None:
+    """The big file went up as a multipart upload of 5 MiB parts, with its MD5 kept in
+    metadata (a multipart ETag is not an MD5); small files are single PUTs."""
     head = s3.head_object(Bucket=bucket, Key="tree/big.bin")
     assert head["ContentLength"] == BIG_FILE_BYTES
     assert head["ETag"].strip('"').endswith(f"-{BIG_FILE_BYTES // (5 * MIB)}")
@@ -201,13 +195,19 @@ def test_rclone_copy_check_sync_cat_delete_and_purge(
     odd = s3.get_object(Bucket=bucket, Key=f"tree/{ODD_NAMES[2]}")["Body"].read()
     assert odd == (tree / ODD_NAMES[2]).read_bytes()
 
-    # check compares sizes and MD5 hashes; --download compares the bytes themselves.
-    local = local_tree(tree)
+
+def _assert_check_finds_no_differences(
+    rclone: Rclone, tree: Path, target: str, local: dict[str, bytes]
+) -> None:
+    """check compares sizes and MD5 hashes; --download compares the bytes themselves."""
     for extra in ((), ("--download",)):
         checked = rclone("check", str(tree), target, *extra)
         assert b"0 differences found" in checked.stderr, checked.stderr
         assert f"{len(local)} matching files".encode() in checked.stderr, checked.stderr
 
+
+def _assert_listings(rclone: Rclone, tree: Path, target: str, local: dict[str, bytes]) -> None:
+    """lsjson (sizes, MD5 hashes, modification times to the microsecond), ls and size."""
     listing = remote_listing(rclone, target)
     assert {path: item["Size"] for path, item in listing.items()} == {
         path: len(data) for path, data in local.items()
@@ -226,14 +226,20 @@ def test_rclone_copy_check_sync_cat_delete_and_purge(
     size = json.loads(rclone("size", "--json", target).stdout)
     assert (size["count"], size["bytes"]) == (len(local), sum(map(len, local.values())))
 
-    # cat: whole objects (with odd names) and a range across part boundaries.
+
+def _assert_cat(rclone: Rclone, target: str, local: dict[str, bytes]) -> None:
+    """cat: whole objects (with odd names) and a range across part boundaries."""
     for path in ("docs/note-7.txt", ODD_NAMES[0], ODD_NAMES[1], ODD_NAMES[3]):
         assert rclone("cat", f"{target}/{path}").stdout == local[path]
     offset = 5 * MIB - 1000
     ranged = rclone("cat", "--offset", str(offset), "--count", "300000", f"{target}/big.bin")
-    assert ranged.stdout == big[offset : offset + 300_000]
+    assert ranged.stdout == local["big.bin"][offset : offset + 300_000]
 
-    # Server-side copy; above the copy cutoff rclone copies in parts (UploadPartCopy).
+
+def _assert_server_side_copies(
+    rclone: Rclone, s3: Any, bucket: str, target: str, local: dict[str, bytes]
+) -> None:
+    """Server-side copy; above the copy cutoff rclone copies in parts (UploadPartCopy)."""
     rclone(
         "copyto",
         f"{target}/big.bin",
@@ -243,17 +249,25 @@ def test_rclone_copy_check_sync_cat_delete_and_purge(
     )
     copied = s3.get_object(Bucket=bucket, Key="copies/big.bin")
     assert copied["ETag"].strip('"').endswith(f"-{BIG_FILE_BYTES // (5 * MIB)}")
-    assert hashlib.sha256(copied["Body"].read()).digest() == hashlib.sha256(big).digest()
+    big_sha256 = hashlib.sha256(local["big.bin"]).digest()
+    assert hashlib.sha256(copied["Body"].read()).digest() == big_sha256
     rclone("copyto", f"{target}/docs/note-5.txt", f"{REMOTE}:{bucket}/copies/note-5.txt")
     assert rclone("cat", f"{REMOTE}:{bucket}/copies/note-5.txt").stdout == local["docs/note-5.txt"]
 
-    # sync: a changed file is uploaded again, a removed one deleted, a new one added, and a
-    # file whose time alone changed gets its time updated in place.
+
+def _change_tree(tree: Path) -> Path:
+    """note-0 changed, note-1 removed, new.txt added, and note-2 (returned) an hour older."""
     (tree / "docs" / "note-0.txt").write_bytes(b"changed and longer than before " * 1000)
     (tree / "docs" / "note-1.txt").unlink()
     (tree / "docs" / "new.txt").write_text("new file\n")
     touched = tree / "docs" / "note-2.txt"
     os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns - 3600 * 10**9))
+    return touched
+
+
+def _assert_sync_applies_changes(rclone: Rclone, tree: Path, target: str, touched: Path) -> None:
+    """sync: a changed file is uploaded again, a removed one deleted, a new one added, and
+    a file whose time alone changed gets its time updated in place."""
     synced = rclone("sync", str(tree), target, "-v", "--s3-upload-cutoff", CHUNK)
     log = synced.stderr.decode()
     assert re.search(r"docs/note-0\.txt: Copied \(replaced existing\)", log), log
@@ -275,7 +289,10 @@ def test_rclone_copy_check_sync_cat_delete_and_purge(
     )
     assert rclone("cat", f"{target}/docs/note-0.txt").stdout == local["docs/note-0.txt"]
 
-    # delete removes matching files only; purge removes a whole directory.
+
+def _assert_delete_and_purge(rclone: Rclone, s3: Any, bucket: str, target: str) -> None:
+    """delete removes matching files only; purge removes a whole directory, then the
+    bucket."""
     rclone("delete", target, "--include", "*.txt")
     assert sorted(remote_listing(rclone, target)) == ["big.bin", "docs/deep/empty"]
     rclone("purge", target)
@@ -291,6 +308,27 @@ def test_rclone_copy_check_sync_cat_delete_and_purge(
     with pytest.raises(ClientError) as gone:
         s3.head_bucket(Bucket=bucket)
     assert gone.value.response["Error"]["Code"] == "404"
+
+
+def test_rclone_copy_check_sync_cat_delete_and_purge(
+    rclone: Rclone, s3: Any, bucket_name: Callable[[], str], tmp_path: Path
+) -> None:
+    tree = tmp_path / "tree"
+    big = _write_tree(tree, random.Random(11))
+    bucket = bucket_name()
+    target = f"{REMOTE}:{bucket}/tree"
+    rclone("mkdir", f"{REMOTE}:{bucket}")
+    rclone(*copy_up(tree, target))
+    _assert_uploaded_by_size(s3, bucket, tree, big)
+
+    local = local_tree(tree)
+    _assert_check_finds_no_differences(rclone, tree, target, local)
+    _assert_listings(rclone, tree, target, local)
+    _assert_cat(rclone, target, local)
+    _assert_server_side_copies(rclone, s3, bucket, target, local)
+    touched = _change_tree(tree)
+    _assert_sync_applies_changes(rclone, tree, target, touched)
+    _assert_delete_and_purge(rclone, s3, bucket, target)
 
 
 def test_rclone_presigned_single_part_uploads(
@@ -316,6 +354,41 @@ def test_rclone_presigned_single_part_uploads(
         head = s3.head_object(Bucket=bucket, Key=f"small/{path}")
         assert head["ETag"].strip('"') == md5_hex(data)
         assert "mtime" in head["Metadata"]
+
+
+def _assert_big_file_stored_in_three_parts(
+    gateway: GatewayProcess, s3: Any, bucket: str, big: bytes
+) -> None:
+    """big.bin: three parts of 5, 5 and 2 MiB, each stored as exactly its bytes."""
+    head = s3.head_object(Bucket=bucket, Key="tree/big.bin")
+    assert head["ContentLength"] == len(big)
+    assert base64.b64decode(head["Metadata"]["md5chksum"]).hex() == md5_hex(big)
+    parts = [big[start : start + 5 * MIB] for start in range(0, len(big), 5 * MIB)]
+    assert [len(part) for part in parts] == [5 * MIB, 5 * MIB, 2 * MIB + 1234]
+    joined = b"".join(hashlib.md5(part).digest() for part in parts)
+    assert head["ETag"].strip('"') == f"{md5_hex(joined)}-3"
+    for number, part in enumerate(parts, start=1):
+        stored = s3.get_object(Bucket=bucket, Key="tree/big.bin", PartNumber=number)
+        assert stored["ContentLength"] == len(part)
+        assert stored["ETag"] == head["ETag"]
+        assert stored["Body"].read() == part
+    uploads = access_log(gateway, "UploadPart", f"/{bucket}/tree/big.bin", 3)
+    assert sorted(int(line["bytes_in"]) for line in uploads) == sorted(map(len, parts))
+
+
+def _assert_small_files_stored_by_single_puts(
+    gateway: GatewayProcess, s3: Any, bucket: str, local: dict[str, bytes]
+) -> None:
+    """Single PUTs whose ETag is their MD5, the body exactly the file."""
+    for path, data in local.items():
+        if path == "big.bin":
+            continue
+        stored = s3.get_object(Bucket=bucket, Key=f"tree/{path}")
+        assert stored["ETag"].strip('"') == md5_hex(data), path
+        assert stored["ContentLength"] == len(data), path
+        assert stored["Body"].read() == data, path
+    [put] = access_log(gateway, "PutObject", f"/{bucket}/tree/docs/note-4.txt", 1)
+    assert int(put["bytes_in"]) == len(local["docs/note-4.txt"])
 
 
 def test_rclone_over_https_copy_check_and_cat(
@@ -347,37 +420,10 @@ def test_rclone_over_https_copy_check_and_cat(
     rclone_tls(*copy_up(tree, target))
     local = local_tree(tree)
 
-    # big.bin: three parts of 5, 5 and 2 MiB, each stored as exactly its bytes.
-    head = s3.head_object(Bucket=bucket, Key="tree/big.bin")
-    assert head["ContentLength"] == len(big)
-    assert base64.b64decode(head["Metadata"]["md5chksum"]).hex() == md5_hex(big)
-    parts = [big[start : start + 5 * MIB] for start in range(0, len(big), 5 * MIB)]
-    assert [len(part) for part in parts] == [5 * MIB, 5 * MIB, 2 * MIB + 1234]
-    joined = b"".join(hashlib.md5(part).digest() for part in parts)
-    assert head["ETag"].strip('"') == f"{md5_hex(joined)}-3"
-    for number, part in enumerate(parts, start=1):
-        stored = s3.get_object(Bucket=bucket, Key="tree/big.bin", PartNumber=number)
-        assert stored["ContentLength"] == len(part)
-        assert stored["ETag"] == head["ETag"]
-        assert stored["Body"].read() == part
-    uploads = access_log(tls_gateway, "UploadPart", f"/{bucket}/tree/big.bin", 3)
-    assert sorted(int(line["bytes_in"]) for line in uploads) == sorted(map(len, parts))
-    # Small files: single PUTs whose ETag is their MD5, the body exactly the file.
-    for path, data in local.items():
-        if path == "big.bin":
-            continue
-        stored = s3.get_object(Bucket=bucket, Key=f"tree/{path}")
-        assert stored["ETag"].strip('"') == md5_hex(data), path
-        assert stored["ContentLength"] == len(data), path
-        assert stored["Body"].read() == data, path
-    [put] = access_log(tls_gateway, "PutObject", f"/{bucket}/tree/docs/note-4.txt", 1)
-    assert int(put["bytes_in"]) == len(local["docs/note-4.txt"])
+    _assert_big_file_stored_in_three_parts(tls_gateway, s3, bucket, big)
+    _assert_small_files_stored_by_single_puts(tls_gateway, s3, bucket, local)
 
-    # check compares sizes and MD5 hashes; --download compares the bytes themselves.
-    for extra in ((), ("--download",)):
-        checked = rclone_tls("check", str(tree), target, *extra)
-        assert b"0 differences found" in checked.stderr, checked.stderr
-        assert f"{len(local)} matching files".encode() in checked.stderr, checked.stderr
+    _assert_check_finds_no_differences(rclone_tls, tree, target, local)
     listing = remote_listing(rclone_tls, target)
     assert {path: (item["Size"], item["Hashes"]["md5"]) for path, item in listing.items()} == {
         path: (len(data), md5_hex(data)) for path, data in local.items()
