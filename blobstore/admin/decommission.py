@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 from blobstore.admin._output import Output, add_common_arguments, admin_session, run_async
 from blobstore.ledger.bookie_client import parse_bookie_id
@@ -54,19 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        parse_bookie_id(args.bookie)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    if not 1 <= args.concurrency <= 64:
-        raise UsageError("--concurrency must be 1..64")
-    if not 0 <= args.wait_open_s < math.inf:  # NaN fails too
-        raise UsageError("--wait-open-s must be a number of seconds >= 0")
-    if not 0 <= args.rate_mb_s < 1e6:  # NaN and inf fail too
-        raise UsageError(
-            f"--rate-mb-s {args.rate_mb_s:g}: must be a number of MB/s in [0, 1000000) "
-            "(0: no limit)"
-        )
+    _check_arguments(args)
     output = Output(args.json)
     passwords = [p.encode() for p in args.password]
 
@@ -86,8 +75,33 @@ def run(args: argparse.Namespace) -> int:
             return op
 
     op = run_async(main)
+    if output.json_mode:
+        output.emit_json(decommission_document(op))
+    else:
+        _render(output, op)
+    return 0 if op.safe_to_remove else 1
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    try:
+        parse_bookie_id(args.bookie)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if not 1 <= args.concurrency <= 64:
+        raise UsageError("--concurrency must be 1..64")
+    if not 0 <= args.wait_open_s < math.inf:  # NaN fails too
+        raise UsageError("--wait-open-s must be a number of seconds >= 0")
+    if not 0 <= args.rate_mb_s < 1e6:  # NaN and inf fail too
+        raise UsageError(
+            f"--rate-mb-s {args.rate_mb_s:g}: must be a number of MB/s in [0, 1000000) "
+            "(0: no limit)"
+        )
+
+
+def decommission_document(op: DecommissionOp) -> dict[str, Any]:
+    """The JSON document of a finished decommission pass."""
     moved = [o for o in op.outcomes if o.status == "moved"]
-    document = {
+    return {
         "bookie": op.bookie_id,
         "safe_to_remove": op.safe_to_remove,
         "ledgers_moved": len(moved),
@@ -97,35 +111,35 @@ def run(args: argparse.Namespace) -> int:
         "remaining_ledgers": op.remaining,
         "ledgers": [o.to_json() for o in op.outcomes],
     }
-    if output.json_mode:
-        output.emit_json(document)
-    else:
-        output.table(
-            f"decommission {op.bookie_id}",
-            ["ledger", "status", "segments", "entries copied", "to", "detail"],
-            [
-                (
-                    o.ledger_id,
-                    o.status,
-                    o.segments_moved,
-                    o.entries_copied,
-                    ",".join(sorted(set(o.replacements))),
-                    o.detail,
-                )
-                for o in op.outcomes
-            ],
-            right_align=["segments", "entries copied"],
+
+
+def _render(output: Output, op: DecommissionOp) -> None:
+    output.table(
+        f"decommission {op.bookie_id}",
+        ["ledger", "status", "segments", "entries copied", "to", "detail"],
+        [
+            (
+                o.ledger_id,
+                o.status,
+                o.segments_moved,
+                o.entries_copied,
+                ",".join(sorted(set(o.replacements))),
+                o.detail,
+            )
+            for o in op.outcomes
+        ],
+        right_align=["segments", "entries copied"],
+    )
+    if op.safe_to_remove:
+        document = decommission_document(op)
+        output.note(
+            f"bookie {op.bookie_id} is safe to remove: no ledger names it "
+            f"({document['ledgers_moved']} ledgers moved, {document['entries_copied']} entries "
+            f"({op.bytes_copied:,} bytes) copied; "
+            f"marked at {decommissioned_path(op.bookie_id)})"
         )
-        if op.safe_to_remove:
-            output.note(
-                f"bookie {op.bookie_id} is safe to remove: no ledger names it "
-                f"({len(moved)} ledgers moved, {document['entries_copied']} entries "
-                f"({op.bytes_copied:,} bytes) copied; "
-                f"marked at {decommissioned_path(op.bookie_id)})"
-            )
-        else:
-            output.note(
-                f"bookie {op.bookie_id} is NOT safe to remove yet: {len(op.remaining)} "
-                "ledgers still name it (see the table); rerun the command to resume"
-            )
-    return 0 if op.safe_to_remove else 1
+    else:
+        output.note(
+            f"bookie {op.bookie_id} is NOT safe to remove yet: {len(op.remaining)} "
+            "ledgers still name it (see the table); rerun the command to resume"
+        )

@@ -158,10 +158,20 @@ def run(args: argparse.Namespace) -> int:
             return records, usages, ledgers
 
     records, usages, ledgers = run_async(main)
+    total = usage_totals(usages)
+    if command == "buckets":
+        _buckets(output, records, usages, total)
+    else:
+        _du(output, usages, total, ledgers)
+    return 0
+
+
+def usage_totals(usages: list[BucketUsage]) -> dict[str, Any]:
+    """The buckets' usage summed (a ledger several buckets use counted once)."""
     total_ledgers: set[int] = set()
     for usage in usages:
         total_ledgers.update(usage.ledgers)
-    total = {
+    return {
         "buckets": len(usages),
         "objects": sum(u.objects for u in usages),
         "versions": sum(u.versions for u in usages),
@@ -170,11 +180,6 @@ def run(args: argparse.Namespace) -> int:
         "tiered_bytes": sum(u.tiered_bytes for u in usages),
         "ledgers_used": len(total_ledgers),
     }
-    if command == "buckets":
-        _buckets(output, records, usages, total)
-    else:
-        _du(output, usages, total, ledgers)
-    return 0
 
 
 def _buckets(
@@ -226,6 +231,19 @@ def _buckets(
     )
 
 
+_DU_COLUMNS = [
+    "bucket",
+    "objects",
+    "versions",
+    "delete markers",
+    "logical",
+    "stored (x WQ)",
+    "tiered",
+    "uploads",
+    "ledgers",
+]
+
+
 def _du(
     output: Output,
     usages: list[BucketUsage],
@@ -238,6 +256,30 @@ def _du(
             document["ledgers"] = ledgers
         output.emit_json(document)
         return
+    output.table("disk usage", _DU_COLUMNS, du_rows(usages, total), right_align=_DU_COLUMNS[1:])
+    for warning in du_warnings(usages):
+        output.note(warning)
+    if ledgers:
+        output.table(
+            f"ledgers used by {usages[0].bucket}",
+            ["ledger", "state", "referenced", "ledger size", "WQ", "bookies"],
+            [
+                (
+                    row["ledger_id"],
+                    row["state"],
+                    human_bytes(row["referenced_bytes"]),
+                    human_bytes(row["ledger_bytes"]),
+                    row["write_quorum"],
+                    " | ".join(",".join(b) for b in row["ensembles"]),
+                )
+                for row in ledgers
+            ],
+            right_align=["referenced", "ledger size", "WQ"],
+        )
+
+
+def du_rows(usages: list[BucketUsage], total: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The disk usage table: a row per bucket, then the TOTAL row."""
     rows: list[tuple[Any, ...]] = [
         (
             u.bucket,
@@ -266,57 +308,22 @@ def _du(
             total["ledgers_used"],
         )
     )
-    output.table(
-        "disk usage",
-        [
-            "bucket",
-            "objects",
-            "versions",
-            "delete markers",
-            "logical",
-            "stored (x WQ)",
-            "tiered",
-            "uploads",
-            "ledgers",
-        ],
-        rows,
-        right_align=[
-            "objects",
-            "versions",
-            "delete markers",
-            "logical",
-            "stored (x WQ)",
-            "tiered",
-            "uploads",
-            "ledgers",
-        ],
-    )
+    return rows
+
+
+def du_warnings(usages: list[BucketUsage]) -> list[str]:
+    """What the totals leave out, for fsck to look at."""
+    warnings = []
     missing = sum(u.missing_ledger_bytes for u in usages)
     if missing:
-        output.note(f"warning: {human_bytes(missing)} referenced in missing ledgers: run fsck")
+        warnings.append(f"warning: {human_bytes(missing)} referenced in missing ledgers: run fsck")
     unreadable = sum(u.unreadable_manifests for u in usages)
     if unreadable:
-        output.note(
+        warnings.append(
             f"warning: {unreadable} object versions whose part list could not be read are "
             "counted without their data: run fsck"
         )
-    if ledgers:
-        output.table(
-            f"ledgers used by {usages[0].bucket}",
-            ["ledger", "state", "referenced", "ledger size", "WQ", "bookies"],
-            [
-                (
-                    row["ledger_id"],
-                    row["state"],
-                    human_bytes(row["referenced_bytes"]),
-                    human_bytes(row["ledger_bytes"]),
-                    row["write_quorum"],
-                    " | ".join(",".join(b) for b in row["ensembles"]),
-                )
-                for row in ledgers
-            ],
-            right_align=["referenced", "ledger size", "WQ"],
-        )
+    return warnings
 
 
 def _when(epoch_s: float) -> str:

@@ -36,6 +36,7 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 
 from blobstore.admin._catalog_scan import (
+    Found,
     Holder,
     bucket_names,
     manifest_reader,
@@ -72,6 +73,9 @@ CONCURRENCY_DEFAULT = 16
 CONCURRENCY_MAX = 256
 TABLE_ROWS_MAX = 50
 READ_TIMEOUT_S = 10.0
+
+# Ledger id -> the references to its entries: who holds which extent.
+_References = dict[int, list[tuple[Holder, Extent]]]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -243,58 +247,65 @@ class FsckOp:
         with self._output.progress("ledger metadata", len(ledger_ids)) as advance:
             await for_each(ledger_ids, self._load_metadata, self._concurrency, advance)
         self.report.ledgers = sum(1 for m in self._metadata.values() if m is not None)
+        by_ledger, suspects = await self._walk_catalog(manifests)
+        problems, vanished = await self._check_entries(by_ledger)
+        lost, under_replicated, divergent = entry_findings(problems, by_ledger)
+        self.report.under_replicated.extend(under_replicated)
+        self.report.divergent.extend(divergent)
+        suspects += lost
+        suspects += vanished_references(vanished, by_ledger)
+        referenced_ledgers = set(by_ledger) | {s.extent.ledger_id for s in suspects}
+        await self._confirm_dangling(manifests, suspects)
+        await self._classify_ledgers(referenced_ledgers)
 
-        # Walk the catalog: which extents of which ledgers are referenced, and by whom.
-        # Memory is O(extents); entries are generated from the extents when checked.
-        by_ledger: dict[int, list[tuple[Holder, Extent]]] = defaultdict(list)
+    async def _walk_catalog(self, manifests: ManifestReader) -> tuple[_References, list[Dangling]]:
+        """Which extents of which ledgers the catalog references, and by whom; and the
+        extents the ledgers' metadata already shows as dangling. Memory is O(extents);
+        entries are generated from the extents when checked."""
+        by_ledger: _References = defaultdict(list)
         suspects: list[Dangling] = []
         names = await bucket_names(self._catalog, self._bucket)
         self.report.buckets = len(names)
         with self._output.progress("catalog", None) as advance:
             for name in names:
                 async for found in walk_bucket(self._catalog, manifests, name):
-                    if found.manifest_error:
-                        self.report.unreadable_manifests.append(
-                            {**found.holder.to_json(), "error": found.manifest_error}
-                        )
-                        self.report.unreferenced_checked = False  # some extents unknown
-                    if found.holder.upload_id:
-                        self.report.parts += 1
-                    else:
-                        self.report.object_versions += 1
+                    self._count_holder(found)
                     for extent in found.extents:
-                        self.report.extents += 1
                         problem = await self._extent_problem(extent)
                         if problem is not None:
                             suspects.append(Dangling(found.holder, extent, *problem))
                         else:
                             by_ledger[extent.ledger_id].append((found.holder, extent))
                     advance(1)
+        return by_ledger, suspects
 
-        # Read every copy of every referenced entry (each entry once, however many
-        # extents share it); keep only the entries with a problem.
+    def _count_holder(self, found: Found) -> None:
+        report = self.report
+        if found.manifest_error:
+            report.unreadable_manifests.append(
+                {**found.holder.to_json(), "error": found.manifest_error}
+            )
+            report.unreferenced_checked = False  # some extents unknown
+        if found.holder.upload_id:
+            report.parts += 1
+        else:
+            report.object_versions += 1
+        report.extents += len(found.extents)
+
+    async def _check_entries(self, by_ledger: _References) -> tuple[list[EntryCheck], set[int]]:
+        """Read every copy of every referenced entry (each entry once, however many
+        extents share it): (the entries with a problem, in order; the ledgers deleted
+        while their entries were checked)."""
         ranges = {ledger_id: _merged_ranges(refs) for ledger_id, refs in by_ledger.items()}
         entry_count = sum(last - first + 1 for r in ranges.values() for first, last in r)
         problems: list[EntryCheck] = []
-        vanished: set[int] = set()  # ledgers deleted while their entries were checked
+        vanished: set[int] = set()
 
         async def check(key: tuple[int, int]) -> None:
-            result = await self._check_entry(*key)
+            result = await self._checked_entry(*key)
             if result is None:
                 vanished.add(key[0])
-                return
-            if result.good < result.write_quorum or result.divergent:
-                # The ledger may have changed while we read (an ensemble change of an
-                # open ledger, a deletion): look again with fresh metadata.
-                rechecked = await self._recheck(result)
-                if rechecked is None:
-                    vanished.add(key[0])
-                    return
-                result = rechecked
-            self.report.entries_checked += 1
-            self.report.copies_checked += len(result.copies)
-            self.report.corrupt_copies += sum(1 for o in result.copies.values() if o == CORRUPT)
-            if result.good < result.write_quorum or result.divergent:
+            elif _has_problem(result):
                 problems.append(result)
 
         keys = (
@@ -306,44 +317,38 @@ class FsckOp:
         with self._output.progress("entries", entry_count) as advance:
             await for_each(keys, check, self._concurrency, advance)
         problems.sort(key=lambda e: (e.ledger_id, e.entry_id))
-        for result in problems:
-            if result.good == 0:
-                outcomes = ", ".join(f"{b}={o}" for b, o in sorted(result.copies.items()))
-                for holder, extent in by_ledger[result.ledger_id]:
-                    if extent.first_entry <= result.entry_id <= extent.last_entry:
-                        suspects.append(
-                            Dangling(
-                                holder,
-                                extent,
-                                ENTRY_LOST,
-                                f"entry {result.entry_id} has no good copy ({outcomes})",
-                            )
-                        )
-            elif result.good < result.write_quorum:
-                self.report.under_replicated.append(result)
-            if result.divergent:
-                self.report.divergent.append(result)
-        for ledger_id in sorted(vanished):
-            for holder, extent in by_ledger[ledger_id]:
-                suspects.append(
-                    Dangling(holder, extent, LEDGER_MISSING, f"ledger {ledger_id} was deleted")
-                )
-        referenced_ledgers = set(by_ledger) | {s.extent.ledger_id for s in suspects}
+        return problems, vanished
 
-        # Confirm each dangling reference against the catalog as it is now.
+    async def _checked_entry(self, ledger_id: int, entry_id: int) -> EntryCheck | None:
+        """One entry checked and counted; None if its ledger is gone."""
+        result = await self._check_entry(ledger_id, entry_id)
+        if result is None:
+            return None
+        if _has_problem(result):
+            # The ledger may have changed while we read (an ensemble change of an
+            # open ledger, a deletion): look again with fresh metadata.
+            result = await self._recheck(result)
+            if result is None:
+                return None
+        self.report.entries_checked += 1
+        self.report.copies_checked += len(result.copies)
+        self.report.corrupt_copies += sum(1 for o in result.copies.values() if o == CORRUPT)
+        return result
+
+    async def _confirm_dangling(self, manifests: ManifestReader, suspects: list[Dangling]) -> None:
+        """Report each dangling reference the catalog as it is now still holds."""
         seen: set[tuple[Holder, Extent]] = set()
         for suspect in suspects:
             if (suspect.holder, suspect.extent) in seen:
                 continue
             seen.add((suspect.holder, suspect.extent))
-            if await still_references(self._catalog, manifests, suspect.holder, suspect.extent):
-                if suspect.kind == LEDGER_MISSING and await self._ledger_now_exists(
-                    suspect.extent.ledger_id
-                ):
-                    continue
-                self.report.dangling.append(suspect)
-
-        await self._classify_ledgers(referenced_ledgers)
+            if not await still_references(self._catalog, manifests, suspect.holder, suspect.extent):
+                continue
+            if suspect.kind == LEDGER_MISSING and await self._ledger_now_exists(
+                suspect.extent.ledger_id
+            ):
+                continue
+            self.report.dangling.append(suspect)
 
     async def _load_metadata(self, ledger_id: int) -> None:
         try:
@@ -463,8 +468,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(output: Output, report: FsckReport) -> None:
+    output.table(
+        "fsck summary", ["check", "count", "status"], summary_rows(report), right_align=["count"]
+    )
+    _render_dangling(output, report)
+    _render_entries(output, report)
+    _render_ledgers(output, report)
+    shown = max(len(report.dangling), len(report.under_replicated), len(report.unreferenced))
+    if shown > TABLE_ROWS_MAX:
+        output.note(f"(tables show the first {TABLE_ROWS_MAX} rows; --json lists all)")
+    output.note(
+        f"fsck: {'healthy' if report.healthy else 'PROBLEMS FOUND'} "
+        f"({report.entries_checked} entries, {report.copies_checked} copies, "
+        f"{report.seconds:.1f}s)"
+    )
+
+
+def summary_rows(report: FsckReport) -> list[tuple[str, Any, str]]:
+    """The summary table: (check, count, status) for each check."""
     summary = report.summary()
-    rows = [
+    return [
         ("buckets", summary["buckets"], ""),
         ("object versions", summary["object_versions"], ""),
         ("upload parts", summary["upload_parts"], ""),
@@ -489,16 +512,24 @@ def render(output: Output, report: FsckReport) -> None:
         (
             "unreferenced ledgers",
             len(report.unreferenced) if report.unreferenced_checked else "not checked",
-            (
-                _flag(not report.unreferenced)
-                if report.strict or not report.unreferenced
-                else "garbage"
-            )
-            + (f" ({human_bytes(summary['unreferenced_bytes'])})" if report.unreferenced else ""),
+            _unreferenced_status(report, summary["unreferenced_bytes"]),
         ),
         ("open ledgers", len(report.open_ledgers), "info"),
     ]
-    output.table("fsck summary", ["check", "count", "status"], rows, right_align=["count"])
+
+
+def _unreferenced_status(report: FsckReport, unreferenced_bytes: int) -> str:
+    """Unreferenced ledgers are garbage, a problem only with --strict."""
+    if report.strict or not report.unreferenced:
+        status = _flag(not report.unreferenced)
+    else:
+        status = "garbage"
+    if report.unreferenced:
+        status += f" ({human_bytes(unreferenced_bytes)})"
+    return status
+
+
+def _render_dangling(output: Output, report: FsckReport) -> None:
     if report.dangling:
         output.table(
             "dangling references",
@@ -508,6 +539,10 @@ def render(output: Output, report: FsckReport) -> None:
                 for d in report.dangling[:TABLE_ROWS_MAX]
             ],
         )
+
+
+def _render_entries(output: Output, report: FsckReport) -> None:
+    """The under-replicated and the divergent entries, and the unreadable manifests."""
     for title, checks in (
         ("under-replicated entries", report.under_replicated),
         ("divergent entries", report.divergent),
@@ -535,6 +570,10 @@ def render(output: Output, report: FsckReport) -> None:
                 for m in report.unreadable_manifests[:TABLE_ROWS_MAX]
             ],
         )
+
+
+def _render_ledgers(output: Output, report: FsckReport) -> None:
+    """The unreferenced and the open ledgers."""
     if report.unreferenced:
         output.table(
             "unreferenced ledgers (garbage for `blobstore maintain`)",
@@ -554,14 +593,6 @@ def render(output: Output, report: FsckReport) -> None:
                 for o in report.open_ledgers[:TABLE_ROWS_MAX]
             ],
         )
-    shown = max(len(report.dangling), len(report.under_replicated), len(report.unreferenced))
-    if shown > TABLE_ROWS_MAX:
-        output.note(f"(tables show the first {TABLE_ROWS_MAX} rows; --json lists all)")
-    output.note(
-        f"fsck: {'healthy' if report.healthy else 'PROBLEMS FOUND'} "
-        f"({report.entries_checked} entries, {report.copies_checked} copies, "
-        f"{report.seconds:.1f}s)"
-    )
 
 
 def _merged_ranges(refs: list[tuple[Holder, Extent]]) -> list[tuple[int, int]]:
@@ -573,6 +604,43 @@ def _merged_ranges(refs: list[tuple[Holder, Extent]]) -> list[tuple[int, int]]:
         else:
             merged.append((first, last))
     return merged
+
+
+def _has_problem(check: EntryCheck) -> bool:
+    return check.good < check.write_quorum or check.divergent
+
+
+def entry_findings(
+    problems: list[EntryCheck], by_ledger: _References
+) -> tuple[list[Dangling], list[EntryCheck], list[EntryCheck]]:
+    """What the entries with a problem mean: (the references to an entry with no good
+    copy, the under-replicated entries, the divergent entries)."""
+    lost: list[Dangling] = []
+    under_replicated: list[EntryCheck] = []
+    divergent: list[EntryCheck] = []
+    for result in problems:
+        if result.good == 0:
+            outcomes = ", ".join(f"{b}={o}" for b, o in sorted(result.copies.items()))
+            reason = f"entry {result.entry_id} has no good copy ({outcomes})"
+            lost += [
+                Dangling(holder, extent, ENTRY_LOST, reason)
+                for holder, extent in by_ledger[result.ledger_id]
+                if extent.first_entry <= result.entry_id <= extent.last_entry
+            ]
+        elif result.good < result.write_quorum:
+            under_replicated.append(result)
+        if result.divergent:
+            divergent.append(result)
+    return lost, under_replicated, divergent
+
+
+def vanished_references(vanished: set[int], by_ledger: _References) -> list[Dangling]:
+    """The references to ledgers deleted while fsck checked them."""
+    return [
+        Dangling(holder, extent, LEDGER_MISSING, f"ledger {ledger_id} was deleted")
+        for ledger_id in sorted(vanished)
+        for holder, extent in by_ledger[ledger_id]
+    ]
 
 
 def _flag(ok: bool) -> str:

@@ -77,50 +77,60 @@ async def _show(zk_hosts: str, ledger_id: int) -> dict[str, Any]:
     return document
 
 
+_SHOWN_FIELDS = (
+    "ledger_id",
+    "state",
+    "ensemble_size",
+    "write_quorum",
+    "ack_quorum",
+    "last_entry_id",
+    "length",
+    "digest_type",
+    "ctime",
+    "znode_version",
+)
+
+
 def run(args: argparse.Namespace) -> int:
     output = Output(bool(args.json))
     if args.action == "show":
-        text = str(args.ledger_id)
-        if (
-            args.ledger_id is None
-            or not (text.isascii() and text.isdigit())
-            or int(text) >= 1 << 63
-        ):
-            raise UsageError("ledgers show needs a ledger id (an integer in [0, 2^63))")
-        document = run_async(lambda: _show(args.zk, int(args.ledger_id)))
+        ledger_id = _ledger_id_argument(args.ledger_id)
+        document = run_async(lambda: _show(args.zk, ledger_id))
         if output.json_mode:
             output.emit_json(document)
-            return 0
-        fields = [
-            (key, document[key])
-            for key in (
-                "ledger_id",
-                "state",
-                "ensemble_size",
-                "write_quorum",
-                "ack_quorum",
-                "last_entry_id",
-                "length",
-                "digest_type",
-                "ctime",
-                "znode_version",
-            )
-        ]
-        fields += [(f"custom.{k}", v) for k, v in sorted(document["custom"].items())]
-        output.table(f"ledger {document['ledger_id']}", ["field", "value"], fields)
-        output.table(
-            "ensembles",
-            ["first entry", "bookies"],
-            [(first, ", ".join(bookies)) for first, bookies in document["ensembles"]],
-            right_align=["first entry"],
-        )
+        else:
+            _render_show(output, document)
         return 0
     if args.ledger_id is not None:
         raise UsageError(f"unexpected argument {args.ledger_id!r}; did you mean `ledgers show ID`?")
     rows = run_async(lambda: _list(args.zk))
     if output.json_mode:
         output.emit_json(rows)
-        return 0
+    else:
+        _render_list(output, rows)
+    return 0
+
+
+def _ledger_id_argument(ledger_id: object) -> int:
+    text = str(ledger_id)
+    if ledger_id is None or not (text.isascii() and text.isdigit()) or int(text) >= 1 << 63:
+        raise UsageError("ledgers show needs a ledger id (an integer in [0, 2^63))")
+    return int(text)
+
+
+def _render_show(output: Output, document: dict[str, Any]) -> None:
+    fields = [(key, document[key]) for key in _SHOWN_FIELDS]
+    fields += [(f"custom.{k}", v) for k, v in sorted(document["custom"].items())]
+    output.table(f"ledger {document['ledger_id']}", ["field", "value"], fields)
+    output.table(
+        "ensembles",
+        ["first entry", "bookies"],
+        [(first, ", ".join(bookies)) for first, bookies in document["ensembles"]],
+        right_align=["first entry"],
+    )
+
+
+def _render_list(output: Output, rows: list[dict[str, Any]]) -> None:
     output.table(
         f"{len(rows)} ledger(s)",
         ["id", "state", "E/WQ/AQ", "last entry", "length", "bookies"],
@@ -137,4 +147,3 @@ def run(args: argparse.Namespace) -> int:
         ],
         right_align=["id", "last entry", "length"],
     )
-    return 0

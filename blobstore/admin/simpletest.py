@@ -116,6 +116,32 @@ async def _write_and_read(
     args: argparse.Namespace,
     advance: Callable[[int], None],
 ) -> dict[str, Any]:
+    latencies, write_s = await _write(handle, args, advance)
+    await handle.close()
+    mismatches, read_s = await _read_back(client, handle.ledger_id, args)
+    if not args.keep:
+        await client.delete_ledger(handle.ledger_id)
+    return {
+        "ledger_id": handle.ledger_id,
+        "ensemble": list(handle.metadata.last_ensemble),
+        "ensemble_size": args.ensemble_size,
+        "write_quorum": args.write_quorum,
+        "ack_quorum": args.ack_quorum,
+        "entries": args.entries,
+        "entry_bytes": args.size,
+        "window": args.window,
+        **_rates(args.entries * args.size, args.entries, write_s, read_s),
+        "add_latency_ms": _latency_ms(latencies),
+        "mismatches": mismatches[:100],
+        "mismatch_count": len(mismatches),
+        "ok": not mismatches,
+    }
+
+
+async def _write(
+    handle: LedgerHandle, args: argparse.Namespace, advance: Callable[[int], None]
+) -> tuple[list[float], float]:
+    """Append the entries, at most `window` in flight: (each add's latency, seconds)."""
     latencies: list[float] = []
     in_flight: list[tuple[asyncio.Future[int], float]] = []
     started = time.monotonic()
@@ -131,47 +157,44 @@ async def _write_and_read(
         await future
         latencies.append(time.monotonic() - sent)
     advance(args.entries % PROGRESS_EVERY)
-    write_s = time.monotonic() - started
-    await handle.close()
+    return latencies, time.monotonic() - started
 
-    read_started = time.monotonic()
-    reader = await client.open_ledger(handle.ledger_id, b"simpletest", recovery=False)
+
+async def _read_back(
+    client: LedgerClient, ledger_id: int, args: argparse.Namespace
+) -> tuple[list[int], float]:
+    """Read the closed ledger back: (the entry ids that do not match, seconds)."""
+    started = time.monotonic()
+    reader = await client.open_ledger(ledger_id, b"simpletest", recovery=False)
     mismatches: list[int] = []
     entry_id = 0
     async for data in reader.iter_entries(0, args.entries - 1, window=16):
         if data != entry_payload(entry_id, args.size):
             mismatches.append(entry_id)
         entry_id += 1
-    read_s = time.monotonic() - read_started
+    read_s = time.monotonic() - started
     if entry_id != args.entries:
         mismatches.append(entry_id)
-    if not args.keep:
-        await client.delete_ledger(handle.ledger_id)
-    latencies.sort()
-    total_bytes = args.entries * args.size
+    return mismatches, read_s
+
+
+def _rates(total_bytes: int, entries: int, write_s: float, read_s: float) -> dict[str, Any]:
     return {
-        "ledger_id": handle.ledger_id,
-        "ensemble": list(handle.metadata.last_ensemble),
-        "ensemble_size": args.ensemble_size,
-        "write_quorum": args.write_quorum,
-        "ack_quorum": args.ack_quorum,
-        "entries": args.entries,
-        "entry_bytes": args.size,
-        "window": args.window,
         "write_seconds": round(write_s, 6),
-        "write_entries_per_s": round(args.entries / write_s, 1) if write_s else None,
+        "write_entries_per_s": round(entries / write_s, 1) if write_s else None,
         "write_mb_per_s": round(total_bytes / write_s / 1e6, 3) if write_s else None,
         "read_seconds": round(read_s, 6),
         "read_mb_per_s": round(total_bytes / read_s / 1e6, 3) if read_s else None,
-        "add_latency_ms": {
-            "p50": round(percentile(latencies, 0.50) * 1000, 3),
-            "p99": round(percentile(latencies, 0.99) * 1000, 3),
-            "p999": round(percentile(latencies, 0.999) * 1000, 3),
-            "max": round(latencies[-1] * 1000, 3),
-        },
-        "mismatches": mismatches[:100],
-        "mismatch_count": len(mismatches),
-        "ok": not mismatches,
+    }
+
+
+def _latency_ms(latencies: list[float]) -> dict[str, float]:
+    ordered = sorted(latencies)
+    return {
+        "p50": round(percentile(ordered, 0.50) * 1000, 3),
+        "p99": round(percentile(ordered, 0.99) * 1000, 3),
+        "p999": round(percentile(ordered, 0.999) * 1000, 3),
+        "max": round(ordered[-1] * 1000, 3),
     }
 
 

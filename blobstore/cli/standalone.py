@@ -463,6 +463,37 @@ def _run_locked(args: argparse.Namespace, data_dir: Path) -> int:
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
         # Progress goes to stdout as plain lines; stderr is kept for the one error line.
         logging.getLogger("blobstore.cli.zookeeper_server").setLevel(logging.WARNING)
+    layout, bookie_count = _claim_ports(args, data_dir)
+    access_key, secret_key = load_or_create_credentials(data_dir, args.access_key, args.secret_key)
+    _check_kept_ports(layout, bookie_count, data_dir)
+    signals = _StopSignals()
+    (data_dir / "logs").mkdir(exist_ok=True)
+    cluster = _Cluster()
+    try:
+        zk = cluster.start_zookeeper(data_dir, layout.zk_port)
+        env = _child_env(zk, access_key, secret_key, bookie_count)
+        cluster.start_bookies(layout, bookie_count, data_dir, zk, env)
+        endpoint = cluster.start_gateway(args, data_dir, zk, env)
+        _print_banner(endpoint, zk, access_key, secret_key, data_dir)
+        if args.ready_file:
+            _write_json(args.ready_file.resolve(), cluster.ready_document(endpoint, zk, access_key))
+        signals.starting = False
+        if signals.stopping:  # a signal raced with the line above
+            return 0
+        assert cluster.zookeeper is not None
+        return _supervise(cluster.children, cluster.zookeeper, lambda: signals.stopping)
+    except _StopRequested:
+        return 0
+    finally:
+        signals.starting = False
+        _stop_all(cluster.children, cluster.zookeeper)
+        if signals.stopping:
+            print("stopped", flush=True)
+
+
+def _claim_ports(args: argparse.Namespace, data_dir: Path) -> tuple[ClusterLayout, int]:
+    """Stop what an earlier run left behind, check the ports asked for, and load the
+    layout: (layout, how many bookies to start)."""
     reaped = _reap_leftovers(data_dir)
     if reaped:
         print(f"note: stopped {reaped} processes left by an earlier run on {data_dir}")
@@ -480,7 +511,10 @@ def _run_locked(args: argparse.Namespace, data_dir: Path) -> int:
             "(decommission one before dropping it)",
             flush=True,
         )
-    access_key, secret_key = load_or_create_credentials(data_dir, args.access_key, args.secret_key)
+    return layout, bookie_count
+
+
+def _check_kept_ports(layout: ClusterLayout, bookie_count: int, data_dir: Path) -> None:
     for port in [
         layout.zk_port,
         *layout.bookie_ports[:bookie_count],
@@ -491,89 +525,113 @@ def _run_locked(args: argparse.Namespace, data_dir: Path) -> int:
                 f"port 127.0.0.1:{port} (kept in {data_dir / 'cluster.json'}) is already in use"
             )
 
-    stopping = False
-    starting = True
 
-    def request_stop(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        if starting:
+class _StopSignals:
+    """SIGTERM, SIGINT and SIGHUP, handled from creation on: they set `stopping`, and
+    while the cluster is `starting` also interrupt the start (`_StopRequested`)."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self.starting = True
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, self._request_stop)
+
+    def _request_stop(self, signum: int, _frame: object) -> None:
+        self.stopping = True
+        if self.starting:
             raise _StopRequested()
 
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, request_stop)
 
-    (data_dir / "logs").mkdir(exist_ok=True)
-    zookeeper = None
-    children: list[Child] = []
-    try:
-        print(f"starting ZooKeeper on 127.0.0.1:{layout.zk_port} ...", flush=True)
-        zookeeper = start_zookeeper(
-            data_dir / "zookeeper", layout.zk_port, heap_mb=256, preexec_fn=_die_with_parent
+class _Cluster:
+    """The children started so far, in start order (gateway last), and ZooKeeper: what
+    `_stop_all` stops, however far the start got."""
+
+    def __init__(self) -> None:
+        self.zookeeper: ZooKeeperServer | None = None
+        self.children: list[Child] = []
+
+    def start_zookeeper(self, data_dir: Path, zk_port: int) -> str:
+        """Start ZooKeeper; its connect string."""
+        print(f"starting ZooKeeper on 127.0.0.1:{zk_port} ...", flush=True)
+        self.zookeeper = start_zookeeper(
+            data_dir / "zookeeper", zk_port, heap_mb=256, preexec_fn=_die_with_parent
         )
-        zk = f"127.0.0.1:{layout.zk_port}"
-        env = _child_env(zk, access_key, secret_key, bookie_count)
+        return f"127.0.0.1:{zk_port}"
+
+    def start_bookies(
+        self,
+        layout: ClusterLayout,
+        bookie_count: int,
+        data_dir: Path,
+        zk: str,
+        env: dict[str, str],
+    ) -> None:
+        """Start every bookie, then wait for each to be ready."""
         for index in range(bookie_count):
             child = _bookie_child(index, layout, data_dir, zk, env)
-            children.append(child)
+            self.children.append(child)
             child.start()
-        for index, child in enumerate(children):
+        for index, child in enumerate(self.children):
             child.wait_ready(data_dir / f"bookie-{index}" / "ready.json")
             print(
                 f"bookie-{index} ready on 127.0.0.1:{layout.bookie_ports[index]} "
                 f"(metrics http://127.0.0.1:{layout.bookie_http_ports[index]}/metrics)",
                 flush=True,
             )
+
+    def start_gateway(
+        self, args: argparse.Namespace, data_dir: Path, zk: str, env: dict[str, str]
+    ) -> str:
+        """Start the gateway and wait for it to be ready; its endpoint."""
         gateway_ready = data_dir / "gateway-ready.json"
         gateway_ready.unlink(missing_ok=True)
-        gateway = Child(
-            "gateway",
-            _python_cli(
-                "gateway",
-                "--zk",
-                zk,
-                "--host",
-                args.host,
-                "--port",
-                str(args.port),
-                "--workers",
-                str(args.workers),
-                "--ready-file",
-                str(gateway_ready),
-            ),
-            data_dir / "logs" / "gateway.log",
-            env,
-        )
-        children.append(gateway)
+        gateway = _gateway_child(args, data_dir, zk, env, gateway_ready)
+        self.children.append(gateway)
         gateway.start()
         ready = gateway.wait_ready(gateway_ready)
-        port = int(str(ready.get("port") or args.port))
-        shown_host = "127.0.0.1" if args.host in ("0.0.0.0", "", "::") else args.host
-        endpoint = f"http://{shown_host}:{port}"
-        _print_banner(endpoint, zk, access_key, secret_key, data_dir)
-        if args.ready_file:
-            _write_json(
-                args.ready_file.resolve(),
-                {
-                    "endpoint": endpoint,
-                    "zk": zk,
-                    "access_key": access_key,
-                    "pid": os.getpid(),
-                    "child_pids": [c.process.pid for c in children if c.process]
-                    + [zookeeper.process.pid],
-                },
-            )
-        starting = False
-        if stopping:  # a signal raced with the line above
-            return 0
-        return _supervise(children, zookeeper, lambda: stopping)
-    except _StopRequested:
-        return 0
-    finally:
-        starting = False
-        _stop_all(children, zookeeper)
-        if stopping:
-            print("stopped", flush=True)
+        return _endpoint(args.host, int(str(ready.get("port") or args.port)))
+
+    def ready_document(self, endpoint: str, zk: str, access_key: str) -> dict[str, object]:
+        """What --ready-file gets once the cluster serves."""
+        assert self.zookeeper is not None
+        return {
+            "endpoint": endpoint,
+            "zk": zk,
+            "access_key": access_key,
+            "pid": os.getpid(),
+            "child_pids": [c.process.pid for c in self.children if c.process]
+            + [self.zookeeper.process.pid],
+        }
+
+
+def _gateway_child(
+    args: argparse.Namespace, data_dir: Path, zk: str, env: dict[str, str], ready_file: Path
+) -> Child:
+    return Child(
+        "gateway",
+        _python_cli(
+            "gateway",
+            "--zk",
+            zk,
+            "--host",
+            args.host,
+            "--port",
+            str(args.port),
+            "--workers",
+            str(args.workers),
+            "--ready-file",
+            str(ready_file),
+        ),
+        data_dir / "logs" / "gateway.log",
+        env,
+    )
+
+
+def _endpoint(host: str, port: int) -> str:
+    """The gateway's URL as clients on this machine reach it (a wildcard address is
+    shown as 127.0.0.1)."""
+    shown_host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    return f"http://{shown_host}:{port}"
 
 
 def _supervise(

@@ -232,7 +232,29 @@ def start_zookeeper(
     data_dir = data_dir.resolve()
     config = write_config(data_dir, host, port)
     log_path = data_dir / "zookeeper.log"
-    command = [
+    with open(log_path, "ab") as log_file:
+        process = subprocess.Popen(
+            _server_command(java, classpath, heap_mb, data_dir, config),
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=own_session,
+            preexec_fn=preexec_fn,  # noqa: PLW1509 - only prctl
+        )
+    server = ZooKeeperServer(process, host, port, data_dir, own_group=own_session)
+    try:
+        _wait_serving(server, log_path, ready_timeout_s)
+    except BaseException:
+        # Not ready (or the caller interrupted the wait): no one else will stop it.
+        server.kill()
+        raise
+    return server
+
+
+def _server_command(
+    java: str, classpath: str, heap_mb: int, data_dir: Path, config: Path
+) -> list[str]:
+    return [
         java,
         f"-Xmx{heap_mb}m",
         "-XX:+UseSerialGC",
@@ -246,34 +268,24 @@ def start_zookeeper(
         "org.apache.zookeeper.server.quorum.QuorumPeerMain",
         str(config),
     ]
-    with open(log_path, "ab") as log_file:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=own_session,
-            preexec_fn=preexec_fn,  # noqa: PLW1509 - only prctl
-        )
-    server = ZooKeeperServer(process, host, port, data_dir, own_group=own_session)
-    try:
-        deadline = time.monotonic() + ready_timeout_s
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
-                raise UsageError(
-                    f"ZooKeeper exited with code {process.returncode}; see {log_path}: "
-                    + " | ".join(tail)
-                )
-            if is_serving(host, port):
-                logger.info("zookeeper ready address=%s:%d data_dir=%s", host, port, data_dir)
-                return server
-            time.sleep(0.1)
-        raise UsageError(f"ZooKeeper did not answer on {host}:{port} within {ready_timeout_s:.0f}s")
-    except BaseException:
-        # Not ready (or the caller interrupted the wait): no one else will stop it.
-        server.kill()
-        raise
+
+
+def _wait_serving(server: ZooKeeperServer, log_path: Path, ready_timeout_s: float) -> None:
+    """Return once the server answers `ruok`; UsageError if it exits or the time is up."""
+    process, host, port = server.process, server.host, server.port
+    deadline = time.monotonic() + ready_timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+            raise UsageError(
+                f"ZooKeeper exited with code {process.returncode}; see {log_path}: "
+                + " | ".join(tail)
+            )
+        if is_serving(host, port):
+            logger.info("zookeeper ready address=%s:%d data_dir=%s", host, port, server.data_dir)
+            return
+        time.sleep(0.1)
+    raise UsageError(f"ZooKeeper did not answer on {host}:{port} within {ready_timeout_s:.0f}s")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

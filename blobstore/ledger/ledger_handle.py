@@ -561,8 +561,25 @@ class LedgerHandle:
         return versioned
 
     async def _close_writer(self) -> Versioned[LedgerMetadata]:
-        client = self.client
-        config = client.config
+        await self._drain_for_close()
+        versioned, closed_here = await self._write_close()
+        self._versioned = versioned
+        if not closed_here:
+            return versioned  # closed by a concurrent recovery
+        logger.info(
+            "ledger_closed ledger_id=%d last_entry_id=%d length=%d",
+            self.ledger_id,
+            self.last_add_confirmed,
+            self.length,
+        )
+        if self.last_add_confirmed >= 0 and not self._recovery:
+            await self._write_lac_best_effort()
+        return versioned
+
+    async def _drain_for_close(self) -> None:
+        """Wait for the adds in flight (their outcome is unknown past the deadline) and
+        the ensemble change; raise if the ledger must not be closed at its LAC."""
+        config = self.client.config
         drain_timeout_s = config.ensemble_change_timeout_s + 3 * config.bookie_request_timeout_s
         pending = [op.future for op in self._pending]
         if pending:
@@ -588,57 +605,62 @@ class LedgerHandle:
                 f"ledger_id={self.ledger_id} recovery re-adds failed: {self._error}",
                 ledger_id=self.ledger_id,
             )
-        expected_state = STATE_IN_RECOVERY if self._recovery else STATE_OPEN
+
+    async def _write_close(self) -> tuple[Versioned[LedgerMetadata], bool]:
+        """Write the metadata closed at the LAC (CAS, retried while only unrelated
+        fields changed): (the closed metadata, whether this write closed it)."""
+        client = self.client
+        retries_max = client.config.metadata_cas_retries_max
         versioned = self._versioned
         proposed = versioned.value.closed_at(self.last_add_confirmed, self.length)
-        for _ in range(config.metadata_cas_retries_max):
+        for _ in range(retries_max):
             try:
-                versioned = await client.manager.write(proposed, versioned.version)
-                break
+                return await client.manager.write(proposed, versioned.version), True
             except MetadataVersionConflictError:
-                current = await client.manager.read(self.ledger_id)
-                if current.value.state == STATE_CLOSED:
-                    if self._recovery or current.value == proposed:
-                        self._versioned = current  # closed by a concurrent recovery
-                        return current
-                    raise LedgerFencedError(
-                        f"ledger_id={self.ledger_id} was closed by another client at "
-                        f"last_entry_id={current.value.last_entry_id}",
-                        ledger_id=self.ledger_id,
-                    ) from None
-                if current.value.state != expected_state:
-                    raise LedgerFencedError(
-                        f"ledger_id={self.ledger_id} is {current.value.state}",
-                        ledger_id=self.ledger_id,
-                    ) from None
-                if self._recovery:
-                    # Still in recovery, yet changed: this recovery starts over on it.
-                    raise MetadataVersionConflictError(
-                        f"ledger_id={self.ledger_id} changed during its recovery",
-                        ledger_id=self.ledger_id,
-                    ) from None
-                if current.value.ensembles != versioned.value.ensembles:
-                    raise MetadataVersionConflictError(
-                        f"ledger_id={self.ledger_id} ensembles changed under close",
-                        ledger_id=self.ledger_id,
-                    ) from None
-                versioned = current
-                proposed = current.value.closed_at(self.last_add_confirmed, self.length)
-        else:
-            raise MetadataVersionConflictError(
-                f"ledger_id={self.ledger_id} close lost {config.metadata_cas_retries_max} races",
+                pass  # decided below, on the metadata as it is now
+            current = await client.manager.read(self.ledger_id)
+            if self._closed_by_another(current.value, proposed, versioned.value):
+                return current, False
+            versioned = current
+            proposed = current.value.closed_at(self.last_add_confirmed, self.length)
+        raise MetadataVersionConflictError(
+            f"ledger_id={self.ledger_id} close lost {retries_max} races",
+            ledger_id=self.ledger_id,
+        )
+
+    def _closed_by_another(
+        self, current: LedgerMetadata, proposed: LedgerMetadata, written: LedgerMetadata
+    ) -> bool:
+        """After a lost close race, from the metadata now (`current`), the close this
+        writer proposed, and the version it wrote against: True when `current` is the
+        close to keep (a concurrent recovery's, or this writer's own whose answer was
+        lost), False when the close is to be retried on `current`; raises when the
+        ledger is no longer this writer's to close."""
+        if current.state == STATE_CLOSED:
+            if self._recovery or current == proposed:
+                return True
+            raise LedgerFencedError(
+                f"ledger_id={self.ledger_id} was closed by another client at "
+                f"last_entry_id={current.last_entry_id}",
                 ledger_id=self.ledger_id,
             )
-        self._versioned = versioned
-        logger.info(
-            "ledger_closed ledger_id=%d last_entry_id=%d length=%d",
-            self.ledger_id,
-            self.last_add_confirmed,
-            self.length,
-        )
-        if self.last_add_confirmed >= 0 and not self._recovery:
-            await self._write_lac_best_effort()
-        return versioned
+        expected_state = STATE_IN_RECOVERY if self._recovery else STATE_OPEN
+        if current.state != expected_state:
+            raise LedgerFencedError(
+                f"ledger_id={self.ledger_id} is {current.state}", ledger_id=self.ledger_id
+            )
+        if self._recovery:
+            # Still in recovery, yet changed: this recovery starts over on it.
+            raise MetadataVersionConflictError(
+                f"ledger_id={self.ledger_id} changed during its recovery",
+                ledger_id=self.ledger_id,
+            )
+        if current.ensembles != written.ensembles:
+            raise MetadataVersionConflictError(
+                f"ledger_id={self.ledger_id} ensembles changed under close",
+                ledger_id=self.ledger_id,
+            )
+        return False
 
     async def _write_lac_best_effort(self) -> None:
         """Tell the last ensemble the final LAC so tailing readers see the last entry."""

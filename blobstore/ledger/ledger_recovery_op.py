@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from blobstore.ledger import metrics
@@ -171,56 +172,11 @@ class LedgerRecoveryOp:
         """Fence the last ensemble; the highest LAC the fencing answers report."""
         ensemble = metadata.last_ensemble
         quorum = FenceQuorum(metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum)
-        pool = self.client.pool
-
-        async def fence(slot: int, bookie_id: str) -> tuple[int, int | None]:
-            try:
-                response = await pool.read_entry(
-                    bookie_id, self.ledger_id, protocol.LAST_ENTRY, fence_key=self.master_key
-                )
-            except UnauthorizedError as e:
-                raise LedgerUnauthorizedError(
-                    f"ledger_id={self.ledger_id} bookie={bookie_id} rejected the master key",
-                    ledger_id=self.ledger_id,
-                ) from e
-            except (NoSuchEntryError, NoSuchLedgerOnBookieError) as e:
-                # Fenced, but holds no entry of the ledger.
-                lac = e.response.last_add_confirmed if e.response is not None else protocol.NO_ENTRY
-                return slot, lac
-            except (BookieError, BookieUnavailableError) as e:
-                logger.warning(
-                    "ledger recovery fence failed ledger_id=%d bookie=%s error=%s",
-                    self.ledger_id,
-                    bookie_id,
-                    e,
-                )
-                return slot, None
-            lac = response.last_add_confirmed
-            try:
-                lac = max(lac, protocol.Entry.decode(response.entry).last_add_confirmed)
-            except protocol.CorruptEntryError:
-                metrics.DIGEST_MISMATCHES.inc()
-            return slot, lac
-
         lac = protocol.NO_ENTRY
         for attempt in range(self.client.config.recovery_read_attempts_max):
-            tasks = [
-                asyncio.create_task(fence(slot, bookie_id))
-                for slot, bookie_id in enumerate(ensemble)
-            ]
-            try:
-                for next_done in asyncio.as_completed(tasks):
-                    slot, answer = await next_done
-                    if answer is None:
-                        continue
-                    quorum.answered(slot)
-                    lac = max(lac, answer)
-                    if quorum.complete:
-                        return lac
-            finally:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+            lac = await self._fence_round(ensemble, quorum, lac)
+            if quorum.complete:
+                return lac
             logger.warning(
                 "ledger recovery fence quorum incomplete ledger_id=%d attempt=%d",
                 self.ledger_id,
@@ -231,6 +187,58 @@ class LedgerRecoveryOp:
             f"ledger_id={self.ledger_id} could not fence enough bookies of {list(ensemble)}",
             ledger_id=self.ledger_id,
         )
+
+    async def _fence_round(self, ensemble: Sequence[str], quorum: FenceQuorum, lac: int) -> int:
+        """Fence every bookie of the ensemble at once, until `quorum` is complete or all
+        answered; `lac` raised to the highest LAC the answers report."""
+        tasks = [
+            asyncio.create_task(self._fence_bookie(slot, bookie_id))
+            for slot, bookie_id in enumerate(ensemble)
+        ]
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                slot, answer = await next_done
+                if answer is None:
+                    continue
+                quorum.answered(slot)
+                lac = max(lac, answer)
+                if quorum.complete:
+                    return lac
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return lac
+
+    async def _fence_bookie(self, slot: int, bookie_id: str) -> tuple[int, int | None]:
+        """(slot, the LAC the bookie reports once fenced; None if it could not be fenced)."""
+        try:
+            response = await self.client.pool.read_entry(
+                bookie_id, self.ledger_id, protocol.LAST_ENTRY, fence_key=self.master_key
+            )
+        except UnauthorizedError as e:
+            raise LedgerUnauthorizedError(
+                f"ledger_id={self.ledger_id} bookie={bookie_id} rejected the master key",
+                ledger_id=self.ledger_id,
+            ) from e
+        except (NoSuchEntryError, NoSuchLedgerOnBookieError) as e:
+            # Fenced, but holds no entry of the ledger.
+            lac = e.response.last_add_confirmed if e.response is not None else protocol.NO_ENTRY
+            return slot, lac
+        except (BookieError, BookieUnavailableError) as e:
+            logger.warning(
+                "ledger recovery fence failed ledger_id=%d bookie=%s error=%s",
+                self.ledger_id,
+                bookie_id,
+                e,
+            )
+            return slot, None
+        lac = response.last_add_confirmed
+        try:
+            lac = max(lac, protocol.Entry.decode(response.entry).last_add_confirmed)
+        except protocol.CorruptEntryError:
+            metrics.DIGEST_MISMATCHES.inc()
+        return slot, lac
 
     async def _read_for_recovery(
         self, metadata: LedgerMetadata, entry_id: int

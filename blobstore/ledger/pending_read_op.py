@@ -47,10 +47,6 @@ def replica_order(
     return reachable + [b for b in replicas if pool.is_unreachable(b)]
 
 
-def _read_over() -> None:
-    """What a finished read's `launch` and `speculate` become (see `PendingReadOp.run`)."""
-
-
 def _task_outcome(
     task: asyncio.Task[protocol.ReadResponse],
 ) -> tuple[protocol.ReadResponse | None, BaseException | None]:
@@ -82,100 +78,13 @@ class PendingReadOp:
         Requests are sent without a task each where the connection allows
         (`read_entry_nowait`) and their answers handled in callbacks; the one
         future awaited here is settled by the first good copy or the last failure."""
-        loop = asyncio.get_running_loop()
         started = time.monotonic()
-        outcome: asyncio.Future[protocol.Entry] = loop.create_future()
-        errors: list[BaseException] = []
-        in_flight: set[int] = set()  # replica indexes asked and not yet answered
-        tasks: list[asyncio.Task[protocol.ReadResponse]] = []
-        next_replica = 0
-        speculation: asyncio.TimerHandle | None = None
-
-        def answered(
-            index: int, response: protocol.ReadResponse | None, error: BaseException | None
-        ) -> None:
-            if index not in in_flight:
-                return
-            in_flight.discard(index)
-            if outcome.done():
-                return
-            try:
-                entry = self._accept(response, error, self.replicas[index], errors)
-            except asyncio.CancelledError:
-                outcome.cancel()
-                return
-            except BaseException as e:  # not a bookie's failure: a bug, not a next replica
-                outcome.set_exception(e)
-                return
-            if entry is not None:
-                outcome.set_result(entry)
-            elif not in_flight:
-                if next_replica < len(self.replicas):
-                    launch()
-                else:
-                    try:
-                        self._fail(errors)
-                    except (EntryNotFoundError, ReadFailedError) as e:
-                        outcome.set_exception(e)
-
-        def speculate() -> None:
-            nonlocal speculation
-            speculation = None
-            if outcome.done() or next_replica >= len(self.replicas):
-                return
-            metrics.SPECULATIVE_READS.inc()
-            logger.debug(
-                "speculative read ledger_id=%d entry_id=%d bookie=%s",
-                self.ledger_id,
-                self.entry_id,
-                self.replicas[next_replica],
-            )
-            launch()
-
-        def launch() -> None:
-            nonlocal next_replica, speculation
-            index = next_replica
-            bookie_id = self.replicas[index]
-            next_replica += 1
-            if not in_flight:
-                # Nothing else in flight: this replica is the read's only hope, so it is
-                # tried even while a recent connect failure holds it in backoff.
-                self.pool.allow_connect(bookie_id)
-            in_flight.add(index)
-            if not self.pool.read_entry_nowait(
-                bookie_id,
-                self.ledger_id,
-                self.entry_id,
-                lambda response, error: answered(index, response, error),
-            ):
-                task = asyncio.ensure_future(
-                    self.pool.read_entry(bookie_id, self.ledger_id, self.entry_id)
-                )
-                task.add_done_callback(lambda t: answered(index, *_task_outcome(t)))
-                tasks.append(task)
-            if speculation is not None:
-                speculation.cancel()
-                speculation = None
-            if next_replica < len(self.replicas):
-                speculation = loop.call_later(self.speculative_read_timeout_s, speculate)
-
-        launch()
+        read = _ReplicaRead(self)
+        read.launch()
         try:
-            entry = await outcome
+            entry = await read.outcome
         finally:
-            in_flight.clear()  # answers still to come are dropped
-            if speculation is not None:
-                speculation.cancel()
-                # The timer holds `speculate`, whose closure holds the timer.
-                speculation = None
-            for task in tasks:
-                task.cancel()
-            # `launch` and `speculate` call each other through their closures' cells:
-            # reference cycles that would keep this read, its outcome and the entry's
-            # payload alive until the cyclic garbage collector ran (every small GET
-            # left ~25 such objects to it). Late answers stop at `answered`'s first
-            # check and never reach them.
-            launch = speculate = _read_over
+            read.close()
         metrics.READS_OK.inc()
         metrics.READ_SECONDS.observe(time.monotonic() - started)
         return entry
@@ -236,3 +145,121 @@ class PendingReadOp:
             f"{self.replicas}: {[str(e) for e in errors]}",
             ledger_id=self.ledger_id,
         )
+
+
+class _ReplicaRead:
+    """The state of one PendingReadOp.run: the replicas asked and not yet answered, the
+    failures so far, the speculation timer, and `outcome`, settled by the first good
+    copy or once every replica failed.
+
+    `close` drops answers still to come, cancels the timer and the tasks: nothing of a
+    finished read stays reachable from the loop (an armed timer holds `speculate`, which
+    holds this read, which holds the timer), so it is freed by reference counting at
+    once, not left to the cyclic collector."""
+
+    __slots__ = (
+        "op",
+        "loop",
+        "outcome",
+        "errors",
+        "in_flight",
+        "tasks",
+        "next_replica",
+        "speculation",
+    )
+
+    def __init__(self, op: PendingReadOp) -> None:
+        self.op = op
+        self.loop = asyncio.get_running_loop()
+        self.outcome: asyncio.Future[protocol.Entry] = self.loop.create_future()
+        self.errors: list[BaseException] = []
+        self.in_flight: set[int] = set()  # replica indexes asked and not yet answered
+        self.tasks: list[asyncio.Task[protocol.ReadResponse]] = []
+        self.next_replica = 0
+        self.speculation: asyncio.TimerHandle | None = None
+
+    def launch(self) -> None:
+        """Ask the next replica, and arm the timer that asks the one after it."""
+        op = self.op
+        index = self.next_replica
+        bookie_id = op.replicas[index]
+        self.next_replica += 1
+        if not self.in_flight:
+            # Nothing else in flight: this replica is the read's only hope, so it is
+            # tried even while a recent connect failure holds it in backoff.
+            op.pool.allow_connect(bookie_id)
+        self.in_flight.add(index)
+        if not op.pool.read_entry_nowait(
+            bookie_id,
+            op.ledger_id,
+            op.entry_id,
+            lambda response, error: self.answered(index, response, error),
+        ):
+            self._read_in_task(index, bookie_id)
+        if self.speculation is not None:
+            self.speculation.cancel()
+            self.speculation = None
+        if self.next_replica < len(op.replicas):
+            self.speculation = self.loop.call_later(op.speculative_read_timeout_s, self.speculate)
+
+    def _read_in_task(self, index: int, bookie_id: str) -> None:
+        """The read when the connection cannot take it without a task (not connected)."""
+        op = self.op
+        task = asyncio.ensure_future(op.pool.read_entry(bookie_id, op.ledger_id, op.entry_id))
+        task.add_done_callback(lambda t: self.answered(index, *_task_outcome(t)))
+        self.tasks.append(task)
+
+    def speculate(self) -> None:
+        """No answer within the speculative timeout: ask the next replica too."""
+        self.speculation = None
+        op = self.op
+        if self.outcome.done() or self.next_replica >= len(op.replicas):
+            return
+        metrics.SPECULATIVE_READS.inc()
+        logger.debug(
+            "speculative read ledger_id=%d entry_id=%d bookie=%s",
+            op.ledger_id,
+            op.entry_id,
+            op.replicas[self.next_replica],
+        )
+        self.launch()
+
+    def answered(
+        self, index: int, response: protocol.ReadResponse | None, error: BaseException | None
+    ) -> None:
+        if index not in self.in_flight:
+            return  # the read is over, or this replica's answer was already taken
+        self.in_flight.discard(index)
+        outcome = self.outcome
+        if outcome.done():
+            return
+        try:
+            entry = self.op._accept(response, error, self.op.replicas[index], self.errors)
+        except asyncio.CancelledError:
+            outcome.cancel()
+            return
+        except BaseException as e:  # not a bookie's failure: a bug, not a next replica
+            outcome.set_exception(e)
+            return
+        if entry is not None:
+            outcome.set_result(entry)
+        elif not self.in_flight:
+            self._next_or_fail()
+
+    def _next_or_fail(self) -> None:
+        """Every replica asked so far failed: ask the next, or fail the read."""
+        if self.next_replica < len(self.op.replicas):
+            self.launch()
+            return
+        try:
+            self.op._fail(self.errors)
+        except (EntryNotFoundError, ReadFailedError) as e:
+            self.outcome.set_exception(e)
+
+    def close(self) -> None:
+        self.in_flight.clear()  # answers still to come are dropped
+        if self.speculation is not None:
+            self.speculation.cancel()
+            self.speculation = None
+        for task in self.tasks:
+            task.cancel()

@@ -104,6 +104,17 @@ class AuditResult:
     released: list[str]  # bookies back while the auditor moved them: markers removed
 
 
+def missing_since(missing: set[str], previous: dict[str, float], now: float) -> dict[str, float]:
+    """When each missing bookie was first seen missing: kept from `previous`, `now` for
+    the newly missing; a bookie back (or decommissioned) is forgotten."""
+    return {b: previous.get(b, now) for b in sorted(missing)}
+
+
+def due_bookies(missing: dict[str, float], now: float, lost_bookie_delay_s: float) -> list[str]:
+    """The missing bookies gone at least `lost_bookie_delay_s`."""
+    return [b for b, since in missing.items() if now - since >= lost_bookie_delay_s]
+
+
 class BookieAuditor(ClusterSingleton):
     """Notices bookies gone longer than `lost_bookie_delay_s` and re-replicates them."""
 
@@ -141,44 +152,52 @@ class BookieAuditor(ClusterSingleton):
         """One pass (the caller holds the lock, or is a test)."""
         await self._zk.ensure_path(AUDITOR_PATH)
         census = await take_census(self._zk)
-        live, leaving = census.live, census.leaving
-        released = [b for b in sorted(leaving & live) if await self._release(b)]
-        previous = census.missing_since
+        released = [b for b in sorted(census.leaving & census.live) if await self._release(b)]
         now = time.time()
-        missing = {b: previous.get(b, now) for b in sorted(census.missing)}
-        if missing != previous:
-            for bookie in sorted(missing.keys() - previous.keys()):
-                logger.warning(
-                    "event=bookie_missing bookie=%s recovery_in_s=%.0f",
-                    bookie,
-                    self._lost_bookie_delay_s,
-                )
-            for bookie in sorted(previous.keys() - missing.keys()):
-                logger.info("event=bookie_missing_no_more bookie=%s", bookie)
-            record = {"missing": missing, "by": self._gateway_id}
-            await self._zk.set(AUDITOR_PATH, json.dumps(record).encode(), census.record_version)
+        missing = missing_since(census.missing, census.missing_since, now)
+        if missing != census.missing_since:
+            await self._record_missing(census, missing)
         BOOKIES_MISSING.set(len(missing))
-        due = [b for b, since in missing.items() if now - since >= self._lost_bookie_delay_s]
+        due = due_bookies(missing, now, self._lost_bookie_delay_s)
         # An operator's decommission under way is theirs to finish.
-        due = [b for b in due if b not in leaving or await self._marked_by(b) == AUDITOR_MARK]
+        due = [
+            b for b in due if b not in census.leaving or await self._marked_by(b) == AUDITOR_MARK
+        ]
         if not due:
             AUDIT_PASSES.labels("nothing_due").inc()
             return AuditResult(missing, None, False, released)
-        if len(live) < self._live_bookies_min:
+        if len(census.live) < self._live_bookies_min:
             AUDIT_PASSES.labels("too_few_bookies").inc()
             logger.warning(
                 "event=bookie_recovery_deferred missing=%s registered=%d: too few bookies",
                 ",".join(due),
-                len(live),
+                len(census.live),
             )
             return AuditResult(missing, None, False, released)
         bookie = min(due, key=lambda b: (missing[b], b))  # the longest gone first
+        safe_to_remove = await self._recover(bookie, now - missing[bookie])
+        return AuditResult(missing, bookie, safe_to_remove, released)
+
+    async def _record_missing(self, census: BookieCensus, missing: dict[str, float]) -> None:
+        """Log the bookies that went missing or came back, and keep `missing` in
+        /auditor (CAS on the version the census read)."""
+        previous = census.missing_since
+        for bookie in sorted(missing.keys() - previous.keys()):
+            logger.warning(
+                "event=bookie_missing bookie=%s recovery_in_s=%.0f",
+                bookie,
+                self._lost_bookie_delay_s,
+            )
+        for bookie in sorted(previous.keys() - missing.keys()):
+            logger.info("event=bookie_missing_no_more bookie=%s", bookie)
+        record = {"missing": missing, "by": self._gateway_id}
+        await self._zk.set(AUDITOR_PATH, json.dumps(record).encode(), census.record_version)
+
+    async def _recover(self, bookie: str, missing_s: float) -> bool:
+        """Move what a lost bookie held (a decommission started by the auditor);
+        whether it is safe to remove now."""
         AUDIT_PASSES.labels("recovered").inc()
-        logger.warning(
-            "event=bookie_recovery_started bookie=%s missing_s=%.0f",
-            bookie,
-            now - missing[bookie],
-        )
+        logger.warning("event=bookie_recovery_started bookie=%s missing_s=%.0f", bookie, missing_s)
         op = DecommissionOp(
             self._zk,
             bookie,
@@ -202,7 +221,7 @@ class BookieAuditor(ClusterSingleton):
             len(op.remaining),
             op.safe_to_remove,
         )
-        return AuditResult(missing, bookie, op.safe_to_remove, released)
+        return op.safe_to_remove
 
     async def _marked_by(self, bookie: str) -> str | None:
         """Who started the decommission under way of `bookie` (None: an operator, or none)."""

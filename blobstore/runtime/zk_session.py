@@ -3,11 +3,10 @@
 kazoo's client runs a connection thread: every request crosses from the loop to that
 thread (a deque, a wake-up byte on a socket pair, a `select`, a lock per result) and its
 reply crosses back (`call_soon_threadsafe`), with the two threads contending for the GIL
-at each step. Measured on a 2-core machine with 32 pipelined 24 KiB `setData`s, that
-path cost 270-300 us of client CPU per request and capped one session at ~2,100-2,600
-requests/s; the same requests written from the loop cost 40-60 us and reached
-~4,400-4,700/s. The catalog sends one or two requests per object write and a share of a
-`sync` per read, so this is the cost of every S3 request.
+at each step. Written from the loop, a request costs a fraction of that client CPU and
+a session carries about twice the requests per second (figures in docs/benchmarks/).
+The catalog sends one or two requests per object write and a share of a `sync` per
+read, so this cost is part of every S3 request.
 
 `ZooKeeperSession` keeps kazoo's wire format (`kazoo.protocol.serialization`: the
 request records and their jute encoding), its exceptions and its session states
@@ -45,7 +44,7 @@ import time
 from collections import Counter as Tally
 from collections import deque
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from kazoo.exceptions import (
     EXCEPTIONS,
@@ -370,36 +369,23 @@ class _Connection(asyncio.Protocol):
 
     # -- replies
     def _frame(self, frame: bytes) -> None:
+        """One frame from the server: most are replies to the oldest request sent."""
         if not self.established:
-            if self.handshake.done():
-                raise ConnectionLoss("frame after an abandoned handshake")
-            connect, _ = Connect.deserialize(frame, 0)
-            self.handshake.set_result(connect)
+            self._handshake_frame(frame)
             return
         xid, zxid, err = _REPLY_HEADER.unpack_from(frame, 0)
+        if xid <= 0:
+            self._notification_frame(xid, err, frame)
+            return
         session = self.session
-        if xid > 0 and zxid > session.last_zxid:  # as the Java client: replies only
+        if zxid > session.last_zxid:  # as the Java client: replies only
             session.last_zxid = zxid
-        if xid == WATCH_XID:
-            watch, _ = Watch.deserialize(frame, _REPLY_HEADER.size)
-            session._watch_event(watch)
-            return
-        if xid in (PING_XID, SET_WATCHES_XID):
-            if err:
-                logger.warning("zookeeper xid %d answered with error %d", xid, err)
-            return
-        if not self.pending:
-            raise ConnectionLoss(f"reply xid {xid} with no request outstanding")
-        pending = self.pending[0]
-        if pending.xid != xid:  # left in place: failed with the connection
-            raise ConnectionLoss(f"reply xid {xid}, expected {pending.xid}")
-        self.pending.popleft()
+        sent = self.pending
+        if not sent or sent[0].xid != xid:
+            self._unexpected_reply(xid)
+        pending = sent.popleft()
         if pending.watch is not None:
-            path = pending.request.path
-            if self.watching[path] <= 1:
-                del self.watching[path]
-            else:
-                self.watching[path] -= 1
+            self._watching_answered(pending.request.path)
         try:
             session._reply(pending, frame, err)
         except Exception as e:
@@ -408,6 +394,36 @@ class _Connection(asyncio.Protocol):
                 future.set_exception(e)
                 future.exception()
             raise
+
+    def _handshake_frame(self, frame: bytes) -> None:
+        if self.handshake.done():
+            raise ConnectionLoss("frame after an abandoned handshake")
+        connect, _ = Connect.deserialize(frame, 0)
+        self.handshake.set_result(connect)
+
+    def _notification_frame(self, xid: int, err: int, frame: bytes) -> None:
+        """A frame with a fixed xid: a watch event, or the answer to a ping or SetWatches."""
+        if xid == WATCH_XID:
+            watch, _ = Watch.deserialize(frame, _REPLY_HEADER.size)
+            self.session._watch_event(watch)
+        elif xid in (PING_XID, SET_WATCHES_XID):
+            if err:
+                logger.warning("zookeeper xid %d answered with error %d", xid, err)
+        else:
+            self._unexpected_reply(xid)
+
+    def _unexpected_reply(self, xid: int) -> NoReturn:
+        """A reply that is not to the oldest request sent: the stream is broken (the
+        requests left in `pending` fail with the connection)."""
+        if not self.pending:
+            raise ConnectionLoss(f"reply xid {xid} with no request outstanding")
+        raise ConnectionLoss(f"reply xid {xid}, expected {self.pending[0].xid}")
+
+    def _watching_answered(self, path: str) -> None:
+        if self.watching[path] <= 1:
+            del self.watching[path]
+        else:
+            self.watching[path] -= 1
 
 
 class ZooKeeperSession:
@@ -559,21 +575,13 @@ class ZooKeeperSession:
         return path
 
     def _reply(self, pending: _Pending, frame: bytes, err: int) -> None:
-        request = pending.request
-        future = pending.future
-        offset = _REPLY_HEADER.size
+        """Decode a reply, arm the watch it asked for, and settle its caller."""
         if err:
-            error = EXCEPTIONS[err]()
-            if isinstance(request, Exists) and isinstance(error, NoNodeError):
-                if pending.watch is not None:  # armed on a missing node: fires on create
-                    self._arm(self._exist_watches, request.path, pending.watch)
-                result: Any = None
-            else:
-                if future is not None and not future.done():
-                    future.set_exception(error)
-                    future.exception()  # a caller that timed out is gone
-                return
-        elif isinstance(request, Exists):
+            self._error_reply(pending, err)
+            return
+        request = pending.request
+        offset = _REPLY_HEADER.size
+        if isinstance(request, Exists):
             result = request.deserialize(frame, offset)
             if pending.watch is not None:
                 self._arm(self._data_watches, request.path, pending.watch)
@@ -581,21 +589,54 @@ class ZooKeeperSession:
             deserialize = getattr(request, "deserialize", None)
             result = deserialize(frame, offset) if deserialize is not None else None
             if pending.watch is not None:
-                if isinstance(request, (GetChildren, GetChildren2)):
-                    self._arm(self._child_watches, request.path, pending.watch)
-                else:
-                    self._arm(self._data_watches, request.path, pending.watch)
-            if isinstance(request, Create):
-                result = self.unchrooted(result)
-            elif isinstance(request, Transaction):
-                result = [self.unchrooted(r) if isinstance(r, str) else r for r in result]
+                self._arm_reply_watch(request, pending.watch)
+            if isinstance(request, (Create, Transaction)):
+                result = self._unchrooted_result(request, result)
         if pending.on_result is not None:
-            try:
-                pending.on_result(result)
-            except Exception:  # noqa: BLE001 - a caller's bug must not break the session
-                logger.exception("zookeeper reply hook failed request=%s", type(request).__name__)
+            self._call_reply_hook(pending, result)
+        future = pending.future
         if future is not None and not future.done():
             future.set_result(result)
+
+    def _error_reply(self, pending: _Pending, err: int) -> None:
+        """A reply with an error: fails its caller, except Exists on a missing node,
+        whose answer is None (and whose watch fires when the node is created)."""
+        request = pending.request
+        error = EXCEPTIONS[err]()
+        if isinstance(request, Exists) and isinstance(error, NoNodeError):
+            if pending.watch is not None:
+                self._arm(self._exist_watches, request.path, pending.watch)
+            if pending.on_result is not None:
+                self._call_reply_hook(pending, None)
+            if pending.future is not None and not pending.future.done():
+                pending.future.set_result(None)
+            return
+        future = pending.future
+        if future is not None and not future.done():
+            future.set_exception(error)
+            future.exception()  # a caller that timed out is gone
+
+    def _arm_reply_watch(self, request: Any, watch: WatchCallback) -> None:
+        if isinstance(request, (GetChildren, GetChildren2)):
+            self._arm(self._child_watches, request.path, watch)
+        else:
+            self._arm(self._data_watches, request.path, watch)
+
+    def _unchrooted_result(self, request: Create | Transaction, result: Any) -> Any:
+        """The paths a Create or a Transaction answers with, without the chroot."""
+        if isinstance(request, Create):
+            return self.unchrooted(result)
+        return [self.unchrooted(r) if isinstance(r, str) else r for r in result]
+
+    @staticmethod
+    def _call_reply_hook(pending: _Pending, result: Any) -> None:
+        assert pending.on_result is not None
+        try:
+            pending.on_result(result)
+        except Exception:  # noqa: BLE001 - a caller's bug must not break the session
+            logger.exception(
+                "zookeeper reply hook failed request=%s", type(pending.request).__name__
+            )
 
     # ------------------------------------------------------------------ watches
 
