@@ -52,9 +52,9 @@ def _dumps(value: Any) -> bytes:
 
 def pack_page(encoded: bytes, level: int) -> bytes:
     """A page's znode bytes: its encoding as a zlib stream deflated by ISA-L at `level`
-    (1-3), or as is for 0. A page is packed on every commit of it: at level 1 ISA-L
-    deflates a 44 KB page in ~30 us where zlib's level 1 takes ~130 us, to a slightly
-    smaller stream; any zlib inflater reads it."""
+    (1-3), or as is for 0. A page is packed on every commit of it: ISA-L's level 1
+    deflates several times faster than zlib's, to a slightly smaller stream
+    (docs/benchmarks/design-figures.md); any zlib inflater reads it."""
     return isal_zlib.compress(encoded, level) if level else encoded
 
 
@@ -211,8 +211,8 @@ class IndexPage:
         right: the pages behind stay nearly full, and the one written on every commit
         starts small (as B-tree indexes split their rightmost page). The right page
         keeps this page's id: the commits queued for it, in this process and others,
-        still find their keys there (with the left page keeping it, each had to be
-        routed again through a fresh page map: ~8 per split at 1,000 PUTs/s)."""
+        still find their keys there (with the left page keeping it, each would be
+        routed again through a fresh page map)."""
         n = len(before.keys)
         if n == 0 or len(self.keys) <= n:
             return None

@@ -595,9 +595,8 @@ class _BookieConnection:
             # first polls for I/O and runs what arrived (HTTP requests, bookie answers,
             # each often starting an add), and their frames join this write. Under load
             # that is fewer sends and fewer wake-ups of the bookie, whose journal then
-            # also syncs more entries at a time: at 1,000 4 KiB PUTs/s, ~5% less CPU in
-            # the gateway and in the bookies, 7% fewer journal fsyncs, and lower PUT
-            # p50 and p99 (A/B); when idle it costs one more pass of the loop.
+            # also syncs more entries at a time (docs/benchmarks/design-figures.md);
+            # when idle it costs one more pass of the loop.
             loop = asyncio.get_running_loop()
             loop.call_soon(loop.call_soon, self._flush)
 

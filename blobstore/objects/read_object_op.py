@@ -47,7 +47,7 @@ class ShortEntryError(Exception):
 
 
 # What keeping one entry costs besides its payload (the bytes object's header, the key
-# tuple, the LRU's dict and order slots; measured ~330 B): counted against the bound, so
+# tuple, the LRU's dict and order slots: about 330 B): counted against the bound, so
 # a cache of tiny objects stays within it too.
 ENTRY_CACHE_OVERHEAD_BYTES = 330
 

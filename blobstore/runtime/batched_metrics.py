@@ -2,11 +2,10 @@
 once a second, and whenever metrics are collected.
 
 A prometheus_client update takes a lock per value (and in a multi-worker gateway writes
-an mmap'd file): `Histogram.observe` walks the bucket bounds and increments two values,
-~0.8 us; a counter's `inc` ~0.35 us. The ledger client counted each add and each bookie
-answer that way, two answers per add: ~7 us of the ~50 us of client CPU an add costs
-(measured at 10,000 adds/s). Here `observe` is a bisect into the bounds and two
-additions; `publish()` moves the sums into the Prometheus child (one increment per
+an mmap'd file): `Histogram.observe` walks the bucket bounds and increments two values.
+Counting each add and each bookie answer that way is a visible share of the CPU an add
+costs the ledger client (docs/benchmarks/design-figures.md). Here `observe` is a bisect
+into the bounds and two additions; `publish()` moves the sums into the Prometheus child (one increment per
 non-empty bucket), so an exposition shows the same totals.
 
 Publishing happens on an update once PUBLISH_INTERVAL_S has passed since the last one,

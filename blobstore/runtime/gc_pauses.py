@@ -2,8 +2,8 @@
 and its pauses measured.
 
 A full (generation 2) collection stops the event loop for as long as it takes to walk
-every tracked object. Measured in a ledger client appending 3,000 entries/s, those
-pauses were 18-41 ms: each one a latency spike for everything in flight. Most of what
+every tracked object. In a busy ledger client such a pause lasts tens of milliseconds
+(docs/benchmarks/design-figures.md): a latency spike for everything in flight. Most of what
 it walked was never garbage: modules, classes, configuration, the objects built at
 startup. `freeze_after_startup()` moves all of them to the permanent generation (as
 `gc.freeze` is documented for), so later collections walk only what was made since.
