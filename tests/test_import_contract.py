@@ -110,3 +110,62 @@ def test_the_checker_reads_every_kind_of_import(tmp_path: Path) -> None:
     found = [(line, package_of(module)) for line, module in imported_modules(path)]
     assert found == [(2, OBJECTS), (3, "s3api")]
     assert OBJECTS not in ALLOWED["bookie"] and "s3api" not in ALLOWED[OBJECTS]
+
+
+def module_of(path: Path, root: Path = ROOT) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_graph(paths: list[Path], root: Path = ROOT) -> dict[str, set[str]]:
+    """module -> the product modules it imports (`from pkg import mod` names `pkg.mod`;
+    a package's __init__, which only hands names on, is not a node)."""
+    modules = {module_of(path, root): path for path in paths if path.name != "__init__.py"}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for name in names:
+                while name and name not in modules:
+                    name = name.rpartition(".")[0]  # `pkg.mod.Name` -> `pkg.mod`
+                if name and name != module:
+                    targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def cycle_in(graph: dict[str, set[str]]) -> list[str]:
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as e:
+        return list(e.args[1])
+    return []
+
+
+def test_no_module_imports_itself_back() -> None:
+    """No import cycle between modules either, counting imports under TYPE_CHECKING and
+    inside functions: a module that needs its caller's type takes a Protocol instead."""
+    cycle = cycle_in(module_graph(product_files()))
+    assert not cycle, f"import cycle: {' -> '.join(cycle)}"
+
+
+def test_the_cycle_check_sees_a_type_only_cycle(tmp_path: Path) -> None:
+    package = tmp_path / "blobstore" / "ledger"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from blobstore.ledger import b\n")
+    (package / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from blobstore.ledger.a import A\n"
+    )
+    graph = module_graph(sorted(tmp_path.rglob("*.py")), tmp_path)
+    assert graph == {
+        "blobstore.ledger.a": {"blobstore.ledger.b"},
+        "blobstore.ledger.b": {"blobstore.ledger.a"},
+    }
+    assert set(cycle_in(graph)) == {"blobstore.ledger.a", "blobstore.ledger.b"}

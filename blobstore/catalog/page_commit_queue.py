@@ -48,13 +48,18 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from blobstore.catalog import metrics
 from blobstore.catalog._private import UNKNOWN_OUTCOME_ERRORS
-from blobstore.catalog.config import PAGE_BYTES_HARD_MAX, PAGE_MAP_BYTES_MAX, CatalogPaths
+from blobstore.catalog.config import (
+    PAGE_BYTES_HARD_MAX,
+    PAGE_MAP_BYTES_MAX,
+    CatalogConfig,
+    CatalogPaths,
+)
 from blobstore.catalog.errors import (
     CatalogBusyError,
     CatalogError,
@@ -62,7 +67,7 @@ from blobstore.catalog.errors import (
     NoSuchBucketError,
     RecordTooLargeError,
 )
-from blobstore.catalog.page import IndexPage, PageMap, pack_page
+from blobstore.catalog.page import IndexPage, PageMap, RootMap, pack_page
 from blobstore.catalog.page_batch import (
     BatchOnPage,
     CommitAction,
@@ -70,14 +75,59 @@ from blobstore.catalog.page_batch import (
     apply_batch,
     commit_action,
 )
-from blobstore.catalog.retry import CasRetry
-
-if TYPE_CHECKING:
-    from blobstore.catalog.object_index import ObjectIndex
+from blobstore.catalog.records import BucketRecord
+from blobstore.catalog.retry import CasRetry, CasRetryPolicy
+from blobstore.runtime.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)
 
 Operation = tuple[str, tuple[Any, ...]]  # one operation of a ZooKeeper multi
+
+
+class IndexHost(Protocol):
+    """What a page's commit queue uses of the index that owns it (`ObjectIndex`): its
+    settings and session, the maps and pages it reads, and the hand-backs (a mutation
+    that left the page, an idle queue, a page to merge, a task to track)."""
+
+    @property
+    def zk(self) -> ZooKeeperClient: ...
+    @property
+    def config(self) -> CatalogConfig: ...
+    @property
+    def paths(self) -> CatalogPaths: ...
+    @property
+    def retry_policy(self) -> CasRetryPolicy: ...
+    @property
+    def closing(self) -> bool: ...
+    def track(self, task: asyncio.Task[Any]) -> None: ...
+    async def bucket_state(
+        self, bucket: str, view: asyncio.Future[None] | None = None, *, fresh: bool = False
+    ) -> tuple[BucketRecord, int]: ...
+    async def root_map(
+        self, bucket: str, *, fresh: bool = False, view: asyncio.Future[None] | None = None
+    ) -> RootMap: ...
+    async def page_map(
+        self,
+        bucket: str,
+        key: str = "",
+        *,
+        fresh: bool = False,
+        view: asyncio.Future[None] | None = None,
+    ) -> PageMap: ...
+    def forget_root(self, bucket: str) -> None: ...
+    def forget_shard(self, bucket: str, shard_id: str) -> None: ...
+    async def read_page(
+        self,
+        bucket: str,
+        page_id: str,
+        view: asyncio.Future[None] | None = None,
+        *,
+        shared: bool = False,
+    ) -> IndexPage | None: ...
+    async def read_page_for_commit(self, bucket: str, page_id: str) -> IndexPage | None: ...
+    def reroute(self, mutation: Mutation) -> None: ...
+    def queue_idle(self, queue: PageCommitQueue) -> None: ...
+    async def try_merge(self, bucket: str, page_id: str, key: str) -> None: ...
 
 
 class ExtraOperationsFailedError(CatalogError):
@@ -132,7 +182,7 @@ class _Split:
 
 
 class PageCommitQueue:
-    def __init__(self, index: ObjectIndex, bucket: str, page_id: str) -> None:
+    def __init__(self, index: IndexHost, bucket: str, page_id: str) -> None:
         self.index = index
         self.bucket = bucket
         self.page_id = page_id

@@ -36,11 +36,12 @@ import random
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from blobstore.ledger import metrics
 from blobstore.ledger.bookie_client import (
     BadRequestError,
+    BookieClientPool,
     BookieError,
     BookieUnavailableError,
     FencedError,
@@ -49,8 +50,9 @@ from blobstore.ledger.bookie_client import (
     TooLargeError,
     UnauthorizedError,
 )
+from blobstore.ledger.config import LedgerConfig
 from blobstore.ledger.distribution_schedule import AckSet, write_set
-from blobstore.ledger.ensemble_placement import choose_replacement
+from blobstore.ledger.ensemble_placement import BookieInfo, choose_replacement
 from blobstore.ledger.errors import (
     AddOutcomeUnknownError,
     BadLedgerConfigError,
@@ -65,6 +67,7 @@ from blobstore.ledger.errors import (
     PendingAddsFullError,
     ReadFailedError,
 )
+from blobstore.ledger.ledger_manager import LedgerManager
 from blobstore.ledger.ledger_metadata import (
     STATE_CLOSED,
     STATE_IN_RECOVERY,
@@ -76,19 +79,32 @@ from blobstore.ledger.pending_add_op import PendingAddOp
 from blobstore.ledger.pending_read_op import PendingReadOp, replica_order
 from blobstore.wire import protocol
 
-if TYPE_CHECKING:
-    from blobstore.ledger.ledger_client import LedgerClient
-
 logger = logging.getLogger(__name__)
 
 LONG_POLL_IDLE_S = 0.1
 WRITE_LAC_TIMEOUT_S = 2.0
 
 
+class ClientParts(Protocol):
+    """What a handle, and the recovery that opens one, use of the client that made them
+    (`LedgerClient`): its settings, its bookie connections, its metadata manager and
+    the bookies placement may choose from."""
+
+    @property
+    def config(self) -> LedgerConfig: ...
+    @property
+    def pool(self) -> BookieClientPool: ...
+    @property
+    def manager(self) -> LedgerManager: ...
+    async def placement_candidates(
+        self, *, refresh: bool = True
+    ) -> tuple[list[BookieInfo], set[str]]: ...
+
+
 class LedgerHandle:
     def __init__(
         self,
-        client: LedgerClient,
+        client: ClientParts,
         versioned: Versioned[LedgerMetadata],
         password: bytes,
         *,

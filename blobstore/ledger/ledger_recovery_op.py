@@ -30,7 +30,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from blobstore.ledger import metrics
 from blobstore.ledger.bookie_client import (
@@ -48,11 +47,9 @@ from blobstore.ledger.errors import (
     LedgerUnauthorizedError,
     MetadataVersionConflictError,
 )
+from blobstore.ledger.ledger_handle import ClientParts, LedgerHandle
 from blobstore.ledger.ledger_metadata import STATE_OPEN, LedgerMetadata, Versioned
 from blobstore.wire import protocol
-
-if TYPE_CHECKING:
-    from blobstore.ledger.ledger_client import LedgerClient
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +57,7 @@ RECOVERY_READ_BACKOFF_S = 0.2
 
 
 class LedgerRecoveryOp:
-    def __init__(self, client: LedgerClient, ledger_id: int, password: bytes) -> None:
+    def __init__(self, client: ClientParts, ledger_id: int, password: bytes) -> None:
         self.client = client
         self.ledger_id = ledger_id
         self.password = password
@@ -121,8 +118,6 @@ class LedgerRecoveryOp:
         )
 
     async def _recover(self, versioned: Versioned[LedgerMetadata]) -> Versioned[LedgerMetadata]:
-        from blobstore.ledger.ledger_handle import LedgerHandle
-
         metadata = versioned.value
         fenced_lac = await self._fence(metadata)
         lac = max(fenced_lac, metadata.ensembles[-1][0] - 1)

@@ -361,7 +361,7 @@ def test_a_retried_batch_takes_in_what_arrived_meanwhile() -> None:
 
     async def scenario() -> None:
         index = SimpleNamespace(config=CatalogConfig(commit_batch_max=4))
-        queue = PageCommitQueue(index, "b", "p")  # type: ignore[arg-type]
+        queue = PageCommitQueue(index, "b", "p")
 
         def mutation(key: str, extra: bool = False) -> Mutation:
             operations = (("check", ("/x", 1)),) if extra else ()
