@@ -53,22 +53,15 @@ async def known_bookies(zk: ZooKeeperClient) -> list[dict[str, Any]]:
     """Registered bookies, then those with a cookie and no registration."""
     bookies = await registered_bookies(zk)
     census = await take_census(zk)
-    leaving, gone, since = census.leaving, census.gone, census.missing_since
     for info in bookies:
-        if info["bookie_id"] in leaving | gone:
-            info["decommission"] = "done" if info["bookie_id"] in gone else "in progress"
+        decommission = census.decommission_of(info["bookie_id"])
+        if decommission is not None:
+            info["decommission"] = decommission
     registered = {b["bookie_id"] for b in bookies}
     for bookie_id in sorted(census.known - registered):
-        state = (
-            "decommissioned"
-            if bookie_id in gone
-            else "decommissioning"
-            if bookie_id in leaving
-            else "missing"
-        )
-        info = {"bookie_id": bookie_id, "state": state}
-        if bookie_id in since:
-            info["missing_since"] = since[bookie_id]
+        info = {"bookie_id": bookie_id, "state": census.absent_state(bookie_id)}
+        if bookie_id in census.missing_since:
+            info["missing_since"] = census.missing_since[bookie_id]
         bookies.append(info)
     return bookies
 

@@ -67,6 +67,19 @@ class BookieCensus:
     def missing(self) -> set[str]:
         return self.known - self.live - self.gone
 
+    def decommission_of(self, bookie_id: str) -> str | None:
+        """How far a decommission of the bookie went: "done", "in progress", or None."""
+        if bookie_id in self.gone:
+            return "done"
+        return "in progress" if bookie_id in self.leaving else None
+
+    def absent_state(self, bookie_id: str) -> str:
+        """What a known bookie without a registration is: "decommissioned" (safe to
+        wipe), "decommissioning", or "missing" (the auditor's concern)."""
+        if bookie_id in self.gone:
+            return "decommissioned"
+        return "decommissioning" if bookie_id in self.leaving else "missing"
+
 
 async def _children(zk: ZooKeeperClient, path: str) -> set[str]:
     try:

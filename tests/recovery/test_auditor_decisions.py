@@ -1,10 +1,11 @@
-"""The auditor's pure decisions: since when each bookie is missing, and which are due."""
+"""The auditor's pure decisions: since when each bookie is missing, which are due, and
+where each known bookie stands in the census."""
 
 from __future__ import annotations
 
 import pytest
 
-from blobstore.recovery.auditor import due_bookies, missing_since
+from blobstore.recovery.auditor import BookieCensus, due_bookies, missing_since
 
 NOW = 1_000.0
 
@@ -65,3 +66,31 @@ def test_due_bookies_are_those_missing_at_least_the_delay(
 def test_a_zero_delay_makes_every_missing_bookie_due() -> None:
     """With no delay a bookie is due as soon as it is seen missing."""
     assert due_bookies({"b1": NOW, "b2": NOW - 1}, NOW, 0.0) == ["b1", "b2"]
+
+
+CENSUS = BookieCensus(
+    known={"live", "lost", "leaving", "gone"},
+    live={"live", "leaving"},
+    leaving={"leaving"},
+    gone={"gone"},
+    missing_since={"lost": 10.0},
+    record_version=0,
+)
+
+
+@pytest.mark.parametrize(
+    ("bookie", "decommission", "absent"),
+    [
+        pytest.param("live", None, "missing", id="registered-not-leaving"),
+        pytest.param("lost", None, "missing", id="unregistered-is-missing"),
+        pytest.param("leaving", "in progress", "decommissioning", id="being-decommissioned"),
+        pytest.param("gone", "done", "decommissioned", id="decommissioned"),
+    ],
+)
+def test_the_census_says_where_a_bookie_stands(
+    bookie: str, decommission: str | None, absent: str
+) -> None:
+    """A finished decommission outranks one in progress; a bookie neither leaving nor
+    gone is missing once it is unregistered (`absent_state` is asked only then)."""
+    assert CENSUS.decommission_of(bookie) == decommission
+    assert CENSUS.absent_state(bookie) == absent
