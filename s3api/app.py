@@ -38,7 +38,7 @@ from blobstore.runtime.sampled_gauge import PUBLISH_INTERVAL_S
 from s3api import metrics
 from s3api.access_log import AccessLog
 from s3api.config import CONFIG_ENV, GatewayConfig
-from s3api.errors import S3Error, render_error, to_s3_error
+from s3api.errors import S3Error, log_server_error, render_error, to_s3_error
 from s3api.handlers import HANDLERS
 from s3api.handlers.context import GatewayRequest, S3Context, parse_query
 from s3api.handlers.cors import cors_response_headers, preflight
@@ -303,20 +303,7 @@ class Gateway:
         context: S3Context | None,
     ) -> Response:
         error = to_s3_error(exc, requester=context.user.name if context else None)
-        if error.code == "InternalError":
-            logger.error(
-                "event=internal_error request_id=%s resource=%s", request_id, resource, exc_info=exc
-            )
-        elif error.status >= 500 and not isinstance(exc, S3Error):
-            # Storage trouble: the log names what the client is not told (bookies...).
-            logger.warning(
-                "request_id=%s error=%s message=%s cause=%s",
-                request_id,
-                error.code,
-                error.message,
-                exc,
-            )
-        else:
+        if not log_server_error(exc, error, request_id, resource):
             logger.info("request_id=%s error=%s message=%s", request_id, error.code, error.message)
         headers = dict(error.headers)
         if error.status == 503:

@@ -10,6 +10,7 @@ InternalError; the caller logs the traceback.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from blobstore.ledger import errors as ledger_errors
 from blobstore.objects import errors as object_errors
 from blobstore.objects.writer_pool import WriterPoolExhaustedError
 from blobstore.runtime.zk_session import ZooKeeperRequestTooLargeError
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "DOMAIN_ERROR_CODES",
@@ -421,3 +424,25 @@ def to_s3_error(exc: BaseException, *, requester: str | None = None) -> S3Error:
         if code is not None:
             return _DOMAIN_ANSWERS.get(cls, _plain_answer)(exc, code, requester)
     return S3Error("InternalError")
+
+
+def log_server_error(exc: BaseException, error: S3Error, request_id: str, resource: str) -> bool:
+    """Log a failure that is the server's, not the client's: an unmapped exception
+    (InternalError) with its traceback, storage trouble (another 5xx) as a warning naming
+    the cause the client is not told. True when it logged. Shared by whole requests and
+    by DeleteObjects' keys."""
+    if error.code == "InternalError":
+        logger.error(
+            "event=internal_error request_id=%s resource=%s", request_id, resource, exc_info=exc
+        )
+        return True
+    if error.status >= 500 and not isinstance(exc, S3Error):
+        logger.warning(
+            "request_id=%s error=%s message=%s cause=%s",
+            request_id,
+            error.code,
+            error.message,
+            exc,
+        )
+        return True
+    return False

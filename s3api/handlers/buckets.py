@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import logging
 from dataclasses import replace
 
 from starlette.responses import Response
@@ -14,13 +13,11 @@ from starlette.responses import Response
 from blobstore.catalog.records import ListResult
 from blobstore.catalog.versioning import well_formed_version_id
 from s3api import xml_requests, xml_responses
-from s3api.errors import S3Error, to_s3_error
+from s3api.errors import S3Error, log_server_error, to_s3_error
 from s3api.handlers._private import xml_response
 from s3api.handlers.context import S3Context
 from s3api.handlers.objects import check_acl
 from s3api.limits import parse_max_count, validate_bucket_name
-
-logger = logging.getLogger(__name__)
 
 DELETE_CONCURRENCY = 16
 
@@ -343,14 +340,8 @@ async def _delete_one(
 def delete_error(
     exc: Exception, item: xml_requests.ObjectToDelete, *, request_id: str, bucket: str
 ) -> xml_responses.DeleteError:
-    """The <Error> entry for a key whose delete raised `exc`; an exception the gateway
-    does not map (InternalError) is logged with its traceback, as a request's is."""
+    """The <Error> entry for a key whose delete raised `exc`; a failure of the server's
+    (an unmapped exception, storage trouble) is logged as a whole request's is."""
     error = to_s3_error(exc)
-    if error.code == "InternalError":
-        logger.error(
-            "event=internal_error request_id=%s resource=%s",
-            request_id,
-            f"/{bucket}/{item.key}",
-            exc_info=exc,
-        )
+    log_server_error(exc, error, request_id, f"/{bucket}/{item.key}")
     return xml_responses.DeleteError(item.key, error.code, error.message, item.version_id)
