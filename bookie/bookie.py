@@ -164,13 +164,14 @@ class Bookie:
         server = self._make_server(storage, journal)
         await self.check_disk()
         tcp_server = await loop.create_server(server.new_connection, sock=sock)
-        await self._start_http(journal)
+        gc = GarbageCollector(zk, storage, config, lambda: self.read_only)
+        await self._start_http(journal, gc)
         registration = Registration(
             zk, self.bookie_id, self.registration_payload, config.registration_refresh_s
         )
         self.registration = registration
         await registration.register()
-        self._spawn_background(zk, storage, registration)
+        self._spawn_background(gc, registration)
         loop_lag = LoopLagMonitor(METRICS.event_loop_lag_seconds, f"bookie {self.bookie_id}")
         loop_lag.start()
         freeze_after_startup(METRICS.registry)
@@ -244,9 +245,14 @@ class Bookie:
         )
         return self.server
 
-    async def _start_http(self, journal: Journal) -> None:
+    async def _start_http(self, journal: Journal, gc: GarbageCollector) -> None:
         config = self.config
-        self.http = HttpAdmin(self.admin_info, lambda: journal.failure is None)
+        self.http = HttpAdmin(
+            self.admin_info,
+            lambda: journal.failure is None,
+            force_gc=gc.force,
+            gc_threshold_default=config.major_compaction_threshold,
+        )
         try:
             await self.http.start(config.host, config.http_port)
         except OSError as e:
@@ -254,10 +260,7 @@ class Bookie:
                 f"cannot bind http port {config.host}:{config.http_port}: {e.strerror}"
             ) from None
 
-    def _spawn_background(
-        self, zk: ZooKeeperClient, storage: LedgerStorage, registration: Registration
-    ) -> None:
-        gc = GarbageCollector(zk, storage, self.config, lambda: self.read_only)
+    def _spawn_background(self, gc: GarbageCollector, registration: Registration) -> None:
         self.spawn(registration.run(), "registration")
         self.spawn(self.checkpoint_loop(), "checkpoint")
         self.spawn(self.disk_loop(), "disk-check")

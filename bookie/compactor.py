@@ -1,8 +1,9 @@
 """Entry log compaction: copy a sparse log's live entries into the current log, then delete it.
 
 Minor compaction takes logs whose live ratio is under `minor_compaction_threshold` (0.2,
-hourly), major under `major_compaction_threshold` (0.8, daily). A log with no live bytes
-is deleted without being read.
+hourly), major under `major_compaction_threshold` (0.8, daily), a forced one (the admin
+port's `POST /api/v1/bookie/gc`) under the threshold it is given. A log with no live
+bytes is deleted without being read.
 
 On-disk effects and faults tolerated
 ------------------------------------
@@ -23,12 +24,32 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 
 from bookie.entry_logger import LOG_HEADER_BYTES, RECORD_LENGTH, split_location
 from bookie.ledger_storage import LedgerStorage
 from bookie.metrics import METRICS
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    """What a compaction did: entry log bytes freed (a log's size less the live bytes
+    copied out of it) and logs deleted."""
+
+    bytes_freed: int = 0
+    entry_logs_deleted: int = 0
+
+    def __post_init__(self) -> None:
+        assert self.bytes_freed >= 0, self.bytes_freed
+        assert self.entry_logs_deleted >= 0, self.entry_logs_deleted
+
+    def __add__(self, other: CompactionResult) -> CompactionResult:
+        return CompactionResult(
+            self.bytes_freed + other.bytes_freed,
+            self.entry_logs_deleted + other.entry_logs_deleted,
+        )
 
 
 def live_ratios(storage: LedgerStorage) -> dict[int, tuple[int, int]]:
@@ -41,15 +62,16 @@ def live_ratios(storage: LedgerStorage) -> dict[int, tuple[int, int]]:
     return result
 
 
-def compact_log(storage: LedgerStorage, log_id: int, kind: str) -> int:
+def compact_log(storage: LedgerStorage, log_id: int, kind: str) -> CompactionResult:
     """Storage thread only: copy a log's live entries to the current log, then delete it.
 
-    Returns the bytes freed. Rolls first when asked to compact the current log.
+    Rolls first when asked to compact the current log (nothing is done when that log is
+    still empty).
     """
     if log_id == storage.entry_logger.current_log_id:
         storage.entry_logger.roll_if_used()
         if log_id == storage.entry_logger.current_log_id:
-            return 0
+            return CompactionResult()
     size_before = os.path.getsize(storage.entry_logger.path(log_id))
     live_ledgers = storage.log_ledger_bytes.get(log_id, {})
     locations = []
@@ -85,7 +107,7 @@ def compact_log(storage: LedgerStorage, log_id: int, kind: str) -> int:
         copied,
         size_before - copied,
     )
-    return size_before - copied
+    return CompactionResult(max(0, size_before - copied), 1)
 
 
 def candidates(
@@ -106,11 +128,17 @@ class Compactor:
     def __init__(self, storage: LedgerStorage) -> None:
         self.storage = storage
 
-    async def compact(self, threshold: float, kind: str) -> int:
-        """Compact every log under the threshold; returns the bytes freed."""
+    async def compact(
+        self, threshold: float, kind: str, *, include_current: bool = True
+    ) -> CompactionResult:
+        """Compact every log under the threshold. The current log is among them (rolled
+        first) unless `include_current` is false."""
         storage = self.storage
         ratios = await storage.in_storage_thread(live_ratios, storage)
-        freed = 0
-        for log_id in candidates(ratios, threshold, storage.entry_logger.current_log_id):
-            freed += await storage.in_storage_thread(compact_log, storage, log_id, kind)
-        return freed
+        current_log_id = storage.entry_logger.current_log_id
+        if not include_current:
+            ratios.pop(current_log_id, None)
+        result = CompactionResult()
+        for log_id in candidates(ratios, threshold, current_log_id):
+            result += await storage.in_storage_thread(compact_log, storage, log_id, kind)
+        return result
