@@ -293,6 +293,7 @@ DOMAIN_ERROR_CODES: dict[type[BaseException], str] = {
     catalog_errors.NoSuchUploadError: "NoSuchUpload",
     catalog_errors.InvalidPartError: "InvalidPart",
     catalog_errors.CatalogBusyError: "SlowDown",
+    catalog_errors.LedgerCondemnedError: "SlowDown",  # the retry reads its source again
     catalog_errors.CatalogUnavailableError: "ServiceUnavailable",
     ledger_errors.AddOutcomeUnknownError: "SlowDown",  # includes LedgerFencedError
     ledger_errors.NotEnoughBookiesError: "ServiceUnavailable",

@@ -37,6 +37,7 @@ from blobstore.catalog.errors import (
     NoSuchKeyError,
     NoSuchUploadError,
     NoSuchVersionError,
+    PreconditionFailedError,
 )
 from blobstore.catalog.naming import shortest_separator, validate_bucket_name, validate_key
 from blobstore.catalog.object_index import ObjectIndex
@@ -148,7 +149,7 @@ class Catalog:
         self.config = config or CatalogConfig.from_env()
         self.paths = CatalogPaths(self.config.root)
         self.index = ObjectIndex(zk, self.config, self.paths)
-        self.uploads = MultipartUploads(zk, self.config, self.paths)
+        self.uploads = MultipartUploads(zk, self.config, self.paths, self.index.condemned)
 
     async def start(self) -> None:
         self.index.start()
@@ -158,6 +159,7 @@ class Catalog:
                 self.paths.index,
                 self.paths.uploads,
                 self.paths.fences,
+                self.paths.condemned,
             ):
                 await self.zk.ensure_path(path)
 
@@ -409,12 +411,15 @@ class Catalog:
         *,
         owner: str = "",
         if_match: str | None = None,
+        expected_mtime: float | None = None,
     ) -> DeleteResult:
         """Delete one version, or the key (a delete marker where versioning keeps them,
         owned by `owner`: the requester, as ListObjectVersions shows it). With `if_match`
         (an ETag or "*") only if the key's current version matches it, checked in the
         same compare-and-set as the delete: PreconditionFailedError, or NoSuchKeyError
-        when the key has no current version."""
+        when the key has no current version. With `expected_mtime` (lifecycle), only if
+        the version named (or the current one) was written at that time: a version
+        rewritten since it was judged is left alone (PreconditionFailedError)."""
         _existing_bucket_name(bucket)
         validate_key(key)
         marker_version_id = versioning.new_version_id()
@@ -434,6 +439,8 @@ class Catalog:
                 and _delete_target_gone(versions, version_id, bucket_record.versioning)
             ):
                 return (None, held[-1])
+            if expected_mtime is not None:
+                _check_written_at(versions, key, version_id, expected_mtime)
             outcome = versioning.apply_delete(
                 versions,
                 bucket,
@@ -544,6 +551,34 @@ class Catalog:
             await self.zk.fresh_view()
             async for record in listing.iter_records(self.index, bucket, all_versions=all_versions):
                 yield record
+
+    async def iter_key_range(
+        self, bucket: str, lo: str, hi: str | None
+    ) -> AsyncIterator[list[ObjectRecord]]:
+        """Every key in [lo, hi) with its versions (newest first), read after a sync:
+        what a maintenance scan walks."""
+        _existing_bucket_name(bucket)
+        with zookeeper_errors("iterate a key range"):
+            await self.zk.fresh_view()
+            async for records in listing.iter_key_range(self.index, bucket, lo, hi):
+                yield records
+
+    async def key_ranges(self, bucket: str, pages_per_range: int) -> list[tuple[str, str | None]]:
+        """The bucket's key space cut into ranges of about `pages_per_range` index pages,
+        from its page map as it is now (a range stays correct when pages later split or
+        merge: it is walked by key)."""
+        _existing_bucket_name(bucket)
+        with zookeeper_errors("read the page map"):
+            _root, shards = await self.index.map_snapshot(bucket)
+        bounds = [b for shard in shards for b in shard.bounds]
+        starts = bounds[::pages_per_range] or [""]
+        starts[0] = ""
+        return [(lo, starts[i + 1] if i + 1 < len(starts) else None) for i, lo in enumerate(starts)]
+
+    async def upload_ids(self, bucket: str) -> list[str]:
+        """The ids of the bucket's uploads in progress (no record is read)."""
+        _existing_bucket_name(bucket)
+        return await self.uploads.upload_ids(bucket)
 
     async def bulk_load(self, bucket: str, records: Iterable[ObjectRecord]) -> int:
         """Load an empty bucket's index from records sorted by key (one version each, or
@@ -725,6 +760,18 @@ class Catalog:
             if (d["v"] != NULL_VERSION_ID and d["v"].endswith(token)) or d == null:
                 return ObjectRecord.from_dict(candidate.bucket, candidate.key, d)
         return None
+
+
+def _check_written_at(
+    versions: versioning.VersionList, key: str, version_id: str | None, mtime: float
+) -> None:
+    """The version named (or the current one, not a delete marker) was written at `mtime`."""
+    if version_id is None:
+        found = versions[:1] if versions and not versions[0].get("dm") else []
+    else:
+        found = [d for d in versions if d["v"] == version_id]
+    if not found or found[0].get("mtime") != mtime:
+        raise PreconditionFailedError(f"{key!r} changed since it was judged")
 
 
 def _build_pages(

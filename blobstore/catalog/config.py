@@ -194,6 +194,10 @@ class CatalogPaths:
     def fences(self) -> str:
         return f"{self.root}/fences"
 
+    @property
+    def condemned(self) -> str:
+        return f"{self.root}/condemned"
+
     def fence(self, name: str) -> str:
         return f"{self.root}/fences/{name}"
 

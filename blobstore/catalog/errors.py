@@ -143,3 +143,13 @@ class InvalidPartError(CatalogError):
         super().__init__(f"upload {upload_id!r} part {part_number}: {reason}")
         self.upload_id = upload_id
         self.part_number = part_number
+
+
+class LedgerCondemnedError(CatalogError):
+    """The commit would reference a ledger the maintenance job condemned (about to be
+    deleted as unreferenced): nothing was written; the request may be retried, and then
+    reads its source again (S3: SlowDown, 503)."""
+
+    def __init__(self, ledger_ids: list[int]) -> None:
+        super().__init__(f"ledgers {ledger_ids} are condemned by maintenance; retry the request")
+        self.ledger_ids = ledger_ids

@@ -326,3 +326,19 @@ async def iter_records(
                 yield ObjectRecord.from_dict(bucket, key, latest, is_latest=True)
     finally:
         await walker.close()
+
+
+async def iter_key_range(
+    index: ObjectIndex, bucket: str, lo: str, hi: str | None
+) -> AsyncIterator[list[ObjectRecord]]:
+    """Every key in [lo, hi), in order: its versions, newest first."""
+    walker = KeyWalker(index, bucket, lo, hi)
+    try:
+        while True:
+            item = await walker.next()
+            if item is None:
+                return
+            _key, page, i = item
+            yield page.records(bucket, i)
+    finally:
+        await walker.close()

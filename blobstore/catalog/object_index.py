@@ -22,6 +22,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotE
 
 from blobstore.catalog import metrics
 from blobstore.catalog._private import UNKNOWN_OUTCOME_ERRORS, zookeeper_errors
+from blobstore.catalog.condemned import CondemnedLedgers
 from blobstore.catalog.config import CatalogConfig, CatalogPaths
 from blobstore.catalog.errors import CatalogBusyError, NoSuchBucketError
 from blobstore.catalog.page import IndexPage, PageMap, RootMap, new_page_id, pack_page
@@ -97,6 +98,7 @@ class ObjectIndex:
             config.cas_backoff_initial_ms,
             config.cas_backoff_max_ms,
         )
+        self.condemned = CondemnedLedgers(zk, paths.condemned)
         self._queues: dict[tuple[str, str], PageCommitQueue] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None

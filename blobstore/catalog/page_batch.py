@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from blobstore.catalog.errors import CatalogError, RecordTooLargeError
+from blobstore.catalog.condemned import CondemnedView
+from blobstore.catalog.errors import CatalogError, LedgerCondemnedError, RecordTooLargeError
 from blobstore.catalog.page import IndexPage, encode_versions
 from blobstore.catalog.records import BucketRecord
 
@@ -60,6 +61,9 @@ class BatchOnPage:
     refused: list[tuple[Mutation, CatalogError]] = field(default_factory=list)
     rerouted: list[Mutation] = field(default_factory=list)  # their key left this page
     changed: bool = False  # `work` differs from the page
+    # Some applied mutation references a ledger no version of its key referenced before:
+    # the write checks the condemned set's generation (condemned.py).
+    references_new_ledgers: bool = False
 
     def still_pending(self) -> list[Mutation]:
         """The mutations a failed write leaves to the next attempt: the applied ones,
@@ -70,18 +74,38 @@ class BatchOnPage:
         return [m for m, _ in self.applied]
 
 
+def ledgers_of(versions: list[dict[str, Any]]) -> set[int]:
+    """Every ledger the versions name: their extents, their manifests, and the ledgers
+    a manifest names (`mfl`)."""
+    ledgers: set[int] = set()
+    for d in versions:
+        for extent in d.get("ext", ()):
+            ledgers.add(extent[0])
+        for extent in d.get("mf", ()):
+            ledgers.add(extent[0])
+        ledgers.update(d.get("mfl", ()))
+    return ledgers
+
+
 def apply_batch(
-    page: IndexPage, pending: list[Mutation], bucket: BucketRecord, record_bytes_max: int
+    page: IndexPage,
+    pending: list[Mutation],
+    bucket: BucketRecord,
+    record_bytes_max: int,
+    condemned: CondemnedView | None = None,
 ) -> BatchOnPage:
-    """Apply the mutations in order to a copy of `page`; each sees the ones before it."""
+    """Apply the mutations in order to a copy of `page`; each sees the ones before it.
+    A mutation that would reference a ledger of `condemned` anew is refused."""
     batch = BatchOnPage(page.copy())
     work = batch.work
     for mutation in pending:
         if not work.contains(mutation.key):
             batch.rerouted.append(mutation)
             continue
+        before = work.versions(mutation.key)
+        referenced = ledgers_of(before)  # before `apply`, which may change the list
         try:
-            versions, result = mutation.apply(work.versions(mutation.key), bucket)
+            versions, result = mutation.apply(before, bucket)
         except CatalogError as e:
             batch.refused.append((mutation, e))
             continue
@@ -89,13 +113,31 @@ def apply_batch(
             line = encode_versions(versions) if versions else b""
             try:
                 check_line_size(mutation.key, line, versions, record_bytes_max)
-            except RecordTooLargeError as e:
+                _check_references(batch, referenced, versions, condemned)
+            except (RecordTooLargeError, LedgerCondemnedError) as e:
                 batch.refused.append((mutation, e))
                 continue
             work.set_line(mutation.key, line)
             batch.changed = True
         batch.applied.append((mutation, result))
     return batch
+
+
+def _check_references(
+    batch: BatchOnPage,
+    referenced: set[int],
+    after: list[dict[str, Any]],
+    condemned: CondemnedView | None,
+) -> None:
+    """Refuse a mutation that references a condemned ledger anew; note that the batch
+    references new ledgers, so that its write checks the condemned set's generation."""
+    added = ledgers_of(after) - referenced
+    if not added:
+        return
+    refused = condemned.refused(added) if condemned is not None else []
+    if refused:
+        raise LedgerCondemnedError(refused)
+    batch.references_new_ledgers = True
 
 
 class CommitAction(enum.Enum):

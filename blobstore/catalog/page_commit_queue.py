@@ -54,6 +54,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from blobstore.catalog import metrics
 from blobstore.catalog._private import UNKNOWN_OUTCOME_ERRORS
+from blobstore.catalog.condemned import CondemnedLedgers, CondemnedView
 from blobstore.catalog.config import (
     PAGE_BYTES_HARD_MAX,
     PAGE_MAP_BYTES_MAX,
@@ -82,6 +83,7 @@ from blobstore.runtime.zk import ZooKeeperClient
 logger = logging.getLogger(__name__)
 
 Operation = tuple[str, tuple[Any, ...]]  # one operation of a ZooKeeper multi
+CONDEMNED_CHECK_INDEX = 1  # a write's check of the condemned set follows the bucket's
 
 
 class IndexHost(Protocol):
@@ -97,6 +99,8 @@ class IndexHost(Protocol):
     def paths(self) -> CatalogPaths: ...
     @property
     def retry_policy(self) -> CasRetryPolicy: ...
+    @property
+    def condemned(self) -> CondemnedLedgers: ...
     @property
     def closing(self) -> bool: ...
     def track(self, task: asyncio.Task[Any]) -> None: ...
@@ -146,6 +150,7 @@ class _Attempts:
     unknown_outcome: bool = False  # a write's outcome was unknown
     applied: BatchOnPage | None = None  # the batch as the successful write holds it
     written_bytes: int = 0  # the encoded size of this page as written
+    condemned: CondemnedView | None = None  # the set the write's check names, if any
 
 
 @dataclass(slots=True)
@@ -497,12 +502,13 @@ class PageCommitQueue:
             state.pending += self._top_up(batch, state.pending)
         bucket, bucket_version = await index.bucket_state(self.bucket, fresh=state.fresh_bucket)
         from_cache = await self._page_to_apply(state)
+        condemned = await index.condemned.view()
         page = state.page
         if page is None:  # merged away
             for mutation in state.pending:
                 index.reroute(mutation)
             return CommitAction.ANSWER
-        applied = apply_batch(page, state.pending, bucket, index.config.record_bytes_max)
+        applied = apply_batch(page, state.pending, bucket, index.config.record_bytes_max, condemned)
         for mutation in applied.rerouted:
             index.reroute(mutation)
         newest = state.validate and not from_cache
@@ -519,11 +525,17 @@ class PageCommitQueue:
             _succeed_all(applied.applied)
             return action
         state.applied = applied
+        state.condemned = condemned if applied.references_new_ledgers else None
         # The waiters are answered in the step that reads the write's success, one loop
         # iteration before this task resumes to finish up.
         answered = functools.partial(_succeed_all, list(applied.applied))
         state.written_bytes = await self._write(
-            page, applied.work, bucket_version, applied.applied_mutations(), answered
+            page,
+            applied.work,
+            bucket_version,
+            applied.applied_mutations(),
+            answered,
+            state.condemned,
         )
         return action
 
@@ -548,6 +560,14 @@ class PageCommitQueue:
     async def _conflicted(self, error: BadVersionError, state: _Attempts, retry: CasRetry) -> bool:
         """A version check of the write failed. True: attempt again."""
         self._attempt_failed(retry)
+        failed_at = getattr(error, "operation_index", 0)
+        if state.condemned is not None and failed_at == CONDEMNED_CHECK_INDEX:
+            # Ledgers were condemned (or absolved) since the set was read: decide again.
+            self.index.condemned.invalidate(state.condemned.generation)
+            if await retry.backoff("condemned"):
+                return True
+            self._fail_all(state.pending, CatalogBusyError("the condemned set kept changing"))
+            return False
         metrics.CAS_CONFLICTS.inc()
         if await self._extra_operations_failed(state.pending, state.page):
             return False
@@ -555,7 +575,7 @@ class PageCommitQueue:
         # The multi's first operation checks the bucket record's version; when another
         # operation failed, the cached record is still good, and another writer moved
         # the page (or its map): watch it for a while.
-        state.fresh_bucket = getattr(error, "operation_index", 0) == 0
+        state.fresh_bucket = failed_at == 0
         if not state.fresh_bucket:
             self._contended_until = time.monotonic() + self.index.config.commit_watch_s
         if await retry.backoff("conflict"):
@@ -631,14 +651,18 @@ class PageCommitQueue:
         bucket_version: int,
         batch: list[Mutation],
         answered: Callable[[], None] | None = None,
+        condemned: CondemnedView | None = None,
     ) -> int:
         """One compare-and-set of the page (split when it grew too large); returns the
-        encoded size of this page as written."""
+        encoded size of this page as written. With `condemned`, the write also checks
+        that set's generation (second operation, `CONDEMNED_CHECK_INDEX`)."""
         config = self.index.config
         encoded = work.encode()
         operations: list[Operation] = [
             ("check", (self.index.paths.bucket(self.bucket), bucket_version))
         ]
+        if condemned is not None:
+            operations.append(self.index.condemned.check_operation(condemned))
         for mutation in batch:
             operations.extend(mutation.extra_operations)
         if len(encoded) > config.page_split_bytes:

@@ -173,6 +173,10 @@ class ObjectRecord:
     # manifest). Such a record stores only this; `extents` and `parts` are empty as read
     # from the catalog and filled once the manifest is read ("resolved").
     manifest: tuple[Extent, ...] = ()
+    # The ledgers the manifest's extents name, sorted: what the record references through
+    # its manifest, visible without reading it (commits check them against the condemned
+    # set; the maintenance scan counts them).
+    manifest_ledgers: tuple[int, ...] = ()
     # The multipart upload whose completion made this version ("" otherwise): a repeated
     # CompleteMultipartUpload (a client's retry after a lost answer) is answered from it.
     upload_id: str = ""
@@ -226,6 +230,8 @@ class ObjectRecord:
         extents and parts themselves."""
         if self.manifest:
             d["mf"] = [e.to_list() for e in self.manifest]  # extents and parts live there
+            if self.manifest_ledgers:
+                d["mfl"] = list(self.manifest_ledgers)
             return
         if self.extents:
             d["ext"] = [e.to_list() for e in self.extents]
@@ -270,6 +276,7 @@ class ObjectRecord:
         _set_field(
             record, "manifest", tuple([Extent.from_list(e) for e in manifest]) if manifest else ()
         )
+        _set_field(record, "manifest_ledgers", tuple(get("mfl", ())))
         _set_field(record, "upload_id", get("up", ""))
         _set_field(record, "is_latest", is_latest)
         record.__post_init__()
@@ -301,7 +308,7 @@ class ObjectRecord:
         )
 
 
-assert len(fields(ObjectRecord)) == 20, "ObjectRecord.from_dict sets every field: update it"
+assert len(fields(ObjectRecord)) == 21, "ObjectRecord.from_dict sets every field: update it"
 
 
 @dataclass(frozen=True, slots=True)

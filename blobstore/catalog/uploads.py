@@ -23,9 +23,11 @@ from typing import Any
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from blobstore.catalog._private import zookeeper_errors
+from blobstore.catalog.condemned import CondemnedLedgers, CondemnedView
 from blobstore.catalog.config import CatalogConfig, CatalogPaths
 from blobstore.catalog.errors import (
     CatalogBusyError,
+    LedgerCondemnedError,
     NoSuchBucketError,
     NoSuchUploadError,
 )
@@ -116,10 +118,17 @@ def _at_or_before_marker(key: str, upload_id: str, key_marker: str, upload_id_ma
 
 
 class MultipartUploads:
-    def __init__(self, zk: ZooKeeperClient, config: CatalogConfig, paths: CatalogPaths) -> None:
+    def __init__(
+        self,
+        zk: ZooKeeperClient,
+        config: CatalogConfig,
+        paths: CatalogPaths,
+        condemned: CondemnedLedgers,
+    ) -> None:
         self.zk = zk
         self.config = config
         self.paths = paths
+        self.condemned = condemned
         self.retry_policy = CasRetryPolicy(
             config.cas_attempts_max,
             config.cas_deadline_s,
@@ -163,29 +172,48 @@ class MultipartUploads:
         return UploadRecord.decode(value.value), value.version
 
     async def put_part(self, bucket: str, upload_id: str, part: PartRecord) -> PartRecord | None:
+        """Store a part (replacing one of the same number, which is returned). The write
+        checks the condemned set's generation: a part naming a condemned ledger is
+        refused (`LedgerCondemnedError`)."""
         if not _is_upload_id(upload_id):
             raise NoSuchUploadError(bucket, upload_id)
         path = self.paths.part(bucket, upload_id, part.part_number)
         data = part.encode()
+        ledgers = {extent.ledger_id for extent in part.extents}
         retry = self.retry_policy.start()
         with zookeeper_errors("write part"):
             while True:
+                view = await self.condemned.view()
+                refused = view.refused(ledgers)
+                if refused:
+                    raise LedgerCondemnedError(refused)
                 try:
-                    await self.zk.create(path, data)
-                    return None
+                    return await self._write_part(path, data, view)
                 except NoNodeError:
                     raise NoSuchUploadError(bucket, upload_id) from None
-                except NodeExistsError:
-                    pass
-                try:
-                    old = await self.zk.get(path)
-                    await self.zk.set(path, data, old.version)
-                    return PartRecord.decode(old.value)
-                except (NoNodeError, BadVersionError):
-                    if not await retry.backoff("part"):
-                        raise CatalogBusyError(
-                            f"upload {upload_id!r}: part kept changing"
-                        ) from None
+                except BadVersionError as e:
+                    if getattr(e, "operation_index", 1) == 0:
+                        self.condemned.invalidate(view.generation)
+                if not await retry.backoff("part"):
+                    raise CatalogBusyError(f"upload {upload_id!r}: part kept changing") from None
+
+    async def _write_part(self, path: str, data: bytes, view: CondemnedView) -> PartRecord | None:
+        """Create the part, or replace the one there: the replaced part, None if none."""
+        check = self.condemned.check_operation(view)
+        try:
+            await self.zk.multi([check, ("create", (path, data))])
+            return None
+        except NodeExistsError:
+            pass
+        except NoNodeError as e:
+            if getattr(e, "operation_index", 1) == 0:  # the condemned set's node
+                retry_check = BadVersionError()
+                retry_check.operation_index = 0
+                raise retry_check from e
+            raise
+        old = await self.zk.get(path)
+        await self.zk.multi([check, ("set", (path, data, old.version))])
+        return PartRecord.decode(old.value)
 
     async def parts(self, bucket: str, upload_id: str) -> dict[int, VersionedPart]:
         """Every part with its znode version (NoSuchUploadError when the upload is gone)."""
@@ -223,6 +251,15 @@ class MultipartUploads:
         return PartListResult(
             [parts[n][0] for n in chosen], truncated, chosen[-1] if truncated and chosen else 0
         )
+
+    async def upload_ids(self, bucket: str) -> list[str]:
+        """The ids of the bucket's uploads in progress, sorted (the child list only)."""
+        with zookeeper_errors("list uploads"):
+            try:
+                children = await self.zk.get_children(self.paths.bucket_uploads(bucket))
+            except NoNodeError:
+                raise NoSuchBucketError(bucket) from None
+        return sorted(c for c in children if _is_upload_id(c))
 
     async def list_uploads(
         self,

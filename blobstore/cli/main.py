@@ -27,6 +27,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bookie": ("bookie.main", "run a bookie (storage server)"),
     "gateway": ("s3api.main", "run the S3 gateway"),
     "admin": ("blobstore.admin.cli", "inspect and repair the cluster"),
+    "maintain": (
+        "blobstore.cli.maintain",
+        "the Spark maintenance job: ledger GC, compaction, lifecycle expiration",
+    ),
     "autorecovery": (
         "blobstore.cli.autorecovery",
         "run the bookie auditor on its own (re-replicates lost bookies)",

@@ -285,6 +285,7 @@ class ObjectStore:
             extents=source.extents,
             parts=source.parts,
             manifest=source.manifest,  # shared, as the entries it names
+            manifest_ledgers=source.manifest_ledgers,
             checksums=dict(source.checksums if checksums is None else checksums),
             tier_location=source.tier_location,
             last_modified=time.time(),
@@ -522,7 +523,8 @@ class ObjectStore:
             len(encoded),
             data.extents[0].ledger_id,
         )
-        return replace(record, manifest=data.extents)
+        named = sorted({extent.ledger_id for extent in record.extents})
+        return replace(record, manifest=data.extents, manifest_ledgers=tuple(named))
 
     @staticmethod
     def _log_garbage(result: CommitResult) -> None:

@@ -1,0 +1,1 @@
+"""The maintenance job: ledger GC, compaction and lifecycle, on Spark."""

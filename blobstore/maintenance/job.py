@@ -1,0 +1,442 @@
+"""The maintenance run, as the driver conducts it (docs/maintenance.md).
+
+1. Take the cluster's maintenance lock; make condemnations a killed run left pending
+   take effect (bump the condemned set's generation).
+2. Scan (Spark): extents, lifecycle actions, ledger metadata; join into per-ledger
+   live bytes.
+3. GC: delete the condemned ledgers this scan covers, found unreferenced again and past
+   the grace period; absolve the condemned ones found referenced; condemn the
+   unreferenced ones.
+4. Lifecycle (Spark): carry out the actions, each conditional on the version judged.
+5. Compaction (Spark): copy the live extents of sparse ledgers, swap the records.
+6. Condemn the ledgers whose every holder this run released (deleted or moved).
+7. With no grace period, look again (a second scan) and delete what step 6 condemned.
+8. Ask the bookies for a GC pass; save the report.
+
+Every step is safe to cut short by a kill -9 and to run again: condemnations,
+deletions, swaps and lifecycle actions are each one conditional ZooKeeper write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from blobstore.catalog import Catalog
+from blobstore.catalog.condemned import CondemnedLedgers
+from blobstore.catalog.config import CatalogConfig
+from blobstore.maintenance import execute, gc, hooks, lifecycle, plan, report, scan, spark
+from blobstore.maintenance.options import MaintainOptions
+from blobstore.runtime.errors import UsageError
+from blobstore.runtime.zk import ZooKeeperClient
+
+logger = logging.getLogger(__name__)
+
+ZK_CONNECT_TIMEOUT_S = 15.0
+BOOKIE_COMPACT_THRESHOLD = 0.95
+# Phase, then (done, total) units of its work: what a progress display shows.
+ProgressCallback = Callable[[str, int, int], None]
+
+
+def _no_progress(_phase: str, _done: int, _total: int) -> None:
+    pass
+
+
+@dataclass(slots=True)
+class ScanResult:
+    stats: dict[int, plan.LedgerStat]
+    referenced: frozenset[int]
+    missing: list[int]  # referenced ledgers without metadata
+    unresolved: int
+    extents: Any  # DataFrame
+    actions: Any  # DataFrame
+    covered_zxid: int
+    records: int = 0
+
+
+@dataclass(slots=True)
+class Run:
+    options: MaintainOptions
+    zk: ZooKeeperClient
+    catalog: Catalog
+    session: Any  # SparkSession
+    report: report.Report
+    progress: ProgressCallback
+    now: float
+    released: list[tuple[int, str, str, str, str]] = field(default_factory=list)
+    condemned_this_run: set[int] = field(default_factory=set)
+
+    @property
+    def condemned(self) -> CondemnedLedgers:
+        return self.catalog.index.condemned
+
+    @property
+    def scan_session(self) -> scan.Session:
+        return scan.Session(self.options.zk, self.options.catalog_root, self.now)
+
+    async def spark(self, phase: str, work: Callable[[], Any]) -> Any:
+        """Run blocking Spark work off the loop (the ZooKeeper session keeps beating),
+        reporting its tasks' progress."""
+
+        def tracked() -> Any:
+            with spark.StageProgress(self.session, lambda d, t: self.progress(phase, d, t)):
+                return work()
+
+        return await asyncio.to_thread(tracked)
+
+
+def run(options: MaintainOptions, progress: ProgressCallback = _no_progress) -> report.Report:
+    """One maintenance run (raises UsageError for what the user can fix)."""
+    return asyncio.run(_run(options, progress))
+
+
+async def _run(options: MaintainOptions, progress: ProgressCallback) -> report.Report:
+    zk = await _connect(options.zk)
+    now = options.now if options.now is not None else time.time()
+    the_report = report.Report(
+        report.new_run_id(time.time()), time.time(), options.dry_run, list(options.phases)
+    )
+    try:
+        await _take_lock(zk, the_report.run_id)
+        try:
+            await _locked_run(options, zk, the_report, progress, now)
+        finally:
+            await report.release_lock(zk)
+    finally:
+        await zk.stop()
+    return the_report
+
+
+async def _connect(hosts: str) -> ZooKeeperClient:
+    zk = ZooKeeperClient(hosts)
+    try:
+        await zk.start(timeout_s=ZK_CONNECT_TIMEOUT_S)
+    except Exception as e:  # kazoo's timeout and resolution errors
+        raise UsageError(f"cannot reach ZooKeeper at {hosts}: {type(e).__name__}") from e
+    return zk
+
+
+async def _take_lock(zk: ZooKeeperClient, run_id: str) -> None:
+    try:
+        await report.take_lock(zk, run_id)
+    except report.LockHeldError as e:
+        raise UsageError(str(e)) from None
+
+
+async def _locked_run(
+    options: MaintainOptions,
+    zk: ZooKeeperClient,
+    the_report: report.Report,
+    progress: ProgressCallback,
+    now: float,
+) -> None:
+    catalog = Catalog(zk, CatalogConfig(root=options.catalog_root))
+    await catalog.start()
+    try:
+        with spark.spark_session(options) as session:
+            state = Run(options, zk, catalog, session, the_report, progress, now)
+            try:
+                await _phases(state)
+                the_report.outcome = "ok"
+            except Exception as e:
+                the_report.outcome = "failed"
+                the_report.errors.append(f"{type(e).__name__}: {e}")
+                raise
+            finally:
+                the_report.finished = time.time()
+                await _save(state)
+    finally:
+        await catalog.close()
+
+
+async def _save(state: Run) -> None:
+    if not state.options.dry_run:
+        await report.save(state.zk, state.report)
+    if state.options.pushgateway or state.options.metrics_file:
+        await asyncio.to_thread(
+            report.export, state.report, state.options.pushgateway, state.options.metrics_file
+        )
+
+
+async def _phases(state: Run) -> None:
+    options = state.options
+    if not options.dry_run:
+        await _make_pending_effective(state)
+    hooks.reached("started")
+    result = await _scan(state)
+    hooks.reached("scanned")
+    if options.wants("gc"):
+        await _collect(state, result)
+    if options.wants("lifecycle"):
+        await _lifecycle(state, result)
+    if options.wants("compact"):
+        await _compact(state, result)
+    if state.released and not options.dry_run:
+        await _condemn_released(state, result)
+    if options.wants("gc") and options.grace_s == 0 and state.condemned_this_run:
+        if not options.dry_run:
+            await _collect(state, await _scan(state))  # the second look
+    if state.report.ledgers_deleted and options.bookie_gc and not options.dry_run:
+        await _bookie_gc(state)
+    result.extents.unpersist()
+
+
+async def _make_pending_effective(state: Run) -> None:
+    """Condemnations a killed run created but never announced: bump the generation, so
+    that this run's scan covers them."""
+    covered = await state.condemned.covered_zxid()
+    pending = await state.condemned.read_all()
+    if any(c.deleted is None and c.czxid > covered for c in pending.values()):
+        await state.condemned.absolve(())
+
+
+# ------------------------------------------------------------------ scan
+
+
+async def _scan(state: Run) -> ScanResult:
+    state.progress("scan", 0, 0)
+    covered = await state.condemned.covered_zxid()
+    tasks = await scan.plan_tasks(state.zk, state.catalog, state.options.pages_per_task)
+    tasks = _with_valid_rules(tasks, state.report)
+    rows = spark.scan_rows(state.session, state.scan_session, tasks)
+
+    def collect() -> tuple[Any, Any, list[Any], list[int], int, int]:
+        extents, actions, ledgers, scanned = spark.frames(state.session, rows)
+        joined, missing, unresolved = spark.ledger_stats(extents, ledgers)
+        return extents, actions, joined, missing, unresolved, scanned
+
+    extents, actions, joined, missing, unresolved, scanned = await state.spark("scan", collect)
+    stats = {int(r.ledger_id): _stat(r) for r in joined}
+    referenced = frozenset(i for i, s in stats.items() if s.referenced) | frozenset(missing)
+    the_report = state.report
+    the_report.scans += 1
+    the_report.tasks += len(tasks)
+    the_report.records_scanned = scanned
+    the_report.ledgers = len(stats)
+    the_report.ledger_bytes = sum(s.length for s in stats.values())
+    the_report.live_bytes = sum(s.live_bytes for s in stats.values())
+    for ledger_id in missing:
+        the_report.errors.append(f"ledger {ledger_id} is referenced but has no metadata")
+    if unresolved:
+        the_report.errors.append(f"{unresolved} manifests could not be read: nothing deleted")
+    return ScanResult(stats, referenced, missing, unresolved, extents, actions, covered, scanned)
+
+
+def _stat(row: Any) -> plan.LedgerStat:
+    referenced = row.live_bytes is not None
+    return plan.LedgerStat(
+        int(row.ledger_id),
+        row.state,
+        row.purpose,
+        int(row.length),
+        int(row.write_quorum),
+        int(row.live_bytes or 0),
+        referenced,
+        bool(row.pinned),
+    )
+
+
+def _with_valid_rules(tasks: list[scan.Task], the_report: report.Report) -> list[scan.Task]:
+    """Tasks of a bucket whose stored rules do not parse get none (and the report says)."""
+    bad: dict[str, str] = {}
+    for task in tasks:
+        if isinstance(task, scan.RangeTask | scan.UploadsTask) and task.rules:
+            if task.bucket not in bad:
+                try:
+                    lifecycle.parse_rules(list(task.rules))
+                except ValueError as e:
+                    bad[task.bucket] = str(e)
+    for bucket, error in sorted(bad.items()):
+        the_report.errors.append(f"bucket {bucket}: lifecycle rules not applied: {error}")
+    return [_without_rules(t) if getattr(t, "bucket", None) in bad else t for t in tasks]
+
+
+def _without_rules(task: scan.Task) -> scan.Task:
+    if isinstance(task, scan.RangeTask):
+        return scan.RangeTask(task.bucket, task.lo, task.hi, task.versioning, ())
+    if isinstance(task, scan.UploadsTask):
+        return scan.UploadsTask(task.bucket, task.upload_ids, ())
+    return task
+
+
+# ------------------------------------------------------------------ GC
+
+
+async def _collect(state: Run, result: ScanResult) -> None:
+    condemned = await state.condemned.read_all()
+    gc_plan = plan.plan_gc(
+        plan.GcInputs(
+            result.stats,
+            result.referenced,
+            condemned,
+            result.covered_zxid,
+            time.time(),
+            state.options.grace_s,
+            blocked=bool(result.unresolved or result.missing),
+        )
+    )
+    the_report = state.report
+    the_report.waiting = len(gc_plan.waiting)
+    if state.options.dry_run:
+        would = the_report.would
+        would["ledgers_deleted"] = would.get("ledgers_deleted", 0) + len(gc_plan.delete)
+        would["condemned"] = would.get("condemned", 0) + len(gc_plan.condemn)
+        would["bytes_reclaimed"] = sum(result.stats[c.ledger_id].length for c in gc_plan.delete)
+        return
+    state.progress("gc", 0, len(gc_plan.delete))
+    outcome = await gc.delete_condemned(state.zk, state.condemned, gc_plan)
+    hooks.reached("gc_done")
+    if gc_plan.absolve:
+        await state.condemned.absolve(gc_plan.absolve)
+    if gc_plan.forget:
+        await state.condemned.forget(gc_plan.forget)
+    await _condemn(state, gc_plan.condemn)
+    the_report.ledgers_deleted += len(outcome.deleted)
+    the_report.bytes_reclaimed += outcome.deleted_bytes
+    the_report.disk_bytes_reclaimed += outcome.deleted_disk_bytes
+    the_report.absolved += len(gc_plan.absolve)
+    await report.save(state.zk, the_report)
+
+
+async def _condemn(state: Run, ledger_ids: list[int]) -> None:
+    if not ledger_ids:
+        return
+    await state.condemned.condemn(ledger_ids, time.time())
+    hooks.reached("condemned")
+    state.condemned_this_run.update(ledger_ids)
+    state.report.condemned += len(ledger_ids)
+    logger.info("event=ledgers_condemned count=%d", len(ledger_ids))
+
+
+async def _bookie_gc(state: Run) -> None:
+    state.progress("bookie gc", 0, 0)
+    for answer in await gc.request_bookie_gc(state.zk, BOOKIE_COMPACT_THRESHOLD):
+        if "error" in answer.answer:
+            state.report.errors.append(f"bookie {answer.bookie_id} GC: {answer.answer['error']}")
+        else:
+            state.report.bookie_bytes_freed += int(answer.answer.get("bytes_freed", 0))
+
+
+# ------------------------------------------------------------------ lifecycle
+
+
+async def _lifecycle(state: Run, result: ScanResult) -> None:
+    actions = result.actions
+    if state.options.dry_run:
+        counts = await state.spark("lifecycle", lambda: actions.groupBy("action").count().collect())
+        for row in counts:
+            state.report.would[f"lifecycle_{row['action']}"] = int(row["count"])
+        return
+    run_session = state.scan_session
+
+    def act() -> list[Any]:
+        rdd = actions.rdd.map(tuple)
+        done: list[Any] = rdd.mapPartitions(
+            lambda part: execute.lifecycle_partition(run_session, part)
+        ).collect()
+        return done
+
+    rows = await state.spark("lifecycle", act)
+    _count_lifecycle(state, rows)
+
+
+def _count_lifecycle(state: Run, rows: list[tuple[Any, ...]]) -> None:
+    the_report = state.report
+    for result, _ledger, bucket, key, version_id, _bytes, detail in rows:
+        if result != execute.RESULT_DONE:
+            the_report.actions_skipped += 1
+            continue
+        kind = detail.split(" ", 1)[0]
+        if kind == lifecycle.ActionKind.DELETE_VERSION:
+            the_report.versions_expired += 1
+            state.released.append((-1, bucket, key, version_id, ""))
+        elif kind == lifecycle.ActionKind.ADD_DELETE_MARKER:
+            the_report.delete_markers_added += 1
+        elif kind == scan.ABORT_UPLOAD:
+            the_report.uploads_aborted += 1
+            state.released.append((-1, bucket, key, "", version_id))
+
+
+# ------------------------------------------------------------------ compaction
+
+
+async def _compact(state: Run, result: ScanResult) -> None:
+    options = state.options
+    condemned = await state.condemned.read_all()
+    choice = plan.plan_compaction(
+        result.stats.values(),
+        condemned,
+        options.compact_threshold,
+        options.compact_garbage_bytes_min,
+        options.compact_bytes_max,
+    )
+    if options.dry_run or not choice.ledger_ids:
+        if options.dry_run:
+            state.report.would["compacted_ledgers"] = len(choice.ledger_ids)
+            state.report.would["compaction_bytes_copied"] = choice.live_bytes
+        return
+    rows = await state.spark("compact", lambda: _run_compaction(state, result, choice))
+    for row in rows:
+        _count_compaction(state, row)
+
+
+def _run_compaction(state: Run, result: ScanResult, choice: plan.CompactionChoice) -> list[Any]:
+    from pyspark.sql import functions as f
+
+    chosen = result.extents.filter(
+        (f.col("role") == scan.ROLE_OBJECT) & f.col("ledger_id").isin(*choice.ledger_ids)
+    )
+    groups = chosen.rdd.map(lambda r: (int(r.ledger_id), _holder(r))).groupByKey()
+    tasks = groups.map(lambda kv: execute.CompactTask(kv[0], tuple(kv[1])))
+    parallelism = max(1, state.session.sparkContext.defaultParallelism)
+    bytes_per_s = state.options.bandwidth_mb_s * 1e6 / parallelism
+    run_session = state.scan_session
+    partitions = tasks.repartition(min(parallelism, len(choice.ledger_ids)))
+    done: list[Any] = partitions.mapPartitions(
+        lambda part: execute.compact_partition(run_session, part, bytes_per_s)
+    ).collect()
+    return done
+
+
+def _holder(row: Any) -> execute.Holder:
+    from blobstore.catalog.records import Extent
+
+    extent = Extent(row.ledger_id, row.first_entry, row.last_entry, row.length, row.entry_size)
+    return execute.Holder(row.bucket, row.key, row.version_id, extent)
+
+
+def _count_compaction(state: Run, row: tuple[Any, ...]) -> None:
+    result, ledger_id, bucket, key, version_id, size, _detail = row
+    the_report = state.report
+    if result == execute.RESULT_COPIED:
+        the_report.compacted_ledgers += 1
+        the_report.compaction_bytes_copied += int(size)
+    elif result == execute.RESULT_SWAPPED:
+        the_report.records_swapped += 1
+        state.released.append((int(ledger_id), bucket, key, version_id, ""))
+    else:
+        the_report.swaps_skipped += 1
+
+
+async def _condemn_released(state: Run, result: ScanResult) -> None:
+    """Condemn the ledgers whose every holder this run deleted or moved (without waiting
+    for the next scan to find them unreferenced)."""
+    released_rows = list(state.released)
+
+    def count() -> dict[int, tuple[int, int]]:
+        frame = state.session.createDataFrame(
+            released_rows,
+            "ledger_id long, bucket string, key string, version_id string, upload_id string",
+        )
+        return spark.fully_released(result.extents, frame)
+
+    holders = await state.spark("release", count)
+    ledger_ids = [
+        i for i in plan.fully_released(holders) if i in result.stats and result.stats[i].collectable
+    ]
+    if not (result.unresolved or result.missing):
+        await _condemn(state, ledger_ids)

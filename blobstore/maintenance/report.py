@@ -1,0 +1,181 @@
+"""What a maintenance run did: kept in ZooKeeper (`admin maintenance status` reads it),
+printed, and exported the Prometheus way for batch jobs (a Pushgateway, or a text file
+for node_exporter's textfile collector)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import secrets
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, write_to_textfile
+
+from blobstore.runtime.zk import ZooKeeperClient
+
+MAINTENANCE_PATH = "/maintenance"
+RUNS_PATH = f"{MAINTENANCE_PATH}/runs"
+LOCK_PATH = f"{MAINTENANCE_PATH}/lock"
+RUNS_KEPT = 50
+
+
+def new_run_id(now: float) -> str:
+    moment = datetime.datetime.fromtimestamp(now, datetime.UTC)
+    return f"{moment:%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
+
+
+@dataclass(slots=True)
+class Report:
+    run_id: str
+    started: float
+    dry_run: bool
+    phases: list[str]
+    finished: float = 0.0
+    outcome: str = "running"  # running | ok | failed
+    records_scanned: int = 0
+    tasks: int = 0
+    ledgers: int = 0
+    ledger_bytes: int = 0
+    live_bytes: int = 0
+    condemned: int = 0
+    absolved: int = 0
+    ledgers_deleted: int = 0
+    bytes_reclaimed: int = 0  # payload bytes of deleted ledgers
+    disk_bytes_reclaimed: int = 0  # times each ledger's write quorum
+    bookie_bytes_freed: int = 0  # what the bookies' GC passes reported freeing
+    compacted_ledgers: int = 0
+    compaction_bytes_copied: int = 0
+    records_swapped: int = 0
+    swaps_skipped: int = 0
+    versions_expired: int = 0
+    delete_markers_added: int = 0
+    uploads_aborted: int = 0
+    actions_skipped: int = 0
+    waiting: int = 0  # condemned, waiting for the grace period or a later look
+    scans: int = 0
+    errors: list[str] = field(default_factory=list)
+    would: dict[str, int] = field(default_factory=dict)  # a dry run's counts
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, (self.finished or time.time()) - self.started)
+
+
+# ------------------------------------------------------------------ ZooKeeper
+
+
+class LockHeldError(Exception):
+    def __init__(self, holder: dict[str, Any]) -> None:
+        since = holder.get("started", 0.0)
+        super().__init__(
+            f"another maintenance run is in progress (host {holder.get('host', '?')}, "
+            f"pid {holder.get('pid', '?')}, since "
+            f"{datetime.datetime.fromtimestamp(since, datetime.UTC):%Y-%m-%d %H:%M:%SZ})"
+        )
+
+
+async def take_lock(zk: ZooKeeperClient, run_id: str) -> None:
+    """The cluster's one maintenance run: an ephemeral znode, gone with the session of a
+    killed driver."""
+    await zk.ensure_path(MAINTENANCE_PATH)
+    value = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+    value["run_id"] = run_id
+    try:
+        await zk.create(LOCK_PATH, json.dumps(value).encode(), ephemeral=True)
+    except NodeExistsError:
+        try:
+            holder = json.loads((await zk.get(LOCK_PATH)).value)
+        except NoNodeError:
+            holder = {}
+        raise LockHeldError(holder) from None
+
+
+async def release_lock(zk: ZooKeeperClient) -> None:
+    try:
+        await zk.delete(LOCK_PATH)
+    except NoNodeError:
+        pass
+
+
+async def save(zk: ZooKeeperClient, report: Report) -> None:
+    """Store the report (written again as the run goes on) and drop the oldest beyond
+    RUNS_KEPT."""
+    await zk.ensure_path(RUNS_PATH)
+    path = f"{RUNS_PATH}/{report.run_id}"
+    data = json.dumps(report.to_json(), sort_keys=True).encode()
+    try:
+        await zk.set(path, data)
+    except NoNodeError:
+        await zk.create(path, data)
+    runs = sorted(await zk.get_children(RUNS_PATH))
+    for old in runs[: max(0, len(runs) - RUNS_KEPT)]:
+        try:
+            await zk.delete(f"{RUNS_PATH}/{old}")
+        except NoNodeError:
+            pass
+
+
+async def load_runs(zk: ZooKeeperClient, limit: int) -> list[dict[str, Any]]:
+    """The latest `limit` reports, newest first."""
+    try:
+        runs = sorted(await zk.get_children(RUNS_PATH), reverse=True)[:limit]
+    except NoNodeError:
+        return []
+    found = []
+    for run_id in runs:
+        try:
+            found.append(json.loads((await zk.get(f"{RUNS_PATH}/{run_id}")).value))
+        except NoNodeError:
+            continue
+    return found
+
+
+# ------------------------------------------------------------------ Prometheus
+
+GAUGES = {
+    "records_scanned": "Catalog records the last run scanned",
+    "ledgers_deleted": "Ledgers the last run deleted",
+    "bytes_reclaimed": "Payload bytes of the ledgers the last run deleted",
+    "disk_bytes_reclaimed": "Bytes on bookies (payload x write quorum) the last run deleted",
+    "compaction_bytes_copied": "Bytes the last run's compaction copied",
+    "records_swapped": "Records the last run's compaction moved to new ledgers",
+    "versions_expired": "Versions the last run's lifecycle rules removed",
+    "uploads_aborted": "Multipart uploads the last run's lifecycle rules aborted",
+    "condemned": "Ledgers the last run condemned",
+    "duration_s": "Duration of the last run in seconds",
+}
+
+
+def registry_of(report: Report) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    for name, help_text in GAUGES.items():
+        Gauge(f"blobstore_maintenance_{name}", help_text, registry=registry).set(
+            float(getattr(report, name))
+        )
+    Gauge("blobstore_maintenance_errors", "Errors of the last run", registry=registry).set(
+        len(report.errors)
+    )
+    success = Gauge(
+        "blobstore_maintenance_last_success_time_seconds",
+        "When the last successful run finished",
+        registry=registry,
+    )
+    if report.outcome == "ok":
+        success.set(report.finished)
+    return registry
+
+
+def export(report: Report, pushgateway: str, metrics_file: str) -> None:
+    registry = registry_of(report)
+    if metrics_file:
+        write_to_textfile(metrics_file, registry)
+    if pushgateway:
+        push_to_gateway(pushgateway, job="blobstore_maintain", registry=registry)
