@@ -176,11 +176,14 @@ async def _phases(state: Run) -> None:
     if options.wants("compact"):
         await _compact(state, result)
     if state.released and not options.dry_run:
+        hooks.reached("released")
         await _condemn_released(state, result)
     if options.wants("gc") and options.grace_s == 0 and state.condemned_this_run:
         if not options.dry_run:
-            await _collect(state, await _scan(state))  # the second look
+            hooks.reached("second_look")
+            await _collect(state, await _scan(state))
     if state.report.ledgers_deleted and options.bookie_gc and not options.dry_run:
+        hooks.reached("bookie_gc")
         await _bookie_gc(state)
     result.extents.unpersist()
 

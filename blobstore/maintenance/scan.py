@@ -38,7 +38,7 @@ from blobstore.ledger import LedgerClient
 from blobstore.ledger.config import OBJECT_LEDGER_PURPOSE
 from blobstore.ledger.errors import LedgerError
 from blobstore.ledger.ledger_metadata import LedgerMetadata
-from blobstore.maintenance import lifecycle
+from blobstore.maintenance import hooks, lifecycle
 from blobstore.objects.config import READ_WINDOW_ENTRIES_MAX
 from blobstore.objects.manifest import ManifestError, ManifestReader
 from blobstore.objects.read_object_op import ReadHandleCache, ShortEntryError
@@ -209,6 +209,7 @@ async def _run_tasks(session: Session, tasks: list[Task]) -> list[tuple[Any, ...
     rows: list[tuple[Any, ...]] = []
     async with _connected(session) as (zk, catalog, manifests):
         await zk.fresh_view()
+        hooks.reached("scan_task")
         for task in tasks:
             if isinstance(task, RangeTask):
                 await _scan_range(catalog, manifests, task, session.now, rows)
