@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,10 @@ from blobstore.runtime.zk import ZooKeeperClient
 logger = logging.getLogger(__name__)
 
 TOMBSTONE_S = 7 * 86400.0
+# A process's copy is read again after this long even when no commit's check failed, so
+# that a ledger absolved meanwhile is not refused for good by a process that only ever
+# names it (its refusals change nothing in ZooKeeper, so no check fails to tell it).
+VIEW_TTL_S = 30.0
 LOAD_ATTEMPTS_MAX = 20
 WRITES_IN_FLIGHT_MAX = 64
 
@@ -87,11 +92,13 @@ class CondemnedLedgers:
         self.zk = zk
         self.path = path
         self._view: CondemnedView | None = None
+        self._read_at = 0.0
         self._loading: asyncio.Future[CondemnedView] | None = None
 
     async def view(self) -> CondemnedView:
-        """The set as last read (read now if never read, or since `invalidate`)."""
-        if self._view is not None:
+        """The set as last read (read now if never read, since `invalidate`, or for
+        VIEW_TTL_S)."""
+        if self._view is not None and time.monotonic() - self._read_at < VIEW_TTL_S:
             return self._view
         if self._loading is None or self._loading.done():
             self._loading = asyncio.ensure_future(self._load())
@@ -111,9 +118,11 @@ class CondemnedLedgers:
             if before is None:
                 await self.zk.ensure_path(self.path)
                 continue
+            started = time.monotonic()
             children = await self.zk.get_children(self.path)
             after = await self.zk.exists(self.path)
             if after is not None and after.version == before.version:
+                self._read_at = started
                 view = CondemnedView(after.version, frozenset(int(c) for c in children))
                 self._view = view
                 return view

@@ -44,9 +44,11 @@ from blobstore.catalog.errors import (
 from blobstore.catalog.records import Extent, ObjectRecord
 from blobstore.ledger import LedgerClient, LedgerHandle
 from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD, OBJECT_LEDGER_PURPOSE
+from blobstore.ledger.errors import LedgerError
 from blobstore.maintenance import hooks
 from blobstore.maintenance.lifecycle import ActionKind
 from blobstore.maintenance.scan import ABORT_UPLOAD, Session
+from blobstore.objects.read_object_op import ShortEntryError
 from blobstore.recovery.sweeper import GatewayRegistration
 from blobstore.runtime.zk import ZooKeeperClient
 
@@ -55,6 +57,7 @@ logger = logging.getLogger(__name__)
 READ_WINDOW_ENTRIES = 8
 RESULT_SWAPPED, RESULT_SKIPPED, RESULT_COPIED = "swapped", "skipped", "copied"
 RESULT_DONE = "done"
+RESULT_FAILED = "failed"
 RESULT_COLUMNS = "result ledger_id bucket key version_id bytes detail".split()
 
 
@@ -141,7 +144,15 @@ async def _compact_all(
     limit = RateLimit(bytes_per_s)
     async with _writer(session) as (catalog, client, writer_id):
         for task in tasks:
-            rows.extend(await _compact_one(catalog, client, writer_id, task, limit))
+            try:
+                rows.extend(await _compact_one(catalog, client, writer_id, task, limit))
+            except (LedgerError, ShortEntryError, TimeoutError) as e:
+                # Unreadable or unwritable now (bookies down, full): the ledger stays as
+                # it is, for a later run; what was copied is garbage in the new ledger.
+                logger.warning("event=compaction_failed ledger_id=%d error=%r", task.ledger_id, e)
+                rows.append(
+                    (RESULT_FAILED, task.ledger_id, "", "", "", 0, f"{type(e).__name__}: {e}")
+                )
     return rows
 
 
