@@ -26,11 +26,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kazoo.exceptions import NoNodeError
+
 from blobstore.catalog import Catalog
 from blobstore.catalog.condemned import CondemnedLedgers
 from blobstore.catalog.config import CatalogConfig
+from blobstore.ledger import LedgerClient
+from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD
+from blobstore.ledger.errors import LedgerError
 from blobstore.maintenance import execute, gc, hooks, lifecycle, plan, report, scan, spark
 from blobstore.maintenance.options import MaintainOptions
+from blobstore.recovery.sweeper import GATEWAYS_PATH, gateway_path
 from blobstore.runtime.errors import UsageError
 from blobstore.runtime.zk import ZooKeeperClient
 
@@ -240,6 +246,7 @@ def _stat(row: Any) -> plan.LedgerStat:
         int(row.live_bytes or 0),
         referenced,
         bool(row.pinned),
+        row.writer or "",
     )
 
 
@@ -270,6 +277,8 @@ def _without_rules(task: scan.Task) -> scan.Task:
 
 
 async def _collect(state: Run, result: ScanResult) -> None:
+    if not state.options.dry_run:
+        await _recover_orphans(state, result)
     condemned = await state.condemned.read_all()
     gc_plan = plan.plan_gc(
         plan.GcInputs(
@@ -303,6 +312,33 @@ async def _collect(state: Run, result: ScanResult) -> None:
     the_report.disk_bytes_reclaimed += outcome.deleted_disk_bytes
     the_report.absolved += len(gc_plan.absolve)
     await report.save(state.zk, the_report)
+
+
+async def _recover_orphans(state: Run, result: ScanResult) -> None:
+    """Close the object ledgers whose writer is gone (the sweeper's work, done here too
+    so that a cluster without a gateway still gets them back)."""
+    try:
+        live = set(await state.zk.get_children(GATEWAYS_PATH))
+    except NoNodeError:
+        live = set()
+    orphaned = plan.orphans(result.stats.values(), live)
+    if not orphaned:
+        return
+    client = LedgerClient(state.zk)
+    await client.start()
+    try:
+        for ledger_id in orphaned:
+            if await state.zk.exists(gateway_path(result.stats[ledger_id].writer)) is not None:
+                continue  # its writer just came back
+            try:
+                await client.open_ledger(ledger_id, OBJECT_LEDGER_PASSWORD, recovery=True)
+            except LedgerError as e:
+                state.report.errors.append(f"recovery of orphaned ledger {ledger_id}: {e}")
+                continue
+            state.report.orphans_recovered += 1
+            logger.info("event=orphan_ledger_recovered ledger_id=%d", ledger_id)
+    finally:
+        await client.close()
 
 
 async def _condemn(state: Run, ledger_ids: list[int]) -> None:

@@ -29,6 +29,7 @@ class LedgerStat:
     live_bytes: int = 0  # bytes of object extents in it
     referenced: bool = False  # any extent, part or manifest names it
     pinned: bool = False  # a part or a manifest names it: it is not compacted
+    writer: str = ""  # the gateway (or compaction task) that created it
 
     @property
     def collectable(self) -> bool:
@@ -142,6 +143,19 @@ def plan_compaction(
         live += stat.live_bytes
         garbage += stat.length - stat.live_bytes
     return CompactionChoice(chosen, live, garbage)
+
+
+def orphans(ledgers: Iterable[LedgerStat], live_writers: set[str]) -> list[int]:
+    """Object ledgers left OPEN (or half recovered) by a writer that is gone: recovered
+    (fenced and closed) before GC can consider them, as the gateways' sweeper does."""
+    return sorted(
+        stat.ledger_id
+        for stat in ledgers
+        if stat.state != STATE_CLOSED
+        and stat.purpose == OBJECT_LEDGER_PURPOSE
+        and stat.writer
+        and stat.writer not in live_writers
+    )
 
 
 def fully_released(holders: Mapping[int, tuple[int, int]]) -> list[int]:

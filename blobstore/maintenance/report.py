@@ -56,6 +56,7 @@ class Report:
     delete_markers_added: int = 0
     uploads_aborted: int = 0
     actions_skipped: int = 0
+    orphans_recovered: int = 0  # OPEN ledgers of gone writers, closed by this run
     waiting: int = 0  # condemned, waiting for the grace period or a later look
     scans: int = 0
     errors: list[str] = field(default_factory=list)

@@ -63,7 +63,7 @@ EXTENT_COLUMNS = (
     "upload_id part_number"
 ).split()
 ACTION_COLUMNS = "action bucket key version_id mtime rule_id reason".split()
-LEDGER_COLUMNS = "ledger_id state purpose length write_quorum ctime mtime".split()
+LEDGER_COLUMNS = "ledger_id state purpose length write_quorum ctime mtime writer".split()
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +176,7 @@ def ledger_row(metadata: LedgerMetadata, mtime_s: float) -> tuple[Any, ...]:
         metadata.write_quorum,
         metadata.ctime,
         mtime_s,
+        metadata.custom.get("writer", ""),
     )
 
 

@@ -116,7 +116,7 @@ ACTION_SCHEMA = (
 )
 LEDGER_SCHEMA = (
     "ledger_id long, state string, purpose string, length long, write_quorum int, "
-    "ctime double, mtime double"
+    "ctime double, mtime double, writer string"
 )
 
 
