@@ -39,6 +39,7 @@ from blobstore.maintenance.options import MaintainOptions
 from blobstore.recovery.sweeper import GATEWAYS_PATH, gateway_path
 from blobstore.runtime.errors import UsageError
 from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.wire import zk_layout
 
 logger = logging.getLogger(__name__)
 
@@ -219,6 +220,7 @@ async def _scan(state: Run) -> ScanResult:
         return extents, actions, joined, missing, unresolved, scanned
 
     extents, actions, joined, missing, unresolved, scanned = await state.spark("scan", collect)
+    missing = await _really_missing(state.zk, missing)
     stats = {int(r.ledger_id): _stat(r) for r in joined}
     referenced = frozenset(i for i, s in stats.items() if s.referenced) | frozenset(missing)
     the_report = state.report
@@ -233,6 +235,12 @@ async def _scan(state: Run) -> ScanResult:
     if unresolved:
         the_report.errors.append(f"{unresolved} manifests could not be read: nothing deleted")
     return ScanResult(stats, referenced, missing, unresolved, extents, actions, covered, scanned)
+
+
+async def _really_missing(zk: ZooKeeperClient, ledger_ids: list[int]) -> list[int]:
+    """Referenced ledgers the metadata scan did not list and that have no metadata now
+    either (one created after its directory was listed is not missing)."""
+    return [i for i in ledger_ids if await zk.exists(zk_layout.ledger_path(i)) is None]
 
 
 def _stat(row: Any) -> plan.LedgerStat:
