@@ -1,0 +1,173 @@
+"""The maintenance job's pure decisions: which ledgers to delete, absolve, condemn and
+compact; the rows a record becomes; the rate limit; the options' checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from blobstore.catalog.condemned import TOMBSTONE_S, Condemnation
+from blobstore.catalog.records import Extent, ObjectRecord
+from blobstore.maintenance import scan
+from blobstore.maintenance.execute import RateLimit, remapped
+from blobstore.maintenance.options import MaintainOptions, parse_now, parse_phases
+from blobstore.maintenance.plan import (
+    GcInputs,
+    LedgerStat,
+    fully_released,
+    orphans,
+    plan_compaction,
+    plan_gc,
+)
+from blobstore.runtime.errors import UsageError
+
+NOW = 1_800_000_000.0
+
+
+def closed(ledger_id: int, length: int = 1000, live: int = 0, **kw: object) -> LedgerStat:
+    return LedgerStat(ledger_id, "CLOSED", "objects", length, 2, live, live > 0, **kw)  # type: ignore[arg-type]
+
+
+def inputs(
+    stats: list[LedgerStat],
+    condemned: dict[int, Condemnation] | None = None,
+    covered_zxid: int = 100,
+    grace_s: float = 0.0,
+    blocked: bool = False,
+) -> GcInputs:
+    by_id = {s.ledger_id: s for s in stats}
+    referenced = frozenset(s.ledger_id for s in stats if s.referenced)
+    return GcInputs(by_id, referenced, condemned or {}, covered_zxid, NOW, grace_s, blocked)
+
+
+def test_unreferenced_closed_object_ledgers_are_condemned_others_not() -> None:
+    stats = [
+        closed(1),
+        closed(2, live=10),
+        LedgerStat(3, "OPEN", "objects", 0, 2),
+        LedgerStat(4, "CLOSED", "other", 100, 2),
+    ]
+    plan = plan_gc(inputs(stats))
+    assert plan.condemn == [1] and plan.delete == []
+
+
+def test_a_covered_condemnation_past_its_grace_is_deleted() -> None:
+    condemned = {1: Condemnation(1, NOW - 10, czxid=50)}
+    assert [c.ledger_id for c in plan_gc(inputs([closed(1)], condemned)).delete] == [1]
+    # Not covered: the condemnation was made after the scan's generation was read.
+    late = {1: Condemnation(1, NOW - 10, czxid=150)}
+    plan = plan_gc(inputs([closed(1)], late))
+    assert plan.delete == [] and plan.waiting == [1] and plan.condemn == []
+    # Covered but within the grace period.
+    plan = plan_gc(inputs([closed(1)], condemned, grace_s=60))
+    assert plan.delete == [] and plan.waiting == [1]
+
+
+def test_a_condemned_ledger_found_referenced_is_absolved_only_by_a_covering_scan() -> None:
+    stats = [closed(1, live=10)]
+    assert plan_gc(inputs(stats, {1: Condemnation(1, NOW, czxid=50)})).absolve == [1]
+    assert plan_gc(inputs(stats, {1: Condemnation(1, NOW, czxid=150)})).absolve == []
+
+
+def test_tombstones_are_written_for_gone_ledgers_and_forgotten_after_a_week() -> None:
+    condemned = {
+        1: Condemnation(1, NOW - 5, czxid=50),  # metadata gone, no tombstone yet
+        2: Condemnation(2, NOW - 5, NOW - TOMBSTONE_S - 1, czxid=50),
+        3: Condemnation(3, NOW - 5, NOW - 60, czxid=50),
+    }
+    plan = plan_gc(inputs([], condemned))
+    assert [c.ledger_id for c in plan.tombstone] == [1]
+    assert plan.forget == [2]
+
+
+def test_a_blocked_scan_deletes_and_condemns_nothing() -> None:
+    condemned = {1: Condemnation(1, NOW - 10, czxid=50)}
+    plan = plan_gc(inputs([closed(1), closed(2)], condemned, blocked=True))
+    assert plan.delete == [] and plan.condemn == []
+
+
+def test_compaction_takes_the_emptiest_unpinned_ledgers_within_the_byte_bound() -> None:
+    stats = [
+        closed(1, length=1000, live=100),
+        closed(2, length=1000, live=500),
+        closed(3, length=1000, live=900),  # over the threshold
+        closed(4, length=1000, live=50, pinned=True),
+        closed(5, length=1000, live=990),
+        closed(6, length=100, live=10),  # too little garbage
+        closed(7, length=1000, live=200),
+    ]
+    choice = plan_compaction(stats, {7: Condemnation(7, NOW)}, 0.8, 200, 10_000)
+    assert choice.ledger_ids == [1, 2]
+    assert (choice.live_bytes, choice.garbage_bytes) == (600, 1400)
+    assert plan_compaction(stats, {}, 0.8, 200, 650).ledger_ids == [1, 7]
+
+
+def test_ledgers_whose_every_holder_was_released_and_orphans() -> None:
+    assert fully_released({1: (3, 3), 2: (3, 2), 3: (0, 0)}) == [1]
+    stats = [
+        LedgerStat(1, "OPEN", "objects", 0, 2, writer="gone"),
+        LedgerStat(2, "OPEN", "objects", 0, 2, writer="alive"),
+        LedgerStat(3, "IN_RECOVERY", "objects", 0, 2, writer="gone"),
+        LedgerStat(4, "OPEN", "other", 0, 2, writer="gone"),
+        closed(5, writer="gone"),
+    ]
+    assert orphans(stats, {"alive"}) == [1, 3]
+
+
+def test_a_record_becomes_extent_rows_manifest_records_pin_their_ledgers() -> None:
+    plain = ObjectRecord("b", "k", "v1", size=10, extents=(Extent(7, 0, 1, 10, 8),))
+    rows = list(scan.record_rows(plain))
+    assert rows == [("e", 7, 0, 1, 10, 8, scan.ROLE_OBJECT, "b", "k", "v1", "", 0)]
+    big = ObjectRecord(
+        "b", "k", "v2", size=10, manifest=(Extent(9, 3, 3, 50, 64),), manifest_ledgers=(7, 8)
+    )
+    roles = [(r[1], r[6]) for r in scan.record_rows(big)]
+    assert roles == [(9, scan.ROLE_MANIFEST), (7, scan.ROLE_NAMED), (8, scan.ROLE_NAMED)]
+
+
+def test_remapped_replaces_only_moved_extents() -> None:
+    a, b = Extent(1, 0, 0, 5, 5), Extent(2, 0, 0, 5, 5)
+    record = ObjectRecord("b", "k", "v", size=10, extents=(a, b))
+    moved = remapped(record, {a: Extent(9, 4, 4, 5, 5)})
+    assert moved is not None and moved.extents == (Extent(9, 4, 4, 5, 5), b)
+    assert remapped(record, {Extent(3, 0, 0, 5, 5): a}) is None
+
+
+def test_rate_limit_waits_for_the_bytes_beyond_one_seconds_burst() -> None:
+    clock = [0.0]
+    limit = RateLimit(1000.0, clock=lambda: clock[0])
+    assert limit.delay_for(1000) == 0.0
+    assert limit.delay_for(500) == pytest.approx(0.5)
+    clock[0] += 10.0  # idle: the allowance refills to one second's worth, no more
+    assert limit.delay_for(1000) == 0.0
+    assert limit.delay_for(1) > 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"zk": ""}, "--zk"),
+        ({"master": "nonsense"}, "--master"),
+        ({"compact_threshold": 0.0}, "--compact-threshold"),
+        ({"compact_threshold": 1.5}, "--compact-threshold"),
+        ({"grace_s": -1.0}, "--grace"),
+        ({"bandwidth_mb_s": 0.0}, "--bandwidth"),
+        ({"phases": ("gc", "tier")}, "--only"),
+        ({"pages_per_task": 0}, "--pages-per-task"),
+    ],
+)
+def test_bad_options_are_one_clear_error(changes: dict[str, object], message: str) -> None:
+    settings: dict[str, object] = {"zk": "127.0.0.1:2181", **changes}
+    with pytest.raises(UsageError, match=message):
+        MaintainOptions(**settings)  # type: ignore[arg-type]
+
+
+def test_good_options_and_parsers() -> None:
+    for master in ("local[*]", "local[2]", "spark://h:7077", "k8s://https://h:443", "yarn"):
+        MaintainOptions(zk="h:2181", master=master)
+    assert parse_now("2026-12-01T00:00:00Z") == parse_now("2026-12-01T00:00:00")
+    assert parse_phases("gc, lifecycle") == ("gc", "lifecycle")
+    for bad in ("yesterday", "2026-13-01"):
+        with pytest.raises(UsageError, match="--now"):
+            parse_now(bad)
+    with pytest.raises(UsageError, match="--only"):
+        parse_phases("gc,foo")
