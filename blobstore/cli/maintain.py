@@ -139,14 +139,16 @@ def print_report(report: Report) -> None:
     from blobstore.admin._output import human_bytes
 
     title = f"maintenance run {report.run_id}: {report.outcome} in {report.duration_s:.1f} s"
-    table = Table(title=title + (" (dry run)" if report.dry_run else ""))
-    table.add_column("")
-    table.add_column("", justify="right")
+    title += " (dry run)" if report.dry_run else ""
+    table = Table(title=title, show_header=False, min_width=len(title) + 4)
+    table.add_column("what")
+    table.add_column("count", justify="right")
     for label, name, in_bytes in ROWS:
         value = getattr(report, name)
         table.add_row(label, human_bytes(value) if in_bytes else f"{value:,}")
     for name, value in sorted(report.would.items()):
-        table.add_row(f"would: {name.replace('_', ' ')}", f"{value:,}")
+        shown = human_bytes(value) if "bytes" in name else f"{value:,}"
+        table.add_row(f"would: {name.replace('_', ' ')}", shown)
     console = Console()
     console.print(table)
     for error in report.errors:

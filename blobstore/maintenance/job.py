@@ -89,11 +89,19 @@ class Run:
         """Run blocking Spark work off the loop (the ZooKeeper session keeps beating),
         reporting its tasks' progress."""
 
+        seen = [0]
+
+        def report(done: int, total: int) -> None:
+            seen[0] = max(seen[0], total)
+            self.progress(phase, done, total)
+
         def tracked() -> Any:
-            with spark.StageProgress(self.session, lambda d, t: self.progress(phase, d, t)):
+            with spark.StageProgress(self.session, report):
                 return work()
 
-        return await asyncio.to_thread(tracked)
+        result = await asyncio.to_thread(tracked)
+        self.progress(phase, seen[0] or 1, seen[0] or 1)  # done
+        return result
 
 
 def run(options: MaintainOptions, progress: ProgressCallback = _no_progress) -> report.Report:
