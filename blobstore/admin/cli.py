@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "blobstore.admin.simpletest",
         "write, read back and verify N entries; throughput",
     ),
+    "maintenance": (
+        "blobstore.admin.maintenance",
+        "status: the last runs of `blobstore maintain`, and the one running now",
+    ),
 }
 
 

@@ -15,7 +15,9 @@ Data directory layout::
     DATA/zookeeper/            ZooKeeper snapshots and logs
     DATA/bookie-N/journal/     bookie N's journal
     DATA/bookie-N/ledgers/     bookie N's entry logs and index
-    DATA/logs/                 one log file per child
+    DATA/logs/                 one log file per child; maintenance.log for every run
+    DATA/maintenance-last.json the last maintenance run's JSON report
+    DATA/maintenance.prom      its metrics (node_exporter textfile collector format)
     DATA/.lock                 held by the running supervisor (its pid inside)
 
 Every child is started with PR_SET_PDEATHSIG so it dies with this process even when the
@@ -28,6 +30,11 @@ next start (see `_reap_leftovers`).
 
 A data directory that already holds more bookies than `--bookies` asks for starts all of
 them: their entries are part of the cluster until they are decommissioned.
+
+Maintenance (`blobstore maintain`: ledger GC, compaction, lifecycle expiration) runs
+`--maintenance-interval` seconds after the cluster serves, then that long after each run
+ends: one run at a time, as a child in a process group of its own (the driver and its
+Spark JVM), killed whole when it runs past MAINTENANCE_RUN_S_MAX or the cluster stops.
 """
 
 from __future__ import annotations
@@ -47,6 +54,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from blobstore.cli.maintenance_schedule import (
+    MAINTENANCE_GRACE_S_DEFAULT,
+    MAINTENANCE_INTERVAL_S_DEFAULT,
+    MaintenanceRunner,
+    MaintenanceSchedule,
+    last_error_line,
+    maintenance_schedule,
+)
 from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, port_is_free, start_zookeeper
 from blobstore.runtime.errors import UsageError, check_ready_file
 from blobstore.runtime.pdeathsig import die_with_parent
@@ -61,8 +76,6 @@ ZK_PORT_PREFERRED = 2181
 
 
 BOOKIES_MAX = 32
-ERROR_PREFIX = "blobstore: error: "  # how every command prints its one-line errors
-ERROR_LINE_CHARS_MAX = 500
 # Set in every child's environment to this cluster's data directory (see _reap_leftovers).
 STANDALONE_ENV = "BLOBSTORE_STANDALONE_DATA_DIR"
 
@@ -304,20 +317,9 @@ class Child:
 
     def last_error_line(self) -> str:
         try:
-            lines = [
-                line
-                for line in self.log_path.read_text(errors="replace").splitlines()
-                if line.strip()
-            ]
+            return last_error_line(self.log_path.read_text(errors="replace"))
         except FileNotFoundError:
             return "no log"
-        chosen = next((line for line in reversed(lines) if "error" in line.lower()), None)
-        if chosen is None:
-            chosen = lines[-1] if lines else "no output"
-        chosen = chosen.strip().removeprefix(ERROR_PREFIX)
-        if len(chosen) > ERROR_LINE_CHARS_MAX:
-            chosen = chosen[: ERROR_LINE_CHARS_MAX - 3] + "..."
-        return chosen
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -371,6 +373,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--ready-file", type=Path, help="write JSON {endpoint, zk, access_key} here once serving"
+    )
+    parser.add_argument(
+        "--maintenance-interval",
+        type=float,
+        metavar="SECONDS",
+        help="run `blobstore maintain` this long after the cluster serves and after each run "
+        "ends; 0: never (env BLOBSTORE_MAINTENANCE_INTERVAL_S; default "
+        f"{MAINTENANCE_INTERVAL_S_DEFAULT:g})",
+    )
+    parser.add_argument(
+        "--maintenance-grace",
+        type=float,
+        metavar="SECONDS",
+        help="the runs' --grace: how long an unreferenced ledger stays condemned before it "
+        "is deleted; 0: a run looks twice and deletes (env BLOBSTORE_MAINTENANCE_GRACE_S; "
+        f"default {MAINTENANCE_GRACE_S_DEFAULT:g})",
     )
 
 
@@ -450,16 +468,17 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.access_key) != bool(args.secret_key):
         raise UsageError("give both --access-key and --secret-key, or neither")
     check_ready_file(args.ready_file)
+    schedule = maintenance_schedule(args.maintenance_interval, args.maintenance_grace, os.environ)
     data_dir: Path = args.data_dir.resolve()
     _check_data_dir(data_dir)
     lock_fd = _lock_data_dir(data_dir)
     try:
-        return _run_locked(args, data_dir)
+        return _run_locked(args, data_dir, schedule)
     finally:
         os.close(lock_fd)
 
 
-def _run_locked(args: argparse.Namespace, data_dir: Path) -> int:
+def _run_locked(args: argparse.Namespace, data_dir: Path, schedule: MaintenanceSchedule) -> int:
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
         # Progress goes to stdout as plain lines; stderr is kept for the one error line.
         logging.getLogger("blobstore.cli.zookeeper_server").setLevel(logging.WARNING)
@@ -469,23 +488,29 @@ def _run_locked(args: argparse.Namespace, data_dir: Path) -> int:
     signals = _StopSignals()
     (data_dir / "logs").mkdir(exist_ok=True)
     cluster = _Cluster()
+    maintenance: MaintenanceRunner | None = None
     try:
         zk = cluster.start_zookeeper(data_dir, layout.zk_port)
         env = _child_env(zk, access_key, secret_key, bookie_count)
         cluster.start_bookies(layout, bookie_count, data_dir, zk, env)
         endpoint = cluster.start_gateway(args, data_dir, zk, env)
-        _print_banner(endpoint, zk, access_key, secret_key, data_dir)
+        maintenance = MaintenanceRunner(schedule, data_dir, zk, env)
+        _print_banner(endpoint, zk, access_key, secret_key, data_dir, maintenance.describe())
         if args.ready_file:
             _write_json(args.ready_file.resolve(), cluster.ready_document(endpoint, zk, access_key))
         signals.starting = False
         if signals.stopping:  # a signal raced with the line above
             return 0
         assert cluster.zookeeper is not None
-        return _supervise(cluster.children, cluster.zookeeper, lambda: signals.stopping)
+        return _supervise(
+            cluster.children, cluster.zookeeper, lambda: signals.stopping, maintenance.tick
+        )
     except _StopRequested:
         return 0
     finally:
         signals.starting = False
+        if maintenance is not None:
+            maintenance.stop()  # first: it works through the bookies and ZooKeeper
         _stop_all(cluster.children, cluster.zookeeper)
         if signals.stopping:
             print("stopped", flush=True)
@@ -635,10 +660,15 @@ def _endpoint(host: str, port: int) -> str:
 
 
 def _supervise(
-    children: list[Child], zookeeper: ZooKeeperServer, stop_requested: Callable[[], bool]
+    children: list[Child],
+    zookeeper: ZooKeeperServer,
+    stop_requested: Callable[[], bool],
+    tick: Callable[[], None],
 ) -> int:
-    """Wait for a stop request (0) or for any child to exit on its own (1)."""
+    """Wait for a stop request (0) or for any child to exit on its own (1), calling
+    `tick` (the maintenance schedule) on every turn."""
     while not stop_requested():
+        tick()
         for child in children:
             if not child.alive():
                 code = child.process.returncode if child.process else None
@@ -675,7 +705,9 @@ def _stop_all(children: list[Child], zookeeper: ZooKeeperServer | None) -> None:
         zookeeper.stop()
 
 
-def _print_banner(endpoint: str, zk: str, access_key: str, secret_key: str, data_dir: Path) -> None:
+def _print_banner(
+    endpoint: str, zk: str, access_key: str, secret_key: str, data_dir: Path, maintenance: str
+) -> None:
     print(
         f"""
 blobstore is serving S3 at {endpoint}
@@ -695,6 +727,9 @@ AWS CLI:
 
 operator:
   BLOBSTORE_ZK={zk} blobstore admin bookies
+  BLOBSTORE_ZK={zk} blobstore admin maintenance status
+
+{maintenance}
 
 Ctrl-C stops everything; data stays in {data_dir}.
 """,

@@ -152,7 +152,7 @@ async def _locked_run(
     catalog = Catalog(zk, CatalogConfig(root=options.catalog_root))
     await catalog.start()
     try:
-        with spark.spark_session(options) as session:
+        async with spark.spark_session(options) as session:
             state = Run(options, zk, catalog, session, the_report, progress, now)
             try:
                 await _phases(state)
@@ -220,9 +220,10 @@ async def _scan(state: Run) -> ScanResult:
     covered = await state.condemned.covered_zxid()
     tasks = await scan.plan_tasks(state.zk, state.catalog, state.options.pages_per_task)
     tasks = _with_valid_rules(tasks, state.report)
-    rows = spark.scan_rows(state.session, state.scan_session, tasks)
+    run_session = state.scan_session
 
     def collect() -> tuple[Any, Any, list[Any], list[int], int, int]:
+        rows = spark.scan_rows(state.session, run_session, tasks)
         extents, actions, ledgers, scanned = spark.frames(state.session, rows)
         joined, missing, unresolved = spark.ledger_stats(extents, ledgers)
         return extents, actions, joined, missing, unresolved, scanned

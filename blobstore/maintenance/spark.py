@@ -8,14 +8,15 @@ has them).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,21 @@ PROGRESS_POLL_S = 0.5
 SPARK_SUBMIT_ENV = "PYSPARK_GATEWAY_PORT"  # set when spark-submit started this driver
 
 
-@contextmanager
-def spark_session(options: MaintainOptions) -> Iterator[Any]:
+@asynccontextmanager
+async def spark_session(options: MaintainOptions) -> AsyncIterator[Any]:
     """A SparkSession for the run (stopped on the way out); a master Spark cannot reach
-    is one clear UsageError."""
+    is one clear UsageError. Started and stopped off the event loop: Spark takes seconds
+    to start, and the driver's ZooKeeper session must keep beating meanwhile."""
+    session, shipped = await asyncio.to_thread(_start, options)
+    try:
+        yield session
+    finally:
+        await asyncio.to_thread(session.stop)
+        if shipped is not None:
+            shutil.rmtree(shipped, ignore_errors=True)
+
+
+def _start(options: MaintainOptions) -> tuple[Any, str | None]:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -55,13 +67,7 @@ def spark_session(options: MaintainOptions) -> Iterator[Any]:
         raise UsageError(f"cannot start Spark with --master {options.master}: {e}") from e
     session.sparkContext.setLogLevel("ERROR")
     master = str(session.sparkContext.master)
-    shipped = None if master.startswith("local") else _ship_package(session)
-    try:
-        yield session
-    finally:
-        session.stop()
-        if shipped is not None:
-            shutil.rmtree(shipped, ignore_errors=True)
+    return session, None if master.startswith("local") else _ship_package(session)
 
 
 def _ship_package(session: Any) -> str:
