@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
-from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, write_to_textfile
+from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway, write_to_textfile
 
 from blobstore.runtime.zk import ZooKeeperClient
 
@@ -155,7 +155,24 @@ GAUGES = {
 }
 
 
-def registry_of(report: Report) -> CollectorRegistry:
+LAST_SUCCESS = "blobstore_maintenance_last_success_time_seconds"
+
+
+def previous_success(text: str) -> float | None:
+    """The last-success time an earlier export wrote in a text file, if any."""
+    for line in text.splitlines():
+        if line.startswith(LAST_SUCCESS + " "):
+            try:
+                return float(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def registry_of(report: Report, last_success: float | None = None) -> CollectorRegistry:
+    """The run's gauges. The last success is this run's end when it succeeded, else the
+    one given (kept from before), else absent: an alert on its age keeps counting from
+    the last good run, not from a failed one."""
     registry = CollectorRegistry()
     for name, help_text in GAUGES.items():
         Gauge(f"blobstore_maintenance_{name}", help_text, registry=registry).set(
@@ -164,19 +181,22 @@ def registry_of(report: Report) -> CollectorRegistry:
     Gauge("blobstore_maintenance_errors", "Errors of the last run", registry=registry).set(
         len(report.errors)
     )
-    success = Gauge(
-        "blobstore_maintenance_last_success_time_seconds",
-        "When the last successful run finished",
-        registry=registry,
-    )
-    if report.outcome == "ok":
-        success.set(report.finished)
+    succeeded = report.finished if report.outcome == "ok" else last_success
+    if succeeded is not None:
+        Gauge(LAST_SUCCESS, "When the last successful run finished", registry=registry).set(
+            succeeded
+        )
     return registry
 
 
 def export(report: Report, pushgateway: str, metrics_file: str) -> None:
-    registry = registry_of(report)
     if metrics_file:
-        write_to_textfile(metrics_file, registry)
+        try:
+            with open(metrics_file) as f:
+                kept = previous_success(f.read())
+        except FileNotFoundError:
+            kept = None
+        write_to_textfile(metrics_file, registry_of(report, kept))
     if pushgateway:
-        push_to_gateway(pushgateway, job="blobstore_maintain", registry=registry)
+        # pushadd: a failed run's push leaves the gateway's last-success value alone.
+        pushadd_to_gateway(pushgateway, job="blobstore_maintain", registry=registry_of(report))

@@ -171,3 +171,16 @@ def test_good_options_and_parsers() -> None:
             parse_now(bad)
     with pytest.raises(UsageError, match="--only"):
         parse_phases("gc,foo")
+
+
+def test_a_failed_run_keeps_the_last_success_time() -> None:
+    from prometheus_client import generate_latest
+
+    from blobstore.maintenance.report import Report, previous_success, registry_of
+
+    ok = Report("r1", NOW, False, ["gc"], finished=NOW + 5, outcome="ok")
+    text = generate_latest(registry_of(ok)).decode()
+    assert previous_success(text) == NOW + 5
+    failed = Report("r2", NOW + 60, False, ["gc"], finished=NOW + 65, outcome="failed")
+    assert previous_success(generate_latest(registry_of(failed, NOW + 5)).decode()) == NOW + 5
+    assert previous_success(generate_latest(registry_of(failed)).decode()) is None
