@@ -44,7 +44,7 @@ from blobstore.catalog.errors import (
 from blobstore.catalog.records import Extent, ObjectRecord
 from blobstore.ledger import LedgerClient, LedgerHandle
 from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD, OBJECT_LEDGER_PURPOSE
-from blobstore.ledger.errors import LedgerError
+from blobstore.ledger.errors import LedgerError, NotEnoughBookiesError
 from blobstore.maintenance import hooks
 from blobstore.maintenance.lifecycle import ActionKind
 from blobstore.maintenance.scan import ABORT_UPLOAD, Session
@@ -58,6 +58,7 @@ READ_WINDOW_ENTRIES = 8
 RESULT_SWAPPED, RESULT_SKIPPED, RESULT_COPIED = "swapped", "skipped", "copied"
 RESULT_DONE = "done"
 RESULT_FAILED = "failed"
+RESULT_DEFERRED = "deferred"
 RESULT_COLUMNS = "result ledger_id bucket key version_id bytes detail".split()
 
 
@@ -146,6 +147,10 @@ async def _compact_all(
         for task in tasks:
             try:
                 rows.extend(await _compact_one(catalog, client, writer_id, task, limit))
+            except NotEnoughBookiesError as e:
+                # No room to copy into (every bookie read-only, e.g. full): the ledger is
+                # compacted by a later run, once GC has freed the disks.
+                rows.append((RESULT_DEFERRED, task.ledger_id, "", "", "", 0, str(e)))
             except (LedgerError, ShortEntryError, TimeoutError) as e:
                 # Unreadable or unwritable now (bookies down, full): the ledger stays as
                 # it is, for a later run; what was copied is garbage in the new ledger.

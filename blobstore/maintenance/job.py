@@ -474,6 +474,8 @@ def _count_compaction(state: Run, row: tuple[Any, ...]) -> None:
     elif result == execute.RESULT_SWAPPED:
         the_report.records_swapped += 1
         state.released.append((int(ledger_id), bucket, key, version_id, ""))
+    elif result == execute.RESULT_DEFERRED:
+        the_report.compactions_deferred += 1
     elif result == execute.RESULT_FAILED:
         the_report.errors.append(f"compaction of ledger {ledger_id}: {_detail}")
     else:

@@ -52,6 +52,7 @@ class Report:
     compaction_bytes_copied: int = 0
     records_swapped: int = 0
     swaps_skipped: int = 0
+    compactions_deferred: int = 0  # no writable bookies to copy into: a later run
     versions_expired: int = 0
     delete_markers_added: int = 0
     uploads_aborted: int = 0
