@@ -353,7 +353,9 @@ class JobRun:
     report: dict[str, Any]
     events: list[tuple[float, str, int, int]]  # (wall time, phase, done, total)
     wall_s: float  # the child process, start to exit
-    cpu_s: float  # the child process and its descendants (driver, JVM, Python workers)
+    # CPU seconds the child process and its descendants (driver, JVM, Python workers)
+    # had taken, sampled: [(wall clock, CPU seconds)].
+    cpu_samples: list[tuple[float, float]]
     jobs: list[SparkJob]
     probe: SparkProbe | None  # Spark's cost per task, measured before the run if asked
 
@@ -370,6 +372,14 @@ class JobRun:
     @property
     def total_s(self) -> float:
         return float(self.report["finished"]) - float(self.report["started"])
+
+    @property
+    def cpu_s(self) -> float:
+        return self.cpu_samples[-1][1] if self.cpu_samples else 0.0
+
+    def cpu_at(self, moment: float) -> float:
+        """CPU seconds taken by the last sample at or before `moment` (wall clock)."""
+        return max((cpu for t, cpu in self.cpu_samples if t <= moment), default=0.0)
 
 
 def run_job(zk: str, work: Path, name: str, **options: Any) -> JobRun:
@@ -392,7 +402,7 @@ def run_job(zk: str, work: Path, name: str, **options: Any) -> JobRun:
             stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
-        cpu_s = tree_cpu_s(process, JOB_TIMEOUT_S)
+        cpu_samples = tree_cpu_s(process, JOB_TIMEOUT_S)
     finally:
         stop_process(process)
     wall_s = time.monotonic() - started
@@ -404,25 +414,29 @@ def run_job(zk: str, work: Path, name: str, **options: Any) -> JobRun:
         raise RuntimeError(f"maintenance job {name} reported errors: {data['report']}")
     events = [(float(t), str(p), int(d), int(n)) for t, p, d, n in data["events"]]
     probe = SparkProbe(**data["probe"]) if data["probe"] else None
-    return JobRun(data["report"], events, wall_s, cpu_s, spark_jobs(events_dir), probe)
+    jobs = spark_jobs(events_dir)
+    return JobRun(data["report"], events, wall_s, cpu_samples, jobs, probe)
 
 
 CPU_SAMPLE_S = 0.25
 
 
-def tree_cpu_s(process: subprocess.Popen[bytes], timeout_s: float) -> float:
+def tree_cpu_s(process: subprocess.Popen[bytes], timeout_s: float) -> list[tuple[float, float]]:
     """Wait for `process` to exit; the CPU seconds it and its descendants (a JVM, Python
-    workers) took, sampled from /proc as they run (a descendant that lives less than a
-    sample's interval is missed)."""
+    workers) had taken so far at each sample, [(wall clock, CPU seconds)], read from
+    /proc as they run (a descendant that lives less than a sample's interval is
+    missed)."""
     seen: dict[tuple[int, int], float] = {}  # (pid, start time) -> CPU seconds
+    samples = []
     deadline = time.monotonic() + timeout_s
     while process.poll() is None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{process.args!r} still running after {timeout_s} s")
         for key, cpu_s in descendants_cpu_s(process.pid).items():
             seen[key] = max(seen.get(key, 0.0), cpu_s)
+        samples.append((time.time(), sum(seen.values())))
         time.sleep(CPU_SAMPLE_S)
-    return sum(seen.values())
+    return samples
 
 
 def descendants_cpu_s(root: int) -> dict[tuple[int, int], float]:
@@ -733,6 +747,19 @@ class ScanRun:
     @property
     def records_per_s(self) -> float:
         return int(self.run.report["records_scanned"]) / self.scan_s
+
+    @property
+    def scan_cpu_s(self) -> float:
+        """CPU seconds of the run's processes over the scan phase."""
+        run = self.run
+        return run.cpu_at(float(run.report["finished"])) - run.cpu_at(run.phase_start("scan"))
+
+    @property
+    def cpu_bound_records_per_s(self) -> float:
+        """The rate with the machine's cores all the scan's: records per CPU second of
+        the scan phase, times the cores (ZooKeeper's CPU aside)."""
+        cores = os.cpu_count() or 1
+        return int(self.run.report["records_scanned"]) / self.scan_cpu_s * cores
 
     def scan_jobs(self) -> list[SparkJob]:
         """The Spark jobs of the scan phase (all of them, in a dry run of GC only)."""
@@ -1144,12 +1171,14 @@ def scan_section(result: ScanResult) -> list[str]:
             f"{scan_run.run.spark_start_s:.1f}",
             f"{scan_run.scan_s:.1f}",
             f"**{scan_run.records_per_s:,.0f}**",
-            f"{scan_run.run.cpu_s:,.0f} ({scan_run.run.cpu_s / records * 1e6:,.0f} µs)",
+            f"{scan_run.scan_cpu_s:,.0f} ({scan_run.scan_cpu_s / records * 1e6:,.0f} µs)",
+            f"{scan_run.cpu_bound_records_per_s:,.0f}",
             f"{scan_run.zookeeper_cpu_s:,.1f}",
         ))  # fmt: skip
     header = (
         "pages per task", "tasks", "records scanned", "Spark start-up s", "scan phase s",
-        "records/s", "CPU s of the run (per record)", "ZooKeeper CPU s",
+        "records/s", "scan phase CPU s (per record)", "records/s, CPU-bound",
+        "ZooKeeper CPU s (whole run)",
     )  # fmt: skip
     stored_kib = result.page_bytes / result.pages / KIB
     return [
@@ -1164,8 +1193,11 @@ def scan_section(result: ScanResult) -> list[str]:
         "scan's (the first progress call): the lock, the catalog and, most of it, Spark's "
         "start (a JVM, a SparkContext); the *scan phase* from there to the run's end: the "
         "driver's plan, the Spark tasks, the DataFrames and their join (a dry run of GC adds "
-        "a decision on a few ledgers). *CPU of the run* is the driver's, the JVM's and the "
-        "Python workers' together, start-up included.",
+        "a decision on a few ledgers). *Scan phase CPU* is the driver's, the JVM's and the "
+        "Python workers' together over the scan phase (sampled from /proc); the "
+        "*CPU-bound* rate is records per CPU second times the machine's "
+        f"{os.cpu_count()} cores: what the scan would reach with the cores all its own "
+        "(other work on the machine stretches the wall-clock rate, hardly its CPU).",
         "",
         *table(header, rows),
         "",
@@ -1341,7 +1373,8 @@ def compaction_section(result: CompactionResult) -> list[str]:
     return [
         "## Compaction copy",
         "",
-        f"{result.ledgers} closed ledgers of {size_text(result.data_bytes / result.ledgers)} (1 MiB "
+        f"{result.ledgers} closed ledgers of "
+        f"{size_text(result.data_bytes / result.ledgers)} (1 MiB "
         f"entries), {size_text(result.data_bytes)} in all, holding objects of equal size, every "
         f"other one referenced ({size_text(result.live_bytes)} live, the rest garbage). `maintain "
         "--only compact --grace 0 --bandwidth 10000`. The compaction's span is read back "
@@ -1385,7 +1418,8 @@ def reclaim_section(result: ReclaimResult) -> list[str]:
         f"Through the gateway (writer ledgers closed at {size_text(sizes.workload_ledger_bytes)}): "
         f"{sizes.workload_objects:,} objects of {size_text(sizes.workload_object_bytes)} put, half "
         "of them overwritten, a quarter deleted, three multipart uploads of two parts of "
-        f"{size_text(sizes.aborted_part_bytes)} aborted: {size_text(result.written_bytes)} of payload "
+        f"{size_text(sizes.aborted_part_bytes)} aborted: "
+        f"{size_text(result.written_bytes)} of payload "
         f"written, {size_text(result.live_bytes)} "
         "live. The gateway is stopped (it closes its writer ledgers) and the bookies "
         "checkpointed (their write caches in their entry logs), then one `maintain --grace "
