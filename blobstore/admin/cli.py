@@ -1,12 +1,14 @@
 """`blobstore admin`: inspect and repair the cluster. Every command takes `--zk` (or
 BLOBSTORE_ZK) and `--json` for scripts. Each command is a module in this package with
-`add_arguments(parser)` and `run(args) -> int`.
+`add_arguments(parser)` and `run(args) -> int` (or an object of a module holding them,
+named `module:object`, when one module serves several commands).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import os
 
 from blobstore.runtime.errors import UsageError
@@ -27,6 +29,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "blobstore.admin.maintenance",
         "status: the last runs of `blobstore maintain`, and the one running now",
     ),
+    "user": (
+        "blobstore.admin.users:UserCommand",
+        "users and their access keys: add, ls, rm, rotate-key, disable, enable, attach, detach",
+    ),
+    "group": ("blobstore.admin.users:GroupCommand", "groups of users: add, rm, ls, members"),
+    "policy": ("blobstore.admin.users:PolicyCommand", "identity policies: add, ls, rm, show"),
 }
 
 
@@ -44,11 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser, argv: list[str] | None = None
         if name != chosen:
             sub.add_parser(name, help=help_text)
             continue
-        module = importlib.import_module(module_name)
+        module_path, _, attribute = module_name.partition(":")
+        module = importlib.import_module(module_path)
+        if attribute:
+            module = getattr(module, attribute)
         command = sub.add_parser(
             name,
             help=help_text,
-            description=module.__doc__,
+            description=inspect.getdoc(module),
             # Module docs hold examples and lists laid out by line: kept as written.
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )

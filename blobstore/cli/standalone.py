@@ -12,6 +12,8 @@ Data directory layout::
 
     DATA/cluster.json          ports chosen on first start (ZooKeeper, bookies, admin ports)
     DATA/credentials.json      access and secret key (mode 0600), generated once
+    DATA/cluster.key           the cluster key users' secrets are sealed under (mode 0600,
+                               generated once; unless BLOBSTORE_CLUSTER_KEY[_FILE] is set)
     DATA/zookeeper/            ZooKeeper snapshots and logs
     DATA/bookie-N/journal/     bookie N's journal
     DATA/bookie-N/ledgers/     bookie N's entry logs and index
@@ -54,6 +56,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from blobstore.access.sealing import (
+    CLUSTER_KEY_ENV,
+    CLUSTER_KEY_FILE_ENV,
+    load_cluster_key,
+    write_cluster_key_file,
+)
 from blobstore.cli.maintenance_schedule import (
     MAINTENANCE_GRACE_S_DEFAULT,
     MAINTENANCE_INTERVAL_S_DEFAULT,
@@ -278,6 +286,23 @@ def _saved_credentials(path: Path) -> tuple[str, str]:
     return access_key, secret_key
 
 
+def cluster_key_settings(data_dir: Path, environ: dict[str, str]) -> tuple[dict[str, str], str]:
+    """(what the children's environment gets, where the key is) for the cluster key:
+    the one the environment gives (BLOBSTORE_CLUSTER_KEY_FILE or BLOBSTORE_CLUSTER_KEY),
+    else DATA/cluster.key, created on the first start (mode 0600) and kept: the users'
+    secrets kept in ZooKeeper open only with it. UsageError when it is malformed."""
+    if environ.get(CLUSTER_KEY_FILE_ENV) or environ.get(CLUSTER_KEY_ENV):
+        load_cluster_key(environ=environ)  # checked now, not in every child
+        if environ.get(CLUSTER_KEY_ENV):
+            return {}, f"${CLUSTER_KEY_ENV}"
+        return {}, environ[CLUSTER_KEY_FILE_ENV]
+    path = data_dir / "cluster.key"
+    if not path.exists():
+        write_cluster_key_file(path)
+    load_cluster_key(path)
+    return {CLUSTER_KEY_FILE_ENV: str(path)}, str(path)
+
+
 class Child:
     """A supervised child process with a ready file."""
 
@@ -484,6 +509,7 @@ def _run_locked(args: argparse.Namespace, data_dir: Path, schedule: MaintenanceS
         logging.getLogger("blobstore.cli.zookeeper_server").setLevel(logging.WARNING)
     layout, bookie_count = _claim_ports(args, data_dir)
     access_key, secret_key = load_or_create_credentials(data_dir, args.access_key, args.secret_key)
+    key_env, key_place = cluster_key_settings(data_dir, dict(os.environ))
     _check_kept_ports(layout, bookie_count, data_dir)
     signals = _StopSignals()
     (data_dir / "logs").mkdir(exist_ok=True)
@@ -491,11 +517,13 @@ def _run_locked(args: argparse.Namespace, data_dir: Path, schedule: MaintenanceS
     maintenance: MaintenanceRunner | None = None
     try:
         zk = cluster.start_zookeeper(data_dir, layout.zk_port)
-        env = _child_env(zk, access_key, secret_key, bookie_count)
+        env = {**_child_env(zk, access_key, secret_key, bookie_count), **key_env}
         cluster.start_bookies(layout, bookie_count, data_dir, zk, env)
         endpoint = cluster.start_gateway(args, data_dir, zk, env)
         maintenance = MaintenanceRunner(schedule, data_dir, zk, env)
-        _print_banner(endpoint, zk, access_key, secret_key, data_dir, maintenance.describe())
+        _print_banner(
+            endpoint, zk, (access_key, secret_key), key_place, data_dir, maintenance.describe()
+        )
         if args.ready_file:
             _write_json(args.ready_file.resolve(), cluster.ready_document(endpoint, zk, access_key))
         signals.starting = False
@@ -706,14 +734,24 @@ def _stop_all(children: list[Child], zookeeper: ZooKeeperServer | None) -> None:
 
 
 def _print_banner(
-    endpoint: str, zk: str, access_key: str, secret_key: str, data_dir: Path, maintenance: str
+    endpoint: str,
+    zk: str,
+    credentials: tuple[str, str],
+    cluster_key: str,
+    data_dir: Path,
+    maintenance: str,
 ) -> None:
+    access_key, secret_key = credentials
+    key_setting = (
+        f"{CLUSTER_KEY_FILE_ENV}={cluster_key} " if not cluster_key.startswith("$") else ""
+    )
     print(
         f"""
 blobstore is serving S3 at {endpoint}
-  access key:  {access_key}
+  access key:  {access_key}   (the admin user)
   secret key:  {secret_key}
   ZooKeeper:   {zk}      data: {data_dir}
+  cluster key: {cluster_key}   (users' secret keys are sealed under it: keep it)
 
 boto3:
   import boto3
@@ -728,6 +766,7 @@ AWS CLI:
 operator:
   BLOBSTORE_ZK={zk} blobstore admin bookies
   BLOBSTORE_ZK={zk} blobstore admin maintenance status
+  BLOBSTORE_ZK={zk} {key_setting}blobstore admin user add alice --policy readwrite
 
 {maintenance}
 
