@@ -6,7 +6,8 @@ Every request goes through `Gateway.__call__`, a pure ASGI callable:
    and so does every log line about the request;
 2. the bucket, key and operation are resolved from Host, raw path, query and method;
 3. the SigV4 signature is verified from the headers alone, before the body is read,
-   so a rejected upload never gets `100 Continue`;
+   so a rejected upload never gets `100 Continue`; operations signed by their form
+   instead (POST Object, `FORM_HANDLERS`) are authenticated by their handler;
 4. the handler runs; S3 errors render as S3 XML (no body for HEAD); anything else is
    logged with its traceback and answered InternalError;
 5. request metrics are recorded (operation, status, latency, bytes in and out) and the
@@ -39,7 +40,7 @@ from s3api import metrics
 from s3api.access_log import AccessLog
 from s3api.config import CONFIG_ENV, GatewayConfig
 from s3api.errors import S3Error, log_server_error, render_error, to_s3_error
-from s3api.handlers import HANDLERS
+from s3api.handlers import FORM_HANDLERS, HANDLERS, FormRequest
 from s3api.handlers.context import GatewayRequest, S3Context, parse_query
 from s3api.handlers.cors import cors_response_headers, preflight
 from s3api.request_ids import HOST_ID, new_request_id
@@ -232,6 +233,12 @@ class Gateway:
             state["operation"] = operation
             if operation == "PreflightCors":
                 response = await preflight(self.store, bucket, request)
+            elif operation in FORM_HANDLERS:
+                form = self._form_request(request, request_id, bucket, query)
+                try:
+                    response = await FORM_HANDLERS[operation](form)
+                finally:
+                    context = form.context  # set once the handler knows who sent it
             else:
                 auth = self._authenticate(scope, raw_path, bucket if virtual else None, has_body)
                 context = S3Context(
@@ -288,6 +295,14 @@ class Gateway:
                 S3ComputedContentSHA256=EMPTY_SHA256,
             )
         return auth
+
+    def _form_request(
+        self, request: GatewayRequest, request_id: str, bucket: str, query: dict[str, str]
+    ) -> FormRequest:
+        """A request signed by fields of its form, for its handler to authenticate."""
+        return FormRequest(
+            request, request_id, bucket, query, self.store, self.config, self._users.get
+        )
 
     def _lookup_secret(self, access_key: str) -> str | None:
         user = self._users.get(access_key)

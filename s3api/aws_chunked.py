@@ -86,13 +86,15 @@ def parse_decoded_content_length(headers: Mapping[str, str]) -> int | None:
 
 
 def strip_aws_chunked(content_encoding: str | None) -> str | None:
-    """Content-Encoding to store: S3 drops 'aws-chunked' from the list (None if nothing left)."""
+    """Content-Encoding to store: S3 drops 'aws-chunked' from the list (None if nothing
+    left) and keeps the rest as sent (`deflate, gzip` stays `deflate, gzip`)."""
     if content_encoding is None:
         return None
-    kept = [
-        e.strip() for e in content_encoding.split(",") if e.strip() and e.strip() != "aws-chunked"
-    ]
-    return ",".join(kept) or None
+    codings = content_encoding.split(",")
+    kept = [c for c in codings if c.strip().lower() != "aws-chunked"]
+    if len(kept) == len(codings):
+        return content_encoding if content_encoding.strip() else None
+    return ",".join(kept).strip(" \t,") or None
 
 
 class ChunkedDecoder:

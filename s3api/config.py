@@ -21,6 +21,11 @@ from typing import Any
 
 from blobstore.objects.config import ObjectStoreConfig
 from blobstore.runtime.errors import UsageError
+from s3api.limits import (
+    REQUEST_HEADER_SECTION_BYTES_DEFAULT,
+    REQUEST_HEADER_SECTION_BYTES_MAX,
+    REQUEST_HEADER_SECTION_BYTES_MIN,
+)
 
 CONFIG_ENV = "BLOBSTORE_GATEWAY_CONFIG_JSON"
 
@@ -57,6 +62,9 @@ class GatewayConfig:
     # them as S3 does with ACLs disabled, or "ignore" the ACL and store the object (for
     # applications that always send one and cannot be told not to).
     acls: str = "refuse"
+    # A request whose header section (its field lines) is larger is refused before it
+    # is handled: 400 RequestHeaderSectionTooLarge, S3's answer past its own 8 KiB.
+    max_header_bytes: int = REQUEST_HEADER_SECTION_BYTES_DEFAULT
     objects: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
 
     def __post_init__(self) -> None:
@@ -96,6 +104,12 @@ class GatewayConfig:
         if not 1 <= self.limit_concurrency <= 1_000_000:
             raise UsageError(
                 f"BLOBSTORE_GATEWAY_LIMIT_CONCURRENCY={self.limit_concurrency}: must be 1..1000000"
+            )
+        header_bounds = (REQUEST_HEADER_SECTION_BYTES_MIN, REQUEST_HEADER_SECTION_BYTES_MAX)
+        if not header_bounds[0] <= self.max_header_bytes <= header_bounds[1]:
+            raise UsageError(
+                f"--max-header-bytes {self.max_header_bytes}: must be "
+                f"{header_bounds[0]}..{header_bounds[1]}"
             )
         if self.domain.startswith(".") or self.domain.endswith("."):
             raise UsageError(f"--domain {self.domain!r}: no leading or trailing dot")
@@ -189,5 +203,6 @@ def config_from_args(args: Any, environ: Mapping[str, str] | None = None) -> Gat
         body_idle_timeout_s=_env_float(environ, "BLOBSTORE_GATEWAY_BODY_IDLE_TIMEOUT_S", 60.0),
         backlog=_env_int(environ, "BLOBSTORE_GATEWAY_BACKLOG", 2048),
         acls=environ.get("BLOBSTORE_GATEWAY_ACLS") or "refuse",
+        max_header_bytes=getattr(args, "max_header_bytes", REQUEST_HEADER_SECTION_BYTES_DEFAULT),
         objects=ObjectStoreConfig.from_env(environ),
     )

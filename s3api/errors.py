@@ -81,6 +81,11 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
         400,
         "You did not provide the number of bytes specified by the Content-Length HTTP header.",
     ),
+    (
+        "IncorrectNumberOfFilesInPostRequest",
+        400,
+        "POST requires exactly one file upload per request.",
+    ),
     ("InternalError", 500, "We encountered an internal error. Please try again."),
     (
         "InvalidAccessKeyId",
@@ -118,6 +123,11 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
         "The list of parts was not in ascending order. The parts list must be specified in "
         "order by part number.",
     ),
+    (
+        "InvalidPolicyDocument",
+        400,
+        "The content of the form does not meet the conditions specified in the policy document.",
+    ),
     ("InvalidPartNumber", 416, "The requested partnumber is not satisfiable"),
     ("InvalidRange", 416, "The requested range is not satisfiable"),
     (
@@ -133,6 +143,16 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
         "MalformedXML",
         400,
         "The XML you provided was not well-formed or did not validate against our published schema",
+    ),
+    (
+        "MalformedPOSTRequest",
+        400,
+        "The body of your POST request is not well-formed multipart/form-data.",
+    ),
+    (
+        "MaxPostPreDataLengthExceeded",
+        400,
+        "Your POST request fields preceding the upload file were too large.",
     ),
     (
         "MetadataTooLarge",
@@ -180,6 +200,11 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
     # 304 carries no body; it travels as an error so one handler sets ETag/Last-Modified.
     ("NotModified", 304, "Not Modified"),
     ("PreconditionFailed", 412, "At least one of the pre-conditions you specified did not hold"),
+    (
+        "RequestHeaderSectionTooLarge",
+        400,
+        "Your request header section exceeds the maximum allowed size.",
+    ),
     (
         "RequestTimeTooSkewed",
         403,

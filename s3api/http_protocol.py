@@ -13,11 +13,20 @@ The protocol also accepts a request head that repeats Content-Length with one va
 in S3's XML where uvicorn would in plain text: a request the parser refuses (400
 BadRequest) and one over the worker's concurrency limit (503 SlowDown, which SDKs retry
 with backoff).
+
+A request whose header section (its field lines) exceeds the gateway's bound
+(`max_header_bytes`, S3's 8 KiB by default) is refused as S3 refuses it, 400
+RequestHeaderSectionTooLarge, as soon as that many bytes of it have arrived: neither
+the head nor the request is handled, and no more of it is kept (the rest of what the
+client sends is read and dropped for a moment, so the answer is not lost to a reset).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
+import os
 import re
 from http import HTTPStatus
 from typing import Any
@@ -26,7 +35,9 @@ from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from s3api import metrics
+from s3api.config import CONFIG_ENV
 from s3api.errors import S3Error, render_error
+from s3api.limits import REQUEST_HEADER_SECTION_BYTES_DEFAULT
 from s3api.request_ids import HOST_ID, new_request_id
 
 # Writes up to this size wait for the end of the loop turn; larger ones go at once.
@@ -35,18 +46,49 @@ GATHER_BYTES_MAX = 64 * 1024
 # longer one goes to the parser as it comes.
 HEAD_BYTES_MAX = 64 * 1024
 
+# After refusing a request head, what the client still sends is read and dropped for
+# this long before the connection closes (closing with unread bytes would reset it, and
+# the client could lose the answer).
+REFUSED_LINGER_S = 2.0
+
 # A Content-Length field line of a request head: group 1 is its value without the
 # surrounding blanks. (A field line never contains CR or LF, so this cannot match
 # inside another field or the request line.)
 _CONTENT_LENGTH_FIELD = re.compile(rb"\r\ncontent-length:[ \t]*([^\r\n]*?)[ \t]*(?=\r\n)", re.I)
 
 
-def _closing_error(code: str, operation: str) -> tuple[int, str, bytes, list[tuple[bytes, bytes]]]:
+@functools.cache
+def header_section_bytes_max() -> int:
+    """The worker's bound on a request's header section, from the configuration the
+    supervisor passes it (`GatewayConfig.max_header_bytes`); S3's own without one."""
+    text = os.environ.get(CONFIG_ENV)
+    if not text:
+        return REQUEST_HEADER_SECTION_BYTES_DEFAULT
+    return int(json.loads(text).get("max_header_bytes", REQUEST_HEADER_SECTION_BYTES_DEFAULT))
+
+
+def header_section_bytes(buffer: bytes | bytearray, end: int) -> int:
+    """The size of the header section received so far of a request head starting at
+    `buffer`'s first byte: the field lines after the request line, through the last
+    one's CRLF (`end` is where the blank line's CRLFCRLF starts, -1 if not yet
+    received). 0 while the request line itself is incomplete."""
+    line_end = buffer.find(b"\r\n")
+    if line_end < 0:
+        return 0
+    if end >= 0:
+        return max(0, end - line_end)
+    return len(buffer) - (line_end + 2)
+
+
+def _closing_error(
+    code: str, operation: str, **fields: str | int
+) -> tuple[int, str, bytes, list[tuple[bytes, bytes]]]:
     """(status, request id, body, headers) of an S3 error answered outside the gateway's
     own request handling (the connection then closes), counted in the request metrics.
     The status and message are the code's, from the table in `s3api/errors.py`."""
     request_id = new_request_id()
     error = S3Error(code)
+    error.fields.update({name: str(value) for name, value in fields.items()})
     body = render_error(error, request_id, host_id=HOST_ID)
     headers = [
         (b"content-type", b"application/xml"),
@@ -136,17 +178,28 @@ class _GatheringTransport:
         return getattr(self._transport, name)
 
 
+class _HeaderSectionTooLarge(Exception):
+    """Raised from the parser's header callback: the head goes no further."""
+
+
 class GatheringHttpToolsProtocol(HttpToolsProtocol):
     # True while no request is being parsed: the next byte received starts a head.
     _between_requests = True
     # The first bytes of a request head whose end has not arrived yet, if any.
     _head_start: bytearray | None = None
+    # Header bytes the parser delivered for the request being parsed (a lower bound of
+    # its header section: separators may be longer than counted).
+    _header_bytes = 0
+    # Set once a head was refused: what arrives after it is dropped.
+    _refused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses: no isinstance check.
         super().connection_made(_GatheringTransport(transport, self.loop))  # type: ignore[arg-type]
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         if self._between_requests:
             # A request starts here: its head is looked at whole before the parser sees
             # it. (Clients send a request once the previous response arrived, so heads
@@ -161,6 +214,10 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
                 held += data
             buffer = held if held is not None else data
             end = buffer.find(b"\r\n\r\n", start)
+            if header_section_bytes(buffer, end) > header_section_bytes_max():
+                self._head_start = None
+                self._refuse_header_section()
+                return
             # A head ending in bare LFs is not one S3 clients send: the parser answers it
             # at once rather than it waiting here for more.
             if end < 0 and len(buffer) < HEAD_BYTES_MAX and buffer.find(b"\n\n", start) < 0:
@@ -177,7 +234,16 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         self._between_requests = False
+        self._header_bytes = 0
         super().on_message_begin()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # A head the check in `data_received` did not see whole (pipelined behind
+        # another request, or longer than HEAD_BYTES_MAX) is bounded here.
+        self._header_bytes += len(name) + len(value) + 3  # ':' and CRLF at least
+        if self._header_bytes > header_section_bytes_max():
+            raise _HeaderSectionTooLarge
+        super().on_header(name, value)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -197,6 +263,9 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         """A request the parser refused (bad framing, a bad method or target): S3's XML
         error with its request id headers, as every other answer, instead of uvicorn's
         plain text; the connection then closes (what follows cannot be framed)."""
+        if self._header_bytes > header_section_bytes_max():
+            self._refuse_header_section()
+            return
         status, request_id, body, headers = _closing_error("BadRequest", "Unparsable")
         head = [
             b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode("ascii")),
@@ -209,3 +278,34 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self.logger.info("event=unparsable_request request_id=%s reason=%s", request_id, msg)
         self.transport.write(b"".join(head) + body)
         self.transport.close()
+
+    def _refuse_header_section(self) -> None:
+        """Answer a head whose header section is over the bound (400
+        RequestHeaderSectionTooLarge, S3's XML) without handling it. The rest of what
+        the client sends is dropped for REFUSED_LINGER_S, after the answer and the end
+        of this side's stream, and then the connection closes."""
+        bound = header_section_bytes_max()
+        status, request_id, body, headers = _closing_error(
+            "RequestHeaderSectionTooLarge", "Unparsable", MaxSizeAllowed=bound
+        )
+        head = [
+            b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode("ascii")),
+            *(
+                name + b": " + value + b"\r\n"
+                for name, value in (*self.server_state.default_headers, *headers)
+            ),
+            b"\r\n",
+        ]
+        self.logger.info(
+            "event=request_header_section_too_large request_id=%s max_header_bytes=%d",
+            request_id,
+            bound,
+        )
+        self._refused = True
+        transport = self.transport
+        transport.write(b"".join(head) + body)
+        if isinstance(transport, _GatheringTransport):
+            transport.flush()
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.loop.call_later(REFUSED_LINGER_S, transport.close)

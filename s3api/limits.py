@@ -6,6 +6,10 @@ when the module loads. The helpers raise the S3 error that S3 itself returns.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import email.errors
+import email.header
 import re
 from collections.abc import Iterable, Mapping
 
@@ -25,12 +29,16 @@ __all__ = [
     "PART_SIZE_MIN",
     "PRESIGN_EXPIRES_SECONDS_MAX",
     "PUT_OBJECT_SIZE_MAX",
+    "REQUEST_HEADER_SECTION_BYTES_DEFAULT",
+    "REQUEST_HEADER_SECTION_BYTES_MAX",
+    "REQUEST_HEADER_SECTION_BYTES_MIN",
     "REQUEST_XML_BYTES_MAX",
     "TAG_KEY_LENGTH_MAX",
     "TAG_VALUE_LENGTH_MAX",
     "USER_METADATA_BYTES_MAX",
     "USER_METADATA_PREFIX",
     "check_complete_part_sizes",
+    "metadata_header_value",
     "parse_max_count",
     "parse_part_number",
     "user_metadata",
@@ -62,10 +70,24 @@ TAG_KEY_LENGTH_MAX = 128
 TAG_VALUE_LENGTH_MAX = 256
 REQUEST_XML_BYTES_MAX = 2 * MIB  # any request body parsed as XML (a full Delete of long keys)
 PRESIGN_EXPIRES_SECONDS_MAX = 7 * 24 * 3600
+# A request's header section (the field lines after the request line): S3 refuses more
+# than 8 KiB (RequestHeaderSectionTooLarge); the gateway's bound is configurable
+# (`--max-header-bytes`) within these limits.
+REQUEST_HEADER_SECTION_BYTES_DEFAULT = 8 * KIB
+REQUEST_HEADER_SECTION_BYTES_MIN = 4 * KIB
+REQUEST_HEADER_SECTION_BYTES_MAX = 1 * MIB
 
 assert PART_SIZE_MIN <= PART_SIZE_MAX, "a part may be as large as the minimum"
 assert PART_SIZE_MAX <= PUT_OBJECT_SIZE_MAX, "a part is never larger than a single PUT"
 assert PART_NUMBER_MAX * PART_SIZE_MAX >= OBJECT_SIZE_MAX, "the largest object fits in parts"
+assert (
+    REQUEST_HEADER_SECTION_BYTES_MIN
+    <= REQUEST_HEADER_SECTION_BYTES_DEFAULT
+    <= REQUEST_HEADER_SECTION_BYTES_MAX
+), "the default header bound is one an operator may set"
+assert REQUEST_HEADER_SECTION_BYTES_MIN >= 2 * USER_METADATA_BYTES_MAX, (
+    "the largest user metadata fits the smallest header bound, with room for the rest"
+)
 assert REQUEST_XML_BYTES_MAX >= DELETE_OBJECTS_MAX * (KEY_LENGTH_BYTES_MAX + 64), (
     "a Delete request with the maximum number of maximal keys fits the XML bound"
 )
@@ -120,20 +142,48 @@ def _wire_size(text: str) -> int:
         return len(text.encode("utf-8", "surrogatepass"))
 
 
+def _decoded_metadata_value(value: str) -> str:
+    """A metadata header's value as S3 stores it: RFC 2047 encoded-words
+    (`=?UTF-8?B?...?=`, `=?ISO-8859-1?Q?...?=`) decoded; anything else as received (a
+    byte outside US-ASCII is the ISO-8859-1 character, as HTTP delivers it). A value
+    that does not decode is kept as it came."""
+    if "=?" not in value or not value.isascii():
+        return value
+    try:
+        decoded = str(email.header.make_header(email.header.decode_header(value)))
+    except (email.errors.HeaderParseError, LookupError, ValueError, binascii.Error):
+        return value
+    return decoded if decoded or not value.strip() else value  # nothing decoded: not words
+
+
+def metadata_header_value(value: str) -> str:
+    """A stored metadata value as S3 returns it in a header: as is when it is printable
+    US-ASCII, else one RFC 2047 encoded-word over its UTF-8 bytes (`=?UTF-8?B?...?=`)."""
+    if _PRINTABLE_ASCII.fullmatch(value):
+        return value
+    encoded = base64.b64encode(value.encode("utf-8", "surrogatepass")).decode("ascii")
+    return f"=?UTF-8?B?{encoded}?="
+
+
+_PRINTABLE_ASCII = re.compile("[\t\x20-\x7e]*")
+
+
 def user_metadata(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str, str]:
     """x-amz-meta-* headers as {name-without-prefix: value}, checked against the 2 KB limit.
 
     S3 measures the limit as the sum of the UTF-8 lengths of each key (without the
     prefix) and value. Header names are taken lowercased. Repeated headers are joined
-    with ',' as HTTP says.
+    with ',' as HTTP says. Values arrive RFC 2047 encoded where they are not US-ASCII
+    and are stored decoded (`metadata_header_value` encodes them again).
     """
     items = headers.items() if isinstance(headers, Mapping) else headers
     result: dict[str, str] = {}
-    for raw_name, value in items:
+    for raw_name, raw_value in items:
         name = raw_name.lower()
         if not name.startswith(USER_METADATA_PREFIX):
             continue
         short = name[len(USER_METADATA_PREFIX) :]
+        value = _decoded_metadata_value(raw_value)
         result[short] = f"{result[short]},{value}" if short in result else value
     size = sum(_wire_size(k) + _wire_size(v) for k, v in result.items())
     if size > USER_METADATA_BYTES_MAX:

@@ -100,6 +100,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("BLOBSTORE_USERS_FILE"),
         help='JSON list of {"access_key", "secret_key", "user"}',
     )
+    parser.add_argument(
+        "--max-header-bytes",
+        type=_integer,
+        default=_env_default("BLOBSTORE_MAX_HEADER_BYTES", "8192"),
+        help="largest request header section accepted; a larger one gets 400 "
+        "RequestHeaderSectionTooLarge (env BLOBSTORE_MAX_HEADER_BYTES; default 8192, "
+        "S3's bound; 4096..1048576)",
+    )
     parser.add_argument("--ready-file", help="write JSON {port} here once serving")
     parser.add_argument(
         "--access-log",

@@ -61,6 +61,8 @@ UNSUPPORTED_SUBRESOURCES = frozenset(
 
 # The operation of a request naming a subresource this gateway does not implement.
 NOT_IMPLEMENTED = "NotImplemented"
+# The path of S3 Object Lambda's one operation (POST), which would read as a bucket's.
+WRITE_GET_OBJECT_RESPONSE = "WriteGetObjectResponse"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,9 @@ def resolve_operation(
             return "ListBuckets"
         raise S3Error("MethodNotAllowed", Method=method, ResourceType="SERVICE")
     if not key:
+        if method == "POST" and bucket == WRITE_GET_OBJECT_RESPONSE:
+            # Not a bucket (no bucket name has capitals): S3 Object Lambda's endpoint.
+            raise S3Error("NotImplemented", "S3 Object Lambda is not implemented")
         return _bucket_operation(method, query)
     return _object_operation(method, query, headers)
 
@@ -209,7 +214,7 @@ def _bucket_post(method: str, query: Mapping[str, str]) -> str:
         raise S3Error("MethodNotAllowed", Method=method, ResourceType="BUCKET")
     if "delete" in query:
         return "DeleteObjects"
-    raise S3Error("NotImplemented", "POST uploads (browser forms) are not implemented")
+    return "PostObject"  # a browser-form upload
 
 
 def _object_operation(method: str, query: Mapping[str, str], headers: Mapping[str, str]) -> str:

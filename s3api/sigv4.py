@@ -15,6 +15,9 @@ rejected upload never gets `100 Continue`); the body itself is verified by
 Legacy Signature V2 (HMAC-SHA1, header `AWS key:signature` or the AWSAccessKeyId /
 Signature / Expires query) is verified too: boto3 still presigns URLs with it unless
 the client is configured with signature_version="s3v4".
+
+`authenticate_form` verifies a browser-form upload (POST Object), signed by fields of
+its form (V4 or V2) rather than by its headers.
 """
 
 from __future__ import annotations
@@ -46,8 +49,11 @@ __all__ = [
     "STREAMING_UNSIGNED_TRAILER",
     "UNSIGNED_PAYLOAD",
     "authenticate",
+    "authenticate_form",
     "canonical_query_string",
     "derive_signing_key",
+    "form_signature_v2",
+    "form_signature_v4",
     "hmac_sha256",
 ]
 
@@ -866,4 +872,167 @@ def _v2_string_to_sign(
         + b"\n"
         + b"".join(name.encode("latin-1") + b":" + amz[name] + b"\n" for name in sorted(amz))
         + _v2_resource(request.raw_path, request.query_string, request.virtual_host_bucket)
+    )
+
+
+# ---------------------------------------------------------------------------- POST forms
+#
+# A browser-form upload (POST Object) is signed by fields of its form, not by headers:
+# the signature covers the base64 `policy` field alone (s3api/post_policy.py checks the
+# form against it). Signature V4: x-amz-signature = hex HMAC-SHA256 of the policy under
+# the signing key of x-amz-credential (x-amz-algorithm AWS4-HMAC-SHA256, x-amz-date the
+# signing time); Signature V2: signature = base64 HMAC-SHA1 of the policy under the
+# secret of AWSAccessKeyId. The file is not signed.
+
+_FORM_V4_FIELDS = ("x-amz-algorithm", "x-amz-credential", "x-amz-date", "x-amz-signature")
+_FORM_V2_FIELDS = ("awsaccesskeyid", "signature")
+_FORM_FIELD_NAMES = {
+    "awsaccesskeyid": "AWSAccessKeyId",
+    "signature": "signature",
+    "policy": "policy",
+    "x-amz-algorithm": "x-amz-algorithm",
+    "x-amz-credential": "x-amz-credential",
+    "x-amz-date": "x-amz-date",
+    "x-amz-signature": "x-amz-signature",
+}
+
+
+def form_signature_v4(signing_key: bytes, policy: str) -> str:
+    """x-amz-signature of a form whose base64 policy is `policy`."""
+    return hmac_sha256(signing_key, policy.encode("utf-8")).hex()
+
+
+def form_signature_v2(secret_key: str, policy: str) -> str:
+    """signature of a Signature V2 form whose base64 policy is `policy`."""
+    digest = hmac.digest(secret_key.encode("utf-8"), policy.encode("utf-8"), "sha1")
+    return base64.b64encode(digest).decode("ascii")
+
+
+def _missing_form_field(name: str) -> S3Error:
+    shown = _FORM_FIELD_NAMES.get(name, name)
+    return S3Error(
+        "InvalidArgument",
+        f"Bucket POST must contain a field named '{shown}'.  If it is specified, please "
+        "check the order of the fields.",
+        ArgumentName=shown,
+        ArgumentValue="",
+    )
+
+
+def _form_fields(fields: Mapping[str, str], names: Iterable[str]) -> list[str]:
+    """The values of `names` in `fields`, each required (InvalidArgument naming the first
+    missing one)."""
+    values = []
+    for name in names:
+        value = fields.get(name)
+        if not value:
+            raise _missing_form_field(name)
+        values.append(value)
+    return values
+
+
+def authenticate_form(
+    fields: Mapping[str, str],
+    lookup_secret: Callable[[str], str | None],
+    *,
+    region: str | None = None,
+) -> AuthContext | None:
+    """Verify the signature of a POST Object form; None for an anonymous form (no policy
+    and no signature fields).
+
+    fields maps the form's field names, lowercased, to their values (the fields before
+    the file); lookup_secret and region as for `authenticate`. The policy's expiration
+    and conditions are the caller's to check (s3api/post_policy.py). Raises S3Error as
+    S3 answers: InvalidArgument for a missing or malformed field, InvalidAccessKeyId,
+    SignatureDoesNotMatch.
+    """
+    if any(name in fields for name in _FORM_V4_FIELDS):
+        return _authenticate_form_v4(fields, lookup_secret, region)
+    if any(name in fields for name in _FORM_V2_FIELDS):
+        return _authenticate_form_v2(fields, lookup_secret)
+    if "policy" in fields:
+        raise _missing_form_field("awsaccesskeyid")
+    return None
+
+
+def _authenticate_form_v4(
+    fields: Mapping[str, str], lookup_secret: Callable[[str], str | None], region: str | None
+) -> AuthContext:
+    algorithm, credential_text, timestamp, signature = _form_fields(fields, _FORM_V4_FIELDS)
+    (policy,) = _form_fields(fields, ("policy",))
+    if algorithm != ALGORITHM:
+        raise S3Error(
+            "InvalidArgument",
+            'X-Amz-Algorithm only supports "AWS4-HMAC-SHA256"',
+            ArgumentName="x-amz-algorithm",
+            ArgumentValue=algorithm,
+        )
+    _parse_amz_date(
+        timestamp,
+        lambda t: S3Error(
+            "InvalidArgument",
+            "X-Amz-Date must be in the ISO8601 Long Format \"yyyyMMdd'T'HHmmss'Z'\"",
+            ArgumentName="x-amz-date",
+            ArgumentValue=t,
+        ),
+    )
+    credential = _parse_credential(credential_text, timestamp, region, "InvalidArgument")
+    secret = lookup_secret(credential.access_key)
+    if secret is None:
+        raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=credential.access_key)
+    signing_key = derive_signing_key(secret, credential.date, credential.region, credential.service)
+    expected = form_signature_v4(signing_key, policy)
+    if not hmac.compare_digest(expected.encode("ascii"), signature.lower().encode("utf-8")):
+        raise S3Error(
+            "SignatureDoesNotMatch",
+            AWSAccessKeyId=credential.access_key,
+            StringToSign=policy,
+            SignatureProvided=signature,
+        )
+    return AuthContext(
+        access_key=credential.access_key,
+        secret_key=secret,
+        signing_key=signing_key,
+        date=credential.date,
+        region=credential.region,
+        service=credential.service,
+        timestamp=timestamp,
+        seed_signature=expected,
+        payload_mode=UNSIGNED_PAYLOAD,
+        declared_payload_hash=None,
+        presigned=False,
+        signed_headers=(),
+    )
+
+
+def _authenticate_form_v2(
+    fields: Mapping[str, str], lookup_secret: Callable[[str], str | None]
+) -> AuthContext:
+    access_key, signature, policy = _form_fields(fields, (*_FORM_V2_FIELDS, "policy"))
+    secret = lookup_secret(access_key)
+    if secret is None:
+        raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=access_key)
+    expected = form_signature_v2(secret, policy)
+    if not hmac.compare_digest(expected.encode("ascii"), signature.encode("utf-8")):
+        raise S3Error(
+            "SignatureDoesNotMatch",
+            AWSAccessKeyId=access_key,
+            StringToSign=policy,
+            SignatureProvided=signature,
+        )
+    timestamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return AuthContext(
+        access_key=access_key,
+        secret_key=secret,
+        signing_key=b"",
+        date=timestamp[:8],
+        region="us-east-1",
+        service="s3",
+        timestamp=timestamp,
+        seed_signature="",
+        payload_mode=UNSIGNED_PAYLOAD,
+        declared_payload_hash=None,
+        presigned=False,
+        signed_headers=(),
+        signature_version=2,
     )

@@ -500,7 +500,11 @@ def parse_delete(body: bytes) -> DeleteRequest:
 
 
 def parse_complete_multipart_upload(body: bytes) -> list[CompletedPart]:
-    """CompleteMultipartUpload -> parts in ascending order (InvalidPartOrder otherwise)."""
+    """CompleteMultipartUpload -> parts in ascending order (InvalidPartOrder otherwise).
+
+    A part number named again right after itself is one part, its last entry standing,
+    as S3 takes it: a client that resent a part while its first upload was in flight
+    lists both answers, the one that finished last being the part."""
     element = _parse(body, "CompleteMultipartUpload")
     parts: list[CompletedPart] = []
     for item in _children(element, "Part"):
@@ -519,8 +523,10 @@ def parse_complete_multipart_upload(body: bytes) -> list[CompletedPart]:
             value = _child_text(item, f"Checksum{algorithm}")
             if value:
                 checksums[algorithm] = value.strip()
-        if parts and number <= parts[-1].part_number:
+        if parts and number < parts[-1].part_number:
             raise S3Error("InvalidPartOrder")
+        if parts and number == parts[-1].part_number:
+            parts.pop()
         parts.append(CompletedPart(number, etag.strip().strip('"'), checksums))
         if len(parts) > PART_NUMBER_MAX:
             raise S3Error("TooManyParts")

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import quote_plus
+from urllib.parse import quote
 from xml.sax.saxutils import escape as _escape
 
 __all__ = [
@@ -240,9 +240,12 @@ def _quoted(etag: str) -> str:
 
 
 def _encode(value: str | None, encoding_type: str | None) -> str | None:
+    """A key-like value under encoding-type=url, as S3 writes it: UTF-8 percent-encoded
+    but for unreserved characters and '/' (a space is %20, never '+', so a decoder
+    that takes '+' for a space and one that does not read the same key)."""
     if value is None or encoding_type != "url":
         return value
-    return quote_plus(value, safe="/")
+    return quote(value, safe="/")
 
 
 def _owner(doc: _Doc, owner: str, tag: str = "Owner") -> None:

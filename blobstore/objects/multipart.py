@@ -24,22 +24,35 @@ def normalise_etag(etag: str) -> str:
     return etag.strip('"').lower()
 
 
+def named_parts(requested: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The (part number, ETag) pairs a CompleteMultipartUpload names, in ascending order
+    (InvalidPartOrder otherwise). A number named again right after itself is one part,
+    its last ETag standing: a client that resent a part while the first upload was in
+    flight lists both answers, and the upload that finished last is the part (S3)."""
+    if not requested:
+        raise InvalidPartListError("CompleteMultipartUpload names no part")
+    named: list[tuple[int, str]] = []
+    for part_number, etag in requested:
+        if not 1 <= part_number <= PART_NUMBER_MAX:
+            raise InvalidPartListError(f"part number {part_number} out of range")
+        previous = named[-1][0] if named else 0
+        if part_number < previous:
+            raise InvalidPartOrderError(f"part {part_number} after part {previous}")
+        if part_number == previous:
+            named[-1] = (part_number, etag)
+        else:
+            named.append((part_number, etag))
+    return named
+
+
 def choose_parts(
     requested: Sequence[tuple[int, str]],
     uploaded: Mapping[int, PartRecord],
     part_bytes_min: int,
 ) -> list[PartRecord]:
     """The uploaded parts the client named, checked the way S3 checks them."""
-    if not requested:
-        raise InvalidPartListError("CompleteMultipartUpload names no part")
     chosen = []
-    previous = 0
-    for part_number, etag in requested:
-        if not 1 <= part_number <= PART_NUMBER_MAX:
-            raise InvalidPartListError(f"part number {part_number} out of range")
-        if part_number <= previous:
-            raise InvalidPartOrderError(f"part {part_number} after part {previous}")
-        previous = part_number
+    for part_number, etag in named_parts(requested):
         part = uploaded.get(part_number)
         if part is None or normalise_etag(etag) != normalise_etag(part.etag):
             raise InvalidPartListError(

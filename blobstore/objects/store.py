@@ -394,7 +394,7 @@ class ObjectStore:
             checksums=verdict.checksums,
             extents=data.extents,
         )
-        await self.catalog.put_part(bucket, upload_id, part)
+        self._log_replaced(await self.catalog.put_part(bucket, upload_id, part), upload_id)
         return part
 
     async def upload_part_copy(
@@ -443,7 +443,7 @@ class ObjectStore:
             checksums=verdict.checksums,
             extents=data.extents,
         )
-        await self.catalog.put_part(bucket, upload_id, part)
+        self._log_replaced(await self.catalog.put_part(bucket, upload_id, part), upload_id)
         return part
 
     async def complete_upload(
@@ -525,6 +525,18 @@ class ObjectStore:
         )
         named = sorted({extent.ledger_id for extent in record.extents})
         return replace(record, manifest=data.extents, manifest_ledgers=tuple(named))
+
+    @staticmethod
+    def _log_replaced(replaced: PartRecord | None, upload_id: str) -> None:
+        """A part uploaded again replaces the earlier one (the upload finished last is
+        the part, as S3 keeps it); the earlier part's bytes are garbage."""
+        if replaced is not None:
+            logger.debug(
+                "event=part_replaced upload_id=%s part_number=%d size=%d",
+                upload_id,
+                replaced.part_number,
+                replaced.size,
+            )
 
     @staticmethod
     def _log_garbage(result: CommitResult) -> None:

@@ -7,11 +7,17 @@ from collections.abc import Awaitable, Callable
 from starlette.responses import Response
 
 from s3api.errors import S3Error
-from s3api.handlers import buckets, cors, default_settings, multipart, objects
+from s3api.handlers import buckets, cors, default_settings, multipart, objects, post_object
 from s3api.handlers.context import S3Context
+from s3api.handlers.post_object import FormRequest
 from s3api.routes import FIXED_BUCKET_SETTINGS, NOT_IMPLEMENTED, unsupported_subresource
 
+__all__ = ["FORM_HANDLERS", "HANDLERS", "FormHandler", "FormRequest", "Handler"]
+
 Handler = Callable[[S3Context], Awaitable[Response]]
+# Operations signed by fields of their form, not by their headers: their handlers
+# authenticate them.
+FormHandler = Callable[[FormRequest], Awaitable[Response]]
 
 
 async def not_implemented(ctx: S3Context) -> Response:
@@ -68,3 +74,8 @@ HANDLERS: dict[str, Handler] = {
     NOT_IMPLEMENTED: not_implemented,
 }
 assert set(FIXED_BUCKET_SETTINGS.values()) == default_settings.UNSET_CONFIGURATION_OPERATIONS
+
+FORM_HANDLERS: dict[str, FormHandler] = {
+    post_object.OPERATION: post_object.post_object,
+}
+assert HANDLERS.keys().isdisjoint(FORM_HANDLERS), "an operation is authenticated twice"

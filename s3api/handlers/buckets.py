@@ -205,9 +205,9 @@ async def list_objects_v2(ctx: S3Context) -> Response:
     token = ctx.query.get("continuation-token")
     start_after = ctx.query.get("start-after", "")
     fetch_owner = ctx.query.get("fetch-owner", "false").lower() == "true"
-    position = start_after
-    if token is not None:
-        position = max(_untoken(token), start_after)
+    # A continuation token carries the position; S3 ignores start-after beside one
+    # (minio-py sends both, the second holding the token itself).
+    position = _untoken(token) if token is not None else start_after
     result = await _list_objects(ctx, prefix, delimiter, position, max_keys)
     return xml_response(
         xml_responses.list_bucket_result_v2(

@@ -44,6 +44,7 @@ from s3api.limits import (
     PUT_OBJECT_SIZE_MAX,
     TAG_KEY_LENGTH_MAX,
     TAG_VALUE_LENGTH_MAX,
+    metadata_header_value,
     parse_max_count,
     parse_part_number,
     user_metadata,
@@ -93,12 +94,13 @@ OBJECT_ATTRIBUTES = ("ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectS
 
 
 def parse_tagging_header(value: str | None) -> dict[str, str]:
-    """x-amz-tagging: URL-query-encoded key=value pairs."""
+    """x-amz-tagging: URL-query-encoded key=value pairs; as S3 reads it, a tag's value
+    may be empty, its '=' included (`a=&b=2`) or not (`a&b=2`)."""
     if not value:
         return {}
     try:
-        pairs = parse_qsl(value, keep_blank_values=True, strict_parsing=True)
-    except ValueError:
+        pairs = parse_qsl(value, keep_blank_values=True, errors="strict")
+    except ValueError:  # UnicodeDecodeError: a percent-encoding that is not UTF-8
         raise S3Error(
             "InvalidArgument",
             "The header 'x-amz-tagging' shall be encoded as UTF-8 then URLEncoded URL query "
@@ -377,7 +379,7 @@ def object_headers(ctx: S3Context, record: ObjectRecord, versioning: str) -> dic
     }
     headers.update(record.system_metadata)
     for name, value in record.metadata.items():
-        headers["x-amz-meta-" + name] = value
+        headers["x-amz-meta-" + name] = metadata_header_value(value)
     if record.storage_class != "STANDARD":
         headers["x-amz-storage-class"] = record.storage_class
     if record.tags:
@@ -466,6 +468,8 @@ def _range_read(
     byte_range = parse_range(range_header, record.size)
     if byte_range is not None:
         headers["Content-Range"] = byte_range.content_range
+        if checksum_mode and byte_range.last - byte_range.first + 1 == record.size:
+            headers.update(checksum_headers(record.checksums))  # the whole object
         return 206, byte_range.first, byte_range.last
     if checksum_mode:
         headers.update(checksum_headers(record.checksums))
@@ -489,9 +493,12 @@ def _part_read(
         headers["x-amz-mp-parts-count"] = str(len(record.parts))
         if checksum_mode and record.checksums.get("type") == COMPOSITE:
             # A part's own checksum exists only under a COMPOSITE object checksum (a
-            # copy given a FULL_OBJECT one of another algorithm keeps old part lists).
+            # copy given a FULL_OBJECT one of another algorithm keeps old part lists),
+            # and S3 names it so.
             part = next(p for p in record.parts if p.part_number == part_number)
-            headers.update(checksum_headers(part.checksums))
+            headers.update(checksum_headers({**part.checksums, "type": COMPOSITE}))
+        elif checksum_mode and last - first + 1 == record.size:
+            headers.update(checksum_headers(record.checksums))  # the part is the object
     elif checksum_mode:
         headers.update(checksum_headers(record.checksums))
     return status, first, last

@@ -137,7 +137,7 @@ def test_list_objects_v2_pagination_and_options(s3: Any, bucket: str) -> None:
     assert owned["Contents"][0]["Owner"]["ID"]
     # botocore decodes keys only when it asked for url encoding itself.
     encoded = s3.list_objects_v2(Bucket=bucket, Prefix="sp", EncodingType="url")
-    assert [o["Key"] for o in encoded["Contents"]] == ["sp+ace%2Bplus"]
+    assert [o["Key"] for o in encoded["Contents"]] == ["sp%20ace%2Bplus"]
     assert s3.list_objects_v2(Bucket=bucket, MaxKeys=0)["KeyCount"] == 0
     with pytest.raises(ClientError) as e:
         s3.list_objects_v2(Bucket=bucket, ContinuationToken="!!not-a-token!!")

@@ -109,6 +109,9 @@ def test_list_v2_with_url_encoding() -> None:
     assert text(root, "EncodingType") == "url"
     assert unquote_plus(text(root, "Contents/Key") or "") == key
     assert unquote_plus(text(root, "CommonPrefixes/Prefix") or "") == "a b/sub dir/"
+    # A space is %20 (S3's form): a decoder that keeps '+' reads the same key.
+    assert text(root, "CommonPrefixes/Prefix") == "a%20b/sub%20dir/"
+    assert text(root, "Prefix") == "a%20b/"
     assert text(root, "Contents/ETag") == '"abc"'
     assert b"&quot;abc&quot;" in body
     assert text(root, "Contents/ChecksumAlgorithm") == "CRC32"
@@ -347,13 +350,25 @@ def test_complete_multipart_upload() -> None:
         xml_requests.CompletedPart(1, "e1", {"CRC32": "AAAAAA=="}),
         xml_requests.CompletedPart(3, "e3", {}),
     ]
+    # A part named twice in a row (a resent part's two answers): the last entry stands.
+    resent = wrap(
+        "CompleteMultipartUpload",
+        "<Part><PartNumber>1</PartNumber><ETag>a</ETag></Part>"
+        "<Part><PartNumber>1</PartNumber><ETag>b</ETag></Part>"
+        "<Part><PartNumber>2</PartNumber><ETag>c</ETag></Part>",
+    )
+    assert xml_requests.parse_complete_multipart_upload(resent) == [
+        xml_requests.CompletedPart(1, "b", {}),
+        xml_requests.CompletedPart(2, "c", {}),
+    ]
     for inner, code in (
         (
             "<Part><PartNumber>2</PartNumber><ETag>a</ETag></Part><Part><PartNumber>1</PartNumber><ETag>b</ETag></Part>",
             "InvalidPartOrder",
         ),
         (
-            "<Part><PartNumber>1</PartNumber><ETag>a</ETag></Part><Part><PartNumber>1</PartNumber><ETag>b</ETag></Part>",
+            "<Part><PartNumber>1</PartNumber><ETag>a</ETag></Part><Part><PartNumber>2</PartNumber><ETag>b</ETag></Part>"
+            "<Part><PartNumber>1</PartNumber><ETag>c</ETag></Part>",
             "InvalidPartOrder",
         ),
         ("", "MalformedXML"),
