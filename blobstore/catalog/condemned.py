@@ -109,6 +109,16 @@ class CondemnedLedgers:
         if self._view is not None and self._view.generation <= generation:
             self._view = None
 
+    async def moved_on(self, view: CondemnedView) -> bool:
+        """Whether the set's generation has passed `view`'s (one `exists`); if so the
+        next `view()` reads it again. A refusal is decided on the current set, not on one
+        up to VIEW_TTL_S old."""
+        stat = await self.zk.exists(self.path)
+        if stat is not None and stat.version == view.generation:
+            return False
+        self.invalidate(view.generation)
+        return True
+
     def check_operation(self, view: CondemnedView) -> Operation:
         return ("check", (self.path, view.generation))
 

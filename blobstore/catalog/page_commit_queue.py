@@ -65,6 +65,7 @@ from blobstore.catalog.errors import (
     CatalogBusyError,
     CatalogError,
     CatalogUnavailableError,
+    LedgerCondemnedError,
     NoSuchBucketError,
     RecordTooLargeError,
 )
@@ -151,6 +152,8 @@ class _Attempts:
     applied: BatchOnPage | None = None  # the batch as the successful write holds it
     written_bytes: int = 0  # the encoded size of this page as written
     condemned: CondemnedView | None = None  # the set the write's check names, if any
+    # A refusal for a condemned ledger was checked against the set's current generation.
+    refusals_rechecked: bool = False
 
 
 @dataclass(slots=True)
@@ -512,6 +515,9 @@ class PageCommitQueue:
         for mutation in applied.rerouted:
             index.reroute(mutation)
         newest = state.validate and not from_cache
+        if newest and await self._refusals_outdated(applied, condemned, state):
+            state.pending = applied.still_pending()
+            return CommitAction.READ_AGAIN  # decide again on the set as it is now
         if newest:  # read after a sync: refusals stand
             self._refuse(applied.refused)
             applied.refused = []
@@ -519,6 +525,7 @@ class PageCommitQueue:
         if action is CommitAction.READ_AGAIN:
             self.page = None
             state.validate = True
+            state.pending = applied.still_pending()  # not the rerouted: they are gone
             return action
         state.pending = applied.still_pending()
         if action is CommitAction.ANSWER:
@@ -854,6 +861,19 @@ class PageCommitQueue:
             return False
         pending[0].fail(ExtraOperationsFailedError("extra operations failed their checks"))
         return True
+
+    async def _refusals_outdated(
+        self, applied: BatchOnPage, condemned: CondemnedView, state: _Attempts
+    ) -> bool:
+        """Whether some refusal names a condemned ledger while the set has moved on since
+        it was read (absolved, say: the view is kept up to VIEW_TTL_S). Asked once per
+        batch, and only when such a refusal is about to stand."""
+        if state.refusals_rechecked:
+            return False
+        if not any(isinstance(e, LedgerCondemnedError) for _, e in applied.refused):
+            return False
+        state.refusals_rechecked = True
+        return await self.index.condemned.moved_on(condemned)
 
     @staticmethod
     def _refuse(refused: list[tuple[Mutation, CatalogError]]) -> None:

@@ -184,6 +184,8 @@ class MultipartUploads:
         with zookeeper_errors("write part"):
             while True:
                 view = await self.condemned.view()
+                if view.refused(ledgers) and await self.condemned.moved_on(view):
+                    view = await self.condemned.view()
                 refused = view.refused(ledgers)
                 if refused:
                     raise LedgerCondemnedError(refused)
