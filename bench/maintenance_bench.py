@@ -58,7 +58,7 @@ from bench.ledger_bench import fsync_rate_4k, process_cpu_s, sequential_mb_per_s
 from bench.s3_bench import ACCESS_KEY, SECRET_KEY, cli, loopback_mb_s, start_child
 from blobstore.catalog import Catalog, CatalogConfig
 from blobstore.catalog.page import IndexPage
-from blobstore.catalog.records import Extent, ObjectRecord
+from blobstore.catalog.records import Extent, ObjectRecord, VersionRefs
 from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, start_zookeeper
 from blobstore.ledger import LedgerClient
 from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD, OBJECT_LEDGER_PURPOSE
@@ -606,11 +606,11 @@ async def walk(zk_connect: str, with_rows: bool) -> tuple[int, float]:
     rows: list[tuple[Any, ...]] = []
     try:
         started = time.monotonic()
-        async for records in catalog.iter_key_range(BUCKET, "", None):
-            count += len(records)
+        async for key, versions in catalog.iter_key_range(BUCKET, "", None):
+            count += len(versions)
             if with_rows:
-                for record in records:
-                    rows.extend(scan.record_rows(record))
+                for version in versions:
+                    rows.extend(scan.version_rows(BUCKET, key, version))
         seconds = time.monotonic() - started
     finally:
         await catalog.close()
@@ -618,19 +618,15 @@ async def walk(zk_connect: str, with_rows: bool) -> tuple[int, float]:
     return count, seconds
 
 
-def lean_rows(pages: list[IndexPage]) -> list[tuple[Any, ...]]:
-    """The scan's extent rows of plain records taken from the pages' decoded lines,
-    without building `ObjectRecord`s (one JSON call per page): what rows cost at least."""
-    rows = []
-    for page in pages:
-        for key, versions in zip(page.keys, page.decode_lines(0, len(page.keys)), strict=True):
-            for version in versions:
-                for extent in version.get("ext", ()):
-                    rows.append(
-                        (scan.TAG_EXTENT, *extent, scan.ROLE_OBJECT, BUCKET, key, version["v"],
-                         "", 0)
-                    )  # fmt: skip
-    return rows
+def page_refs(pages: list[IndexPage]) -> list[tuple[str, VersionRefs]]:
+    """Every version of the pages as a scan task sees it: each page's lines decoded in
+    one JSON call, a `VersionRefs` per version."""
+    return [
+        (key, VersionRefs(d))
+        for page in pages
+        for key, versions in zip(page.keys, page.decode_lines(0, len(page.keys)), strict=True)
+        for d in versions
+    ]
 
 
 @dataclass
@@ -639,13 +635,13 @@ class ScanPieces:
     seconds for `records` records."""
 
     records: int
-    walk_s: float  # Catalog.iter_key_range, one session: reads + decode + records
-    walk_rows_s: float  # the same, building the task's rows (scan.record_rows)
+    walk_s: float  # Catalog.iter_key_range, one session: reads + decode + VersionRefs
+    walk_rows_s: float  # the same, building the task's rows (scan.version_rows)
     read_s: float  # the pages' raw reads alone, WALK_PAGES_IN_FLIGHT in flight
     decode_s: float  # IndexPage.decode of every stored page
-    records_s: float  # IndexPage.records: a line's JSON and its ObjectRecords
-    rows_s: float  # scan.record_rows of every record
-    lean_rows_s: float  # rows from the decoded lines, no ObjectRecord (`lean_rows`)
+    refs_s: float  # each page's lines decoded, a VersionRefs per version (`page_refs`)
+    rows_s: float  # scan.version_rows of every version
+    records_s: float  # for comparison: IndexPage.records, an ObjectRecord per version
     pickle_s: float  # the rows pickled in batches, as a Python worker ships them
     pickled_bytes: int
     task_setup_s: float  # one task's session, ledger client, sync and close
@@ -663,17 +659,17 @@ def timed(work: Callable[[], Any]) -> tuple[Any, float]:
 def cpu_pieces(stored: list[bytes]) -> dict[str, Any]:
     """The CPU pieces of a scan task over the stored pages, each timed alone."""
     pages, decode_s = timed(lambda: [IndexPage.decode(str(i), s, 0) for i, s in enumerate(stored)])
+    refs, refs_s = timed(lambda: page_refs(pages))
+    rows, rows_s = timed(lambda: [row for k, v in refs for row in scan.version_rows(BUCKET, k, v)])
     records, records_s = timed(
         lambda: [r for p in pages for i in range(len(p.keys)) for r in p.records(BUCKET, i)]
     )
-    rows, rows_s = timed(lambda: [row for r in records for row in scan.record_rows(r)])
-    lean, lean_rows_s = timed(lambda: lean_rows(pages))
-    assert lean == rows, "lean rows differ from the scan's"
+    assert len(records) == len(refs), (len(records), len(refs))
     batches = [rows[i : i + PICKLE_BATCH_ROWS] for i in range(0, len(rows), PICKLE_BATCH_ROWS)]
     pickled, pickle_s = timed(lambda: sum(len(pickle.dumps(b, 5)) for b in batches))
     return {
-        "records": len(records), "decode_s": decode_s, "records_s": records_s,
-        "rows_s": rows_s, "lean_rows_s": lean_rows_s, "pickle_s": pickle_s,
+        "records": len(records), "decode_s": decode_s, "refs_s": refs_s,
+        "rows_s": rows_s, "records_s": records_s, "pickle_s": pickle_s,
         "pickled_bytes": pickled,
     }  # fmt: skip
 
@@ -1239,15 +1235,15 @@ def pieces_section(result: ScanResult) -> list[str]:
     per = pieces.us_per_record
     rows = [
         ("the walk (`Catalog.iter_key_range`, one session)", pieces.walk_s),
-        ("the walk and the task's rows (`scan.record_rows`): a scan task's work",
+        ("the walk and the task's rows (`scan.version_rows`): a scan task's work",
          pieces.walk_rows_s),
         (f"of which: page reads alone ({WALK_PAGES_IN_FLIGHT} in flight)", pieces.read_s),
         ("of which: page decode (`IndexPage.decode`)", pieces.decode_s),
-        ("of which: records (`IndexPage.records`: a line's JSON, `ObjectRecord`s)",
+        ("of which: versions (a page's lines in one JSON call, a `VersionRefs` each)",
+         pieces.refs_s),
+        ("of which: rows (`scan.version_rows`)", pieces.rows_s),
+        ("for comparison: an `ObjectRecord` per version instead (`IndexPage.records`)",
          pieces.records_s),
-        ("of which: rows (`scan.record_rows`)", pieces.rows_s),
-        ("instead of records + rows: the same rows from each page's decoded lines "
-         "(`decode_lines`, no `ObjectRecord`)", pieces.lean_rows_s),
         (f"pickling the rows (batches of {PICKLE_BATCH_ROWS:,}), as a Python worker ships "
          "them to the JVM", pieces.pickle_s),
     ]  # fmt: skip
@@ -1280,70 +1276,33 @@ def why_section(results: Results) -> list[str]:
     per = scan_result.pieces.us_per_record
     work_us = per(scan_result.pieces.walk_rows_s)
     first_us = first.task_s / records * 1e6
-    spark_own_s = tasks * results.spark_probe.ms_per_task / 1000
-    passes = sum(1 for job in later if job.tasks >= tasks)
+    spark_own_s = first.tasks * results.spark_probe.ms_per_task / 1000
     later_s = sum(job.task_s for job in later)
-    others = [r for r in scan_result.runs if r is not scan_run]
     lines = [
-        f"### Why the scan runs at {scan_run.records_per_s / SCAN_AIM_RECORDS_PER_S:.0%} of "
-        "the aim",
+        "### Where the scan phase's time goes",
         "",
-        f"The default run's scan phase took {scan_run.scan_s:.1f} s for {records:,} records "
-        f"in {tasks:,} tasks; its Spark jobs' tasks add up to "
-        f"{sum(j.task_s for j in scan_run.scan_jobs()):.0f} s on {os.cpu_count()} cores.",
+        f"The default run's scan phase took {scan_run.scan_s:.1f} s for {records:,} records: "
+        f"{tasks:,} scan tasks dealt into {first.tasks:,} Spark partitions; its Spark jobs' "
+        f"tasks add up to {sum(j.task_s for j in scan_run.scan_jobs()):.0f} s on "
+        f"{os.cpu_count()} cores.",
         "",
-        f"1. **The scan tasks** (the first job, which also caches the rows): {first_us:.0f} "
-        f"µs of task time per record, where the same work in one process takes "
-        f"{work_us:.0f} µs. Spark's own cost of {tasks:,} empty tasks here is "
-        f"{spark_own_s:.0f} s of the job's {first.task_s:.0f} s; the rest is what else "
-        "Spark puts around a task's work: the rows pickled into the cache, then read back "
-        "into Python for the count, the Python workers' start, and the JVM's share of the "
-        "cores the tasks run on.",
-        f"2. **The DataFrames**: the {len(later)} jobs after it (`ledger_stats`: the join, "
-        "the referenced ledgers without metadata, the unresolved count) make "
-        f"{passes} passes of {tasks:,} tasks over the cached rows, {later_s:.0f} s of task "
-        f"time ({later_s / records * 1e6:.0f} µs per record): each pass reads every cached "
-        "row back into a Python worker to pick its DataFrame's rows, checks those against "
-        "the schema and converts them to DataFrame rows again, since the DataFrames are "
-        "made from the RDD of Python tuples and are not cached themselves "
-        "(`spark.frames`); each pass pays Spark's cost per task again too.",
-        f"3. **The task's own work** is {work_us:.0f} µs per record (one core's ceiling: "
-        f"{1e6 / work_us:,.0f} records/s): building the `ObjectRecord`s and their rows "
-        f"takes {per(scan_result.pieces.records_s + scan_result.pieces.rows_s):.1f} µs of "
-        f"it, where rows taken straight from each page's decoded lines take "
-        f"{per(scan_result.pieces.lean_rows_s):.1f} µs.",
+        f"1. **The scan job** (the first: it runs the tasks and fills the DataFrame's "
+        f"cache): {first_us:.0f} µs of task time per record, where a task's walk and rows "
+        f"in one process take {work_us:.0f} µs. The rest is the rows' way into the JVM "
+        "(pickled by the Python worker, unpickled and converted to DataFrame rows, cached) "
+        f"and Spark's own cost per task ({spark_own_s:.1f} s for {first.tasks:,} empty "
+        "tasks here).",
+        f"2. **The jobs after it** (the per-ledger join over the cached DataFrame, in the "
+        f"JVM): {later_s:.1f} s of task time ({later_s / records * 1e6:.1f} µs per "
+        "record).",
     ]
-    for other in others:
-        lines.append(
-            f"4. With {other.pages_per_task:,} pages per task "
-            f"({other.run.report['tasks']:,} tasks) the same scan ran at "
-            f"{other.records_per_s:,.0f} records/s: the cost that grows with the number of "
-            "tasks is Spark's, paid again by every job over the cached rows."
-        )
-    return [*lines, "", *PROPOSALS, ""]
-
-
-PROPOSALS = [
-    "What would bring the scan to the aim (changes to the product, proposed, not made "
-    "by this benchmark):",
-    "",
-    "- **Turn rows into DataFrames once.** Build the DataFrames with "
-    "`createDataFrame(..., verifySchema=False)` and persist them before `ledger_stats`' "
-    "three actions; better, aggregate per ledger inside each scan task (live bytes, "
-    "pinned, referenced: one row per ledger and task), so that only those rows meet a "
-    "DataFrame for the join, and read the extent rows (from the cached RDD, in Python) "
-    "only when compaction or a release needs the holders of the ledgers it chose.",
-    "- **Fewer partitions after the scan.** Coalesce the cached rows to a few partitions "
-    "per core once the scan tasks are done, or plan fewer, larger scan tasks (pages per "
-    "task chosen from the page count and the cluster's parallelism), so that Spark's cost "
-    "per task is paid by a few tasks per job, not by every scan task in every job.",
-    "- **Rows from the pages' lines.** Take the extent rows from each page's decoded lines "
-    "(`decode_lines`, one JSON call per page) instead of an `ObjectRecord` per version, "
-    "building records only for keys that lifecycle rules or a manifest need.",
-    "- **Scan reads without watches.** The walk reads pages through the page cache, each "
-    "under a data watch (and a `RemoveWatches` once evicted); a scan reads each page once, "
-    "so a plain read (as `read_page_for_commit` does) spares ZooKeeper the watches.",
-]
+    lines += [
+        f"3. With {other.pages_per_task:,} pages per task ({other.run.report['tasks']:,} "
+        f"tasks) the same scan ran at {other.records_per_s:,.0f} records/s."
+        for other in scan_result.runs
+        if other is not scan_run
+    ]
+    return [*lines, ""]
 
 
 def compaction_section(result: CompactionResult) -> list[str]:

@@ -63,6 +63,7 @@ from blobstore.catalog.records import (
     UploadListResult,
     UploadRecord,
     VersionListResult,
+    VersionRefs,
 )
 from blobstore.catalog.uploads import MultipartUploads, VersionedPart
 from blobstore.runtime.zk import ZooKeeperClient
@@ -554,14 +555,14 @@ class Catalog:
 
     async def iter_key_range(
         self, bucket: str, lo: str, hi: str | None
-    ) -> AsyncIterator[list[ObjectRecord]]:
-        """Every key in [lo, hi) with its versions (newest first), read after a sync:
-        what a maintenance scan walks."""
+    ) -> AsyncIterator[tuple[str, list[VersionRefs]]]:
+        """Every key in [lo, hi) with what its versions reference (newest first), read
+        after a sync: what a maintenance scan walks."""
         _existing_bucket_name(bucket)
         with zookeeper_errors("iterate a key range"):
             await self.zk.fresh_view()
-            async for records in listing.iter_key_range(self.index, bucket, lo, hi):
-                yield records
+            async for key, versions in listing.iter_key_range(self.index, bucket, lo, hi):
+                yield key, versions
 
     async def key_ranges(self, bucket: str, pages_per_range: int) -> list[tuple[str, str | None]]:
         """The bucket's key space cut into ranges of about `pages_per_range` index pages,

@@ -23,7 +23,13 @@ from typing import Any
 from blobstore.catalog.naming import common_prefix, prefix_successor
 from blobstore.catalog.object_index import ObjectIndex
 from blobstore.catalog.page import IndexPage
-from blobstore.catalog.records import ListResult, ObjectRecord, ObjectSummary, VersionListResult
+from blobstore.catalog.records import (
+    ListResult,
+    ObjectRecord,
+    ObjectSummary,
+    VersionListResult,
+    VersionRefs,
+)
 
 _DECODE_CHUNK_KEYS = 256
 
@@ -330,15 +336,16 @@ async def iter_records(
 
 async def iter_key_range(
     index: ObjectIndex, bucket: str, lo: str, hi: str | None
-) -> AsyncIterator[list[ObjectRecord]]:
-    """Every key in [lo, hi), in order: its versions, newest first."""
+) -> AsyncIterator[tuple[str, list[VersionRefs]]]:
+    """Every key in [lo, hi), in order, with what its versions reference (newest first).
+    Lines are decoded a chunk at a time (`KeyWalker.versions`)."""
     walker = KeyWalker(index, bucket, lo, hi)
     try:
         while True:
             item = await walker.next()
             if item is None:
                 return
-            _key, page, i = item
-            yield page.records(bucket, i)
+            key, page, i = item
+            yield key, [VersionRefs(d) for d in walker.versions(page, i)]
     finally:
         await walker.close()

@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 
-from blobstore.runtime.errors import UsageError
+from blobstore.runtime.errors import CommandError, UsageError
 from blobstore.runtime.logs import configure_logging
 
 # name -> (module, one-line help)
@@ -107,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"blobstore: error: {e}", file=sys.stderr)
         return 2
+    except CommandError as e:
+        logging.getLogger("blobstore").debug("command failed", exc_info=e)
+        print(f"blobstore: error: {e}", file=sys.stderr)
+        return 1
     except (OSError, ValueError) as e:
         # A file, directory, port or value from the environment the command cannot use:
         # the user's to fix, so one line (the traceback with --log-level DEBUG).

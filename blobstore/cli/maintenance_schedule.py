@@ -28,6 +28,8 @@ MAINTENANCE_GRACE_S_DEFAULT = 3600.0
 MAINTENANCE_RUN_S_MAX = 6 * 3600.0
 # SIGTERM to the run's process group, then SIGKILL to what is left after this long.
 MAINTENANCE_STOP_TIMEOUT_S = 10.0
+# DATA/logs/maintenance.log is rotated past this size (one older file kept).
+MAINTENANCE_LOG_BYTES_MAX = 16 * 1024 * 1024
 assert MAINTENANCE_STOP_TIMEOUT_S < MAINTENANCE_RUN_S_MAX
 ERROR_PREFIX = "blobstore: error: "  # how every command prints its one-line errors
 ERROR_LINE_CHARS_MAX = 500
@@ -267,6 +269,7 @@ class MaintenanceRunner:
         command = self.command()
         try:
             self.report_path.unlink(missing_ok=True)
+            rotate_log(self.log_path, MAINTENANCE_LOG_BYTES_MAX)
             self._log(f"maintenance: run starting at {_utc_text(time.time())}: {' '.join(command)}")
             self.log_offset = self.log_path.stat().st_size
             with open(self.log_path, "ab") as log, open(self.report_path, "wb") as report:
@@ -332,6 +335,16 @@ class MaintenanceRunner:
                 log.write(line + "\n")
         except OSError as e:
             print(f"maintenance: cannot write {self.log_path}: {e}", file=sys.stderr, flush=True)
+
+
+def rotate_log(path: Path, bytes_max: int) -> None:
+    """Before a run: a log past `bytes_max` becomes `<name>.1` (the previous `.1` goes),
+    so the runs' logs take at most about twice `bytes_max`."""
+    try:
+        if path.stat().st_size > bytes_max:
+            path.replace(path.with_name(path.name + ".1"))
+    except FileNotFoundError:
+        pass
 
 
 def _signal_group(group: int, signum: int) -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from kazoo.exceptions import NoNodeError
 
 from blobstore.catalog import Catalog
@@ -37,7 +38,7 @@ from blobstore.ledger.errors import LedgerError
 from blobstore.maintenance import execute, gc, hooks, lifecycle, plan, report, scan, spark
 from blobstore.maintenance.options import MaintainOptions
 from blobstore.recovery.sweeper import GATEWAYS_PATH, gateway_path
-from blobstore.runtime.errors import UsageError
+from blobstore.runtime.errors import CommandError, UsageError
 from blobstore.runtime.zk import ZooKeeperClient
 from blobstore.wire import zk_layout
 
@@ -59,10 +60,17 @@ class ScanResult:
     referenced: frozenset[int]
     missing: list[int]  # referenced ledgers without metadata
     unresolved: int
-    extents: Any  # DataFrame
-    actions: Any  # DataFrame
+    frames: spark.ScanFrames
     covered_zxid: int
     records: int = 0
+
+    @property
+    def extents(self) -> Any:
+        return self.frames.extents
+
+    @property
+    def actions(self) -> Any:
+        return self.frames.actions
 
 
 @dataclass(slots=True)
@@ -99,7 +107,13 @@ class Run:
             with spark.StageProgress(self.session, report):
                 return work()
 
-        result = await asyncio.to_thread(tracked)
+        try:
+            result = await asyncio.to_thread(tracked)
+        except Exception as e:
+            if spark.is_spark_failure(e):  # one line for the user; the rest in the log
+                logger.error("event=spark_failed phase=%s", phase, exc_info=e)
+                raise CommandError(f"Spark failed in the {phase} phase: {spark.cause_of(e)}") from e
+            raise
         self.progress(phase, seen[0] or 1, seen[0] or 1)  # done
         return result
 
@@ -116,6 +130,7 @@ async def _run(options: MaintainOptions, progress: ProgressCallback) -> report.R
         report.new_run_id(time.time()), time.time(), options.dry_run, list(options.phases)
     )
     try:
+        await _check_cluster(zk, options.zk)
         await _take_lock(zk, the_report.run_id)
         try:
             await _locked_run(options, zk, the_report, progress, now)
@@ -133,6 +148,16 @@ async def _connect(hosts: str) -> ZooKeeperClient:
     except Exception as e:  # kazoo's timeout and resolution errors
         raise UsageError(f"cannot reach ZooKeeper at {hosts}: {type(e).__name__}") from e
     return zk
+
+
+async def _check_cluster(zk: ZooKeeperClient, hosts: str) -> None:
+    """A cluster's ledger root is there (a wrong chroot or an empty ZooKeeper is one
+    clear error, not a failure to create the lock)."""
+    if await zk.exists(zk_layout.LEDGERS_ROOT) is None:
+        raise UsageError(
+            f"no blobstore cluster at {hosts}: {zk_layout.LEDGERS_ROOT} does not exist "
+            "(is the chroot right?)"
+        )
 
 
 async def _take_lock(zk: ZooKeeperClient, run_id: str) -> None:
@@ -196,11 +221,13 @@ async def _phases(state: Run) -> None:
     if options.wants("gc") and options.grace_s == 0 and state.condemned_this_run:
         if not options.dry_run:
             hooks.reached("second_look")
-            await _collect(state, await _scan(state))
+            second = await _scan(state)
+            await _collect(state, second)
+            second.frames.unpersist()
     if state.report.ledgers_deleted and options.bookie_gc and not options.dry_run:
         hooks.reached("bookie_gc")
         await _bookie_gc(state)
-    result.extents.unpersist()
+    result.frames.unpersist()
 
 
 async def _make_pending_effective(state: Run) -> None:
@@ -222,16 +249,16 @@ async def _scan(state: Run) -> ScanResult:
     tasks = _with_valid_rules(tasks, state.report)
     run_session = state.scan_session
 
-    def collect() -> tuple[Any, Any, list[Any], list[int], int, int]:
-        rows = spark.scan_rows(state.session, run_session, tasks)
-        extents, actions, ledgers, scanned = spark.frames(state.session, rows)
-        joined, missing, unresolved = spark.ledger_stats(extents, ledgers)
-        return extents, actions, joined, missing, unresolved, scanned
+    def collect() -> tuple[spark.ScanFrames, list[Any], list[int]]:
+        frames = spark.ScanFrames(state.session, spark.scan_rows(state.session, run_session, tasks))
+        joined, missing = spark.ledger_stats(frames)
+        return frames, joined, missing
 
-    extents, actions, joined, missing, unresolved, scanned = await state.spark("scan", collect)
+    frames, joined, missing = await state.spark("scan", collect)
     missing = await _really_missing(state.zk, missing)
     stats = {int(r.ledger_id): _stat(r) for r in joined}
     referenced = frozenset(i for i, s in stats.items() if s.referenced) | frozenset(missing)
+    unresolved, scanned = frames.unresolved, frames.records
     the_report = state.report
     the_report.scans += 1
     the_report.tasks += len(tasks)
@@ -243,7 +270,7 @@ async def _scan(state: Run) -> ScanResult:
         the_report.errors.append(f"ledger {ledger_id} is referenced but has no metadata")
     if unresolved:
         the_report.errors.append(f"{unresolved} manifests could not be read: nothing deleted")
-    return ScanResult(stats, referenced, missing, unresolved, extents, actions, covered, scanned)
+    return ScanResult(stats, referenced, missing, unresolved, frames, covered, scanned)
 
 
 async def _really_missing(zk: ZooKeeperClient, ledger_ids: list[int]) -> list[int]:
@@ -253,17 +280,18 @@ async def _really_missing(zk: ZooKeeperClient, ledger_ids: list[int]) -> list[in
 
 
 def _stat(row: Any) -> plan.LedgerStat:
-    referenced = row.live_bytes is not None
+    """A ledger's row of the join: its metadata (in `detail`) and its references."""
+    meta = orjson.loads(row.detail)
     return plan.LedgerStat(
         int(row.ledger_id),
-        row.state,
-        row.purpose,
+        meta["state"],
+        meta["purpose"],
         int(row.length),
-        int(row.write_quorum),
+        int(meta["write_quorum"]),
         int(row.live_bytes or 0),
-        referenced,
+        row.live_bytes is not None,
         bool(row.pinned),
-        row.writer or "",
+        meta["writer"] or "",
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import secrets
 import socket
@@ -13,10 +14,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway, write_to_textfile
 
 from blobstore.runtime.zk import ZooKeeperClient
+
+logger = logging.getLogger(__name__)
 
 MAINTENANCE_PATH = "/maintenance"
 RUNS_PATH = f"{MAINTENANCE_PATH}/runs"
@@ -101,10 +104,14 @@ async def take_lock(zk: ZooKeeperClient, run_id: str) -> None:
 
 
 async def release_lock(zk: ZooKeeperClient) -> None:
+    """Delete the lock; a session already lost took its ephemeral lock with it (and
+    must not hide the error that ends the run)."""
     try:
         await zk.delete(LOCK_PATH)
     except NoNodeError:
         pass
+    except KazooException as e:
+        logger.warning("event=lock_release_failed error=%r (it goes with the session)", e)
 
 
 async def save(zk: ZooKeeperClient, report: Report) -> None:

@@ -28,12 +28,13 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from kazoo.exceptions import NoNodeError
 
 from blobstore.catalog import Catalog
 from blobstore.catalog.config import CatalogConfig
 from blobstore.catalog.errors import NoSuchUploadError
-from blobstore.catalog.records import Extent, ObjectRecord
+from blobstore.catalog.records import ObjectRecord, VersionRefs
 from blobstore.ledger import LedgerClient
 from blobstore.ledger.config import OBJECT_LEDGER_PURPOSE
 from blobstore.ledger.errors import LedgerError
@@ -58,12 +59,15 @@ READS_IN_FLIGHT_MAX = 32
 MANIFEST_HANDLES_MAX = 16
 MANIFEST_READ_ERRORS = (ManifestError, LedgerError, ShortEntryError, TimeoutError)
 
+# Every row has the same columns (one DataFrame is made of them all, in one pass): the
+# extent's, then `mtime` and `detail` (JSON: the rest of an action or a ledger row).
 EXTENT_COLUMNS = (
     "ledger_id first_entry last_entry length entry_size role bucket key version_id "
     "upload_id part_number"
 ).split()
-ACTION_COLUMNS = "action bucket key version_id mtime rule_id reason".split()
-LEDGER_COLUMNS = "ledger_id state purpose length write_quorum ctime mtime writer".split()
+ROW_COLUMNS = ["tag", *EXTENT_COLUMNS, "mtime", "detail"]
+_NO_EXTENT = (None, None, None, None, None)
+_NO_PART = (None, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,108 +101,105 @@ class LedgersTask:
 
 
 Task = RangeTask | UploadsTask | LedgersTask
+Row = tuple[Any, ...]
 
 
 # ------------------------------------------------------------------ rows (pure)
 
 
-def extent_row(
-    extent: Extent, role: str, holder: tuple[str, str, str, str, int]
-) -> tuple[Any, ...]:
-    return (
-        TAG_EXTENT,
-        extent.ledger_id,
-        extent.first_entry,
-        extent.last_entry,
-        extent.length,
-        extent.entry_size,
-        role,
-        *holder,
-    )
+def extent_row(extent: list[int], role: str, holder: tuple[str, str, str, str, int]) -> Row:
+    """`extent` as `Extent.to_list` gives it: ledger, first and last entry, length,
+    entry size."""
+    return (TAG_EXTENT, *extent, role, *holder, None, None)
 
 
-def record_rows(record: ObjectRecord) -> Iterator[tuple[Any, ...]]:
+def version_rows(bucket: str, key: str, version: VersionRefs) -> Iterator[Row]:
     """The extent rows of one version (a resolved manifest's extents pin their ledgers)."""
-    holder = (record.bucket, record.key, record.version_id, "", 0)
-    if record.manifest:
-        for extent in record.manifest:
+    holder = (bucket, key, version.version_id, "", 0)
+    manifest = version.manifest
+    if manifest:
+        for extent in manifest:
             yield extent_row(extent, ROLE_MANIFEST, holder)
-        for extent in record.extents:
+        for extent in version.extents:
             yield extent_row(extent, ROLE_NAMED, holder)
-        for ledger_id in record.manifest_ledgers:
-            yield (TAG_EXTENT, ledger_id, 0, 0, 0, 1, ROLE_NAMED, *holder)
+        for ledger_id in version.manifest_ledgers:
+            yield extent_row([ledger_id, 0, 0, 0, 1], ROLE_NAMED, holder)
         return
-    for extent in record.extents:
-        yield extent_row(extent, ROLE_OBJECT, holder)
+    for extent in version.extents:
+        yield (TAG_EXTENT, *extent, ROLE_OBJECT, *holder, None, None)
 
 
-def unresolved_row(record: ObjectRecord) -> tuple[Any, ...]:
-    holder = (record.bucket, record.key, record.version_id, "", 0)
-    return (TAG_EXTENT, -1, 0, 0, 0, 1, ROLE_UNRESOLVED, *holder)
+def record_rows(record: ObjectRecord) -> Iterator[Row]:
+    """`version_rows` of a whole record (a manifest's, once resolved)."""
+    d = record.to_dict()
+    d["v"] = record.version_id
+    return version_rows(record.bucket, record.key, VersionRefs(d))
 
 
-def action_row(bucket: str, action: lifecycle.Action, mtime: float) -> tuple[Any, ...]:
+def unresolved_row(bucket: str, key: str, version_id: str) -> Row:
+    return extent_row([-1, 0, 0, 0, 1], ROLE_UNRESOLVED, (bucket, key, version_id, "", 0))
+
+
+def _detail(**fields: Any) -> str:
+    return orjson.dumps(fields).decode()
+
+
+def action_row(bucket: str, action: lifecycle.Action, mtime: float) -> Row:
     """An action on a version, with the time that version was written (the execution
     acts only if it still was: `Catalog.delete_object(expected_mtime=...)`)."""
-    return (
-        TAG_ACTION,
-        str(action.kind),
-        bucket,
-        action.key,
-        action.version_id,
-        mtime,
-        action.rule_id,
-        action.reason,
-    )
+    detail = _detail(rule_id=action.rule_id, reason=action.reason)
+    holder = (bucket, action.key, action.version_id)
+    return (TAG_ACTION, *_NO_EXTENT, str(action.kind), *holder, *_NO_PART, mtime, detail)
 
 
-def abort_row(bucket: str, abort: lifecycle.AbortUpload) -> tuple[Any, ...]:
+def abort_row(bucket: str, abort: lifecycle.AbortUpload) -> Row:
     """An upload to abort: its id stands in the version column."""
-    return (
-        TAG_ACTION,
-        ABORT_UPLOAD,
-        bucket,
-        abort.key,
-        abort.upload_id,
-        0.0,
-        abort.rule_id,
-        abort.reason,
-    )
+    detail = _detail(rule_id=abort.rule_id, reason=abort.reason)
+    holder = (bucket, abort.key, abort.upload_id)
+    return (TAG_ACTION, *_NO_EXTENT, ABORT_UPLOAD, *holder, *_NO_PART, 0.0, detail)
 
 
-def ledger_row(metadata: LedgerMetadata, mtime_s: float) -> tuple[Any, ...]:
-    return (
-        TAG_LEDGER,
-        metadata.ledger_id,
-        metadata.state,
-        metadata.custom.get("purpose", ""),
-        metadata.length,
-        metadata.write_quorum,
-        metadata.ctime,
-        mtime_s,
-        metadata.custom.get("writer", ""),
+def ledger_row(metadata: LedgerMetadata, mtime_s: float) -> Row:
+    detail = _detail(
+        state=metadata.state,
+        purpose=metadata.custom.get("purpose", ""),
+        write_quorum=metadata.write_quorum,
+        ctime=metadata.ctime,
+        writer=metadata.custom.get("writer", ""),
     )
+    row = [TAG_LEDGER, metadata.ledger_id, None, None, metadata.length, None]
+    return (*row, None, None, None, None, None, None, mtime_s, detail)
+
+
+def count_row(records: int) -> Row:
+    """The records a task scanned (in the `length` column)."""
+    return (TAG_COUNT, None, None, None, records, *([None] * 9))
 
 
 def key_lifecycle(
-    records: list[ObjectRecord], rules: list[lifecycle.Rule], versioning: str, now: float
-) -> Iterator[tuple[Any, ...]]:
-    """The action rows due on one key (records newest first)."""
-    if not rules or not records:
+    bucket: str,
+    key: str,
+    versions: list[VersionRefs],
+    rules: list[lifecycle.Rule],
+    versioning: str,
+    now: float,
+) -> Iterator[Row]:
+    """The action rows due on one key (versions newest first)."""
+    if not rules or not versions:
         return
-    versions = [
-        lifecycle.Version(r.version_id, r.last_modified, r.size, r.is_delete_marker, r.tags)
-        for r in records
+    judged = [
+        lifecycle.Version(v.version_id, v.last_modified, v.size, v.is_delete_marker, v.tags)
+        for v in versions
     ]
-    mtimes = {r.version_id: r.last_modified for r in records}
-    for action in lifecycle.key_actions(records[0].key, versions, rules, versioning, now):
-        yield action_row(records[0].bucket, action, mtimes.get(action.version_id, 0.0))
+    mtimes = {v.version_id: v.last_modified for v in versions}
+    for action in lifecycle.key_actions(key, judged, rules, versioning, now):
+        yield action_row(bucket, action, mtimes.get(action.version_id, 0.0))
 
 
 # ------------------------------------------------------------------ tasks (I/O)
 
 
-def run_partition(session: Session, tasks: Iterable[Task]) -> Iterator[tuple[Any, ...]]:
+def run_partition(session: Session, tasks: Iterable[Task]) -> Iterator[Row]:
     """A Spark partition: its tasks' rows (the entry point `mapPartitions` calls)."""
     tasks = list(tasks)
     if not tasks:
@@ -206,8 +207,8 @@ def run_partition(session: Session, tasks: Iterable[Task]) -> Iterator[tuple[Any
     return iter(asyncio.run(_run_tasks(session, tasks)))
 
 
-async def _run_tasks(session: Session, tasks: list[Task]) -> list[tuple[Any, ...]]:
-    rows: list[tuple[Any, ...]] = []
+async def _run_tasks(session: Session, tasks: list[Task]) -> list[Row]:
+    rows: list[Row] = []
     async with _connected(session) as (zk, catalog, manifests):
         await zk.fresh_view()
         hooks.reached("scan_task")
@@ -244,35 +245,36 @@ async def _scan_range(
     manifests: ManifestReader,
     task: RangeTask,
     now: float,
-    rows: list[tuple[Any, ...]],
+    rows: list[Row],
 ) -> None:
     rules = lifecycle.parse_rules(list(task.rules)) if task.rules else []
+    bucket = task.bucket
     scanned = 0
-    async for records in catalog.iter_key_range(task.bucket, task.lo, task.hi):
-        scanned += len(records)
-        for record in records:
-            if record.manifest and not record.manifest_ledgers:
-                record = await _resolved(manifests, record, rows)
-            rows.extend(record_rows(record))
-        rows.extend(key_lifecycle(records, rules, task.versioning, now))
-    rows.append((TAG_COUNT, scanned))
+    async for key, versions in catalog.iter_key_range(bucket, task.lo, task.hi):
+        scanned += len(versions)
+        for version in versions:
+            if version.manifest and not version.manifest_ledgers:
+                rows.extend(await _resolved_rows(manifests, bucket, key, version))
+            else:
+                rows.extend(version_rows(bucket, key, version))
+        if rules:
+            rows.extend(key_lifecycle(bucket, key, versions, rules, task.versioning, now))
+    rows.append(count_row(scanned))
 
 
-async def _resolved(
-    manifests: ManifestReader, record: ObjectRecord, rows: list[tuple[Any, ...]]
-) -> ObjectRecord:
-    """A record written before records named their manifest's ledgers: its manifest
+async def _resolved_rows(
+    manifests: ManifestReader, bucket: str, key: str, version: VersionRefs
+) -> list[Row]:
+    """A version written before records named their manifest's ledgers: its manifest
     read. When it cannot be read, an `unresolved` row stops this run's deletions."""
+    record = version.record(bucket, key)
     try:
-        return await manifests.resolve(record)
+        return list(record_rows(await manifests.resolve(record)))
     except MANIFEST_READ_ERRORS:
-        rows.append(unresolved_row(record))
-        return record
+        return [*version_rows(bucket, key, version), unresolved_row(bucket, key, record.version_id)]
 
 
-async def _scan_uploads(
-    catalog: Catalog, task: UploadsTask, now: float, rows: list[tuple[Any, ...]]
-) -> None:
+async def _scan_uploads(catalog: Catalog, task: UploadsTask, now: float, rows: list[Row]) -> None:
     rules = lifecycle.parse_rules(list(task.rules)) if task.rules else []
     for upload_id in task.upload_ids:
         try:
@@ -282,7 +284,7 @@ async def _scan_uploads(
             continue  # completed or aborted since it was listed
         for part in parts:
             holder = (task.bucket, upload.key, "", upload_id, part.part_number)
-            rows.extend(extent_row(e, ROLE_PART, holder) for e in part.extents)
+            rows.extend(extent_row(e.to_list(), ROLE_PART, holder) for e in part.extents)
         due = lifecycle.upload_action(
             lifecycle.Upload(upload_id, upload.key, upload.initiated), rules, now
         )
@@ -290,9 +292,7 @@ async def _scan_uploads(
             rows.append(abort_row(task.bucket, due))
 
 
-async def _scan_ledgers(
-    zk: ZooKeeperClient, task: LedgersTask, rows: list[tuple[Any, ...]]
-) -> None:
+async def _scan_ledgers(zk: ZooKeeperClient, task: LedgersTask, rows: list[Row]) -> None:
     names = await _children(zk, task.directory)
     semaphore = asyncio.Semaphore(READS_IN_FLIGHT_MAX)
 
@@ -344,6 +344,13 @@ async def _children(zk: ZooKeeperClient, path: str) -> list[str]:
         return await zk.get_children(path)
     except NoNodeError:
         return []
+
+
+def deal(tasks: list[Task], partitions: int) -> list[list[Task]]:
+    """The tasks dealt round-robin into at most `partitions` groups: neighbouring key
+    ranges (and the small ledger and upload tasks) spread over every group."""
+    count = max(1, min(len(tasks), partitions))
+    return [tasks[i::count] for i in range(count)] if tasks else []
 
 
 def is_object_ledger(purpose: str) -> bool:

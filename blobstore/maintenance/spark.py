@@ -15,6 +15,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,6 +28,11 @@ from blobstore.runtime.errors import UsageError
 logger = logging.getLogger(__name__)
 
 PROGRESS_POLL_S = 0.5
+EXECUTOR_WAIT_S = 120.0  # for a cluster master's first executor (Spark gives up at ~60 s)
+EXECUTOR_POLL_S = 0.5
+# The driver JVM logs errors only: Spark's warnings (each with its stack trace, some
+# repeated for every retry) drown the run's own lines; its errors stay.
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 SPARK_SUBMIT_ENV = "PYSPARK_GATEWAY_PORT"  # set when spark-submit started this driver
 
 
@@ -55,6 +61,7 @@ def _start(options: MaintainOptions) -> tuple[Any, str | None]:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}")
     )
     if options.master or SPARK_SUBMIT_ENV not in os.environ:
         builder = builder.master(options.master or "local[*]")
@@ -63,19 +70,71 @@ def _start(options: MaintainOptions) -> tuple[Any, str | None]:
             builder = builder.config(f"spark.executorEnv.{name}", os.environ[name])
     try:
         session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
+        master = str(session.sparkContext.master)
+        if master.startswith("local"):
+            return session, None
+        _first_executor(session, master)
+        return session, _ship_package(session)
+    except UsageError:
+        raise
     except Exception as e:  # Py4J and JVM failures: the master is wrong or unreachable
-        raise UsageError(f"cannot start Spark with --master {options.master}: {e}") from e
-    session.sparkContext.setLogLevel("ERROR")
-    master = str(session.sparkContext.master)
-    return session, None if master.startswith("local") else _ship_package(session)
+        where = options.master or "local[*]"
+        raise UsageError(f"cannot start Spark with --master {where}: {cause_of(e)}") from e
+
+
+def _first_executor(session: Any, where: str) -> None:
+    """With a cluster master: wait (at most EXECUTOR_WAIT_S) for a first executor, so
+    that a master that never answers is one clear error here rather than a failed job
+    later (Spark gives up on an unreachable master after about a minute and stops the
+    context). Executors that are merely slow to come leave the run waiting in its jobs."""
+    context = session.sparkContext._jsc.sc()
+    deadline = time.monotonic() + EXECUTOR_WAIT_S
+    while time.monotonic() < deadline:
+        if context.isStopped():
+            raise UsageError(
+                f"cannot start Spark with --master {where}: the application was stopped "
+                "(is the master reachable?)"
+            )
+        if context.getExecutorMemoryStatus().size() > 1:  # the driver's own, plus one
+            return
+        time.sleep(EXECUTOR_POLL_S)
+    logger.warning("event=no_executor_yet master=%s waited_s=%.0f", where, EXECUTOR_WAIT_S)
+
+
+def is_spark_failure(error: BaseException) -> bool:
+    """An error Spark raised (in the JVM, across Py4J, or in PySpark itself)."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    return isinstance(error, Py4JError | PySparkException)
+
+
+def cause_of(error: Exception) -> str:
+    """What a JVM error comes down to: its innermost Java cause (class and message),
+    else its first line (the Java stack trace stays in the log)."""
+    cause = getattr(error, "java_exception", None)
+    try:
+        while cause is not None and cause.getCause() is not None:
+            cause = cause.getCause()
+        if cause is not None:
+            return str(cause.toString())
+    except Exception:  # noqa: BLE001 - a JVM already gone: fall back to the Python text
+        pass
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def _ship_package(session: Any) -> str:
     """Zip the `blobstore` package for executors on other machines."""
     directory = tempfile.mkdtemp(prefix="blobstore-maintain-")
-    root = Path(__file__).resolve().parents[2]
-    archive = shutil.make_archive(f"{directory}/blobstore", "zip", root, "blobstore")
-    session.sparkContext.addPyFile(archive)
+    try:
+        root = Path(__file__).resolve().parents[2]
+        archive = shutil.make_archive(f"{directory}/blobstore", "zip", root, "blobstore")
+        session.sparkContext.addPyFile(archive)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
     return directory
 
 
@@ -111,49 +170,68 @@ class StageProgress:
 
 # ------------------------------------------------------------------ DataFrames
 
-EXTENT_SCHEMA = (
-    "ledger_id long, first_entry long, last_entry long, length long, entry_size long, "
-    "role string, bucket string, key string, version_id string, upload_id string, "
-    "part_number int"
+SCAN_SCHEMA = (
+    "tag string, ledger_id long, first_entry long, last_entry long, length long, "
+    "entry_size long, role string, bucket string, key string, version_id string, "
+    "upload_id string, part_number int, mtime double, detail string"
 )
-ACTION_SCHEMA = (
-    "action string, bucket string, key string, version_id string, mtime double, "
-    "rule_id string, reason string"
-)
-LEDGER_SCHEMA = (
-    "ledger_id long, state string, purpose string, length long, write_quorum int, "
-    "ctime double, mtime double, writer string"
-)
+PARTITIONS_PER_CORE = 4
 
 
 def scan_rows(session: Any, run: scan.Session, tasks: list[scan.Task]) -> Any:
-    """The scan's rows as a cached RDD: one Spark partition per task."""
+    """The scan's rows (an RDD, not yet run): the tasks dealt into a few Spark partitions
+    per core, each partition one ZooKeeper session walking its tasks in turn (a Spark
+    task and a session cost tens of milliseconds each: per page range, they were most of
+    a scan)."""
     context = session.sparkContext
-    rdd = context.parallelize(tasks, max(1, len(tasks)))
-    return rdd.mapPartitions(lambda part: scan.run_partition(run, part)).cache()
+    groups = scan.deal(tasks, max(1, context.defaultParallelism) * PARTITIONS_PER_CORE)
+    rdd = context.parallelize(groups, max(1, len(groups)))
+    return rdd.mapPartitions(lambda part: scan.run_partition(run, [t for g in part for t in g]))
 
 
-def frames(session: Any, rows: Any) -> tuple[Any, Any, Any, int]:
-    """The extents, actions and ledgers DataFrames of the scan's rows, and the count of
-    records scanned."""
-    extents = session.createDataFrame(
-        rows.filter(lambda r: r[0] == scan.TAG_EXTENT).map(lambda r: r[1:]), EXTENT_SCHEMA
-    )
-    actions = session.createDataFrame(
-        rows.filter(lambda r: r[0] == scan.TAG_ACTION).map(lambda r: r[1:]), ACTION_SCHEMA
-    )
-    ledgers = session.createDataFrame(
-        rows.filter(lambda r: r[0] == scan.TAG_LEDGER).map(lambda r: r[1:]), LEDGER_SCHEMA
-    )
-    scanned = rows.filter(lambda r: r[0] == scan.TAG_COUNT).map(lambda r: r[1]).sum()
-    return extents, actions, ledgers, int(scanned)
+class ScanFrames:
+    """The scan's rows as one persisted DataFrame, made in one pass over the tasks, and
+    the views of it the run works with (each a filter and a projection, in the JVM)."""
+
+    def __init__(self, session: Any, rows: Any) -> None:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as f
+
+        self.all = session.createDataFrame(rows, SCAN_SCHEMA, verifySchema=False)
+        self.all = self.all.persist(StorageLevel.MEMORY_AND_DISK)
+        tag = f.col("tag")
+        self.extents = self.all.where(tag == scan.TAG_EXTENT).select(*scan.EXTENT_COLUMNS)
+        self.actions = self.all.where(tag == scan.TAG_ACTION).select(
+            f.col("role").alias("action"),
+            "bucket",
+            "key",
+            "version_id",
+            "mtime",
+            f.get_json_object("detail", "$.rule_id").alias("rule_id"),
+            f.get_json_object("detail", "$.reason").alias("reason"),
+        )
+        self.ledgers = self.all.where(tag == scan.TAG_LEDGER).select(
+            "ledger_id", "length", "mtime", "detail"
+        )
+        # The one job that runs the scan (and fills the cache): rows by kind.
+        counts = self.all.groupBy("tag", "role").agg(
+            f.count("*").alias("rows"), f.sum("length").alias("length")
+        )
+        by_kind = {(r.tag, r.role): (int(r.rows), r.length) for r in counts.collect()}
+        self.records = int(by_kind.get((scan.TAG_COUNT, None), (0, 0))[1] or 0)
+        self.unresolved = by_kind.get((scan.TAG_EXTENT, scan.ROLE_UNRESOLVED), (0, 0))[0]
+
+    def unpersist(self) -> None:
+        self.all.unpersist()
 
 
-def ledger_stats(extents: Any, ledgers: Any) -> tuple[list[Any], list[int], int]:
-    """Per ledger of the metadata: live bytes, referenced, pinned (the join); plus the
-    ledgers referenced but without metadata, and the count of unresolved manifests."""
+def ledger_stats(frames: ScanFrames) -> tuple[list[Any], list[int]]:
+    """Per ledger of the metadata: its row with live bytes and pinned (null when nothing
+    references it), from one full join; and the ledgers referenced but without
+    metadata."""
     from pyspark.sql import functions as f
 
+    extents = frames.extents.where(f.col("ledger_id") >= 0)
     pinning = f.col("role").isin(*scan.PINNING_ROLES)
     per_ledger = extents.groupBy("ledger_id").agg(
         f.sum(f.when(f.col("role") == scan.ROLE_OBJECT, f.col("length")).otherwise(0)).alias(
@@ -161,15 +239,10 @@ def ledger_stats(extents: Any, ledgers: Any) -> tuple[list[Any], list[int], int]
         ),
         f.max(f.when(pinning, 1).otherwise(0)).alias("pinned"),
     )
-    joined = ledgers.join(per_ledger, "ledger_id", "left").collect()
-    missing = (
-        per_ledger.join(ledgers, "ledger_id", "left_anti")
-        .filter(f.col("ledger_id") >= 0)
-        .select("ledger_id")
-        .collect()
-    )
-    unresolved = extents.filter(f.col("role") == scan.ROLE_UNRESOLVED).count()
-    return joined, sorted(int(r.ledger_id) for r in missing), int(unresolved)
+    joined = frames.ledgers.join(per_ledger, "ledger_id", "full_outer").collect()
+    known = [r for r in joined if r.detail is not None]
+    missing = sorted(int(r.ledger_id) for r in joined if r.detail is None)
+    return known, missing
 
 
 def fully_released(extents: Any, released: Any) -> dict[int, tuple[int, int]]:

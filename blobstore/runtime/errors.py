@@ -9,6 +9,11 @@ class UsageError(Exception):
     """A user or environment mistake: the command line prints it as one line and exits 2."""
 
 
+class CommandError(Exception):
+    """Work a command could not do (a failure it reports, not a bug of its own): the
+    command line prints it as one line and exits 1."""
+
+
 def check_ready_file(path: str | os.PathLike[str] | None) -> None:
     """A --ready-file can be written: its directory exists and is writable (checked
     before a command starts anything it would then have to stop)."""

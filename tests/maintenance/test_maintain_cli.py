@@ -179,6 +179,33 @@ def test_unreachable_zookeeper_is_one_line_and_a_non_zero_exit() -> None:
     assert done.stdout == ""
 
 
+def test_a_zookeeper_without_a_cluster_is_one_line_and_changes_nothing(
+    zk_connect: str, zk_client: KazooClient
+) -> None:
+    done = blobstore("maintain", "--zk", zk_connect, "--grace", "0")
+
+    assert done.returncode == 2, done
+    errors = error_lines(done)
+    assert len(errors) == 1 and f"no blobstore cluster at {zk_connect}" in errors[0], done.stderr
+    assert chroot_tree(zk_client) == []
+
+
+@pytest.mark.soak  # Spark itself gives up on an unreachable master after about a minute
+def test_an_unreachable_spark_master_is_one_line_and_releases_the_lock(
+    zk_connect: str, zk_client: KazooClient
+) -> None:
+    zk_client.ensure_path("/ledgers")  # a cluster's root: the run gets as far as Spark
+    master = f"spark://127.0.0.1:{free_port()}"  # nothing listens there
+
+    done = blobstore("maintain", "--zk", zk_connect, "--master", master, timeout_s=300.0)
+
+    assert done.returncode == 2, done
+    errors = error_lines(done)
+    assert len(errors) == 1 and f"cannot start Spark with --master {master}" in errors[0], done
+    assert "Traceback" not in done.stderr
+    assert zk_client.exists(f"{MAINTENANCE_PATH}/lock") is None
+
+
 # ------------------------------------------------------------------ --dry-run
 
 

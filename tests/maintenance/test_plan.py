@@ -7,8 +7,10 @@ import pytest
 
 from blobstore.catalog.condemned import TOMBSTONE_S, Condemnation
 from blobstore.catalog.records import Extent, ObjectRecord
+from blobstore.ledger.ledger_metadata import LedgerMetadata
 from blobstore.maintenance import scan
 from blobstore.maintenance.execute import RateLimit, remapped
+from blobstore.maintenance.lifecycle import AbortUpload
 from blobstore.maintenance.options import MaintainOptions, parse_now, parse_phases
 from blobstore.maintenance.plan import (
     GcInputs,
@@ -116,12 +118,35 @@ def test_ledgers_whose_every_holder_was_released_and_orphans() -> None:
 def test_a_record_becomes_extent_rows_manifest_records_pin_their_ledgers() -> None:
     plain = ObjectRecord("b", "k", "v1", size=10, extents=(Extent(7, 0, 1, 10, 8),))
     rows = list(scan.record_rows(plain))
-    assert rows == [("e", 7, 0, 1, 10, 8, scan.ROLE_OBJECT, "b", "k", "v1", "", 0)]
+    assert rows == [("e", 7, 0, 1, 10, 8, scan.ROLE_OBJECT, "b", "k", "v1", "", 0, None, None)]
+    assert all(len(r) == len(scan.ROW_COLUMNS) for r in rows)
     big = ObjectRecord(
         "b", "k", "v2", size=10, manifest=(Extent(9, 3, 3, 50, 64),), manifest_ledgers=(7, 8)
     )
     roles = [(r[1], r[6]) for r in scan.record_rows(big)]
     assert roles == [(9, scan.ROLE_MANIFEST), (7, scan.ROLE_NAMED), (8, scan.ROLE_NAMED)]
+
+
+def test_every_kind_of_row_has_the_scan_frames_columns() -> None:
+    metadata = LedgerMetadata(5, 3, 2, 2, "", ((0, ("a:1", "b:1", "c:1")),))
+    rows = [
+        scan.count_row(3),
+        scan.unresolved_row("b", "k", "v"),
+        scan.ledger_row(metadata, 1.5),
+        scan.abort_row("b", AbortUpload("k", "u1", "rule", "why")),
+    ]
+    assert [len(r) for r in rows] == [len(scan.ROW_COLUMNS)] * len(rows)
+    assert scan.count_row(3)[scan.ROW_COLUMNS.index("length")] == 3
+
+
+def test_tasks_are_dealt_round_robin_into_at_most_the_partitions() -> None:
+    tasks: list[scan.Task] = [scan.LedgersTask(str(i)) for i in range(10)]
+    groups = scan.deal(tasks, 4)
+    assert [len(g) for g in groups] == [3, 3, 2, 2]
+    assert sorted((t for g in groups for t in g), key=tasks.index) == tasks
+    assert groups[0][:2] == [tasks[0], tasks[4]]
+    assert scan.deal(tasks[:2], 8) == [[tasks[0]], [tasks[1]]]
+    assert scan.deal([], 8) == []
 
 
 def test_remapped_replaces_only_moved_extents() -> None:

@@ -23,6 +23,7 @@ from blobstore.cli.maintenance_schedule import (
     maintenance_end_line,
     maintenance_schedule,
     maintenance_step,
+    rotate_log,
 )
 from blobstore.cli.zookeeper_server import free_port
 from blobstore.runtime.errors import UsageError
@@ -256,3 +257,22 @@ def test_stop_ends_a_run_going_on(tmp_path: Path) -> None:
     runner.stop()
     assert runner.process is None and not group_members(group)
     assert "run stopped with the cluster" in (tmp_path / "logs" / "maintenance.log").read_text()
+
+
+def test_the_maintenance_log_is_rotated_past_its_bound_keeping_one_older(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "maintenance.log"
+    rotate_log(log, 10)  # none yet: nothing to do
+    log.write_text("first run\n")
+    rotate_log(log, 10)  # 10 bytes: not past the bound
+    assert log.read_text() == "first run\n"
+    log.write_text("a longer first run\n")
+    rotate_log(log, 10)
+    assert (
+        not log.exists() and (tmp_path / "maintenance.log.1").read_text() == "a longer first run\n"
+    )
+    log.write_text("the second run's long log\n")
+    rotate_log(log, 10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["maintenance.log.1"]
+    assert (tmp_path / "maintenance.log.1").read_text() == "the second run's long log\n"
