@@ -201,7 +201,7 @@ def key_lifecycle(
 
 def run_partition(session: Session, tasks: Iterable[Task]) -> Iterator[Row]:
     """A Spark partition: its tasks' rows (the entry point `mapPartitions` calls)."""
-    tasks = list(tasks)
+    tasks = merged(list(tasks))
     if not tasks:
         return iter(())
     return iter(asyncio.run(_run_tasks(session, tasks)))
@@ -347,10 +347,40 @@ async def _children(zk: ZooKeeperClient, path: str) -> list[str]:
 
 
 def deal(tasks: list[Task], partitions: int) -> list[list[Task]]:
-    """The tasks dealt round-robin into at most `partitions` groups: neighbouring key
-    ranges (and the small ledger and upload tasks) spread over every group."""
+    """The tasks in at most `partitions` groups: the key ranges cut into contiguous runs
+    of near-equal length (a group walks its run as one range: `merged`), the small
+    ledger and upload tasks dealt round-robin over the groups."""
+    if not tasks:
+        return []
     count = max(1, min(len(tasks), partitions))
-    return [tasks[i::count] for i in range(count)] if tasks else []
+    ranges = [t for t in tasks if isinstance(t, RangeTask)]
+    others = [t for t in tasks if not isinstance(t, RangeTask)]
+    groups: list[list[Task]] = []
+    start = 0
+    for i in range(count):
+        end = start + len(ranges) // count + (1 if i < len(ranges) % count else 0)
+        groups.append(list(ranges[start:end]))
+        start = end
+    for i, task in enumerate(others):
+        groups[i % count].append(task)
+    return [g for g in groups if g]
+
+
+def merged(tasks: list[Task]) -> list[Task]:
+    """Neighbouring key ranges of one bucket joined into one (one walk, whose read-ahead
+    deepens as it goes, instead of a walk, a sync and a cold start per range)."""
+    result: list[Task] = []
+    for task in tasks:
+        last = result[-1] if result else None
+        if (
+            isinstance(task, RangeTask)
+            and isinstance(last, RangeTask)
+            and (last.bucket, last.hi) == (task.bucket, task.lo)
+        ):
+            result[-1] = RangeTask(task.bucket, last.lo, task.hi, task.versioning, task.rules)
+        else:
+            result.append(task)
+    return result
 
 
 def is_object_ledger(purpose: str) -> bool:

@@ -180,9 +180,9 @@ PARTITIONS_PER_CORE = 4
 
 def scan_rows(session: Any, run: scan.Session, tasks: list[scan.Task]) -> Any:
     """The scan's rows (an RDD, not yet run): the tasks dealt into a few Spark partitions
-    per core, each partition one ZooKeeper session walking its tasks in turn (a Spark
-    task and a session cost tens of milliseconds each: per page range, they were most of
-    a scan)."""
+    per core (`scan.deal`), each partition one ZooKeeper session walking its tasks in
+    turn (a Spark task and a session cost tens of milliseconds each: per page range,
+    they were most of a scan)."""
     context = session.sparkContext
     groups = scan.deal(tasks, max(1, context.defaultParallelism) * PARTITIONS_PER_CORE)
     rdd = context.parallelize(groups, max(1, len(groups)))

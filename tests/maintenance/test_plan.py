@@ -139,14 +139,33 @@ def test_every_kind_of_row_has_the_scan_frames_columns() -> None:
     assert scan.count_row(3)[scan.ROW_COLUMNS.index("length")] == 3
 
 
-def test_tasks_are_dealt_round_robin_into_at_most_the_partitions() -> None:
-    tasks: list[scan.Task] = [scan.LedgersTask(str(i)) for i in range(10)]
-    groups = scan.deal(tasks, 4)
-    assert [len(g) for g in groups] == [3, 3, 2, 2]
-    assert sorted((t for g in groups for t in g), key=tasks.index) == tasks
-    assert groups[0][:2] == [tasks[0], tasks[4]]
-    assert scan.deal(tasks[:2], 8) == [[tasks[0]], [tasks[1]]]
+def test_ranges_are_dealt_in_contiguous_runs_and_the_rest_round_robin() -> None:
+    ranges: list[scan.Task] = [
+        scan.RangeTask("b", f"{i:02d}", f"{i + 1:02d}", "", ()) for i in range(10)
+    ]
+    others: list[scan.Task] = [scan.LedgersTask(str(i)) for i in range(3)]
+    groups = scan.deal([*ranges, *others], 4)
+    assert [g[: [isinstance(t, scan.RangeTask) for t in g].count(True)] for g in groups] == [
+        ranges[0:3],
+        ranges[3:6],
+        ranges[6:8],
+        ranges[8:10],
+    ]
+    assert [t for g in groups for t in g if t in others] == others
+    assert [others[0]] == [t for t in groups[0] if t in others]
+    assert scan.deal(others[:2], 8) == [[others[0]], [others[1]]]
     assert scan.deal([], 8) == []
+
+
+def test_neighbouring_ranges_of_a_bucket_are_walked_as_one() -> None:
+    a, b, c = (
+        scan.RangeTask("b", lo, hi, "", ()) for lo, hi in (("", "m"), ("m", "t"), ("t", None))
+    )
+    other = scan.RangeTask("c", "", None, "", ())
+    ledgers = scan.LedgersTask("d")
+    assert scan.merged([a, b, c]) == [scan.RangeTask("b", "", None, "", ())]
+    assert scan.merged([a, c, ledgers, other]) == [a, c, ledgers, other]
+    assert scan.merged([a, b, other, c]) == [scan.RangeTask("b", "", "t", "", ()), other, c]
 
 
 def test_remapped_replaces_only_moved_extents() -> None:
