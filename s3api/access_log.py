@@ -9,6 +9,16 @@ the last write, or when the buffer holds 256 lines. Any other log record of the
 process first writes the buffer out (a filter on the root handlers), so the stream
 keeps the order in which things happened.
 
+Each line names who asked and what authorization decided (`principal`, then the
+decision's fields, `blobstore.access.decision.Decision.log_fields`):
+
+    principal=alice decision=allow rule=bucket-policy source="bucket policy"
+    statement=PublicRead action=s3:GetObject resource=arn:aws:s3:::photos/a.jpg
+
+`principal` is the user's name, `anonymous`, or `-` when the request failed before it
+was authenticated; a request refused or answered before any decision has
+`decision=-`. Values holding spaces or quotes are written as JSON strings.
+
 It is on when the `s3api.access` logger is enabled for INFO (the default level) and
 the root logger writes to a stream; otherwise each line goes through `logging`
 (another handler configuration) or nowhere (`--log-level warning`, `--no-access-log`).
@@ -16,11 +26,13 @@ the root logger writes to a stream; otherwise each line goes through `logging`
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from typing import TextIO
 
+from blobstore.access.decision import Decision
 from blobstore.runtime.sampled_gauge import SampledGauge
 
 LOGGER_NAME = "s3api.access"
@@ -64,13 +76,17 @@ class AccessLog:
         bytes_in: int,
         bytes_out: int,
         duration_s: float,
+        *,
+        principal: str = "-",
+        decision: Decision | None = None,
     ) -> None:
         if not self.enabled:
             return
         fields = (
             f"request_id={request_id} operation={operation} method={method} path={path} "
             f"status={status} bytes_in={bytes_in} bytes_out={bytes_out} "
-            f"duration_ms={duration_s * 1000:.1f}"
+            f"duration_ms={duration_s * 1000:.1f} principal={_value(principal)} "
+            f"{decision_fields(decision)}"
         )
         if self._handler is None:
             logger.info("%s", fields)
@@ -106,6 +122,22 @@ class AccessLog:
             pass
         finally:
             handler.release()
+
+
+def _value(text: str) -> str:
+    """A field's value: as it is, or a JSON string when it holds a space, a quote or a
+    control character (or is empty)."""
+    if text and text.isprintable() and not any(c in text for c in ' "='):
+        return text
+    return json.dumps(text)
+
+
+def decision_fields(decision: Decision | None) -> str:
+    """`decision=... rule=... source=... statement=... action=... resource=...`, or
+    `decision=-` for none."""
+    if decision is None:
+        return "decision=-"
+    return " ".join(f"{name}={_value(value)}" for name, value in decision.log_fields().items())
 
 
 class _FlushFirst(logging.Filter):

@@ -5,13 +5,21 @@ Every request goes through `Gateway.__call__`, a pure ASGI callable:
 1. a request id is chosen; every response carries it (`x-amz-request-id`, `x-amz-id-2`)
    and so does every log line about the request;
 2. the bucket, key and operation are resolved from Host, raw path, query and method;
-3. the SigV4 signature is verified from the headers alone, before the body is read,
-   so a rejected upload never gets `100 Continue`; operations signed by their form
-   instead (POST Object, `FORM_HANDLERS`) are authenticated by their handler;
-4. the handler runs; S3 errors render as S3 XML (no body for HEAD); anything else is
+3. authentication: the SigV4 (or V2) signature is verified from the headers alone,
+   before the body is read, so a rejected upload never gets `100 Continue`; an unsigned
+   request is anonymous (not refused here); operations signed by their form instead
+   (POST Object, `FORM_HANDLERS`) are authenticated by their handler. Users are
+   `s3api.identities`' (the bootstrap users and those kept in ZooKeeper);
+4. the handler runs; it authorizes the request once the bucket's record is loaded
+   (`S3Context.authorized_bucket`, `S3Context.decide`: `blobstore.access.decision` on
+   the requester, its identity policies, the bucket's owner, policy, ACLs, ownership and
+   public access block, the account's public access block, and the request's condition
+   keys), AccessDenied when refused; a handler that returns without a decision is a
+   bug (InternalError). S3 errors render as S3 XML (no body for HEAD); anything else is
    logged with its traceback and answered InternalError;
 5. request metrics are recorded (operation, status, latency, bytes in and out) and the
-   access log line written (both added up and written in batches).
+   access log line written (both added up and written in batches), naming the
+   principal and the decision.
 
 Unsigned GET /health and GET /metrics answer health and Prometheus metrics.
 """
@@ -32,6 +40,8 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from blobstore.access.account import AccountBlockView
+from blobstore.access.actions import required_accesses
 from blobstore.objects import ObjectStore
 from blobstore.runtime.gc_pauses import freeze_after_startup
 from blobstore.runtime.loop_lag import LoopLagMonitor
@@ -41,10 +51,12 @@ from s3api.access_log import AccessLog
 from s3api.config import CONFIG_ENV, GatewayConfig
 from s3api.errors import S3Error, log_server_error, render_error, to_s3_error
 from s3api.handlers import FORM_HANDLERS, HANDLERS, FormRequest
+from s3api.handlers.authorization import Authorizer
 from s3api.handlers.context import GatewayRequest, S3Context, parse_query
 from s3api.handlers.cors import cors_response_headers, preflight
+from s3api.identities import Identities
 from s3api.request_ids import HOST_ID, new_request_id
-from s3api.routes import resolve_address, resolve_operation
+from s3api.routes import NOT_IMPLEMENTED, resolve_address, resolve_operation
 from s3api.sigv4 import EMPTY_SHA256, PAYLOAD_SHA256, AuthContext, authenticate
 
 logger = logging.getLogger(__name__)
@@ -87,11 +99,33 @@ def _log_response_cut(request_id: str, operation: str, error: Exception) -> None
 ACCESS_LOG = AccessLog(metrics.IN_FLIGHT)
 
 
+def _principal(context: S3Context | None) -> str:
+    """Who the access log says asked: a user's name, `anonymous`, or `-` (not known:
+    the request failed before its authentication did)."""
+    if context is None:
+        return "-"
+    return context.requester or "anonymous"
+
+
+def _check_decided(context: S3Context | None) -> None:
+    """A handler that answered must have had the request authorized (a new handler
+    that forgets to is a bug, answered InternalError rather than served unchecked)."""
+    if context is None or context.decision is not None:
+        return
+    if context.operation == "DeleteObjects" or not required_accesses(context.operation_request()):
+        return  # DeleteObjects decides per key; NotImplemented asks for nothing
+    raise AssertionError(f"{context.operation} answered without an authorization decision")
+
+
 class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.store = ObjectStore(config.zk, config.objects)
-        self._users = config.user_by_access_key()
+        self.identities = Identities.for_gateway(config.users)
+        self.account_block = AccountBlockView()
+        self.authorizer = Authorizer(
+            self.identities, self.account_block, frozenset(user.name for user in config.users)
+        )
         self.started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -103,6 +137,8 @@ class Gateway:
                 handler.addFilter(RequestIdLogFilter())
         ACCESS_LOG.start(self.config.access_log)
         await self.store.start()
+        await self.identities.start(self.store.zk)
+        await self.account_block.start(self.store.zk)
         freeze_after_startup()
         self.started = True
         self._write_ready_file()
@@ -120,6 +156,8 @@ class Gateway:
             publisher.cancel()
             metrics.publish()
             ACCESS_LOG.flush()
+            await self.account_block.stop()
+            await self.identities.stop()
             await self.store.close()
             logger.info("event=gateway_worker_stopped pid=%d", os.getpid())
 
@@ -192,6 +230,7 @@ class Gateway:
             operation = state["operation"]
             status = str(state["status"] or 499)
             metrics.TALLY.add(operation, status, time.monotonic() - started_s, bytes_in, bytes_out)
+            context: S3Context | None = state.get("context")
             ACCESS_LOG.request(
                 request_id,
                 operation,
@@ -201,6 +240,8 @@ class Gateway:
                 bytes_in,
                 bytes_out,
                 time.monotonic() - started_s,
+                principal=_principal(context),
+                decision=context.decision if context is not None else None,
             )
 
     async def _handle(
@@ -238,22 +279,34 @@ class Gateway:
                 try:
                     response = await FORM_HANDLERS[operation](form)
                 finally:
-                    context = form.context  # set once the handler knows who sent it
+                    # Set once the handler knows who sent it.
+                    context = state["context"] = form.context
+                _check_decided(form.context)
             else:
                 auth = self._authenticate(scope, raw_path, bucket if virtual else None, has_body)
-                context = S3Context(
+                if auth is None and operation == NOT_IMPLEMENTED:
+                    # As S3 checks authentication first: nothing said to an anonymous
+                    # request about what is implemented.
+                    raise S3Error("AccessDenied")
+                user = None if auth is None else self.identities.get(auth.access_key)
+                if auth is not None and user is None:  # disabled since its signature was checked
+                    raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=auth.access_key)
+                context = state["context"] = S3Context(
                     request=request,
                     request_id=request_id,
                     bucket=bucket,
                     key=key,
                     operation=operation,
                     query=query,
-                    user=self._users[auth.access_key],
+                    user=user,
                     auth=auth,
                     store=self.store,
                     config=self.config,
+                    authorizer=self.authorizer,
+                    auth_type="REST-QUERY-STRING" if auth and auth.presigned else "REST-HEADER",
                 )
                 response = await HANDLERS[operation](context)
+                _check_decided(context)
         except Exception as e:  # noqa: BLE001 - every failure becomes an S3 error response
             response = self._error_response(e, method, resource, request_id, host_id, context)
         if context is not None and context.bucket_record is not None:
@@ -269,8 +322,9 @@ class Gateway:
 
     def _authenticate(
         self, scope: Scope, raw_path: bytes, virtual_host_bucket: str | None, has_body: bool
-    ) -> AuthContext:
-        """Who signed the request, checked from its headers alone (the body is unread)."""
+    ) -> AuthContext | None:
+        """Who signed the request, checked from its headers alone (the body is unread);
+        None for an unsigned (anonymous) request, which authorization then decides on."""
         auth = authenticate(
             scope["method"],
             raw_path,
@@ -281,7 +335,7 @@ class Gateway:
             virtual_host_bucket=virtual_host_bucket,
         )
         if auth is None:
-            raise S3Error("AccessDenied", "Anonymous access is not allowed")
+            return None
         if (
             auth.payload_mode == PAYLOAD_SHA256
             and auth.declared_payload_hash != EMPTY_SHA256
@@ -301,12 +355,18 @@ class Gateway:
     ) -> FormRequest:
         """A request signed by fields of its form, for its handler to authenticate."""
         return FormRequest(
-            request, request_id, bucket, query, self.store, self.config, self._users.get
+            request,
+            request_id,
+            bucket,
+            query,
+            self.store,
+            self.config,
+            self.identities.get,
+            self.authorizer,
         )
 
     def _lookup_secret(self, access_key: str) -> str | None:
-        user = self._users.get(access_key)
-        return user.secret_key if user else None
+        return self.identities.lookup_secret(access_key)
 
     def _error_response(
         self,
@@ -317,7 +377,7 @@ class Gateway:
         host_id: str,
         context: S3Context | None,
     ) -> Response:
-        error = to_s3_error(exc, requester=context.user.name if context else None)
+        error = to_s3_error(exc, requester=context.requester if context else None)
         if not log_server_error(exc, error, request_id, resource):
             logger.info("request_id=%s error=%s message=%s", request_id, error.code, error.message)
         headers = dict(error.headers)

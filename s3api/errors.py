@@ -140,6 +140,12 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
     ("InvalidTag", 400, "The TagSet is not valid."),
     ("KeyTooLongError", 400, "Your key is too long"),
     (
+        "MalformedACLError",
+        400,
+        "The XML you provided was not well-formed or did not validate against our published schema",
+    ),
+    ("MalformedPolicy", 400, "Policies must be valid JSON and the first byte must be '{'"),
+    (
         "MalformedXML",
         400,
         "The XML you provided was not well-formed or did not validate against our published schema",
@@ -163,6 +169,16 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
     ("MissingContentLength", 411, "You must provide the Content-Length HTTP header."),
     ("MissingSecurityHeader", 400, "Your request is missing a required header."),
     ("NoSuchBucket", 404, "The specified bucket does not exist"),
+    (
+        "OwnershipControlsNotFoundError",
+        404,
+        "The bucket ownership controls were not found",
+    ),
+    (
+        "UnresolvableGrantByEmailAddress",
+        400,
+        "The e-mail address you provided does not match any account on record.",
+    ),
     ("NoSuchBucketPolicy", 404, "The bucket policy does not exist"),
     (
         "NoSuchPublicAccessBlockConfiguration",

@@ -6,8 +6,8 @@ when `--domain` is set and the Host ends with it; otherwise path style
 plus, as S3 does).
 
 Operations are chosen by method, by whether a bucket and key are named, and by the
-subresource query parameters. ACLs and the bucket settings nothing here can change are
-read as their defaults (`FIXED_BUCKET_SETTINGS`, the `private` ACL). Other subresources
+subresource query parameters. The bucket settings nothing here can change are read as
+their defaults (`FIXED_BUCKET_SETTINGS`). Other subresources
 this gateway does not implement (and setting those) resolve to `NOT_IMPLEMENTED`, whose
 handler answers NotImplemented (rather than a plain GET or PUT mistaking them for its own)
 once the request's signature is verified, as S3 checks authentication first: an
@@ -26,7 +26,6 @@ UNSUPPORTED_SUBRESOURCES = frozenset(
     {
         "abac",
         "accelerate",
-        "acl",
         "analytics",
         "annotation",
         "encryption",
@@ -42,10 +41,6 @@ UNSUPPORTED_SUBRESOURCES = frozenset(
         "metrics",
         "notification",
         "object-lock",
-        "ownershipControls",
-        "policy",
-        "policyStatus",
-        "publicAccessBlock",
         "renameObject",
         "replication",
         "requestPayment",
@@ -58,6 +53,17 @@ UNSUPPORTED_SUBRESOURCES = frozenset(
     }
 )
 
+
+# Access subresources, and the methods (on a bucket; on an object too for `acl`) that
+# have an operation: any other use of them is no operation (a DELETE ?acl must never
+# read as DeleteObject).
+ACCESS_SUBRESOURCES: dict[str, tuple[str, ...]] = {
+    "acl": ("GET", "PUT"),
+    "policy": ("GET", "PUT", "DELETE"),
+    "policyStatus": ("GET",),
+    "publicAccessBlock": ("GET", "PUT", "DELETE"),
+    "ownershipControls": ("GET", "PUT", "DELETE"),
+}
 
 # The operation of a request naming a subresource this gateway does not implement.
 NOT_IMPLEMENTED = "NotImplemented"
@@ -97,14 +103,10 @@ def resolve_address(host: str, raw_path: bytes, domain: str) -> tuple[str, str, 
 # Bucket settings nothing here can change, whose GET answers as S3 does for a bucket that
 # has the default (s3api/handlers/default_settings.py); setting them stays NotImplemented.
 FIXED_BUCKET_SETTINGS = {
-    "policy": "GetBucketPolicy",
-    "policyStatus": "GetBucketPolicyStatus",
     "encryption": "GetBucketEncryption",
     "website": "GetBucketWebsite",
     "replication": "GetBucketReplication",
     "object-lock": "GetObjectLockConfiguration",
-    "ownershipControls": "GetBucketOwnershipControls",
-    "publicAccessBlock": "GetPublicAccessBlock",
     "logging": "GetBucketLogging",
     "notification": "GetBucketNotificationConfiguration",
     "accelerate": "GetBucketAccelerateConfiguration",
@@ -118,6 +120,8 @@ def resolve_operation(
     """The S3 operation name (as in the API reference) for a request."""
     if method != "OPTIONS" and not UNSUPPORTED_SUBRESOURCES.isdisjoint(query):
         return _fixed_setting(method, bucket, key, query) or NOT_IMPLEMENTED
+    if method != "OPTIONS" and bucket and not _access_subresource_fits(method, key, query):
+        return NOT_IMPLEMENTED
     if method == "OPTIONS":
         if not bucket:
             raise S3Error("MethodNotAllowed", Method=method, ResourceType="SERVICE")
@@ -141,6 +145,11 @@ _Choices = tuple[tuple[tuple[str, str], ...], str]
 _BUCKET_OPERATIONS: dict[str, _Choices] = {
     "GET": (
         (
+            ("acl", "GetBucketAcl"),
+            ("policy", "GetBucketPolicy"),
+            ("policyStatus", "GetBucketPolicyStatus"),
+            ("publicAccessBlock", "GetPublicAccessBlock"),
+            ("ownershipControls", "GetBucketOwnershipControls"),
             ("location", "GetBucketLocation"),
             ("versioning", "GetBucketVersioning"),
             ("tagging", "GetBucketTagging"),
@@ -154,6 +163,10 @@ _BUCKET_OPERATIONS: dict[str, _Choices] = {
     "HEAD": ((), "HeadBucket"),
     "PUT": (
         (
+            ("acl", "PutBucketAcl"),
+            ("policy", "PutBucketPolicy"),
+            ("publicAccessBlock", "PutPublicAccessBlock"),
+            ("ownershipControls", "PutBucketOwnershipControls"),
             ("versioning", "PutBucketVersioning"),
             ("tagging", "PutBucketTagging"),
             ("cors", "PutBucketCors"),
@@ -163,6 +176,9 @@ _BUCKET_OPERATIONS: dict[str, _Choices] = {
     ),
     "DELETE": (
         (
+            ("policy", "DeleteBucketPolicy"),
+            ("publicAccessBlock", "DeletePublicAccessBlock"),
+            ("ownershipControls", "DeleteBucketOwnershipControls"),
             ("tagging", "DeleteBucketTagging"),
             ("cors", "DeleteBucketCors"),
             ("lifecycle", "DeleteBucketLifecycle"),
@@ -173,6 +189,7 @@ _BUCKET_OPERATIONS: dict[str, _Choices] = {
 _OBJECT_OPERATIONS: dict[str, _Choices] = {
     "GET": (
         (
+            ("acl", "GetObjectAcl"),
             ("tagging", "GetObjectTagging"),
             ("attributes", "GetObjectAttributes"),
             ("uploadId", "ListParts"),
@@ -231,6 +248,8 @@ def _object_operation(method: str, query: Mapping[str, str], headers: Mapping[st
 
 
 def _object_put(query: Mapping[str, str], headers: Mapping[str, str]) -> str:
+    if "acl" in query:
+        return "PutObjectAcl"
     if "tagging" in query:
         return "PutObjectTagging"
     copy = "x-amz-copy-source" in headers
@@ -240,8 +259,8 @@ def _object_put(query: Mapping[str, str], headers: Mapping[str, str]) -> str:
 
 
 def _fixed_setting(method: str, bucket: str, key: str, query: Mapping[str, str]) -> str:
-    """The operation reading (or, for ACLs, setting) a fixed setting, "" for none: only
-    when the query names no other unsupported subresource."""
+    """The operation reading a fixed setting, "" for none: only when the query names no
+    other unsupported subresource."""
     names = [name for name in query if name in UNSUPPORTED_SUBRESOURCES]
     if not bucket or len(names) != 1:
         return ""
@@ -251,13 +270,25 @@ def _fixed_setting(method: str, bucket: str, key: str, query: Mapping[str, str])
     others = set(query) - {name, "versionId" if key else name}
     if others:
         return ""
-    if name == "acl" and method in ("GET", "PUT"):
-        return ("Get" if method == "GET" else "Put") + ("ObjectAcl" if key else "BucketAcl")
     if method == "GET" and not key:
         return FIXED_BUCKET_SETTINGS.get(name, "")
     return ""
 
 
+def _access_subresource_fits(method: str, key: str, query: Mapping[str, str]) -> bool:
+    """Whether the access subresources `query` names (if any) have an operation for
+    this method and target."""
+    for name in query:
+        methods = ACCESS_SUBRESOURCES.get(name)
+        if methods is not None and (method not in methods or (key and name != "acl")):
+            return False
+    return True
+
+
 def unsupported_subresource(query: Mapping[str, str]) -> str:
-    """The first subresource of `query` this gateway does not implement ("" if none)."""
-    return next((name for name in query if name in UNSUPPORTED_SUBRESOURCES), "")
+    """The first subresource of `query` this gateway does not implement ("" if none),
+    or an access subresource used with a method that has no operation for it."""
+    return next(
+        (name for name in query if name in UNSUPPORTED_SUBRESOURCES or name in ACCESS_SUBRESOURCES),
+        "",
+    )

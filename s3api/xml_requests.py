@@ -34,12 +34,15 @@ __all__ = [
     "CompletedPart",
     "DeleteRequest",
     "ObjectToDelete",
-    "acl_grants_only_owner",
+    "AclGrant",
     "parse_complete_multipart_upload",
     "parse_cors_configuration",
     "parse_create_bucket_configuration",
+    "parse_access_control_policy",
     "parse_delete",
     "parse_lifecycle_configuration",
+    "parse_ownership_controls",
+    "parse_public_access_block",
     "parse_tagging",
     "parse_versioning_configuration",
     "read_bounded",
@@ -535,21 +538,99 @@ def parse_complete_multipart_upload(body: bytes) -> list[CompletedPart]:
     return parts
 
 
-def acl_grants_only_owner(body: bytes, owner: str) -> bool:
-    """PutBucketAcl / PutObjectAcl body: whether it grants FULL_CONTROL to `owner` and
-    nothing to anyone else (the `private` ACL written out); MalformedXML if it is not an
-    AccessControlPolicy."""
-    element = _parse(body, "AccessControlPolicy")
-    acl = _child(element, "AccessControlList")
-    if acl is None:
+@dataclass(frozen=True, slots=True)
+class AclGrant:
+    """One grant of an AccessControlPolicy: a grantee by canonical user id (`kind`
+    "CanonicalUser") or group URI ("Group"), or by e-mail ("AmazonCustomerByEmail")."""
+
+    kind: str
+    identifier: str
+    permission: str
+
+
+_GRANTEE_TYPES = {"CanonicalUser": "ID", "Group": "URI", "AmazonCustomerByEmail": "EmailAddress"}
+_XSI_TYPE = "{http://www.w3.org/2001/XMLSchema-instance}type"
+ACL_GRANTS_MAX = 100  # S3's bound on the grants of one ACL
+
+
+def _acl_grant(grant: Element) -> AclGrant:
+    grantee = _child(grant, "Grantee")
+    permission = _child_text(grant, "Permission", required=True)
+    if grantee is None or permission is None:
         raise _malformed()
-    grants = _children(acl, "Grant")
-    for grant in grants:
-        grantee = _child(grant, "Grantee")
-        if grantee is None:
+    kind = grantee.get(_XSI_TYPE) or next(
+        (k for k, field_name in _GRANTEE_TYPES.items() if _child(grantee, field_name) is not None),
+        "",
+    )
+    field_name = _GRANTEE_TYPES.get(kind)
+    if field_name is None:
+        raise _malformed()
+    identifier = _child_text(grantee, field_name)
+    if not identifier:
+        raise S3Error(
+            "InvalidArgument", "Invalid id" if kind == "CanonicalUser" else "Invalid grantee"
+        )
+    return AclGrant(kind, identifier.strip(), permission.strip())
+
+
+def parse_access_control_policy(body: bytes) -> tuple[str | None, tuple[AclGrant, ...]]:
+    """PutBucketAcl / PutObjectAcl's body: (the Owner's ID, if given; the grants);
+    MalformedACLError when it is not an AccessControlPolicy, as S3 answers."""
+    try:
+        element = _parse(body, "AccessControlPolicy")
+        owner = _child(element, "Owner")
+        owner_id = _child_text(owner, "ID") if owner is not None else None
+        acl = _child(element, "AccessControlList")
+        if acl is None:
             raise _malformed()
-        if _child_text(grant, "Permission") != "FULL_CONTROL":
-            return False
-        if _child_text(grantee, "ID") != owner or _child(grantee, "URI") is not None:
-            return False
-    return bool(grants)
+        grants = _children(acl, "Grant")
+        if len(grants) > ACL_GRANTS_MAX:
+            raise _malformed()
+        return owner_id, tuple(_acl_grant(grant) for grant in grants)
+    except S3Error as e:
+        if e.code != "MalformedXML":
+            raise
+        raise S3Error(
+            "MalformedACLError",
+            "The XML you provided was not well-formed or did not validate against our "
+            "published schema",
+        ) from None
+
+
+_PUBLIC_ACCESS_BLOCK_NAMES = (
+    "BlockPublicAcls",
+    "IgnorePublicAcls",
+    "BlockPublicPolicy",
+    "RestrictPublicBuckets",
+)
+
+
+def parse_public_access_block(body: bytes) -> dict[str, bool]:
+    """PutPublicAccessBlock's body: S3's setting names -> on (a name left out is off)."""
+    element = _parse(body, "PublicAccessBlockConfiguration")
+    settings: dict[str, bool] = {}
+    for child in element:
+        name = _local(child.tag)
+        if name not in _PUBLIC_ACCESS_BLOCK_NAMES or name in settings or len(child):
+            raise _malformed()
+        value = (child.text or "").strip().lower()
+        if value not in ("true", "false"):
+            raise _malformed()
+        settings[name] = value == "true"
+    return settings
+
+
+OBJECT_OWNERSHIP_VALUES = ("BucketOwnerEnforced", "BucketOwnerPreferred", "ObjectWriter")
+
+
+def parse_ownership_controls(body: bytes) -> str:
+    """PutBucketOwnershipControls' body: its one rule's ObjectOwnership."""
+    element = _parse(body, "OwnershipControls")
+    rules = _children(element, "Rule")
+    if len(rules) != 1 or len(element) != 1:
+        raise _malformed()
+    value = _child_text(rules[0], "ObjectOwnership", required=True)
+    if value not in OBJECT_OWNERSHIP_VALUES:
+        raise _malformed()
+    assert value is not None
+    return value

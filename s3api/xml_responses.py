@@ -40,6 +40,8 @@ __all__ = [
     "list_versions_result",
     "location_constraint",
     "ownership_controls",
+    "policy_status",
+    "public_access_block_configuration",
     "request_payment_configuration",
     "tagging",
     "versioning_configuration",
@@ -99,6 +101,24 @@ class ObjectLike(Protocol):
 
     @property
     def checksums(self) -> Mapping[str, str]: ...
+
+
+class GranteeLike(Protocol):
+    @property
+    def kind(self) -> str: ...  # "CanonicalUser" or "Group"
+
+    @property
+    def identifier(self) -> str: ...  # the user's id, or the group's URI
+
+
+class AclGrantLike(Protocol):
+    """What the builders read of an ACL's grant (blobstore.access.acl.Grant)."""
+
+    @property
+    def grantee(self) -> GranteeLike: ...
+
+    @property
+    def permission(self) -> str: ...
 
 
 class UploadLike(Protocol):
@@ -681,21 +701,47 @@ def get_object_attributes_response(
 _XSI = "http://www.w3.org/2001/XMLSchema-instance"
 
 
-def access_control_policy(owner: str) -> bytes:
-    """GetBucketAcl / GetObjectAcl: the one grant there is, the owner's FULL_CONTROL
-    (what S3 shows for a bucket or object with the default `private` ACL)."""
+def access_control_policy(owner: str, grants: Iterable[AclGrantLike] | None = None) -> bytes:
+    """GetBucketAcl / GetObjectAcl: the owner and the grants (None: the owner's
+    FULL_CONTROL alone, what S3 shows for the `private` ACL and where ACLs are
+    disabled)."""
     doc = _Doc("AccessControlPolicy")
     _owner(doc, owner)
     doc.open("AccessControlList")
-    doc.open("Grant")
-    doc.raw(f'<Grantee xmlns:xsi="{_XSI}" xsi:type="CanonicalUser">')
-    doc.add("ID", owner)
-    doc.add("DisplayName", owner)
-    doc.close("Grantee")
-    doc.add("Permission", "FULL_CONTROL")
-    doc.close("Grant")
+    if grants is None:
+        _grant(doc, "CanonicalUser", owner, "FULL_CONTROL")
+    else:
+        for grant in grants:
+            _grant(doc, grant.grantee.kind, grant.grantee.identifier, grant.permission)
     doc.close("AccessControlList")
     return doc.done("AccessControlPolicy")
+
+
+def _grant(doc: _Doc, kind: str, identifier: str, permission: str) -> None:
+    doc.open("Grant")
+    doc.raw(f'<Grantee xmlns:xsi="{_XSI}" xsi:type="{kind}">')
+    if kind == "CanonicalUser":
+        doc.add("ID", identifier)
+        doc.add("DisplayName", identifier)
+    else:
+        doc.add("URI", identifier)
+    doc.close("Grantee")
+    doc.add("Permission", permission)
+    doc.close("Grant")
+
+
+def public_access_block_configuration(settings: Mapping[str, bool]) -> bytes:
+    """GetPublicAccessBlock: S3's four settings, by S3's names."""
+    doc = _Doc("PublicAccessBlockConfiguration")
+    for name, value in settings.items():
+        doc.add(name, value)
+    return doc.done("PublicAccessBlockConfiguration")
+
+
+def policy_status(is_public: bool) -> bytes:
+    doc = _Doc("PolicyStatus")
+    doc.add("IsPublic", is_public)
+    return doc.done("PolicyStatus")
 
 
 def empty_configuration(root: str) -> bytes:

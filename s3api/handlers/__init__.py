@@ -7,7 +7,15 @@ from collections.abc import Awaitable, Callable
 from starlette.responses import Response
 
 from s3api.errors import S3Error
-from s3api.handlers import buckets, cors, default_settings, multipart, objects, post_object
+from s3api.handlers import (
+    access,
+    buckets,
+    cors,
+    default_settings,
+    multipart,
+    objects,
+    post_object,
+)
 from s3api.handlers.context import S3Context
 from s3api.handlers.post_object import FormRequest
 from s3api.routes import FIXED_BUCKET_SETTINGS, NOT_IMPLEMENTED, unsupported_subresource
@@ -63,10 +71,20 @@ HANDLERS: dict[str, Handler] = {
     "AbortMultipartUpload": multipart.abort_multipart_upload,
     "ListParts": multipart.list_parts,
     "ListMultipartUploads": multipart.list_multipart_uploads,
-    "GetBucketAcl": default_settings.get_bucket_acl,
-    "PutBucketAcl": default_settings.put_bucket_acl,
-    "GetObjectAcl": default_settings.get_object_acl,
-    "PutObjectAcl": default_settings.put_object_acl,
+    "GetBucketAcl": access.get_bucket_acl,
+    "PutBucketAcl": access.put_bucket_acl,
+    "GetObjectAcl": access.get_object_acl,
+    "PutObjectAcl": access.put_object_acl,
+    "GetBucketPolicy": access.get_bucket_policy,
+    "PutBucketPolicy": access.put_bucket_policy,
+    "DeleteBucketPolicy": access.delete_bucket_policy,
+    "GetBucketPolicyStatus": access.get_bucket_policy_status,
+    "GetPublicAccessBlock": access.get_public_access_block,
+    "PutPublicAccessBlock": access.put_public_access_block,
+    "DeletePublicAccessBlock": access.delete_public_access_block,
+    "GetBucketOwnershipControls": access.get_bucket_ownership_controls,
+    "PutBucketOwnershipControls": access.put_bucket_ownership_controls,
+    "DeleteBucketOwnershipControls": access.delete_bucket_ownership_controls,
     **{
         operation: default_settings.get_unset_configuration
         for operation in default_settings.UNSET_CONFIGURATION_OPERATIONS

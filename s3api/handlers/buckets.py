@@ -7,16 +7,19 @@ import asyncio
 import base64
 import binascii
 from dataclasses import replace
+from typing import Any
 
 from starlette.responses import Response
 
-from blobstore.catalog.records import ListResult
+from blobstore.access.actions import OperationRequest, required_accesses
+from blobstore.access.decision import BUCKET_OWNER_ENFORCED, OBJECT_WRITER, OWNERSHIP_SETTINGS
+from blobstore.catalog.records import BucketRecord, ListResult
 from blobstore.catalog.versioning import well_formed_version_id
 from s3api import xml_requests, xml_responses
 from s3api.errors import S3Error, log_server_error, to_s3_error
+from s3api.handlers import authorization
 from s3api.handlers._private import xml_response
 from s3api.handlers.context import S3Context
-from s3api.handlers.objects import check_acl
 from s3api.limits import parse_max_count, validate_bucket_name
 
 DELETE_CONCURRENCY = 16
@@ -42,6 +45,7 @@ LIST_BUCKETS_MAX = 10_000
 
 
 async def list_buckets(ctx: S3Context) -> Response:
+    ctx.authorize(None)  # s3:ListAllMyBuckets: any user, never anonymous
     prefix = ctx.query.get("prefix")
     region = ctx.query.get("bucket-region")
     max_text = ctx.query.get("max-buckets")
@@ -61,7 +65,7 @@ async def list_buckets(ctx: S3Context) -> Response:
         (
             b
             for b in await ctx.store.catalog.list_buckets()
-            if b.owner == ctx.user.name
+            if b.owner == ctx.requester
             and b.name.startswith(prefix or "")
             and (region is None or b.region == region)
             and b.name > after
@@ -74,7 +78,7 @@ async def list_buckets(ctx: S3Context) -> Response:
         next_token = _token(buckets[-1].name)
     return xml_response(
         xml_responses.list_all_my_buckets_result(
-            buckets, ctx.user.name, prefix=prefix, continuation_token=next_token
+            buckets, ctx.requester or "", prefix=prefix, continuation_token=next_token
         )
     )
 
@@ -83,78 +87,116 @@ async def create_bucket(ctx: S3Context) -> Response:
     validate_bucket_name(ctx.bucket)
     if ctx.headers.get("x-amz-bucket-object-lock-enabled", "").lower() == "true":
         raise S3Error("NotImplemented", "Object Lock is not implemented")
-    check_acl(ctx, "InvalidBucketAclWithObjectOwnership")
+    ctx.authorize(None)  # s3:CreateBucket (and s3:PutBucketAcl with an ACL)
+    owner = ctx.requester
+    assert owner is not None, "CreateBucket is never allowed to anonymous requests"
+    settings = _new_bucket_settings(ctx, owner)
     region = (
         xml_requests.parse_create_bucket_configuration(await ctx.small_body()) or ctx.config.region
     )
-    await ctx.store.catalog.create_bucket(ctx.bucket, ctx.user.name, region)
+    await ctx.store.catalog.create_bucket(ctx.bucket, owner, region)
+    if settings:
+        # Created with the defaults (the most closed: ACLs disabled), then opened.
+        await ctx.store.catalog.update_bucket(
+            ctx.bucket, lambda b: replace(b, settings={**b.settings, **settings})
+        )
     return Response(b"", headers={"Location": f"/{ctx.bucket}"})
 
 
+def _new_bucket_settings(ctx: S3Context, owner: str) -> dict[str, Any]:
+    """The object ownership and ACL a CreateBucket asks for, as S3 takes them:
+    `x-amz-object-ownership` sets the ownership, and BucketOwnerEnforced refuses an ACL
+    beyond the owner's (InvalidBucketAclWithObjectOwnership); without it, a bucket
+    created with such an ACL (public-read, x-amz-grant-*) has ACLs enabled
+    (ObjectWriter), as S3 created buckets before it made BucketOwnerEnforced the
+    default, and as conformance suites and older clients expect."""
+    ownership = ctx.headers.get("x-amz-object-ownership")
+    if ownership is not None and ownership not in OWNERSHIP_SETTINGS:
+        raise S3Error(
+            "InvalidArgument",
+            "Invalid x-amz-object-ownership header",
+            ArgumentName="x-amz-object-ownership",
+            ArgumentValue=ownership,
+        )
+    foreign = authorization.names_foreign_acl(ctx.headers)
+    if ownership is None:
+        ownership = OBJECT_WRITER if foreign else BUCKET_OWNER_ENFORCED
+    if ownership == BUCKET_OWNER_ENFORCED:
+        if foreign:
+            raise S3Error("InvalidBucketAclWithObjectOwnership")
+        return {}
+    settings: dict[str, Any] = {authorization.OWNERSHIP: ownership}
+    acl = authorization.requested_acl(ctx.headers, owner)
+    if acl is not None:
+        authorization.check_grants(acl, ctx.authorizer, ctx.authorizer.account_block)
+        settings[authorization.ACL] = acl.to_dict()
+    return settings
+
+
 async def head_bucket(ctx: S3Context) -> Response:
-    record = await ctx.owned_bucket()
+    record = await ctx.authorized_bucket()
     return Response(b"", headers={"x-amz-bucket-region": record.region})
 
 
 async def delete_bucket(ctx: S3Context) -> Response:
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     await ctx.store.catalog.delete_bucket(ctx.bucket)
     return Response(b"", status_code=204)
 
 
 async def get_bucket_location(ctx: S3Context) -> Response:
-    record = await ctx.owned_bucket()
+    record = await ctx.authorized_bucket()
     return xml_response(xml_responses.location_constraint(record.region))
 
 
 async def get_bucket_versioning(ctx: S3Context) -> Response:
-    record = await ctx.owned_bucket()
+    record = await ctx.authorized_bucket()
     return xml_response(xml_responses.versioning_configuration(record.versioning))
 
 
 async def put_bucket_versioning(ctx: S3Context) -> Response:
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     status = xml_requests.parse_versioning_configuration(await ctx.small_body())
     await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, versioning=status))
     return Response(b"")
 
 
 async def get_bucket_tagging(ctx: S3Context) -> Response:
-    record = await ctx.owned_bucket()
+    record = await ctx.authorized_bucket()
     if not record.tags:
         raise S3Error("NoSuchTagSet", BucketName=ctx.bucket)
     return xml_response(xml_responses.tagging(record.tags))
 
 
 async def put_bucket_tagging(ctx: S3Context) -> Response:
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     tags = xml_requests.parse_tagging(await ctx.small_body(), bucket=True)
     await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, tags=tags))
     return Response(b"", status_code=204)
 
 
 async def delete_bucket_tagging(ctx: S3Context) -> Response:
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, tags={}))
     return Response(b"", status_code=204)
 
 
 async def get_bucket_lifecycle(ctx: S3Context) -> Response:
-    record = await ctx.owned_bucket()
+    record = await ctx.authorized_bucket()
     if not record.lifecycle:
         raise S3Error("NoSuchLifecycleConfiguration", BucketName=ctx.bucket)
     return xml_response(xml_responses.lifecycle_configuration(record.lifecycle))
 
 
 async def put_bucket_lifecycle(ctx: S3Context) -> Response:
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     rules = xml_requests.parse_lifecycle_configuration(await ctx.small_body())
     await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, lifecycle=rules))
     return Response(b"")
 
 
 async def delete_bucket_lifecycle(ctx: S3Context) -> Response:
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, lifecycle=None))
     return Response(b"", status_code=204)
 
@@ -197,7 +239,7 @@ async def _list_objects(
 
 
 async def list_objects_v2(ctx: S3Context) -> Response:
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     encoding_type = _encoding_type(ctx)
     prefix = ctx.query.get("prefix", "")
     delimiter = ctx.query.get("delimiter", "")
@@ -230,7 +272,7 @@ async def list_objects_v2(ctx: S3Context) -> Response:
 
 
 async def list_objects_v1(ctx: S3Context) -> Response:
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     encoding_type = _encoding_type(ctx)
     prefix = ctx.query.get("prefix", "")
     delimiter = ctx.query.get("delimiter", "")
@@ -254,7 +296,7 @@ async def list_objects_v1(ctx: S3Context) -> Response:
 
 
 async def list_object_versions(ctx: S3Context) -> Response:
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     encoding_type = _encoding_type(ctx)
     prefix = ctx.query.get("prefix", "")
     delimiter = ctx.query.get("delimiter", "")
@@ -306,18 +348,31 @@ async def list_object_versions(ctx: S3Context) -> Response:
 
 
 async def delete_objects(ctx: S3Context) -> Response:
-    await ctx.owned_bucket()
+    """Each key's delete is decided on its own (s3:DeleteObject, s3:DeleteObjectVersion
+    with a version id); a refused one is that key's AccessDenied, as S3 reports it."""
+    bucket = await ctx.authorized_bucket()
     request = xml_requests.parse_delete(await ctx.small_body(checksum_required=True))
     slots = asyncio.Semaphore(DELETE_CONCURRENCY)
-    outcomes = await asyncio.gather(*(_delete_one(ctx, item, slots) for item in request.objects))
+    outcomes = await asyncio.gather(
+        *(_delete_one(ctx, bucket, item, slots) for item in request.objects)
+    )
     deleted = [o for o in outcomes if isinstance(o, xml_responses.Deleted)]
     errors = [o for o in outcomes if isinstance(o, xml_responses.DeleteError)]
     return xml_response(xml_responses.delete_result([] if request.quiet else deleted, errors))
 
 
 async def _delete_one(
-    ctx: S3Context, item: xml_requests.ObjectToDelete, slots: asyncio.Semaphore
+    ctx: S3Context,
+    bucket: BucketRecord,
+    item: xml_requests.ObjectToDelete,
+    slots: asyncio.Semaphore,
 ) -> xml_responses.Deleted | xml_responses.DeleteError:
+    accesses = required_accesses(
+        OperationRequest("DeleteObjects", ctx.bucket, objects=((item.key, item.version_id or ""),))
+    )
+    if not ctx.decide(accesses, bucket).allowed:
+        denied = S3Error("AccessDenied")
+        return xml_responses.DeleteError(item.key, denied.code, denied.message, item.version_id)
     if item.version_id is not None and not well_formed_version_id(item.version_id):
         # A version no key can have (S3 answers so, where DeleteObject says
         # InvalidArgument).
@@ -326,7 +381,11 @@ async def _delete_one(
     async with slots:
         try:
             result = await ctx.store.catalog.delete_object(
-                ctx.bucket, item.key, item.version_id, owner=ctx.user.name, if_match=item.etag
+                ctx.bucket,
+                item.key,
+                item.version_id,
+                owner=ctx.requester or bucket.owner,
+                if_match=item.etag,
             )
         except Exception as e:  # noqa: BLE001 - reported per key, as S3 does
             return delete_error(e, item, request_id=ctx.request_id, bucket=ctx.bucket)

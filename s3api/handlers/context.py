@@ -1,9 +1,11 @@
 """What every handler gets: the request, who sent it, the store, and helpers to read the
-body (verified as it streams) and to load the bucket the request names."""
+body (verified as it streams) and to load the bucket the request names once the request
+is authorized on it (`S3Context.authorized_bucket`, `S3Context.decide`)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
@@ -13,14 +15,20 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import Scope
 
+from blobstore.access.actions import Access, OperationRequest, required_accesses
+from blobstore.access.conditions import ConditionContext
+from blobstore.access.decision import AccessRequest, Decision, combine, decide
+from blobstore.access.policy_context import RequestFacts, condition_context
 from blobstore.catalog.errors import NoSuchBucketError
-from blobstore.catalog.records import BucketRecord
+from blobstore.catalog.records import BucketRecord, ObjectRecord
 from blobstore.objects import ObjectStore
 from blobstore.runtime.aio import IdleWatchdog
 from s3api.aws_chunked import PayloadReader
 from s3api.checksums import ALGORITHMS, header_name
-from s3api.config import GatewayConfig, User
+from s3api.config import GatewayConfig
 from s3api.errors import S3Error
+from s3api.handlers.authorization import Authorizer, object_owner, object_state
+from s3api.identities import Identity
 from s3api.limits import REQUEST_XML_BYTES_MAX
 from s3api.sigv4 import AuthContext
 
@@ -76,6 +84,11 @@ class RequestHeaders(Headers):
     def get(self, key: str, default: Any = None) -> Any:
         return self._first.get(key.lower(), default)
 
+    @property
+    def first_values(self) -> Mapping[str, str]:
+        """Lower-case name -> its first value."""
+        return self._first
+
 
 class GatewayRequest(Request):
     """Starlette's `Request` with `RequestHeaders`."""
@@ -88,6 +101,20 @@ class GatewayRequest(Request):
         return headers
 
 
+# Headers by which a write sets an ACL (x-amz-acl, x-amz-grant-*).
+ACL_HEADERS = (
+    "x-amz-acl",
+    "x-amz-grant-full-control",
+    "x-amz-grant-read",
+    "x-amz-grant-read-acp",
+    "x-amz-grant-write",
+    "x-amz-grant-write-acp",
+)
+NO_CONDITIONS: ConditionContext = {}
+# Writes that create an object (and may set its ACL).
+OBJECT_WRITES = frozenset({"PutObject", "PostObject", "CopyObject", "CreateMultipartUpload"})
+
+
 @dataclass(slots=True)
 class S3Context:
     request: GatewayRequest
@@ -96,12 +123,16 @@ class S3Context:
     key: str
     operation: str
     query: dict[str, str]
-    user: User
-    auth: AuthContext
+    user: Identity | None  # None: anonymous
+    auth: AuthContext | None  # None: anonymous
     store: ObjectStore
     config: GatewayConfig
+    authorizer: Authorizer
     bucket_record: BucketRecord | None = None
+    decision: Decision | None = None  # the request's, once decided (the access log's)
+    auth_type: str = "REST-HEADER"  # s3:authType: REST-QUERY-STRING presigned, POST forms
     _view: asyncio.Future[None] | None = None
+    _conditions: ConditionContext | None = None
 
     def view(self) -> asyncio.Future[None]:
         """This request's view of the catalog (`ZooKeeperClient.fresh_view_started()`),
@@ -119,31 +150,144 @@ class S3Context:
     def method(self) -> str:
         return self.request.method
 
-    async def owned_bucket(self, *, cached: bool = False) -> BucketRecord:
-        """The bucket this request names; AccessDenied unless the requester owns it.
+    @property
+    def requester(self) -> str | None:
+        """The user's name; None when anonymous."""
+        return None if self.user is None else self.user.name
 
-        `cached`: a record from this process's watched cache will do when it grants
-        access, without a ZooKeeper sync; only for a write whose commit checks the owner
-        again against the record its version check holds (`Catalog.put_object`'s
+    # ------------------------------------------------------------------ authorization
+
+    def conditions(self) -> ConditionContext:
+        """The request's condition keys (`blobstore.access.policy_context`), built once."""
+        if self._conditions is None:
+            scope = self.request.scope
+            client = scope.get("client")
+            auth = self.auth
+            self._conditions = condition_context(
+                RequestFacts(
+                    user=self.requester,
+                    source_ip=client[0] if client else "",
+                    secure_transport=scope.get("scheme") == "https",
+                    now_s=time.time(),
+                    headers=self.headers.first_values,
+                    query=self.query,
+                    auth_type=self.auth_type,
+                    signature_version=(
+                        "AWS"
+                        if auth is not None and auth.signature_version == 2
+                        else "AWS4-HMAC-SHA256"
+                    ),
+                )
+            )
+        return self._conditions
+
+    def operation_request(self, operation: str = "") -> OperationRequest:
+        """What of this request decides its accesses (a copy's source is decided apart,
+        on its own bucket: `decide_copy_source`)."""
+        names = self.headers.first_values
+        return OperationRequest(
+            operation=operation or self.operation,
+            bucket=self.bucket,
+            key=self.key,
+            version_id=self.query.get("versionId", ""),
+            sets_acl=not names.keys().isdisjoint(ACL_HEADERS),
+            sets_tags="x-amz-tagging" in names,
+        )
+
+    def decide(
+        self,
+        accesses: Iterable[Access],
+        bucket: BucketRecord | None,
+        obj: ObjectRecord | None = None,
+    ) -> Decision:
+        """The decision on `accesses` (all on `bucket`; None: account-level or a bucket
+        yet to be created), recorded as the request's (its first denial, else its first
+        allow); not raising."""
+        authorizer = self.authorizer
+        requester = authorizer.requester(self.user)
+        state = authorizer.bucket_state(bucket) if bucket is not None else None
+        target = object_state(bucket, obj) if bucket is not None else None
+        # The condition keys are read only by policies' statements: none, none built.
+        consulted = requester.policies or (state is not None and state.policy is not None)
+        conditions = self.conditions() if consulted else NO_CONDITIONS
+        decision = combine(
+            [
+                decide(
+                    AccessRequest(
+                        requester,
+                        access,
+                        conditions,
+                        bucket=state,
+                        obj=target,
+                        account_block=authorizer.account_block,
+                    )
+                )
+                for access in accesses
+            ]
+        )
+        if self.decision is None or (self.decision.allowed and not decision.allowed):
+            self.decision = decision
+        return decision
+
+    def authorize(self, bucket: BucketRecord | None, obj: ObjectRecord | None = None) -> None:
+        """AccessDenied unless every access this request needs on `bucket` is allowed.
+        A write setting the new object's ACL asks for s3:PutObjectAcl on the object it
+        creates, whose owner is the one the bucket's ownership gives it."""
+        accesses = required_accesses(self.operation_request())
+        if bucket is not None:
+            accesses = tuple(a for a in accesses if a.bucket == bucket.name)
+        if not accesses:
+            return
+        if bucket is not None and obj is None and self.operation in OBJECT_WRITES:
+            acl_accesses = tuple(a for a in accesses if a.action == "s3:PutObjectAcl")
+            accesses = tuple(a for a in accesses if a.action != "s3:PutObjectAcl")
+            if acl_accesses:
+                canned = self.headers.get("x-amz-acl")
+                owner = object_owner(bucket, self.requester, canned.strip() if canned else None)
+                created = ObjectRecord(bucket=bucket.name, key=self.key, owner=owner)
+                if not self.decide(acl_accesses, bucket, created).allowed:
+                    raise S3Error("AccessDenied")
+        if not self.decide(accesses, bucket, obj).allowed:
+            raise S3Error("AccessDenied")
+
+    def _allowed(self, bucket: BucketRecord, obj: ObjectRecord | None) -> bool:
+        try:
+            self.authorize(bucket, obj)
+        except S3Error:
+            self.decision = None  # decided again on the newest record
+            return False
+        return True
+
+    async def authorized_bucket(
+        self, *, cached: bool = False, obj: ObjectRecord | None = None
+    ) -> BucketRecord:
+        """The bucket this request names, once the request is allowed on it
+        (`blobstore.access.decision`); AccessDenied otherwise. `obj`: the object the
+        request names, when its handler has read it (its owner and ACL decide in a
+        bucket with ACLs enabled).
+
+        `cached`: a record from this process's watched cache will do when it allows
+        the request, without a ZooKeeper sync; only for a write whose commit checks the
+        owner again against the record its version check holds (`Catalog.put_object`'s
         `owner`). A refusal is always decided on the newest record.
 
         A request whose `x-amz-expected-bucket-owner` names someone else is refused as
         well (S3's guard against writing to a bucket that changed hands)."""
-        owner = self.user.name
         expected = self.headers.get("x-amz-expected-bucket-owner")
-        if cached and (expected is None or expected == owner):
+        if cached:
             try:
                 record = await self.store.catalog.get_bucket(self.bucket, cached=True)
             except NoSuchBucketError:
                 pass
             else:
-                if record.owner == owner:
+                if (expected is None or expected == record.owner) and self._allowed(record, obj):
                     self.bucket_record = record
                     return record
         record = await self.store.catalog.get_bucket(self.bucket, self.view())
-        if record.owner != owner or (expected is not None and expected != owner):
-            raise S3Error("AccessDenied")
         self.bucket_record = record
+        if expected is not None and expected != record.owner:
+            raise S3Error("AccessDenied")
+        self.authorize(record, obj)
         return record
 
     async def _stream(self) -> AsyncIterator[bytes]:

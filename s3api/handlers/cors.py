@@ -109,20 +109,20 @@ def cors_response_headers(record: BucketRecord, request: Request) -> list[tuple[
 
 
 async def get_bucket_cors(ctx: S3Context) -> Response:
-    record = await ctx.owned_bucket()
+    record = await ctx.authorized_bucket()
     if not record.cors:
         raise S3Error("NoSuchCORSConfiguration", BucketName=ctx.bucket)
     return xml_response(xml_responses.cors_configuration(record.cors))
 
 
 async def put_bucket_cors(ctx: S3Context) -> Response:
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     rules = xml_requests.parse_cors_configuration(await ctx.small_body())
     await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, cors=rules))
     return Response(b"", status_code=200)
 
 
 async def delete_bucket_cors(ctx: S3Context) -> Response:
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, cors=None))
     return Response(b"", status_code=204)

@@ -46,7 +46,6 @@ from s3api.handlers._private import quote_etag, written_version_headers, xml_res
 from s3api.handlers.context import S3Context
 from s3api.handlers.objects import (
     body_checksums,
-    check_acl,
     check_encryption,
     checksum_headers,
     load_copy_source,
@@ -54,6 +53,7 @@ from s3api.handlers.objects import (
     require_length,
     storage_class,
     system_metadata,
+    written_object,
 )
 from s3api.limits import (
     OBJECT_SIZE_MAX,
@@ -80,8 +80,8 @@ async def _upload(ctx: S3Context) -> UploadRecord:
 async def create_multipart_upload(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     check_encryption(ctx)
-    check_acl(ctx)
-    await ctx.owned_bucket()
+    bucket = await ctx.authorized_bucket()
+    owner, acl = written_object(ctx, bucket)
     algorithm_text = ctx.headers.get("x-amz-checksum-algorithm")
     algorithm = parse_algorithm(algorithm_text) if algorithm_text else None
     checksum_type = parse_checksum_type(algorithm, ctx.headers.get("x-amz-checksum-type"))
@@ -90,10 +90,10 @@ async def create_multipart_upload(ctx: S3Context) -> Response:
             bucket=ctx.bucket,
             key=ctx.key,
             initiated=time.time(),
-            owner=ctx.user.name,
+            owner=owner,
             content_type=ctx.headers.get("content-type") or CONTENT_TYPE_DEFAULT,
             metadata=user_metadata(ctx.headers.items()),
-            system_metadata=system_metadata(ctx),
+            system_metadata=system_metadata(ctx) | acl,
             storage_class=storage_class(ctx),
             checksum_algorithm=algorithm or "",
             checksum_type=checksum_type or "",
@@ -114,7 +114,7 @@ async def upload_part(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     require_length(ctx)
     part_number = parse_part_number(ctx.query.get("partNumber"))
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     upload = await _upload(ctx)
     extra = [upload.checksum_algorithm] if upload.checksum_algorithm else []
     # An upload created without an algorithm: each part gets S3's default checksum, and
@@ -140,7 +140,7 @@ async def upload_part(ctx: S3Context) -> Response:
 async def upload_part_copy(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     part_number = parse_part_number(ctx.query.get("partNumber"))
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     upload = await _upload(ctx)
     _, source = await load_copy_source(ctx)
     byte_range = parse_copy_source_range(ctx.headers.get("x-amz-copy-source-range"), source.size)
@@ -186,7 +186,7 @@ async def upload_part_copy(ctx: S3Context) -> Response:
 
 async def complete_multipart_upload(ctx: S3Context) -> Response:
     validate_key(ctx.key)
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     upload, gone = await _upload_in_progress(ctx)
     # Its x-amz-checksum-* header is the whole object's (checked in `finish`).
     body = await ctx.small_body(checksum_headers_are_the_body=False)
@@ -411,7 +411,7 @@ def checksum_type_mismatch(expected: str, actual: str) -> S3Error:
 
 async def abort_multipart_upload(ctx: S3Context) -> Response:
     validate_key(ctx.key)
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     upload = await _upload(ctx)
     await ctx.store.catalog.abort_upload(ctx.bucket, upload.upload_id)
     return Response(b"", status_code=204)
@@ -419,7 +419,7 @@ async def abort_multipart_upload(ctx: S3Context) -> Response:
 
 async def list_parts(ctx: S3Context) -> Response:
     validate_key(ctx.key)
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     upload = await _upload(ctx)
     marker_text = ctx.query.get("part-number-marker", "0") or "0"
     if not marker_text.isdigit():
@@ -457,7 +457,7 @@ async def list_parts(ctx: S3Context) -> Response:
 
 
 async def list_multipart_uploads(ctx: S3Context) -> Response:
-    await ctx.owned_bucket()
+    await ctx.authorized_bucket()
     encoding_type = ctx.query.get("encoding-type")
     if encoding_type is not None and encoding_type != "url":
         raise S3Error("InvalidArgument", "Invalid Encoding Method specified in Request")

@@ -11,6 +11,7 @@ from urllib.parse import parse_qsl, unquote
 
 from starlette.responses import Response, StreamingResponse
 
+from blobstore.access.actions import OperationRequest, required_accesses
 from blobstore.catalog import versioning
 from blobstore.catalog.errors import DeleteMarkerError, NoSuchKeyError, NoSuchVersionError
 from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, BucketRecord, ObjectRecord
@@ -32,6 +33,7 @@ from s3api.conditions import (
     parse_write_conditions,
 )
 from s3api.errors import S3Error
+from s3api.handlers import authorization
 from s3api.handlers._private import (
     quote_etag,
     version_headers,
@@ -162,38 +164,25 @@ def check_encryption(ctx: S3Context) -> None:
         )
 
 
-# Canned ACLs that say what every bucket and object here has: the owner's full control.
-OWNER_ONLY_ACLS = frozenset({"private", "bucket-owner-full-control"})
-# x-amz-grant-* headers name grantees beyond that.
-GRANT_HEADERS = (
-    "x-amz-grant-full-control",
-    "x-amz-grant-read",
-    "x-amz-grant-read-acp",
-    "x-amz-grant-write",
-    "x-amz-grant-write-acp",
-)
-
-
-def check_acl(ctx: S3Context, error: str = "AccessControlListNotSupported") -> None:
-    """Ownership here is S3's default "bucket owner enforced" (ACLs disabled): a write may
-    name no ACL or one meaning the owner's full control; any other is refused as S3
-    refuses it, rather than ignored (a client asking for public-read must not be told
-    its object was stored so), unless the gateway is set to ignore ACLs
-    (`BLOBSTORE_GATEWAY_ACLS=ignore`, for applications that always send one)."""
-    headers = ctx.headers
-    canned = headers.get("x-amz-acl")
-    if (canned is not None and canned not in OWNER_ONLY_ACLS) or any(
-        name in headers for name in GRANT_HEADERS
-    ):
-        if ctx.config.acls == "ignore":  # BLOBSTORE_GATEWAY_ACLS=ignore
-            return
-        raise S3Error(error)
+def written_object(ctx: S3Context, bucket: BucketRecord) -> tuple[str, dict[str, str]]:
+    """(owner, system metadata holding its ACL) of the object this write creates
+    (`authorization.written_object`; `BLOBSTORE_GATEWAY_ACLS=ignore` ignores ACLs where
+    they are disabled)."""
+    return authorization.written_object(
+        ctx.headers, ctx.requester, bucket, ctx.authorizer, ctx.config.acls == "ignore"
+    )
 
 
 def require_length(ctx: S3Context) -> None:
     """S3 refuses uploads of unknown length: no Content-Length (and not chunked), or an
     aws-chunked body without x-amz-decoded-content-length (411 MissingContentLength)."""
-    if ctx.auth.streaming:
+    auth = ctx.auth
+    streaming = (
+        auth.streaming
+        if auth is not None
+        else ctx.headers.get("x-amz-content-sha256", "").startswith("STREAMING-")
+    )
+    if streaming:
         if "x-amz-decoded-content-length" not in ctx.headers:
             raise S3Error("MissingContentLength")
         return
@@ -250,22 +239,35 @@ def parse_copy_source(value: str) -> CopySource:
 
 
 async def load_copy_source(ctx: S3Context) -> tuple[CopySource, ObjectRecord]:
+    """The copy's source, once the requester may read it (s3:GetObject on the source,
+    decided on the source's bucket and, where its ACLs are enabled, on the version)."""
     source = parse_copy_source(ctx.headers["x-amz-copy-source"])
     bucket = await ctx.store.catalog.get_bucket(source.bucket, ctx.view())
     expected = ctx.headers.get("x-amz-source-expected-bucket-owner")
-    if bucket.owner != ctx.user.name or (expected is not None and expected != bucket.owner):
+    if expected is not None and expected != bucket.owner:
         raise S3Error("AccessDenied")
+    read = required_accesses(
+        OperationRequest("GetObject", source.bucket, source.key, source.version_id or "")
+    )
     try:
         record = await ctx.store.catalog.get_object(
             source.bucket, source.key, source.version_id, view=ctx.view()
         )
     except DeleteMarkerError:
+        if not ctx.decide(read, bucket).allowed:
+            raise S3Error("AccessDenied") from None
         if source.version_id is not None:
             raise S3Error(
                 "InvalidRequest",
                 "The source of a copy request may not specifically refer to a delete marker by version id.",
             ) from None
         raise S3Error("NoSuchKey", Key=source.key) from None
+    except Exception:
+        if not ctx.decide(read, bucket).allowed:
+            raise S3Error("AccessDenied") from None
+        raise
+    if not ctx.decide(read, bucket, record).allowed:
+        raise S3Error("AccessDenied")
     check_copy_source_conditions(ctx.headers, record.etag, record.last_modified)
     if record.tier_location is not None and not record.extents and record.size:
         raise S3Error(
@@ -315,18 +317,18 @@ def check_version_id(version_id: str | None) -> None:
 async def put_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     check_encryption(ctx)
-    check_acl(ctx)
     require_length(ctx)
     # No sync: the commit checks the owner and the bucket's version again.
-    await ctx.owned_bucket(cached=True)
+    bucket = await ctx.authorized_bucket(cached=True)
+    owner, acl = written_object(ctx, bucket)
     template = ObjectRecord(
         bucket=ctx.bucket,
         key=ctx.key,
         content_type=ctx.headers.get("content-type") or CONTENT_TYPE_DEFAULT,
         metadata=user_metadata(ctx.headers.items()),
-        system_metadata=system_metadata(ctx),
+        system_metadata=system_metadata(ctx) | acl,
         storage_class=storage_class(ctx),
-        owner=ctx.user.name,
+        owner=owner,
         tags=parse_tagging_header(ctx.headers.get("x-amz-tagging")),
     )
     if_match, if_none_match = parse_write_conditions(ctx.headers)
@@ -344,7 +346,7 @@ async def put_object(ctx: S3Context) -> Response:
         compute_md5=False,
         if_match=if_match,
         if_none_match=if_none_match,
-        owner=ctx.user.name,
+        owner=bucket.owner,
     )
     record = result.record
     headers = {"ETag": quote_etag(record.etag)}
@@ -378,6 +380,7 @@ def object_headers(ctx: S3Context, record: ObjectRecord, versioning: str) -> dic
         "Content-Type": record.content_type,
     }
     headers.update(record.system_metadata)
+    headers.pop(authorization.OBJECT_ACL, None)
     for name, value in record.metadata.items():
         headers["x-amz-meta-" + name] = metadata_header_value(value)
     if record.storage_class != "STANDARD":
@@ -391,10 +394,11 @@ def object_headers(ctx: S3Context, record: ObjectRecord, versioning: str) -> dic
     return headers
 
 
-async def owned_bucket_and_version(ctx: S3Context) -> tuple[BucketRecord, ObjectRecord]:
+async def authorized_bucket_and_version(ctx: S3Context) -> tuple[BucketRecord, ObjectRecord]:
     """The bucket check and the version lookup through the request's one view (one
     sync). The bucket's verdict (NoSuchBucket, AccessDenied) always wins, so nothing
-    about the object is revealed before ownership is established.
+    about the object is revealed before the request is allowed; the version read
+    decides with it where ACLs are enabled (its owner and ACL).
 
     With the bucket's record in this process's cache (nearly always: it is kept under a
     watch), the check after the lookup costs no round trip, and the two run one after
@@ -404,7 +408,7 @@ async def owned_bucket_and_version(ctx: S3Context) -> tuple[BucketRecord, Object
     bucket_task = (
         None
         if ctx.store.catalog.bucket_cached(ctx.bucket)
-        else asyncio.ensure_future(ctx.owned_bucket())
+        else asyncio.ensure_future(ctx.store.catalog.get_bucket(ctx.bucket, ctx.view()))
     )
     try:
         record = await load_version(ctx)
@@ -413,9 +417,13 @@ async def owned_bucket_and_version(ctx: S3Context) -> tuple[BucketRecord, Object
             bucket_task.cancel()
         raise
     except Exception:
-        await (bucket_task or ctx.owned_bucket())  # its error, if any, is the answer
+        if bucket_task is not None:
+            await asyncio.gather(bucket_task, return_exceptions=True)
+        await ctx.authorized_bucket()  # its error, if any, is the answer
         raise
-    return await (bucket_task or ctx.owned_bucket()), record
+    if bucket_task is not None:
+        await asyncio.gather(bucket_task, return_exceptions=True)
+    return await ctx.authorized_bucket(obj=record), record
 
 
 # GET bodies up to this size are answered in one piece instead of streamed.
@@ -424,7 +432,7 @@ WHOLE_BODY_BYTES_MAX = 1024 * 1024
 
 async def get_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
-    bucket, record = await owned_bucket_and_version(ctx)
+    bucket, record = await authorized_bucket_and_version(ctx)
     check_read_conditions(ctx.headers, record.etag, record.last_modified)
     headers = object_headers(ctx, record, bucket.versioning)
     part_number_text = ctx.query.get("partNumber")
@@ -561,13 +569,13 @@ def parse_delete_condition(headers: Mapping[str, str]) -> str | None:
 async def delete_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     if_match = parse_delete_condition(ctx.headers)
-    bucket = await ctx.owned_bucket()
+    bucket = await ctx.authorized_bucket()
     version_id = ctx.query.get("versionId")
     check_version_id(version_id)
     headers: dict[str, str] = {}
     # Deleting what is not there succeeds (no error); NoSuchKey only from If-Match.
     result = await ctx.store.catalog.delete_object(
-        ctx.bucket, ctx.key, version_id, owner=ctx.user.name, if_match=if_match
+        ctx.bucket, ctx.key, version_id, owner=ctx.requester or bucket.owner, if_match=if_match
     )
     if result.delete_marker:
         headers["x-amz-delete-marker"] = "true"
@@ -582,8 +590,8 @@ async def delete_object(ctx: S3Context) -> Response:
 async def copy_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     check_encryption(ctx)
-    check_acl(ctx)
-    bucket = await ctx.owned_bucket()
+    bucket = await ctx.authorized_bucket()
+    written = written_object(ctx, bucket)
     source, record = await load_copy_source(ctx)
     if record.size > PUT_OBJECT_SIZE_MAX:
         raise S3Error(
@@ -601,7 +609,10 @@ async def copy_object(ctx: S3Context) -> Response:
             "without changing the object's metadata, storage class, website redirect location "
             "or encryption attributes.",
         )
-    template = _copy_template(ctx, record, metadata_directive, tagging_directive, new_class)
+    template = _copy_template(ctx, record, (metadata_directive, tagging_directive), new_class)
+    template = replace(
+        template, owner=written[0], system_metadata=template.system_metadata | written[1]
+    )
     if_match, if_none_match = parse_write_conditions(ctx.headers)
     algorithm_text = ctx.headers.get("x-amz-checksum-algorithm")
     if (if_match is not None or if_none_match) and _copy_reads_source(record, algorithm_text):
@@ -652,14 +663,11 @@ def _copies_to_itself_unchanged(
 
 
 def _copy_template(
-    ctx: S3Context,
-    record: ObjectRecord,
-    metadata_directive: str,
-    tagging_directive: str,
-    new_class: str,
+    ctx: S3Context, record: ObjectRecord, directives: tuple[str, str], new_class: str
 ) -> ObjectRecord:
-    """The copy's record but for its data: metadata and tags from the source (COPY) or
-    the request (REPLACE), the requested storage class, the requester as owner."""
+    """The copy's record but for its data, owner and ACL: metadata and tags from the
+    source (COPY) or the request (REPLACE), the requested storage class."""
+    metadata_directive, tagging_directive = directives
     if metadata_directive == "REPLACE":
         template = ObjectRecord(
             bucket=ctx.bucket,
@@ -681,13 +689,17 @@ def _copy_template(
         if tagging_directive == "REPLACE"
         else dict(record.tags)
     )
-    return replace(template, storage_class=new_class, owner=ctx.user.name, tags=tags)
+    return replace(template, storage_class=new_class, tags=tags)
 
 
 def _copied_system_metadata(ctx: S3Context, source: ObjectRecord) -> dict[str, str]:
     """The source's system metadata, but for its website redirect location: that is the
     object's own, so a copy takes the request's, if any (as S3)."""
-    copied = {k: v for k, v in source.system_metadata.items() if k != WEBSITE_REDIRECT}
+    copied = {
+        k: v
+        for k, v in source.system_metadata.items()
+        if k not in (WEBSITE_REDIRECT, authorization.OBJECT_ACL)  # a copy's ACL is its own
+    }
     redirect = ctx.headers.get(WEBSITE_REDIRECT)
     if redirect is not None:
         check_website_redirect(redirect)
@@ -756,8 +768,7 @@ async def _retag(ctx: S3Context, tags: dict[str, str]) -> ObjectRecord:
 
 async def get_object_tagging(ctx: S3Context) -> Response:
     validate_key(ctx.key)
-    bucket = await ctx.owned_bucket()
-    record = await load_version(ctx)
+    bucket, record = await authorized_bucket_and_version(ctx)
     return xml_response(
         xml_responses.tagging(record.tags),
         headers=version_headers(record.version_id, bucket.versioning),
@@ -766,7 +777,7 @@ async def get_object_tagging(ctx: S3Context) -> Response:
 
 async def put_object_tagging(ctx: S3Context) -> Response:
     validate_key(ctx.key)
-    bucket = await ctx.owned_bucket()
+    bucket, _ = await authorized_bucket_and_version(ctx)
     tags = xml_requests.parse_tagging(await ctx.small_body())
     record = await _retag(ctx, tags)
     return Response(b"", headers=version_headers(record.version_id, bucket.versioning))
@@ -774,7 +785,7 @@ async def put_object_tagging(ctx: S3Context) -> Response:
 
 async def delete_object_tagging(ctx: S3Context) -> Response:
     validate_key(ctx.key)
-    bucket = await ctx.owned_bucket()
+    bucket, _ = await authorized_bucket_and_version(ctx)
     record = await _retag(ctx, {})
     return Response(
         b"", status_code=204, headers=version_headers(record.version_id, bucket.versioning)
@@ -786,7 +797,6 @@ async def delete_object_tagging(ctx: S3Context) -> Response:
 
 async def get_object_attributes(ctx: S3Context) -> Response:
     validate_key(ctx.key)
-    bucket = await ctx.owned_bucket()
     wanted_text = ctx.headers.get("x-amz-object-attributes", "")
     wanted = {a.strip() for a in wanted_text.split(",") if a.strip()}
     if not wanted or not wanted <= set(OBJECT_ATTRIBUTES):
@@ -796,7 +806,7 @@ async def get_object_attributes(ctx: S3Context) -> Response:
             ArgumentName="x-amz-object-attributes",
             ArgumentValue=wanted_text,
         )
-    record = await load_version(ctx)
+    bucket, record = await authorized_bucket_and_version(ctx)
     check_read_conditions(ctx.headers, record.etag, record.last_modified)
     max_parts = parse_max_count(ctx.headers.get("x-amz-max-parts"), name="max-parts")
     marker_text = ctx.headers.get("x-amz-part-number-marker", "0")

@@ -8,8 +8,9 @@ over unauthenticated (`FormRequest`) and this handler, reading the body as it ar
    MaxPostPreDataLengthExceeded); a body that is not multipart/form-data is refused
    before it is read, a broken one is MalformedPOSTRequest;
 2. authenticates them (`sigv4.authenticate_form`: V4 or V2 signature of the policy);
-   an unsigned form is anonymous, refused until anonymous writes can be allowed
-   (`anonymous_context`);
+   an unsigned form is anonymous (`anonymous_context`); either is then authorized as
+   PutObject is (s3:PutObject on the key, and s3:PutObjectAcl with an `acl` field):
+   an anonymous form is stored only where a bucket policy or ACL lets anyone write;
 3. checks the form against its policy (`post_policy`): expiration, conditions, fields
    no condition names;
 4. stores the file as PutObject stores a body: streamed into the object layer in
@@ -34,7 +35,7 @@ import asyncio
 import re
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 from urllib.parse import quote, urlencode, urlsplit
 from xml.sax.saxutils import escape
@@ -49,21 +50,23 @@ from blobstore.runtime.aio import IdleWatchdog
 from s3api import xml_requests
 from s3api.aws_chunked import PayloadReader
 from s3api.checksums import ALGORITHMS, DEFAULT_ALGORITHM, header_name
-from s3api.config import GatewayConfig, User
+from s3api.config import GatewayConfig
 from s3api.errors import S3Error
 from s3api.handlers._private import quote_etag, written_version_headers
+from s3api.handlers.authorization import Authorizer
 from s3api.handlers.context import GatewayRequest, S3Context
 from s3api.handlers.objects import (
     body_checksums,
-    check_acl,
     check_encryption,
     checksum_headers,
     storage_class,
     system_metadata,
+    written_object,
 )
+from s3api.identities import Identity
 from s3api.limits import KIB, PUT_OBJECT_SIZE_MAX, user_metadata, validate_key
 from s3api.post_policy import PostPolicy, check_form, check_size, parse_policy
-from s3api.sigv4 import authenticate_form
+from s3api.sigv4 import AuthContext, authenticate_form
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
@@ -109,7 +112,8 @@ class FormRequest:
     query: dict[str, str]
     store: ObjectStore
     config: GatewayConfig
-    lookup_user: Callable[[str], User | None]
+    lookup_user: Callable[[str], Identity | None]
+    authorizer: Authorizer
     context: S3Context | None = None
 
     def lookup_secret(self, access_key: str) -> str | None:
@@ -333,9 +337,30 @@ async def _received(request: GatewayRequest, idle_timeout_s: float) -> AsyncIter
 
 def anonymous_context(form: FormRequest, fields: dict[str, str]) -> S3Context:
     """An unsigned form (no policy, no signature): S3 stores it where the bucket lets
-    anyone write (a bucket policy or ACL granting s3:PutObject to everyone). Nothing
-    grants that yet: refused, as every anonymous request is."""
-    raise S3Error("AccessDenied", "Anonymous access is not allowed")
+    anyone write (a bucket policy or ACL granting s3:PutObject to everyone), which the
+    authorization of `post_object` decides."""
+    return _context(form, fields, None, None)
+
+
+def _context(
+    form: FormRequest, fields: dict[str, str], user: Identity | None, auth: AuthContext | None
+) -> S3Context:
+    context = S3Context(
+        request=_form_request(form, fields),
+        request_id=form.request_id,
+        bucket=form.bucket,
+        key="",
+        operation=OPERATION,
+        query=form.query,
+        user=user,
+        auth=auth,
+        store=form.store,
+        config=form.config,
+        authorizer=form.authorizer,
+        auth_type="POST",
+    )
+    form.context = context
+    return context
 
 
 def _form_request(form: FormRequest, fields: dict[str, str]) -> GatewayRequest:
@@ -365,20 +390,7 @@ def authenticated_context(form: FormRequest, fields: dict[str, str]) -> S3Contex
         return anonymous_context(form, fields)
     user = form.lookup_user(auth.access_key)
     assert user is not None, f"no user for verified key {auth.access_key!r}"
-    context = S3Context(
-        request=_form_request(form, fields),
-        request_id=form.request_id,
-        bucket=form.bucket,
-        key="",
-        operation=OPERATION,
-        query=form.query,
-        user=user,
-        auth=auth,
-        store=form.store,
-        config=form.config,
-    )
-    form.context = context
-    return context
+    return _context(form, fields, user, auth)
 
 
 def object_key(fields: dict[str, str], filename: str) -> str:
@@ -412,7 +424,6 @@ def _template(ctx: S3Context, fields: dict[str, str]) -> ObjectRecord:
         metadata=user_metadata(ctx.headers.items()),
         system_metadata=system_metadata(ctx),
         storage_class=storage_class(ctx),
-        owner=ctx.user.name,
         tags=xml_requests.parse_tagging(tagging.encode("utf-8")) if tagging else {},
     )
 
@@ -435,9 +446,11 @@ async def post_object(form: FormRequest) -> Response:
     policy = checked_policy(fields, ctx.bucket, key, time.time()) if "policy" in fields else None
     validate_key(key)
     check_encryption(ctx)
-    check_acl(ctx)
-    await ctx.owned_bucket(cached=True)  # the commit checks the owner again
-    template = _template(ctx, fields)
+    bucket = await ctx.authorized_bucket(cached=True)  # the commit checks the owner again
+    owner, acl = written_object(ctx, bucket)
+    template = replace(
+        _template(ctx, fields), owner=owner, system_metadata=system_metadata(ctx) | acl
+    )
     size_max = PUT_OBJECT_SIZE_MAX
     if policy is not None and policy.size_max is not None:
         size_max = min(size_max, policy.size_max)
@@ -461,7 +474,7 @@ async def post_object(form: FormRequest) -> Response:
         size_max=size_max,
         finish=finish,
         compute_md5=False,
-        owner=ctx.user.name,
+        owner=bucket.owner,
     )
     return _answer(form, fields, result.record)
 

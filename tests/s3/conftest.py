@@ -1,11 +1,15 @@
 """A session-wide cluster for S3 tests: one ZooKeeper chroot, three real bookies and a
 real gateway (uvicorn subprocess), plus an HTTPS gateway on the same cluster. Tests get
 their own buckets. Small entries (16 KiB) make every test cross entry boundaries.
+
+Users: the gateway's bootstrap user (`s3`, an admin, as the first user of a cluster
+is) and two users kept in ZooKeeper (`other_s3`, `third_s3`), ordinary users with no
+policy: what they may do is what bucket policies and ACLs give them.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import os
 import random
 import uuid
@@ -16,12 +20,21 @@ from typing import Any
 
 import pytest
 
+from blobstore.access.sealing import CLUSTER_KEY_FILE_ENV, load_cluster_key, write_cluster_key_file
+from blobstore.access.users import UserStore
 from blobstore.cli.zookeeper_server import ZooKeeperServer
+from blobstore.runtime.zk import ZooKeeperClient
 from tests.cluster.gateway import GatewayProcess, make_self_signed_cert
 from tests.cluster.processes import BookieProcess, ProcessReaper
 
 OTHER_ACCESS_KEY = "other-access-key"
 OTHER_SECRET_KEY = "other-secret-key-9876543210"
+THIRD_ACCESS_KEY = "third-access-key"
+THIRD_SECRET_KEY = "third-secret-key-0123456789"
+STORED_USERS = (
+    ("other", OTHER_ACCESS_KEY, OTHER_SECRET_KEY),
+    ("third", THIRD_ACCESS_KEY, THIRD_SECRET_KEY),
+)
 ENTRY_SIZE_BYTES = 16 * 1024
 PART_BYTES_MIN = 64 * 1024
 GATEWAY_ENV = {
@@ -60,23 +73,38 @@ class S3Cluster:
         env: dict[str, str] | None = None,
         extra_args: tuple[str, ...] = (),
     ) -> GatewayProcess:
-        users_file = self.root / "users.json"
-        users_file.write_text(
-            json.dumps(
-                [{"access_key": OTHER_ACCESS_KEY, "secret_key": OTHER_SECRET_KEY, "user": "other"}]
-            )
-        )
         gateway = GatewayProcess(
             name=name,
             zk=self.zk,
             root=self.root / name,
             reaper=self.reaper,
-            env={**GATEWAY_ENV, **(env or {})},
-            extra_args=("--users-file", str(users_file), *extra_args),
+            env={**GATEWAY_ENV, CLUSTER_KEY_FILE_ENV: str(self.key_file), **(env or {})},
+            extra_args=extra_args,
             tls=tls,
         )
         self.gateways.append(gateway)
         return gateway.start()
+
+    @property
+    def key_file(self) -> Path:
+        return self.root / "cluster.key"
+
+    def add_stored_users(self) -> None:
+        """The cluster key, and the users kept in ZooKeeper (`STORED_USERS`)."""
+        write_cluster_key_file(self.key_file)
+        cluster_key = load_cluster_key(self.key_file)
+
+        async def add() -> None:
+            zk = ZooKeeperClient(self.zk)
+            await zk.start()
+            try:
+                store = UserStore(zk, cluster_key)
+                for name, access_key, secret_key in STORED_USERS:
+                    await store.add_user(name, access_key, secret_key)
+            finally:
+                await zk.stop()
+
+        asyncio.run(add())
 
 
 @pytest.fixture(scope="session")
@@ -92,6 +120,7 @@ def s3_cluster(
                 index=index, zk=cluster.zk, root=root / f"bookie-{index}", reaper=cluster.reaper
             )
             cluster.bookies.append(bookie.start())
+        cluster.add_stored_users()
         cluster.start_gateway("gateway-http")
         yield cluster
     except BaseException:
@@ -147,5 +176,11 @@ def bucket(s3: Any, bucket_name: Callable[[], str]) -> str:
 
 @pytest.fixture(scope="session")
 def other_s3(gateway: GatewayProcess) -> Any:
-    """A client of another user of the same gateway."""
+    """A client of another user of the same gateway (no policy of its own)."""
     return gateway.client(OTHER_ACCESS_KEY, OTHER_SECRET_KEY)
+
+
+@pytest.fixture(scope="session")
+def third_s3(gateway: GatewayProcess) -> Any:
+    """A client of a third user (no policy of its own)."""
+    return gateway.client(THIRD_ACCESS_KEY, THIRD_SECRET_KEY)

@@ -1,5 +1,6 @@
-"""ACLs and the bucket settings nothing here can change read as S3 reads their defaults
-(s3api/handlers/default_settings.py), through a real gateway with boto3."""
+"""ACLs where they are disabled (the default ownership) and the bucket settings nothing
+here can change read as S3 reads their defaults (s3api/handlers/default_settings.py,
+s3api/handlers/access.py), through a real gateway with boto3."""
 
 from __future__ import annotations
 
@@ -42,9 +43,9 @@ def test_bucket_settings_read_as_unset(s3: Any, other_s3: Any, bucket: str) -> N
     assert _error(s3.get_bucket_encryption, Bucket="no-such-bucket-here") == (404, "NoSuchBucket")
     # Setting any of them is not implemented.
     assert _error(
-        s3.put_public_access_block,
+        s3.put_bucket_request_payment,
         Bucket=bucket,
-        PublicAccessBlockConfiguration={"BlockPublicAcls": True},
+        RequestPaymentConfiguration={"Payer": "Requester"},
     ) == (501, "NotImplemented")
     assert _error(s3.delete_bucket_encryption, Bucket=bucket) == (501, "NotImplemented")
 
@@ -123,7 +124,10 @@ def test_writes_naming_other_acls_are_refused(s3: Any, bucket: str, bucket_name:
         s3.put_object(Bucket=bucket, Key=f"ok-{acl}", Body=b"x", ACL=acl)
 
     name = bucket_name()
-    assert _error(s3.create_bucket, Bucket=name, ACL="public-read") == (
+    # Asked for with BucketOwnerEnforced, a public ACL is refused; without
+    # x-amz-object-ownership it makes a bucket with ACLs enabled (test_access_control).
+    enforced = {"ObjectOwnership": "BucketOwnerEnforced"}
+    assert _error(s3.create_bucket, Bucket=name, ACL="public-read", **enforced) == (
         400,
         "InvalidBucketAclWithObjectOwnership",
     )

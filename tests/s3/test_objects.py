@@ -281,7 +281,7 @@ def test_entity_too_large_is_refused_before_the_body(gateway: Any, bucket: str) 
 
 def test_unsupported_subresource_is_not_implemented(s3: Any, bucket: str, gateway: Any) -> None:
     with pytest.raises(ClientError) as e:
-        s3.put_bucket_policy(Bucket=bucket, Policy='{"Version": "2012-10-17", "Statement": []}')
+        s3.put_bucket_logging(Bucket=bucket, BucketLoggingStatus={})
     assert error_code(e) == "NotImplemented"
     with pytest.raises(ClientError) as e:
         s3.get_bucket_inventory_configuration(Bucket=bucket, Id="x")
@@ -294,7 +294,7 @@ def test_unsupported_subresource_is_not_implemented(s3: Any, bucket: str, gatewa
     import urllib.request
 
     with pytest.raises(urllib.error.HTTPError) as anonymous:
-        urllib.request.urlopen(f"{gateway.endpoint}/{bucket}?policy", timeout=30)
+        urllib.request.urlopen(f"{gateway.endpoint}/{bucket}?inventory", timeout=30)
     assert anonymous.value.code == 403
     assert b"<Code>AccessDenied</Code>" in anonymous.value.read()
 

@@ -22,6 +22,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.cluster.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess
+from tests.s3.conftest import OTHER_ACCESS_KEY, OTHER_SECRET_KEY
 
 Fields = Sequence[tuple[str, str]]
 FAR_FUTURE = "2099-01-01T00:00:00.000Z"
@@ -95,6 +96,7 @@ def v2_form(
     *,
     expiration: str = FAR_FUTURE,
     secret: str = SECRET_KEY,
+    access_key: str = ACCESS_KEY,
     extra: Fields = (),
 ) -> Fields:
     """A Signature V2 form, as a page built by hand would carry it."""
@@ -103,7 +105,7 @@ def v2_form(
     signature = base64.b64encode(hmac.digest(secret.encode(), policy.encode(), "sha1")).decode()
     return [
         ("key", key),
-        ("AWSAccessKeyId", ACCESS_KEY),
+        ("AWSAccessKeyId", access_key),
         ("policy", policy),
         ("signature", signature),
         *extra,
@@ -369,7 +371,11 @@ def test_refused_forms(s3: Any, bucket: str, gateway: Any, other_s3: Any) -> Non
     assert error_of(post(url, injected))[0] == "InvalidArgument"  # a header could not hold it
     other_bucket = f"other-{uuid.uuid4().hex[:12]}"
     other_s3.create_bucket(Bucket=other_bucket)
-    response = post(bucket_url(gateway, other_bucket), v2_form(other_bucket, "k", [{"key": "k"}]))
+    # Signed by a user no policy lets write to the bucket: refused as its PUT would be.
+    by_other = v2_form(
+        bucket, "k", [{"key": "k"}], access_key=OTHER_ACCESS_KEY, secret=OTHER_SECRET_KEY
+    )
+    response = post(url, by_other)
     assert (response.status_code, error_of(response)[0]) == (403, "AccessDenied")
     response = post(url, v2_form(other_bucket, "k", [{"key": "k"}]))  # policy of another bucket
     assert error_of(response)[1].startswith("Invalid according to Policy: Policy Condition failed")

@@ -630,12 +630,12 @@ def _assert_small_stream_is_one_upload_part(
     assert got["Body"].read() == small
     assert got["ContentLength"] == len(small)
     assert got["ETag"].strip('"') == multipart_etag([small])
-    # The part's trailer checksum, combined: the object's FULL_OBJECT checksum (a part
-    # read by number then has none of its own, as S3).
+    # The part's trailer checksum, combined: the object's FULL_OBJECT checksum; its one
+    # part, read by number, is the whole object and carries that checksum.
     assert got["ChecksumCRC64NVME"] == crc64nvme(small)
     part = s3.head_object(Bucket=bucket, Key="small.txt", PartNumber=1, ChecksumMode="ENABLED")
     assert part["ContentLength"] == len(small)
-    assert "ChecksumCRC64NVME" not in part
+    assert (part["ChecksumCRC64NVME"], part["ChecksumType"]) == (crc64nvme(small), "FULL_OBJECT")
     [upload] = access_log(tls_gateway, "UploadPart", f"/{bucket}/small.txt", 1)
     assert_framed_upload(upload, len(small))
 

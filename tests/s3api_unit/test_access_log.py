@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
+from blobstore.access.decision import Decision
 from blobstore.runtime.sampled_gauge import SampledGauge
 from s3api import access_log
 from s3api.access_log import AccessLog
@@ -19,7 +20,7 @@ from s3api.access_log import AccessLog
 LINE = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO s3api\.access: request_id=R(\d+) "
     r"operation=GetObject method=GET path=/b/k status=200 bytes_in=0 bytes_out=4096 "
-    r"duration_ms=2\.5$"
+    r"duration_ms=2\.5 principal=- decision=-$"
 )
 
 
@@ -95,3 +96,27 @@ def test_silent_below_info_and_when_turned_off(stream: io.StringIO) -> None:
     _request(log, 2)
     log.flush()
     assert stream.getvalue() == ""
+
+
+def test_lines_name_the_principal_and_the_decision(stream: io.StringIO) -> None:
+    log = _log(0)
+    decision = Decision(
+        True, "bucket-policy", "bucket policy", "Public Read", "s3:GetObject", "arn:aws:s3:::b/k"
+    )
+    log.request(
+        "R9",
+        "GetObject",
+        "GET",
+        "/b/k",
+        "200",
+        0,
+        1,
+        0.001,
+        principal="anonymous",
+        decision=decision,
+    )
+    (line,) = stream.getvalue().splitlines()
+    assert line.endswith(
+        'principal=anonymous decision=allow rule=bucket-policy source="bucket policy" '
+        'statement="Public Read" action=s3:GetObject resource=arn:aws:s3:::b/k'
+    ), line
