@@ -1526,9 +1526,8 @@ def scale_section(results: Results) -> list[str]:
         "ZooKeeper cores in all, spread over the servers the sessions reached "
         f"({scale.zookeeper_cores(most) / ENSEMBLE_SERVERS:,.1f} per server of a "
         f"{ENSEMBLE_SERVERS}-server ensemble). The executors' CPU per record is what bounds "
-        "the scan, and today most of it is Spark's cost per task and the repeated "
-        "conversions of the rows (above), which grow with the catalog as the task's work "
-        "does.",
+        "the scan: about a third of it is the task's own walk, most of the rest the "
+        "rows' way into the JVM (above); both grow with the catalog, as the executors do.",
         "",
     ]
 
