@@ -4,6 +4,13 @@ collector, HTTP admin) started in order and stopped in reverse.
 Startup: bind, check the cookie, replay the journal, serve, register in ZooKeeper, then
 write the ready file. `stopping` set (SIGTERM/SIGINT): stop accepting, finish in-flight
 requests, unregister (bounded), close the journal, checkpoint.
+
+A failed checkpoint (the entry logs or the index cannot be written) turns the bookie
+read-only until one succeeds; repeated failures other than a full disk stop it with
+EXIT_STORAGE_FAILED (`ledger_dirs_monitor.storage_error_action`). A SIGINT that was
+ignored when the process started stays ignored (as a shell does for a background job):
+a supervisor that runs the bookie in its own process group, as `blobstore standalone`
+does, decides when a Ctrl-C stops it.
 """
 
 from __future__ import annotations
@@ -30,13 +37,14 @@ from bookie.config import BookieConfig
 from bookie.garbage_collector import GarbageCollector
 from bookie.http_admin import HttpAdmin
 from bookie.journal import Journal
-from bookie.ledger_storage import LedgerStorage
+from bookie.ledger_storage import LedgerStorage, StorageWriteError
 from bookie.metrics import METRICS
 from bookie.registration import Registration
 
 logger = logging.getLogger(__name__)
 
 ZK_CONNECT_TIMEOUT_S = 30.0
+EXIT_STORAGE_FAILED = 5
 
 
 def raise_open_files_limit() -> None:
@@ -67,6 +75,10 @@ class Bookie:
         self.bookie_id = ""
         self.port = 0
         self.read_only = False
+        self._disk_read_only = False
+        # Failed checkpoints in a row (0: the last one succeeded); any turns it read-only.
+        self._checkpoint_failures = 0
+        self.exit_code = 0
         self.usage = ledger_dirs_monitor.DiskUsage(0, 1)
         self.stopping = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
@@ -157,7 +169,8 @@ class Bookie:
         `stopping`, then stop in reverse (`_shut_down`)."""
         config = self.config
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self.stopping.set)
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                loop.add_signal_handler(signum, self.stopping.set)
         await cookie.verify_or_create(zk, self.bookie_id, config.journal_dir, config.ledger_dir)
         storage = await self._open_storage()
         journal = await self._open_journal(storage)
@@ -185,19 +198,24 @@ class Bookie:
         logger.info("bookie stopped bookie_id=%s", self.bookie_id)
         if failure is not None:
             raise failure
-        return 0
+        return self.exit_code
 
     async def _open_storage(self) -> LedgerStorage:
         """Open the ledger storage and replay the journal from its LastLogMark."""
         config = self.config
-        storage = await asyncio.to_thread(
-            LedgerStorage,
-            config.ledger_dir,
-            entry_log_bytes_max=config.entry_log_bytes_max,
-            write_cache_bytes_max=config.write_cache_bytes_max,
-            read_cache_bytes_max=config.read_cache_bytes_max,
-            checkpoint_write_bytes_per_s=config.checkpoint_write_mb_s * 1e6,
-        )
+        try:
+            storage = await asyncio.to_thread(
+                LedgerStorage,
+                config.ledger_dir,
+                entry_log_bytes_max=config.entry_log_bytes_max,
+                write_cache_bytes_max=config.write_cache_bytes_max,
+                read_cache_bytes_max=config.read_cache_bytes_max,
+                checkpoint_write_bytes_per_s=config.checkpoint_write_mb_s * 1e6,
+            )
+        except OSError as e:
+            raise StorageWriteError(
+                f"a new entry log cannot be written in {config.ledger_dir}: {e}"
+            ) from e
         self.storage = storage
         await asyncio.to_thread(storage.replay_journal, config.journal_dir)
         return storage
@@ -306,7 +324,16 @@ class Bookie:
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await journal.close()
         if journal.failure is None:
-            await storage.checkpoint(paced=False)
+            try:
+                await storage.checkpoint(paced=False)
+            except Exception as e:
+                logger.error(
+                    "checkpoint at stop failed bookie_id=%s error=%r: the journal keeps the "
+                    "entries, replayed at the next start",
+                    self.bookie_id,
+                    e,
+                )
+                self.exit_code = EXIT_STORAGE_FAILED
         await self.http.close()
         await storage.close()
 
@@ -320,8 +347,41 @@ class Bookie:
         assert self.storage is not None
         try:
             await self.storage.checkpoint()
-        except Exception:
-            logger.exception("checkpoint failed")
+        except Exception as e:
+            self._checkpoint_failed(e)
+        else:
+            if self._checkpoint_failures:
+                logger.warning(
+                    "checkpoint_recovered bookie_id=%s failed_before=%d",
+                    self.bookie_id,
+                    self._checkpoint_failures,
+                )
+                self._checkpoint_failures = 0
+                self._update_read_only()
+
+    def _checkpoint_failed(self, error: Exception) -> None:
+        """Read-only at once (adds refused, reads served from the write cache and the
+        logs); a stop when the errors persist (`storage_error_action`)."""
+        self._checkpoint_failures += 1
+        error_number = error.errno if isinstance(error, OSError) else None
+        action = ledger_dirs_monitor.storage_error_action(error_number, self._checkpoint_failures)
+        logger.error(
+            "checkpoint_failed bookie_id=%s failures_in_a_row=%d action=%s error=%r",
+            self.bookie_id,
+            self._checkpoint_failures,
+            action,
+            error,
+            exc_info=not isinstance(error, OSError),
+        )
+        self._update_read_only()
+        if action == "stop" and not self.stopping.is_set():
+            logger.error(
+                "bookie_stopping_on_storage_errors bookie_id=%s: the journal keeps every "
+                "entry not checkpointed; replace the disk and restart",
+                self.bookie_id,
+            )
+            self.exit_code = EXIT_STORAGE_FAILED
+            self.stopping.set()
 
     async def checkpoint_loop(self) -> None:
         # The first wait is drawn at random, so bookies started together (a cluster after
@@ -341,25 +401,32 @@ class Bookie:
         )
         self.usage = usage
         METRICS.disk_usage_ratio.set(usage.ratio)
-        read_only = ledger_dirs_monitor.next_read_only(
-            self.read_only,
+        self._disk_read_only = ledger_dirs_monitor.next_read_only(
+            self._disk_read_only,
             usage.ratio,
             config.disk_usage_threshold,
             config.disk_usage_warn_threshold,
         )
-        if read_only != self.read_only:
-            self.read_only = read_only
-            if self.server is not None:
-                self.server.read_only = read_only
-            METRICS.read_only.set(1 if read_only else 0)
-            logger.warning(
-                "bookie_%s bookie_id=%s usage_ratio=%.3f",
-                "read_only" if read_only else "writable",
-                self.bookie_id,
-                usage.ratio,
-            )
-            if self.registration is not None:
-                self.registration.trigger()
+        self._update_read_only()
+
+    def _update_read_only(self) -> None:
+        """Read-only while the disk is (nearly) full or the last checkpoint failed."""
+        read_only = self._disk_read_only or self._checkpoint_failures > 0
+        if read_only == self.read_only:
+            return
+        self.read_only = read_only
+        if self.server is not None:
+            self.server.read_only = read_only
+        METRICS.read_only.set(1 if read_only else 0)
+        logger.warning(
+            "bookie_%s bookie_id=%s usage_ratio=%.3f checkpoint_failures=%d",
+            "read_only" if read_only else "writable",
+            self.bookie_id,
+            self.usage.ratio,
+            self._checkpoint_failures,
+        )
+        if self.registration is not None:
+            self.registration.trigger()
 
     async def stall_loop(self) -> None:
         interval_s = min(5.0, self.config.frame_stall_timeout_s / 2)

@@ -14,8 +14,10 @@ For each log (on the storage thread, so never interleaved with a checkpoint):
   3. write the new locations and the log's zeroed byte counts in one synced index batch;
   4. delete the old log file and fsync the directory.
 A kill -9 before 3 leaves the index pointing at the old log (the copies are unreferenced
-garbage for a later compaction); after 3 and before 4 the old log is garbage and is
-collected on the next round (its byte counts are zero). Entries are never lost.
+garbage for a later compaction), and so does a failed write or fsync in 2 (the entry
+logger abandons its current log, `entry_logger.py`; nothing is indexed or counted);
+after 3 and before 4 the old log is garbage and is collected on the next round (its
+byte counts are zero). Entries are never lost.
 Compaction does not need the bookie to be writable: it is how a full (read-only)
 bookie gets space back.
 """
@@ -85,16 +87,19 @@ def compact_log(storage: LedgerStorage, log_id: int, kind: str) -> CompactionRes
                 continue  # superseded by a later copy, or dropped
             loc = storage.entry_logger.append(data)
             locations.append((ledger_id, entry_id, loc))
-            new_log = split_location(loc)[0]
-            per_log = storage.log_ledger_bytes.setdefault(new_log, {})
-            per_log[ledger_id] = per_log.get(ledger_id, 0) + RECORD_LENGTH.size + len(data)
-            touched[(new_log, ledger_id)] = per_log[ledger_id]
+            key = (split_location(loc)[0], ledger_id)
+            if key not in touched:
+                touched[key] = storage.log_ledger_bytes.get(key[0], {}).get(ledger_id, 0)
+            touched[key] += RECORD_LENGTH.size + len(data)
             copied += RECORD_LENGTH.size + len(data)
         if locations:
             storage.entry_logger.sync()
     for ledger_id in live_ledgers:
         touched[(log_id, ledger_id)] = 0
     storage.index.write(locations, {}, touched, None)
+    for (new_log, ledger_id), size in touched.items():
+        if new_log != log_id:
+            storage.log_ledger_bytes.setdefault(new_log, {})[ledger_id] = size
     storage.log_ledger_bytes.pop(log_id, None)
     storage.entry_logger.delete(log_id)
     METRICS.compaction_bytes.labels(kind).inc(copied)

@@ -1,11 +1,14 @@
-"""Disk writes every bookie file needs: whole gathered writes that survive short writes,
+"""Disk writes every bookie file needs: whole gathered writes that survive short writes
+(a write that makes no progress is an error, never a loop),
 directory fsync (a new or renamed file's entry is durable only then), and dropping a
 file's synced pages from the page cache."""
 
 from __future__ import annotations
 
+import errno
 import os
 
+Buffer = bytes | bytearray | memoryview
 IOVECS_MAX = 512  # below every platform's IOV_MAX (1024 on Linux)
 # The largest folio the page cache may hold a file's pages in (a PMD: 2 MiB on x86-64
 # and arm64 with 4 KiB pages; ext4 and XFS use large folios for buffered writes).
@@ -44,21 +47,25 @@ def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, f"write made no progress at offset {offset}")
         view, offset = view[written:], offset + written
 
 
-def writev_all(fd: int, pieces: list[bytes]) -> None:
-    """Write the pieces in order without joining them (gathered writes, IOV_MAX-sized)."""
-    for start in range(0, len(pieces), IOVECS_MAX):
-        chunk = pieces[start : start + IOVECS_MAX]
-        written = os.writev(fd, chunk)
-        expected = sum(len(piece) for piece in chunk)
-        if written < expected:  # a short write: finish the rest plainly
-            write_all(fd, memoryview(b"".join(chunk))[written:])
+def skip_bytes(pieces: list[Buffer], count: int) -> list[Buffer]:
+    """The pieces less their first `count` bytes (what a short write left to write)."""
+    for index, piece in enumerate(pieces):
+        if count < len(piece):
+            return [memoryview(piece)[count:], *pieces[index + 1 :]]
+        count -= len(piece)
+    assert count == 0, count
+    return []
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, "write made no progress")
         view = view[written:]

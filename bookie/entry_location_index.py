@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Self
 
@@ -122,6 +123,16 @@ class EntryLocationIndex:
     def get_location(self, ledger_id: int, entry_id: int) -> int | None:
         value = self._db.get(entry_key(ledger_id, entry_id))
         return None if value is None else U64.unpack(value)[0]
+
+    def locations(self) -> Iterator[tuple[int, int, int]]:
+        """(ledger id, entry id, location) of every indexed entry, in key order (checks
+        and tools: it walks the whole index)."""
+        for key, value in self._db.items(from_key=b"e"):
+            assert isinstance(key, bytes) and isinstance(value, bytes)
+            if key[:1] != b"e":
+                break
+            _, ledger_id, entry_id = ENTRY_KEY.unpack(key)
+            yield ledger_id, entry_id, U64.unpack(value)[0]
 
     def load_mark(self) -> tuple[int, int]:
         value = self._db.get(MARK_KEY)

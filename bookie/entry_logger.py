@@ -16,6 +16,16 @@ Faults tolerated
 ----------------
 - kill -9 during a flush: the index and LastLogMark are written only after the log's
   fsync, so a partial tail is never referenced; the journal still holds those entries.
+- Short writes: every write goes to its own offset (`pwritev`, never the file position)
+  and is continued where the kernel stopped; a write that makes no progress is an error.
+- A failed write, writeback or fsync (ENOSPC, EIO): nothing after the log's last
+  successful fsync can be trusted (after a failed fsync the kernel may have dropped the
+  dirty pages). The logger abandons the current log: it forgets the buffer, cuts the
+  file back to its synced end (best effort; a tail left there is unreferenced garbage)
+  and starts a new log on the next append (event `entry_log_write_failed`). The caller
+  gets the error and indexes nothing it wrote since that fsync, so no location ever
+  names bytes the log does not hold, and no later write lands at an offset other than
+  the one its location names.
 - Entries keep their writer's CRC32C: a read verifies the record's ids against the index
   key, and clients verify the digest (a flipped byte is detected, never served silently
   as another entry).
@@ -38,7 +48,7 @@ from collections.abc import Callable, Iterator
 from typing import cast
 
 from blobstore.wire import protocol
-from bookie.disk_io import fsync_directory, writev_all
+from bookie.disk_io import IOVECS_MAX, Buffer, fsync_directory, skip_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -112,24 +122,51 @@ def pread_if_cached(fd: int, length: int, offset: int) -> bytes | None:
     return cast(bytes, buf) if got == length else None
 
 
+class FileWrites:
+    """The system calls an entry log's bytes reach the disk through. Tests put a
+    subclass in `FILE_WRITES` (or pass one) to inject short writes and errors."""
+
+    def pwritev(self, fd: int, buffers: list[Buffer], offset: int) -> int:
+        return os.pwritev(fd, buffers, offset)
+
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+    def start_writeback(self, fd: int, offset: int, length: int) -> bool:
+        return start_writeback(fd, offset, length)
+
+
+# What an EntryLogger created without `file_writes` uses (looked up at creation).
+FILE_WRITES = FileWrites()
+
+
 class EntryLogMissingError(Exception):
     """The log a location named was deleted (compaction moved the entry)."""
 
 
 class EntryLogger:
-    def __init__(self, ledger_dir: str, entry_log_bytes_max: int) -> None:
+    def __init__(
+        self, ledger_dir: str, entry_log_bytes_max: int, file_writes: FileWrites | None = None
+    ) -> None:
         self.directory = os.path.join(ledger_dir, "current")
         os.makedirs(self.directory, exist_ok=True)
         self.entry_log_bytes_max = entry_log_bytes_max
+        self._writes = file_writes or FILE_WRITES
         self._read_fds: dict[int, int] = {}
         self._retired_fds: list[int] = []
         self._lock = threading.Lock()
         self._write_fd = -1
         self.current_log_id = 0
+        # Offsets in the current log, in order: synced <= written out <= flushed <= position.
+        # `_position` ends the records appended (the buffer holds those past `_flushed`),
+        # `_flushed` the bytes handed to the kernel, `_written_out` those whose disk writes
+        # were started, `_synced` those fdatasync'd: the only ones a location may name.
         self._position = 0
-        # Bytes before this offset of the current log are on their way to disk (written
-        # out, or fsync'd); `write_out` starts the rest.
+        self._flushed = 0
         self._written_out = 0
+        self._synced = 0
+        # A write failed: the next append starts a new log (module docstring).
+        self._roll_needed = False
         self._buffer = bytearray()
         for log_id in self.list_logs():
             self._open_for_read(log_id)
@@ -162,23 +199,67 @@ class EntryLogger:
             self._read_fds[log_id] = fd
 
     def _start_new_log(self) -> None:
+        """Create the next log (header written and synced, directory synced) and make it
+        current. A failure removes the half-made file and leaves the current log as it
+        was (a failed log stays marked for a roll)."""
         existing = self.list_logs()
         log_id = max([*existing, self.current_log_id]) + 1
         assert log_id < 1 << 32, log_id
-        fd = os.open(self.path(log_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        os.write(fd, LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, 0, log_id, 0))
-        os.fsync(fd)
-        fsync_directory(self.directory)
+        path = self.path(log_id)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            self._write_at(fd, [LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, 0, log_id, 0)], 0)
+            self._writes.fdatasync(fd)
+            fsync_directory(self.directory)
+        except OSError as e:
+            os.close(fd)
+            os.unlink(path)
+            logger.error("entry log not created log_id=%d error=%s", log_id, e)
+            raise
         if self._write_fd >= 0:
             os.close(self._write_fd)
         self._write_fd = fd
         self.current_log_id = log_id
-        self._position = LOG_HEADER_BYTES
-        self._written_out = LOG_HEADER_BYTES
+        self._position = self._flushed = self._written_out = self._synced = LOG_HEADER_BYTES
+        self._roll_needed = False
         self._open_for_read(log_id)
         logger.info("entry log opened log_id=%d", log_id)
 
     # ------------------------------------------------------------------ writing (storage thread)
+
+    def _write_at(self, fd: int, pieces: list[Buffer], offset: int) -> None:
+        """Write the pieces in order at `offset`, whole: a short write goes on where it
+        stopped; a write that makes no progress is an error (ENOSPC as the kernel would
+        give it on the retry)."""
+        for start in range(0, len(pieces), IOVECS_MAX):
+            chunk = pieces[start : start + IOVECS_MAX]
+            while chunk:
+                written = self._writes.pwritev(fd, chunk, offset)
+                if written <= 0:
+                    raise OSError(errno.ENOSPC, f"entry log write made no progress at {offset}")
+                offset += written
+                chunk = skip_bytes(chunk, written)
+
+    def _abandon(self, error: OSError) -> None:
+        """A write, writeback or fsync of the current log failed: forget everything after
+        its last fsync and start a new log on the next append (module docstring)."""
+        log_id, synced = self.current_log_id, self._synced
+        logger.error(
+            "entry_log_write_failed log_id=%d synced_bytes=%d lost_bytes=%d errno=%s error=%s",
+            log_id,
+            synced,
+            self._position - synced,
+            errno.errorcode.get(error.errno or 0, error.errno),
+            error,
+        )
+        # A new buffer: the failed write's traceback may still hold a view of the old one.
+        self._buffer = bytearray()
+        self._position = self._flushed = self._written_out = synced
+        self._roll_needed = True
+        try:
+            os.ftruncate(self._write_fd, synced)
+        except OSError as e:  # the tail stays: unreferenced, compaction collects it
+            logger.warning("entry log tail not cut log_id=%d error=%s", log_id, e)
 
     def append(self, entry: bytes) -> int:
         """Buffer one entry; its location is valid for reads after `sync()`."""
@@ -191,8 +272,19 @@ class EntryLogger:
         Rolls to a new log when the next entry would pass `entry_log_bytes_max`; an
         entry larger than a whole log goes alone into a fresh one. The work is done a
         list at a time (a checkpoint's slice), not an entry at a time: the storage thread
-        holds the interpreter lock against the event loop while it runs.
+        holds the interpreter lock against the event loop while it runs. An OSError
+        means none of these entries (nor any since the last `sync()`) may be indexed.
         """
+        try:
+            if self._roll_needed:
+                self._start_new_log()
+            return self._append_many(entries)
+        except OSError as e:
+            if not self._roll_needed:
+                self._abandon(e)
+            raise
+
+    def _append_many(self, entries: list[bytes]) -> tuple[list[int], dict[int, int]]:
         locations: list[int] = []
         written: dict[int, int] = {}
         start = 0
@@ -206,7 +298,7 @@ class EntryLogger:
             fit = bisect.bisect_right(ends, self.entry_log_bytes_max, lo=1) - 1
             if fit == 0:
                 if self._position > LOG_HEADER_BYTES:
-                    self.sync()
+                    self._sync()
                     self._start_new_log()
                     continue
                 fit = 1
@@ -214,45 +306,64 @@ class EntryLogger:
             chunk = entries[start : start + fit]
             log_bits = self.current_log_id << 32
             locations += [log_bits | offset for offset in ends[:fit]]
-            pieces = [piece for entry in chunk for piece in (RECORD_LENGTH.pack(len(entry)), entry)]
+            pieces: list[Buffer] = [
+                piece for entry in chunk for piece in (RECORD_LENGTH.pack(len(entry)), entry)
+            ]
             if len(self._buffer) + ends[fit] - ends[0] < WRITE_BUFFER_BYTES:
                 self._buffer += b"".join(pieces)
             else:  # big: written from the entries themselves, never copied into the buffer
                 self._flush_buffer()
-                writev_all(self._write_fd, pieces)
+                self._write_at(self._write_fd, pieces, self._flushed)
+                self._flushed = ends[fit]
             self._position = ends[fit]
             written[self.current_log_id] = written.get(self.current_log_id, 0) + ends[fit] - ends[0]
             start += fit
         return locations, written
 
     def _flush_buffer(self) -> None:
-        view = memoryview(self._buffer)
-        try:
-            while view:
-                written = os.write(self._write_fd, view)
-                view = view[written:]
-        finally:
-            view.release()
-        self._buffer.clear()
+        if self._buffer:
+            self._write_at(self._write_fd, [self._buffer], self._flushed)
+            self._flushed += len(self._buffer)
+            self._buffer.clear()
+        assert self._flushed == self._position, (self._flushed, self._position)
 
     def sync(self) -> None:
+        """Write the buffer and fdatasync the current log: every location returned so far
+        names bytes on disk. On an OSError none of those since the last `sync()` do."""
+        if self._roll_needed:
+            return  # abandoned: nothing past its synced end is kept
+        try:
+            self._sync()
+        except OSError as e:
+            self._abandon(e)
+            raise
+
+    def _sync(self) -> None:
         self._flush_buffer()
-        os.fdatasync(self._write_fd)
-        self._written_out = self._position
+        self._writes.fdatasync(self._write_fd)
+        self._written_out = self._synced = self._position
 
     def write_out(self) -> int:
         """Write the buffer and start the disk writes of everything appended since the
         last call, without waiting for them (a checkpoint calls this after each slice,
         so its final `sync` finds little left to write). Returns the bytes started."""
-        self._flush_buffer()
-        length = self._position - self._written_out
-        start_writeback(self._write_fd, self._written_out, length)
+        if self._roll_needed:
+            return 0
+        try:
+            self._flush_buffer()
+            length = self._position - self._written_out
+            self._writes.start_writeback(self._write_fd, self._written_out, length)
+        except OSError as e:
+            self._abandon(e)
+            raise
         self._written_out = self._position
         return length
 
     def roll_if_used(self) -> None:
         """Start a new log so the current one becomes eligible for compaction."""
-        if self._position > LOG_HEADER_BYTES:
+        if self._roll_needed:
+            self._start_new_log()
+        elif self._position > LOG_HEADER_BYTES:
             self.sync()
             self._start_new_log()
 
@@ -274,8 +385,15 @@ class EntryLogger:
             os.close(fd)
 
     def close(self) -> None:
+        """Sync and close every file. A failed sync is logged, not raised: no location
+        names the bytes it would have made durable."""
         if self._write_fd >= 0:
-            self.sync()
+            try:
+                self.sync()
+            except OSError as e:
+                logger.error(
+                    "entry log not synced at close log_id=%d error=%s", self.current_log_id, e
+                )
             os.close(self._write_fd)
             self._write_fd = -1
         with self._lock:

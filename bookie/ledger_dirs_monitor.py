@@ -1,16 +1,30 @@
-"""Disk usage of the bookie's directories and the read-only decision.
+"""Disk usage of the bookie's directories, and the read-only decisions: on usage, and on
+failed checkpoints.
 
 Usage is the bytes of the files under the journal and ledger directories divided by the
 capacity: `disk_capacity_bytes` when set (a quota; this is how tests fill a bookie), else
 the size of the filesystem holding the ledger directory. Above `disk_usage_threshold` the
 bookie turns read-only; it returns to writable only under `disk_usage_warn_threshold`
 (hysteresis, so it does not flap at the boundary).
+
+A checkpoint that fails to write the entry logs or the index turns the bookie read-only
+too, until a checkpoint succeeds (`storage_error_action`): a full disk (ENOSPC, EDQUOT)
+keeps it read-only for as long as it lasts, as BookKeeper does when every ledger
+directory is full; any other error (EIO: a failing disk) stops the bookie once it has
+failed `STORAGE_FAILURES_BEFORE_STOP` checkpoints in a row, as BookKeeper's fatal
+storage error does. Nothing acknowledged is lost either way: the journal keeps it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
+from typing import Literal
+
+# Failed checkpoints in a row, for an error other than a full disk, that stop the bookie.
+STORAGE_FAILURES_BEFORE_STOP = 3
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +66,14 @@ def next_read_only(read_only: bool, ratio: float, threshold: float, warn_thresho
     if not read_only:
         return ratio >= threshold
     return ratio >= warn_threshold
+
+
+def storage_error_action(
+    error_number: int | None, failures_in_a_row: int
+) -> Literal["read_only", "stop"]:
+    """What a failed checkpoint makes of the bookie (module docstring): `error_number`
+    is the failure's errno (None: not an OSError), `failures_in_a_row` counts it."""
+    assert failures_in_a_row >= 1, failures_in_a_row
+    if error_number in DISK_FULL_ERRNOS:
+        return "read_only"
+    return "stop" if failures_in_a_row >= STORAGE_FAILURES_BEFORE_STOP else "read_only"

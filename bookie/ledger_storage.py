@@ -9,13 +9,14 @@ The write cache holds entries by ledger, then by entry id. A checkpoint:
   1. swaps the write cache (adds keep landing in a fresh one) and notes the journal's
      synced position and the ledger states changed since the last checkpoint;
   2. writes the swapped entries, ledger by ledger in entry order, to the current entry
-     log and their locations to the index, in slices of `FLUSH_SLICE_ENTRIES` (unsynced
-     RocksDB batches), starting each slice's disk writes and pacing them
-     (`checkpoint_pause`);
+     log in slices of `FLUSH_SLICE_ENTRIES`, starting each slice's disk writes and pacing
+     them (`checkpoint_pause`), and keeps their locations in memory;
   3. fsyncs the log (by then little is left to write);
-  4. writes the states, the per-log byte counts and the LastLogMark in one synced RocksDB
+  4. writes the locations to the index, a slice per unsynced RocksDB batch: only now,
+     when the bytes they name are on disk;
+  5. writes the states, the per-log byte counts and the LastLogMark in one synced RocksDB
      batch (which makes the slices' batches durable too);
-  5. deletes journal files wholly before the mark.
+  6. deletes journal files wholly before the mark.
 
 Each slice is its own call on the storage thread. That thread holds the interpreter
 lock while it runs Python, and the event loop, which gives the lock up on every socket
@@ -26,11 +27,15 @@ delays a request by at most one slice.
 
 Faults tolerated
 ----------------
-- kill -9 between any two steps: the mark moves only in step 4, after everything it covers
+- kill -9 between any two steps: the mark moves only in step 5, after everything it covers
   is durable, so restart replays the journal from the previous mark and rebuilds the rest.
-  Locations indexed by the slices of an unfinished checkpoint may name bytes the log
-  never got: every such entry comes after the previous mark, so the replay puts it back
-  in the write cache (which reads consult first) and the next checkpoint re-indexes it.
+- A short write is completed; a failed write, writeback or fsync of the entry log (ENOSPC,
+  EIO) fails the checkpoint before step 4: the index never names bytes the log does not
+  hold, before or after any later checkpoint (the entry logger starts a new log and
+  writes every later entry where its location says). The failed checkpoint's entries
+  and ledger states go back into the write cache (reads still find them) and its mark is
+  not moved, so the journal keeps them: the next checkpoint retries them, a restart
+  replays them. The bookie turns read-only meanwhile (`bookie.py`).
 - A reader never misses an entry during a checkpoint: an entry is in the write cache, the
   swapped cache or the index at every instant (all swaps happen on the event loop).
 - Entry log writes, compaction and ledger deletion run on one storage thread, and a
@@ -45,11 +50,12 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from blobstore.wire import protocol
 from bookie.entry_location_index import EntryLocationIndex, LedgerStateRecord
-from bookie.entry_logger import EntryLogger, EntryLogMissingError
+from bookie.entry_logger import EntryLogger, EntryLogMissingError, FileWrites
 from bookie.journal import Journal, JournalRecord, RecordKind, replay
 from bookie.metrics import METRICS
 
@@ -106,6 +112,22 @@ def checkpoint_pause(
         finish_within_s = room_bytes / fill_bytes_per_s / 2
         rate = max(rate, left_bytes / finish_within_s)
     return max(pause, slice_bytes / rate - slice_s)
+
+
+@dataclass(slots=True)
+class CheckpointWrites:
+    """What a checkpoint's slices appended to the entry logs: indexed and counted only
+    once the log is fsync'd (a failed write leaves no trace in the index)."""
+
+    # One list of (ledger id, entry id, location) per slice.
+    locations: list[list[tuple[int, int, int]]] = field(default_factory=list)
+    # (log id, ledger id) -> record bytes appended.
+    added_bytes: dict[tuple[int, int], int] = field(default_factory=dict)
+
+
+class StorageWriteError(Exception):
+    """The entry logs or the index cannot be written (a full or failing disk). The
+    journal still holds every entry not checkpointed."""
 
 
 class ReadWouldWait(Exception):
@@ -224,13 +246,14 @@ class LedgerStorage:
         write_cache_bytes_max: int,
         read_cache_bytes_max: int,
         checkpoint_write_bytes_per_s: float = 0.0,
+        file_writes: FileWrites | None = None,
     ) -> None:
         self.ledger_dir = ledger_dir
         self.write_cache_bytes_max = write_cache_bytes_max
         self.checkpoint_write_bytes_per_s = checkpoint_write_bytes_per_s
         self._swapped_at = time.monotonic()  # the last checkpoint's swap (or the start)
         self.index = EntryLocationIndex(ledger_dir)
-        self.entry_logger = EntryLogger(ledger_dir, entry_log_bytes_max)
+        self.entry_logger = EntryLogger(ledger_dir, entry_log_bytes_max, file_writes)
         self.states: dict[int, LedgerState] = {
             ledger_id: LedgerState(record) for ledger_id, record in self.index.load_states().items()
         }
@@ -259,22 +282,37 @@ class LedgerStorage:
         """Re-apply journal records after LastLogMark (blocking; before serving)."""
         count = 0
         position = self.mark
-        for record, position in replay(journal_dir, self.mark):
-            self.apply_record(record)
-            count += 1
-            if self.active_bytes >= self.write_cache_bytes_max // 2:
+        try:
+            for record, position in replay(journal_dir, self.mark):
+                self.apply_record(record)
+                count += 1
+                if self.active_bytes >= self.write_cache_bytes_max // 2:
+                    self._checkpoint_sync(position)
+            if count:
                 self._checkpoint_sync(position)
-        if count:
-            self._checkpoint_sync(position)
+        except OSError as e:
+            raise StorageWriteError(
+                f"the journal's entries cannot be written to the entry logs in "
+                f"{self.entry_logger.directory}: {e}"
+            ) from e
         logger.info("journal replayed records=%d mark=%s", count, self.mark)
         return count
 
     def _checkpoint_sync(self, mark: tuple[int, int]) -> None:
+        """A whole checkpoint on this thread (replay, before serving), in the steps and
+        with the failure handling of `checkpoint`."""
         states = self._swap()
-        touched: dict[tuple[int, int], int] = {}
-        for piece in flush_slices(self.flushing):
-            self._flush_slice(piece, touched)
-        self._flush_end(states, touched, mark)
+        writes = CheckpointWrites()
+        try:
+            for piece in flush_slices(self.flushing):
+                self._flush_slice(piece, writes)
+            self._sync_log(writes)
+            for locations in writes.locations:
+                self._index_slice(locations)
+            self._flush_end(states, writes, mark)
+        except BaseException:
+            self._unswap(states)
+            raise
         self.flushing = {}
         self.flushing_bytes = 0
         self.mark = mark
@@ -454,10 +492,11 @@ class LedgerStorage:
         """One checkpoint (module docstring); `paced=False` (at shutdown) writes at full
         speed: nothing else is running to yield to.
 
-        The order is what makes it durable: the slices write the entry log and the index
-        (unsynced), `_flush_end` fsyncs the log and then moves the LastLogMark in one
-        synced index batch, and only after that are journal files before the mark
-        deleted."""
+        The order is what makes it durable: the slices write the entry log, the log is
+        fsync'd, only then are the locations indexed (unsynced batches), `_flush_end`
+        moves the LastLogMark in one synced index batch, and only after that are journal
+        files before the mark deleted. Any failure puts the entries back in the write
+        cache and raises (module docstring)."""
         assert self.journal is not None
         async with self._storage_lock:
             if not self.active and not self.dirty:
@@ -471,12 +510,15 @@ class LedgerStorage:
             states = self._swap()
             METRICS.write_cache_bytes.set(self.active_bytes + self.flushing_bytes)
             loop = asyncio.get_running_loop()
-            touched: dict[tuple[int, int], int] = {}
+            writes = CheckpointWrites()
             try:
-                entries = await self._write_slices(touched, started, arrived_per_s, paced)
+                entries = await self._write_slices(writes, started, arrived_per_s, paced)
                 written = time.monotonic()
+                await loop.run_in_executor(self.storage_executor, self._sync_log, writes)
+                for locations in writes.locations:
+                    await loop.run_in_executor(self.storage_executor, self._index_slice, locations)
                 await loop.run_in_executor(
-                    self.storage_executor, self._flush_end, states, touched, mark
+                    self.storage_executor, self._flush_end, states, writes, mark
                 )
             except BaseException:
                 self._unswap(states)
@@ -501,13 +543,14 @@ class LedgerStorage:
 
     async def _write_slices(
         self,
-        touched: dict[tuple[int, int], int],
+        writes: CheckpointWrites,
         started: float,
         arrived_per_s: float,
         paced: bool,
     ) -> int:
-        """Checkpoint step 2: the swapped entries, slice by slice, to the entry log and
-        the index (unsynced), with a pause after each slice. Returns the entry count."""
+        """Checkpoint step 2: the swapped entries, slice by slice, to the entry log (their
+        locations kept in `writes`), with a pause after each slice. Returns the entry
+        count."""
         loop = asyncio.get_running_loop()
         entries = 0
         left_bytes = self.flushing_bytes
@@ -515,7 +558,7 @@ class LedgerStorage:
         for piece in flush_slices(self.flushing):
             sliced = time.monotonic()
             slice_bytes = await loop.run_in_executor(
-                self.storage_executor, self._flush_slice, piece, touched
+                self.storage_executor, self._flush_slice, piece, writes
             )
             entries += sum(len(ids) for _, ids, _ in piece)
             left_bytes -= sum(len(data) for _, _, datas in piece for data in datas)
@@ -556,31 +599,45 @@ class LedgerStorage:
         self.flushing_bytes = 0
         self._checkpoint_done.set()
 
-    def _flush_slice(self, piece: FlushSlice, touched: dict[tuple[int, int], int]) -> int:
+    def _flush_slice(self, piece: FlushSlice, writes: CheckpointWrites) -> int:
         """Storage thread: one slice -> entry log (its disk writes started, not waited
-        for) and index (unsynced). Returns the bytes written to the log."""
+        for), its locations and byte counts kept in `writes`. Returns the bytes
+        written to the log."""
         locations: list[tuple[int, int, int]] = []
         for ledger_id, entry_ids, entries in piece:
             locs, per_log_sizes = self.entry_logger.append_many(entries)
             locations += zip([ledger_id] * len(entry_ids), entry_ids, locs, strict=True)
             for log_id, size in per_log_sizes.items():
-                per_log = self.log_ledger_bytes.setdefault(log_id, {})
-                per_log[ledger_id] = per_log.get(ledger_id, 0) + size
-                touched[(log_id, ledger_id)] = per_log[ledger_id]
-        written = self.entry_logger.write_out()
+                key = (log_id, ledger_id)
+                writes.added_bytes[key] = writes.added_bytes.get(key, 0) + size
+        writes.locations.append(locations)
+        return self.entry_logger.write_out()
+
+    def _sync_log(self, writes: CheckpointWrites) -> None:
+        """Storage thread: fsync the current log (earlier ones were at their roll), so
+        every location in `writes` names bytes on disk."""
+        if writes.locations:
+            self.entry_logger.sync()
+
+    def _index_slice(self, locations: list[tuple[int, int, int]]) -> None:
+        """Storage thread: one slice's locations to the index (unsynced), after the sync."""
         self.index.write(locations, {}, {}, None, sync=False)
-        return written
 
     def _flush_end(
         self,
         states: dict[int, LedgerStateRecord],
-        touched: dict[tuple[int, int], int],
+        writes: CheckpointWrites,
         mark: tuple[int, int],
     ) -> None:
-        """Storage thread: fsync the log, then one synced batch moves the mark."""
-        if touched:
-            self.entry_logger.sync()
+        """Storage thread: one synced batch of states, per-log byte counts and the mark;
+        the byte counts in memory follow once it is durable."""
+        touched = {
+            (log_id, ledger_id): self.log_ledger_bytes.get(log_id, {}).get(ledger_id, 0) + size
+            for (log_id, ledger_id), size in writes.added_bytes.items()
+        }
         self.index.write([], states, touched, mark)
+        for (log_id, ledger_id), size in touched.items():
+            self.log_ledger_bytes.setdefault(log_id, {})[ledger_id] = size
 
     # ------------------------------------------------------------------ deletion / compaction
 

@@ -6,7 +6,9 @@
 Every tunable is also read from BLOBSTORE_BOOKIE_<NAME>; see docs/bookie.md.
 Startup: bind, check the cookie, replay the journal, serve, register in ZooKeeper, then
 write the ready file. SIGTERM/SIGINT: stop accepting, finish in-flight requests,
-unregister (bounded), close the journal, checkpoint, exit 0.
+unregister (bounded), close the journal, checkpoint, exit 0. Exit codes: 2 usage, 3 cookie
+mismatch, 4 corrupt journal, 5 the entry logs or index cannot be written (at start or
+after repeated failed checkpoints; see docs/bookie.md).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import sys
 
 from bookie import config as bookie_config
 from bookie import cookie
-from bookie.bookie import Bookie
+from bookie.bookie import EXIT_STORAGE_FAILED, Bookie
 from bookie.journal import JournalCorruptError
+from bookie.ledger_storage import StorageWriteError
 
 logger = logging.getLogger(__name__)
 
@@ -56,3 +59,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_JOURNAL_CORRUPT
+    except StorageWriteError as e:
+        print(
+            f"blobstore: error: {e}. The bookie does not start: free space on (or replace) "
+            "the ledger disk and start it again; the journal keeps the entries.",
+            file=sys.stderr,
+        )
+        return EXIT_STORAGE_FAILED

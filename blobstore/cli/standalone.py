@@ -2,9 +2,13 @@
 
 Starts a local ZooKeeper, N bookies (separate processes, each with its own journal and
 ledger directories) and the S3 gateway, prints the endpoint, the credentials and
-ready-to-paste client snippets, then supervises them. Ctrl-C or SIGTERM stops every
-child cleanly (gateway first, so no request is cut between its last entry and its
-commit; ZooKeeper last). Restarting on the same data directory keeps every object:
+ready-to-paste client snippets, then supervises them: a child that dies (ZooKeeper, a
+bookie, the gateway) is started again after a backoff, with a line on the console, and
+only a child caught in a crash loop stops the cluster (`supervision.py`). Ctrl-C or
+SIGTERM stops every child in dependency order within STOP_TOTAL_S: the gateway first
+(no request is cut between its last entry and its commit, and it does not wait on
+bookies already gone), then the bookies, then ZooKeeper; a child past its share of the
+time is killed. Restarting on the same data directory keeps every object:
 ports and credentials chosen on the first start are kept in the data directory, so bookie
 ids (and their cookies) stay the same.
 
@@ -26,7 +30,8 @@ Every child is started with PR_SET_PDEATHSIG so it dies with this process even w
 supervisor itself is killed with -9, and stays in this process group so `kill -9 -PGID`
 takes the whole cluster down at once. Children ignore SIGINT and SIGHUP: a Ctrl-C (or a
 closed terminal) reaches the whole foreground group, and the supervisor, not the
-terminal, decides the order in which children stop. One supervisor at a time holds a
+terminal, decides the order in which children stop (the gateway catches SIGINT itself
+and starts its stop at once, which is the first step of that order anyway). One supervisor at a time holds a
 lock on `DATA/.lock`; processes a supervisor killed alone left behind are stopped by the
 next start (see `_reap_leftovers`).
 
@@ -70,17 +75,28 @@ from blobstore.cli.maintenance_schedule import (
     last_error_line,
     maintenance_schedule,
 )
+from blobstore.cli.supervision import Supervisor
 from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, port_is_free, start_zookeeper
 from blobstore.runtime.errors import UsageError, check_ready_file
 from blobstore.runtime.pdeathsig import die_with_parent
 
 READY_TIMEOUT_S = 90.0
-STOP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0  # for processes of an earlier run (`_reap_leftovers`)
+# A stop's whole budget, and the shares of the gateway and of ZooKeeper (the bookies get
+# what the gateway leaves, less ZooKeeper's share).
+STOP_TOTAL_S = 10.0
+STOP_GATEWAY_S = 5.0
+STOP_ZOOKEEPER_S = 2.0
+# The gateway's own graceful stop, unless the environment sets it: inside its share.
+GATEWAY_GRACEFUL_SHUTDOWN_S = 4
+assert STOP_GATEWAY_S + STOP_ZOOKEEPER_S < STOP_TOTAL_S, "the bookies get some time too"
+assert GATEWAY_GRACEFUL_SHUTDOWN_S < STOP_GATEWAY_S, "the gateway stops on its own"
 # After an unclean stop, processes of the earlier run may still be exiting (their kernel
 # teardown closes their sockets): a taken port is looked at again for this long.
 PORT_RELEASE_WAIT_S = 5.0
 CLUSTER_FORMAT_VERSION = 1
 ZK_PORT_PREFERRED = 2181
+ZOOKEEPER_HEAP_MB = 256
 
 
 BOOKIES_MAX = 32
@@ -304,16 +320,25 @@ def cluster_key_settings(data_dir: Path, environ: dict[str, str]) -> tuple[dict[
 
 
 class Child:
-    """A supervised child process with a ready file."""
+    """A supervised child process with a ready file (`supervision.SupervisedProcess`)."""
 
-    def __init__(self, name: str, command: list[str], log_path: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        command: list[str],
+        log_path: Path,
+        env: dict[str, str],
+        ready_file: Path,
+    ) -> None:
         self.name = name
         self.command = command
         self.log_path = log_path
         self.env = env
+        self.ready_file = ready_file
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        self.ready_file.unlink(missing_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log_file:
             self.process = subprocess.Popen(
@@ -325,12 +350,23 @@ class Child:
                 preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks
             )
 
-    def wait_ready(self, ready_file: Path, timeout_s: float = READY_TIMEOUT_S) -> dict[str, object]:
+    def restart(self) -> None:
+        with open(self.log_path, "ab") as log_file:
+            log_file.write(f"--- blobstore standalone: restarting {self.name}\n".encode())
+        self.start()
+
+    def ready(self) -> bool:
+        return self.ready_file.exists()
+
+    def exit_code(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict[str, object]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if ready_file.exists():
+            if self.ready_file.exists():
                 try:
-                    return dict(json.loads(ready_file.read_text()))
+                    return dict(json.loads(self.ready_file.read_text()))
                 except json.JSONDecodeError:
                     pass
             if self.process is None or self.process.poll() is not None:
@@ -355,13 +391,53 @@ class Child:
             self.process.send_signal(signal.SIGTERM)
 
     def wait(self, timeout_s: float) -> None:
+        """Wait for it to exit; killed (and a line printed) when it is not done in time."""
         if self.process is None:
             return
         try:
-            self.process.wait(timeout=timeout_s)
+            self.process.wait(timeout=max(timeout_s, 0.0))
         except subprocess.TimeoutExpired:
+            print(f"{self.name} did not stop in time: killed", flush=True)
             self.process.kill()
-            self.process.wait(timeout=timeout_s)
+            self.process.wait(timeout=STOP_TIMEOUT_S)
+
+
+class _ZooKeeperChild:
+    """The ZooKeeper server as a supervised child: a restart starts a new server on the
+    same directory and port, and returns once it serves."""
+
+    name = "ZooKeeper"
+
+    def __init__(self, server: ZooKeeperServer) -> None:
+        self.server = server
+        self.log_path = server.data_dir / "zookeeper.log"
+
+    def alive(self) -> bool:
+        return self.server.process.poll() is None
+
+    def exit_code(self) -> int | None:
+        return self.server.process.poll()
+
+    def last_error_line(self) -> str:
+        try:
+            return last_error_line(self.log_path.read_text(errors="replace"))
+        except FileNotFoundError:
+            return "no log"
+
+    def restart(self) -> None:
+        """A server that fails to start counts as one more exit (its process is gone)."""
+        try:
+            self.server = start_zookeeper(
+                self.server.data_dir,
+                self.server.port,
+                heap_mb=ZOOKEEPER_HEAP_MB,
+                preexec_fn=_die_with_parent,
+            )
+        except UsageError as e:
+            print(f"blobstore: warning: ZooKeeper did not start again: {e}", file=sys.stderr)
+
+    def ready(self) -> bool:
+        return True  # `restart` returns once it serves
 
 
 def _python_cli(*args: str) -> list[str]:
@@ -439,7 +515,6 @@ def _bookie_child(
     root = data_dir / f"bookie-{index}"
     if root.exists() and not root.is_dir():
         raise UsageError(f"broken data directory: {root} is not a directory")
-    (root / "ready.json").unlink(missing_ok=True)
     return Child(
         f"bookie-{index}",
         _python_cli(
@@ -461,6 +536,7 @@ def _bookie_child(
         ),
         data_dir / "logs" / f"bookie-{index}.log",
         env,
+        root / "ready.json",
     )
 
 
@@ -478,6 +554,8 @@ def _child_env(zk: str, access_key: str, secret_key: str, bookie_count: int) -> 
     env.setdefault("BLOBSTORE_ENSEMBLE_SIZE", str(min(3, bookie_count)))
     env.setdefault("BLOBSTORE_WRITE_QUORUM", str(min(2, bookie_count)))
     env.setdefault("BLOBSTORE_ACK_QUORUM", str(min(2, bookie_count)))
+    # The gateway's graceful stop fits in its share of the cluster's stop (STOP_TOTAL_S).
+    env.setdefault("BLOBSTORE_GATEWAY_GRACEFUL_SHUTDOWN_S", str(GATEWAY_GRACEFUL_SHUTDOWN_S))
     return env
 
 
@@ -531,7 +609,9 @@ def _run_locked(args: argparse.Namespace, data_dir: Path, schedule: MaintenanceS
             return 0
         assert cluster.zookeeper is not None
         return _supervise(
-            cluster.children, cluster.zookeeper, lambda: signals.stopping, maintenance.tick
+            Supervisor([cluster.zookeeper, *cluster.children]),
+            lambda: signals.stopping,
+            maintenance.tick,
         )
     except _StopRequested:
         return 0
@@ -539,7 +619,7 @@ def _run_locked(args: argparse.Namespace, data_dir: Path, schedule: MaintenanceS
         signals.starting = False
         if maintenance is not None:
             maintenance.stop()  # first: it works through the bookies and ZooKeeper
-        _stop_all(cluster.children, cluster.zookeeper)
+        _stop_all(cluster.children, cluster.zookeeper.server if cluster.zookeeper else None)
         if signals.stopping:
             print("stopped", flush=True)
 
@@ -600,15 +680,16 @@ class _Cluster:
     `_stop_all` stops, however far the start got."""
 
     def __init__(self) -> None:
-        self.zookeeper: ZooKeeperServer | None = None
+        self.zookeeper: _ZooKeeperChild | None = None
         self.children: list[Child] = []
 
     def start_zookeeper(self, data_dir: Path, zk_port: int) -> str:
         """Start ZooKeeper; its connect string."""
         print(f"starting ZooKeeper on 127.0.0.1:{zk_port} ...", flush=True)
-        self.zookeeper = start_zookeeper(
-            data_dir / "zookeeper", zk_port, heap_mb=256, preexec_fn=_die_with_parent
+        server = start_zookeeper(
+            data_dir / "zookeeper", zk_port, heap_mb=ZOOKEEPER_HEAP_MB, preexec_fn=_die_with_parent
         )
+        self.zookeeper = _ZooKeeperChild(server)
         return f"127.0.0.1:{zk_port}"
 
     def start_bookies(
@@ -625,7 +706,7 @@ class _Cluster:
             self.children.append(child)
             child.start()
         for index, child in enumerate(self.children):
-            child.wait_ready(data_dir / f"bookie-{index}" / "ready.json")
+            child.wait_ready()
             print(
                 f"bookie-{index} ready on 127.0.0.1:{layout.bookie_ports[index]} "
                 f"(metrics http://127.0.0.1:{layout.bookie_http_ports[index]}/metrics)",
@@ -636,13 +717,14 @@ class _Cluster:
         self, args: argparse.Namespace, data_dir: Path, zk: str, env: dict[str, str]
     ) -> str:
         """Start the gateway and wait for it to be ready; its endpoint."""
-        gateway_ready = data_dir / "gateway-ready.json"
-        gateway_ready.unlink(missing_ok=True)
-        gateway = _gateway_child(args, data_dir, zk, env, gateway_ready)
+        gateway = _gateway_child(args, data_dir, zk, env, data_dir / "gateway-ready.json")
         self.children.append(gateway)
         gateway.start()
-        ready = gateway.wait_ready(gateway_ready)
-        return _endpoint(args.host, int(str(ready.get("port") or args.port)))
+        ready = gateway.wait_ready()
+        port = int(str(ready.get("port") or args.port))
+        # A restart binds the port this start got (`--port 0` picks one only once).
+        gateway.command[gateway.command.index("--port") + 1] = str(port)
+        return _endpoint(args.host, port)
 
     def ready_document(self, endpoint: str, zk: str, access_key: str) -> dict[str, object]:
         """What --ready-file gets once the cluster serves."""
@@ -653,7 +735,7 @@ class _Cluster:
             "access_key": access_key,
             "pid": os.getpid(),
             "child_pids": [c.process.pid for c in self.children if c.process]
-            + [self.zookeeper.process.pid],
+            + [self.zookeeper.server.process.pid],
         }
 
 
@@ -677,6 +759,7 @@ def _gateway_child(
         ),
         data_dir / "logs" / "gateway.log",
         env,
+        ready_file,
     )
 
 
@@ -688,32 +771,15 @@ def _endpoint(host: str, port: int) -> str:
 
 
 def _supervise(
-    children: list[Child],
-    zookeeper: ZooKeeperServer,
-    stop_requested: Callable[[], bool],
-    tick: Callable[[], None],
+    supervisor: Supervisor, stop_requested: Callable[[], bool], tick: Callable[[], None]
 ) -> int:
-    """Wait for a stop request (0) or for any child to exit on its own (1), calling
-    `tick` (the maintenance schedule) on every turn."""
+    """Run until a stop request (0) or a child given up on (1), restarting children that
+    exit and calling `tick` (the maintenance schedule) on every turn."""
     while not stop_requested():
         tick()
-        for child in children:
-            if not child.alive():
-                code = child.process.returncode if child.process else None
-                print(
-                    f"blobstore: error: {child.name} exited with code {code}: "
-                    f"{child.last_error_line()} (log: {child.log_path})",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                return 1
-        if zookeeper.process.poll() is not None:
-            print(
-                "blobstore: error: ZooKeeper exited; see "
-                + str(zookeeper.data_dir / "zookeeper.log"),
-                file=sys.stderr,
-                flush=True,
-            )
+        reason = supervisor.poll()
+        if reason is not None:
+            print(f"blobstore: error: {reason}", file=sys.stderr, flush=True)
             return 1
         time.sleep(0.2)
     print("stopping ...", flush=True)
@@ -721,16 +787,29 @@ def _supervise(
 
 
 def _stop_all(children: list[Child], zookeeper: ZooKeeperServer | None) -> None:
-    """Gateway first (no new writes), then the bookies together, then ZooKeeper."""
-    if children and children[-1].name == "gateway":
-        children[-1].terminate()
-        children[-1].wait(STOP_TIMEOUT_S)
-    for child in children:
-        child.terminate()
-    for child in children:
-        child.wait(STOP_TIMEOUT_S)
+    """In dependency order, within STOP_TOTAL_S: the gateway (no new writes; it needs the
+    bookies and ZooKeeper to finish what it has), then the bookies together, then
+    ZooKeeper. Each step that is not done in its time is killed."""
+    started = time.monotonic()
+    gateways = [child for child in children if child.name == "gateway"]
+    bookies = [child for child in children if child.name != "gateway"]
+    for gateway in gateways:
+        gateway.terminate()
+        gateway.wait(STOP_GATEWAY_S)
+        _stopped(gateway.name, started)
+    for bookie in bookies:
+        bookie.terminate()
+    bookies_deadline = started + STOP_TOTAL_S - STOP_ZOOKEEPER_S
+    for bookie in bookies:
+        bookie.wait(bookies_deadline - time.monotonic())
+        _stopped(bookie.name, started)
     if zookeeper is not None:
-        zookeeper.stop()
+        zookeeper.stop(timeout_s=max(STOP_TOTAL_S - (time.monotonic() - started), 0.5))
+        _stopped("ZooKeeper", started)
+
+
+def _stopped(name: str, started: float) -> None:
+    print(f"{name} stopped after {time.monotonic() - started:.1f}s", flush=True)
 
 
 def _print_banner(

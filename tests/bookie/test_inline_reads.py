@@ -194,16 +194,32 @@ def test_checkpoint_pauses_between_slices_unless_the_write_cache_is_full(
         asyncio.run(storage.close())
         return list(pauses)
 
-    sizes = {"entry_log_bytes_max": 1 << 30, "write_cache_bytes_max": 64 << 20}
-    paused = checkpoint_pauses(LedgerStorage(str(tmp_path / "a"), **sizes, read_cache_bytes_max=0))
+    log_max, cache_max = 1 << 30, 64 << 20
+    paused = checkpoint_pauses(
+        LedgerStorage(
+            str(tmp_path / "a"),
+            entry_log_bytes_max=log_max,
+            write_cache_bytes_max=cache_max,
+            read_cache_bytes_max=0,
+        )
+    )
     assert len(paused) == slices and all(p >= 0 for p in paused)
     # Adds waiting for room in the write cache: the checkpoint runs at full speed.
-    full = _CacheAlwaysFull(str(tmp_path / "b"), **sizes, read_cache_bytes_max=0)
+    full = _CacheAlwaysFull(
+        str(tmp_path / "b"),
+        entry_log_bytes_max=log_max,
+        write_cache_bytes_max=cache_max,
+        read_cache_bytes_max=0,
+    )
     assert checkpoint_pauses(full) == []
     # Paced in bytes: each slice (512 entries of ~150 bytes) waits about its bytes at
     # 1 MB/s (the CPU rule alone waits about a millisecond).
     paced = LedgerStorage(
-        str(tmp_path / "c"), **sizes, read_cache_bytes_max=0, checkpoint_write_bytes_per_s=1e6
+        str(tmp_path / "c"),
+        entry_log_bytes_max=log_max,
+        write_cache_bytes_max=cache_max,
+        read_cache_bytes_max=0,
+        checkpoint_write_bytes_per_s=1e6,
     )
     paced._swapped_at -= 3600  # the adds came in slowly (an hour since the last swap)
     slice_bytes = ledger_storage_module.FLUSH_SLICE_ENTRIES * len(entry(6, 0, 100))
@@ -212,14 +228,22 @@ def test_checkpoint_pauses_between_slices_unless_the_write_cache_is_full(
     # The same adds arriving fast (all of them just now): the journal writes at the disk's
     # pace, and the checkpoint is not held to the byte rate.
     fast = LedgerStorage(
-        str(tmp_path / "d"), **sizes, read_cache_bytes_max=0, checkpoint_write_bytes_per_s=1e5
+        str(tmp_path / "d"),
+        entry_log_bytes_max=log_max,
+        write_cache_bytes_max=cache_max,
+        read_cache_bytes_max=0,
+        checkpoint_write_bytes_per_s=1e5,
     )
     fast._swapped_at = time.monotonic()  # ~230 kB from now to the checkpoint: >> 50 kB/s
     paused = checkpoint_pauses(fast)
     assert len(paused) == slices and all(p < 0.25 * slice_bytes / 1e5 for p in paused), paused
     # At shutdown: no pauses at all.
     closing = LedgerStorage(
-        str(tmp_path / "e"), **sizes, read_cache_bytes_max=0, checkpoint_write_bytes_per_s=1e6
+        str(tmp_path / "e"),
+        entry_log_bytes_max=log_max,
+        write_cache_bytes_max=cache_max,
+        read_cache_bytes_max=0,
+        checkpoint_write_bytes_per_s=1e6,
     )
     closing._swapped_at -= 3600
     assert checkpoint_pauses(closing, paced=False) == []
