@@ -248,8 +248,8 @@ def _object_operation(method: str, query: Mapping[str, str], headers: Mapping[st
 
 
 def _object_put(query: Mapping[str, str], headers: Mapping[str, str]) -> str:
-    if "acl" in query:
-        return "PutObjectAcl"
+    if "acl" in query:  # mixed with a part's parameters: neither operation, as S3
+        return NOT_IMPLEMENTED if "uploadId" in query or "partNumber" in query else "PutObjectAcl"
     if "tagging" in query:
         return "PutObjectTagging"
     copy = "x-amz-copy-source" in headers
@@ -278,11 +278,23 @@ def _fixed_setting(method: str, bucket: str, key: str, query: Mapping[str, str])
 def _access_subresource_fits(method: str, key: str, query: Mapping[str, str]) -> bool:
     """Whether the access subresources `query` names (if any) have an operation for
     this method and target."""
-    for name in query:
-        methods = ACCESS_SUBRESOURCES.get(name)
-        if methods is not None and (method not in methods or (key and name != "acl")):
+    named = [name for name in query if name in ACCESS_SUBRESOURCES]
+    for name in named:
+        methods = ACCESS_SUBRESOURCES[name]
+        if method not in methods or (key and name != "acl"):
             return False
-    return True
+    if not named:
+        return True
+    # Alone: mixed with another operation's parameters it is neither operation (S3 too).
+    others = _OPERATION_PARAMETERS | (set() if key else {"versionId"})
+    return len(named) == 1 and others.isdisjoint(query)
+
+
+# Query parameters that name an operation of their own.
+_OPERATION_PARAMETERS = frozenset(
+    {"uploadId", "partNumber", "uploads", "versions", "list-type", "delete", "tagging",
+     "attributes", "versioning", "location", "cors", "lifecycle"}
+)  # fmt: skip
 
 
 def unsupported_subresource(query: Mapping[str, str]) -> str:
