@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -12,6 +13,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, start_zookeeper
+from blobstore.runtime.pdeathsig import die_with_parent
 from tests.cluster.processes import BookieProcess, ProcessReaper
 
 ZK_TIMEOUT_S = 15.0
@@ -35,10 +37,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     setattr(item, f"rep_{report.when}", report)
 
 
+def _dies_with(run_pid: int) -> None:
+    die_with_parent(signal.SIGKILL, run_pid)
+
+
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     data_dir = tmp_path_factory.mktemp("zookeeper")
-    server = start_zookeeper(data_dir, free_port(), heap_mb=512)
+    run_pid = os.getpid()
+    # The kernel kills the server with the run, even where the run stops before the
+    # fixture holds it (a SIGTERM while Popen waits for the exec) or by kill -9.
+    server = start_zookeeper(
+        data_dir,
+        free_port(),
+        heap_mb=512,
+        preexec_fn=lambda: _dies_with(run_pid),
+        own_session=True,
+    )
     yield server
     server.stop()
 
