@@ -596,7 +596,7 @@ async def read_pages(zk_connect: str, depth: int) -> tuple[list[bytes], float]:
 
 
 async def walk(zk_connect: str, with_rows: bool) -> tuple[int, float]:
-    """A scan task's walk (`Catalog.iter_key_range`) over the whole bucket from one
+    """A scan task's walk (`Catalog.iter_key_runs`) over the whole bucket from one
     session, building its rows or not: (records, seconds)."""
     zk = ZooKeeperClient(zk_connect)
     await zk.start()
@@ -606,11 +606,12 @@ async def walk(zk_connect: str, with_rows: bool) -> tuple[int, float]:
     rows: list[tuple[Any, ...]] = []
     try:
         started = time.monotonic()
-        async for key, versions in catalog.iter_key_range(BUCKET, "", None):
-            count += len(versions)
-            if with_rows:
-                for version in versions:
-                    rows.extend(scan.version_rows(BUCKET, key, version))
+        async for run in catalog.iter_key_runs(BUCKET, "", None):
+            for key, versions in run:
+                count += len(versions)
+                if with_rows:
+                    for version in versions:
+                        rows.extend(scan.version_rows(BUCKET, key, version))
         seconds = time.monotonic() - started
     finally:
         await catalog.close()
@@ -635,7 +636,7 @@ class ScanPieces:
     seconds for `records` records."""
 
     records: int
-    walk_s: float  # Catalog.iter_key_range, one session: reads + decode + VersionRefs
+    walk_s: float  # Catalog.iter_key_runs, one session: reads + decode + VersionRefs
     walk_rows_s: float  # the same, building the task's rows (scan.version_rows)
     read_s: float  # the pages' raw reads alone, WALK_PAGES_IN_FLIGHT in flight
     decode_s: float  # IndexPage.decode of every stored page
@@ -1234,7 +1235,7 @@ def pieces_section(result: ScanResult) -> list[str]:
     pieces = result.pieces
     per = pieces.us_per_record
     rows = [
-        ("the walk (`Catalog.iter_key_range`, one session)", pieces.walk_s),
+        ("the walk (`Catalog.iter_key_runs`, one session)", pieces.walk_s),
         ("the walk and the task's rows (`scan.version_rows`): a scan task's work",
          pieces.walk_rows_s),
         (f"of which: page reads alone ({WALK_PAGES_IN_FLIGHT} in flight)", pieces.read_s),

@@ -553,16 +553,16 @@ class Catalog:
             async for record in listing.iter_records(self.index, bucket, all_versions=all_versions):
                 yield record
 
-    async def iter_key_range(
+    async def iter_key_runs(
         self, bucket: str, lo: str, hi: str | None
-    ) -> AsyncIterator[tuple[str, list[VersionRefs]]]:
-        """Every key in [lo, hi) with what its versions reference (newest first), read
-        after a sync: what a maintenance scan walks."""
+    ) -> AsyncIterator[list[tuple[str, list[VersionRefs]]]]:
+        """Every key in [lo, hi) with what its versions reference (newest first), a page's
+        run of keys at a time, read after a sync: what a maintenance scan walks."""
         _existing_bucket_name(bucket)
         with zookeeper_errors("iterate a key range"):
             await self.zk.fresh_view()
-            async for key, versions in listing.iter_key_range(self.index, bucket, lo, hi):
-                yield key, versions
+            async for run in listing.iter_key_runs(self.index, bucket, lo, hi):
+                yield run
 
     async def key_ranges(self, bucket: str, pages_per_range: int) -> list[tuple[str, str | None]]:
         """The bucket's key space cut into ranges of about `pages_per_range` index pages,

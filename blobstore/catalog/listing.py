@@ -51,11 +51,14 @@ class KeyWalker:
         start: str,
         end: str | None,
         view: asyncio.Future[None] | None = None,
+        *,
+        kept: bool = True,
     ) -> None:
         self.index = index
         self.bucket = bucket
         self.end = end
         self._view = view  # a fresh view started before the walk (see page_containing)
+        self._kept = kept  # pages read kept in the index's cache (see read_page)
         self._pos: str | None = start
         self._page: IndexPage | None = None
         self._i = 0
@@ -82,22 +85,48 @@ class KeyWalker:
 
     async def next(self) -> tuple[str, IndexPage, int] | None:
         while True:
-            if self._page is None:
-                pos = self._pos
-                if pos is None or (self.end is not None and pos >= self.end):
-                    return None
-                self._page = await self._fetch(pos)
-                self._i = bisect.bisect_left(self._page.keys, pos)
-            page = self._page
+            page = await self._current()
+            if page is None:
+                return None
             if self._i < len(page.keys):
                 key = page.keys[self._i]
                 if self.end is not None and key >= self.end:
                     return None
                 self._i += 1
                 return key, page, self._i - 1
-            self._pos = page.hi
-            self._page = None
-            self._run += 1
+            self._next_page(page)
+
+    async def next_run(self) -> tuple[IndexPage, int, int] | None:
+        """The keys of the current page left before the end, as (page, start, stop)
+        indexes; the walk goes on after them. A walk that takes every key (a scan) pays
+        for the page, not for each key."""
+        while True:
+            page = await self._current()
+            if page is None:
+                return None
+            start, keys = self._i, page.keys
+            stop = len(keys) if self.end is None else bisect.bisect_left(keys, self.end, start)
+            if start < stop:
+                self._i = stop
+                return page, start, stop
+            if stop < len(keys):  # the next key is past the end
+                return None
+            self._next_page(page)
+
+    async def _current(self) -> IndexPage | None:
+        """The page the walk is on (read when it has moved on); None past the end."""
+        if self._page is None:
+            pos = self._pos
+            if pos is None or (self.end is not None and pos >= self.end):
+                return None
+            self._page = await self._fetch(pos)
+            self._i = bisect.bisect_left(self._page.keys, pos)
+        return self._page
+
+    def _next_page(self, page: IndexPage) -> None:
+        self._pos = page.hi
+        self._page = None
+        self._run += 1
 
     def seek(self, pos: str | None) -> None:
         """Continue at the first key >= pos (forward only)."""
@@ -119,7 +148,9 @@ class KeyWalker:
             return
         if len(self._ahead) >= min(_PREFETCH_PAGES, 1 + self._run):
             return
-        task = asyncio.ensure_future(self.index.page_containing(self.bucket, hi, self._view))
+        task = asyncio.ensure_future(
+            self.index.page_containing(self.bucket, hi, self._view, kept=self._kept)
+        )
         task.add_done_callback(self._read_ahead_done)
         self._ahead.append((hi, task))
 
@@ -141,7 +172,7 @@ class KeyWalker:
                 self._top_up(page)
                 return page
         await self._drop_read_ahead()
-        page = await self.index.page_containing(self.bucket, pos, self._view)
+        page = await self.index.page_containing(self.bucket, pos, self._view, kept=self._kept)
         self._read_ahead_after(page)
         return page
 
@@ -334,18 +365,21 @@ async def iter_records(
         await walker.close()
 
 
-async def iter_key_range(
+async def iter_key_runs(
     index: ObjectIndex, bucket: str, lo: str, hi: str | None
-) -> AsyncIterator[tuple[str, list[VersionRefs]]]:
-    """Every key in [lo, hi), in order, with what its versions reference (newest first).
-    Lines are decoded a chunk at a time (`KeyWalker.versions`)."""
-    walker = KeyWalker(index, bucket, lo, hi)
+) -> AsyncIterator[list[tuple[str, list[VersionRefs]]]]:
+    """Every key in [lo, hi), in order, with what its versions reference (newest first),
+    a page's run of keys at a time, each run's lines decoded in one call. The pages are
+    read without a watch and not kept (each is read once)."""
+    walker = KeyWalker(index, bucket, lo, hi, kept=False)
     try:
-        while True:
-            item = await walker.next()
-            if item is None:
-                return
-            key, page, i = item
-            yield key, [VersionRefs(d) for d in walker.versions(page, i)]
+        while (run := await walker.next_run()) is not None:
+            page, start, stop = run
+            yield [
+                (key, [VersionRefs(d) for d in versions])
+                for key, versions in zip(
+                    page.keys[start:stop], page.decode_lines(start, stop), strict=True
+                )
+            ]
     finally:
         await walker.close()

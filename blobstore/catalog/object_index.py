@@ -253,23 +253,37 @@ class ObjectIndex:
         view: asyncio.Future[None] | None = None,
         *,
         shared: bool = False,
+        kept: bool = True,
     ) -> IndexPage | None:
         """The page (a copy: callers may change it), or None when it is gone (merged
         away). Recently read pages are kept decoded under a data watch, so a listing that
         reads the same page for consecutive requests transfers and decodes it once.
         `shared`: the kept page itself, for a caller that only reads it (a copy of a
-        page's key and line lists is a visible share of a small GET)."""
+        page's key and line lists is a visible share of a small GET). `kept=False`: a
+        page not in the cache is read without a watch and not kept, for a walk that
+        reads each page once (a scan): a watch set, and removed on eviction, per page
+        would double its requests to the server."""
         path = self.paths.page(bucket, page_id)
-        kept = self._pages.peek(path)
-        if kept is not None:
+        cached = self._pages.peek(path)
+        if cached is not None:
             metrics.PAGE_READS_CACHED.inc()
+        elif not kept and view is None:
+            return await self._read_page_once(bucket, page_id)
         try:
             page = await self._pages.get(path, view)
         except NoNodeError:
             return None
-        if kept is None:
+        if cached is None:
             metrics.PAGE_READS_TRANSFERRED.inc()
         return page if shared else page.copy()
+
+    async def _read_page_once(self, bucket: str, page_id: str) -> IndexPage | None:
+        try:
+            versioned = await self.zk.get(self.paths.page(bucket, page_id))
+        except NoNodeError:
+            return None
+        metrics.PAGE_READS_TRANSFERRED.inc()
+        return IndexPage.decode(page_id, versioned.value, versioned.version)
 
     async def read_page_for_commit(self, bucket: str, page_id: str) -> IndexPage | None:
         """The page for a commit to rewrite (or None when it is gone): a copy from the read
@@ -282,12 +296,7 @@ class ObjectIndex:
         if kept is not None:
             metrics.PAGE_READS_CACHED.inc()
             return kept.copy()
-        try:
-            versioned = await self.zk.get(path)
-        except NoNodeError:
-            return None
-        metrics.PAGE_READS_TRANSFERRED.inc()
-        return IndexPage.decode(page_id, versioned.value, versioned.version)
+        return await self._read_page_once(bucket, page_id)
 
     async def page_containing(
         self,
@@ -296,15 +305,17 @@ class ObjectIndex:
         view: asyncio.Future[None] | None = None,
         *,
         shared: bool = False,
+        kept: bool = True,
     ) -> IndexPage:
         """The page whose range holds `key`: the newest when `view` is given (a fresh view
         started before the call), otherwise as current as this session's server.
-        `shared`: as `read_page`'s (never to be changed)."""
+        `shared`, `kept`: as `read_page`'s."""
         fresh = False
         for _ in range(self.config.reroutes_max):
             with zookeeper_errors("read index page"):
                 page_map = await self.page_map(bucket, key, fresh=fresh, view=view)
-                page = await self.read_page(bucket, page_map.page_for(key), view, shared=shared)
+                page_id = page_map.page_for(key)
+                page = await self.read_page(bucket, page_id, view, shared=shared, kept=kept)
             if page is not None and page.contains(key):
                 return page
             fresh = True

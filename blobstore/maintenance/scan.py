@@ -250,15 +250,16 @@ async def _scan_range(
     rules = lifecycle.parse_rules(list(task.rules)) if task.rules else []
     bucket = task.bucket
     scanned = 0
-    async for key, versions in catalog.iter_key_range(bucket, task.lo, task.hi):
-        scanned += len(versions)
-        for version in versions:
-            if version.manifest and not version.manifest_ledgers:
-                rows.extend(await _resolved_rows(manifests, bucket, key, version))
-            else:
-                rows.extend(version_rows(bucket, key, version))
-        if rules:
-            rows.extend(key_lifecycle(bucket, key, versions, rules, task.versioning, now))
+    async for run in catalog.iter_key_runs(bucket, task.lo, task.hi):
+        for key, versions in run:
+            scanned += len(versions)
+            for version in versions:
+                if version.manifest and not version.manifest_ledgers:
+                    rows.extend(await _resolved_rows(manifests, bucket, key, version))
+                else:
+                    rows.extend(version_rows(bucket, key, version))
+            if rules:
+                rows.extend(key_lifecycle(bucket, key, versions, rules, task.versioning, now))
     rows.append(count_row(scanned))
 
 

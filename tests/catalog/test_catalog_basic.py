@@ -1016,3 +1016,32 @@ def test_a_hot_keys_record_is_decoded_once_and_never_outlives_its_page(zk_connec
             assert (await reader.get_object("memo", "k", NULL_VERSION_ID)).etag == second.etag
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_key_runs_walk_exactly_their_range_and_keep_no_page(zk_connect: str) -> None:
+    """A scan's walk (`iter_key_runs`) yields every key of [lo, hi) once, in order, a
+    page's run at a time, from bounds inside pages or on them, and keeps none of the
+    pages it read in the page cache (each is read once, without a watch)."""
+
+    async def body(writer: Catalog) -> None:
+        await writer.create_bucket("runs", "alice")
+        records = [object_record("runs", f"key-{n:05d}", n) for n in range(3000)]
+        await writer.bulk_load("runs", records)
+        keys = [r.key for r in records]
+        async with open_catalog(zk_connect) as reader:
+            bounds = [b for b, _hi in await reader.key_ranges("runs", 1)]
+            assert len(bounds) >= 4, bounds
+            cases = [("", None), ("key-00500", "key-02500"), (bounds[2], bounds[3])]
+            cases += [("key-01234x", None), ("", "key-00000"), ("key-9", None)]
+            for lo, hi in cases:
+                runs = [run async for run in reader.iter_key_runs("runs", lo, hi)]
+                walked = [key for run in runs for key, _versions in run]
+                assert walked == [k for k in keys if k >= lo and (hi is None or k < hi)]
+                assert all(v[0].version_id for run in runs for _k, v in run)
+                assert len(runs) <= len(bounds)
+            assert all(
+                reader.index._pages.peek(reader.paths.page("runs", i)) is None
+                for i in await reader.index.page_ids("runs")
+            )
+
+    run_with_catalog(zk_connect, body)
