@@ -604,6 +604,7 @@ async def walk(zk_connect: str, with_rows: bool) -> tuple[int, float]:
     catalog.index.start()
     count = 0
     rows: list[tuple[Any, ...]] = []
+    objects = scan.ObjectExtents()
     try:
         started = time.monotonic()
         async for run in catalog.iter_key_runs(BUCKET, "", None):
@@ -611,7 +612,8 @@ async def walk(zk_connect: str, with_rows: bool) -> tuple[int, float]:
                 count += len(versions)
                 if with_rows:
                     for version in versions:
-                        rows.extend(scan.version_rows(BUCKET, key, version))
+                        rows.extend(scan.version_rows(BUCKET, key, version, objects))
+        rows.extend(objects.rows(BUCKET))
         seconds = time.monotonic() - started
     finally:
         await catalog.close()
@@ -657,11 +659,18 @@ def timed(work: Callable[[], Any]) -> tuple[Any, float]:
     return value, time.monotonic() - started
 
 
+def task_rows(refs: list[tuple[str, VersionRefs]]) -> list[tuple[Any, ...]]:
+    """A scan task's rows of these versions (`scan.version_rows`, packed objects)."""
+    objects = scan.ObjectExtents()
+    rows = [row for k, v in refs for row in scan.version_rows(BUCKET, k, v, objects)]
+    return rows + list(objects.rows(BUCKET))
+
+
 def cpu_pieces(stored: list[bytes]) -> dict[str, Any]:
     """The CPU pieces of a scan task over the stored pages, each timed alone."""
     pages, decode_s = timed(lambda: [IndexPage.decode(str(i), s, 0) for i, s in enumerate(stored)])
     refs, refs_s = timed(lambda: page_refs(pages))
-    rows, rows_s = timed(lambda: [row for k, v in refs for row in scan.version_rows(BUCKET, k, v)])
+    rows, rows_s = timed(lambda: task_rows(refs))
     records, records_s = timed(
         lambda: [r for p in pages for i in range(len(p.keys)) for r in p.records(BUCKET, i)]
     )
@@ -788,6 +797,9 @@ def measure_scan(server: ZooKeeperServer, work: Path, sizes: Sizes) -> ScanResul
     with Section(server, "scan", work) as section:
         print(f"scan: loading {sizes.records:,} records...", flush=True)
         ledgers, pages, load_s = uvloop.run(build_scan_catalog(section.zk, sizes))
+        # First the pieces, one at a time in this process: their page reads also warm the
+        # ZooKeeper server just started (its JIT, its memory), as a running ensemble is.
+        pieces, page_reads = measure_pieces(section.zk, server.process.pid)
         print(f"scan: {pages:,} pages in {load_s:.1f} s; maintain --only gc --dry-run", flush=True)
         runs = []
         for pages_per_task in sizes.scan_pages_per_task:
@@ -805,7 +817,6 @@ def measure_scan(server: ZooKeeperServer, work: Path, sizes: Sizes) -> ScanResul
                 f"Spark start-up {run.spark_start_s:.1f} s",
                 flush=True,
             )
-        pieces, page_reads = measure_pieces(section.zk, server.process.pid)
     return ScanResult(sizes.records, pages, ledgers, load_s, runs, pieces, page_reads)
 
 
@@ -1185,8 +1196,10 @@ def scan_section(result: ScanResult) -> list[str]:
         f"an ETag, a CRC32, keys of 1,000 per directory) bulk-loaded into {result.pages:,} "
         f"index pages ({result.records / result.pages:,.0f} records and {stored_kib:.1f} KiB "
         f"stored per page, {result.page_bytes / 1e6:,.1f} MB in all) in {result.load_s:.1f} "
-        f"s; their extents name {result.ledgers} real closed ledgers. `maintain --only gc "
-        "--dry-run --pages-per-task N`. *Spark start-up* runs from the run's start to its "
+        f"s; their extents name {result.ledgers} real closed ledgers. The pieces below are "
+        "measured first: their reads of every page warm the ZooKeeper server, started for "
+        "this run, as a running ensemble is warm. Then `maintain --only gc "
+        "--dry-run --pages-per-task N`, in this order. *Spark start-up* runs from the run's start to its "
         "scan's (the first progress call): the lock, the catalog and, most of it, Spark's "
         "start (a JVM, a SparkContext); the *scan phase* from there to the run's end: the "
         "driver's plan, the Spark tasks, the DataFrames and their join (a dry run of GC adds "

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,7 +124,7 @@ def run(options: MaintainOptions, progress: ProgressCallback = _no_progress) -> 
 
 
 async def _run(options: MaintainOptions, progress: ProgressCallback) -> report.Report:
-    zk = await _connect(options.zk)
+    zk = await _connect(options.zk, options.zk_session_timeout_s)
     now = options.now if options.now is not None else time.time()
     the_report = report.Report(
         report.new_run_id(time.time()), time.time(), options.dry_run, list(options.phases)
@@ -141,8 +141,8 @@ async def _run(options: MaintainOptions, progress: ProgressCallback) -> report.R
     return the_report
 
 
-async def _connect(hosts: str) -> ZooKeeperClient:
-    zk = ZooKeeperClient(hosts)
+async def _connect(hosts: str, session_timeout_s: float) -> ZooKeeperClient:
+    zk = ZooKeeperClient(hosts, session_timeout_s=session_timeout_s)
     try:
         await zk.start(timeout_s=ZK_CONNECT_TIMEOUT_S)
     except Exception as e:  # kazoo's timeout and resolution errors
@@ -474,7 +474,7 @@ def _run_compaction(state: Run, result: ScanResult, choice: plan.CompactionChoic
     chosen = result.extents.filter(
         (f.col("role") == scan.ROLE_OBJECT) & f.col("ledger_id").isin(*choice.ledger_ids)
     )
-    groups = chosen.rdd.map(lambda r: (int(r.ledger_id), _holder(r))).groupByKey()
+    groups = chosen.rdd.flatMap(_holders).groupByKey()
     tasks = groups.map(lambda kv: execute.CompactTask(kv[0], tuple(kv[1])))
     parallelism = max(1, state.session.sparkContext.defaultParallelism)
     bytes_per_s = state.options.bandwidth_mb_s * 1e6 / parallelism
@@ -486,11 +486,14 @@ def _run_compaction(state: Run, result: ScanResult, choice: plan.CompactionChoic
     return done
 
 
-def _holder(row: Any) -> execute.Holder:
+def _holders(row: Any) -> Iterator[tuple[int, execute.Holder]]:
+    """The holders of a packed object row, each with its extent on the row's ledger."""
     from blobstore.catalog.records import Extent
 
-    extent = Extent(row.ledger_id, row.first_entry, row.last_entry, row.length, row.entry_size)
-    return execute.Holder(row.bucket, row.key, row.version_id, extent)
+    ledger_id = int(row.ledger_id)
+    for key, version_id, first, last, length, entry_size in scan.unpacked(row.detail):
+        extent = Extent(ledger_id, first, last, length, entry_size)
+        yield ledger_id, execute.Holder(row.bucket, key, version_id, extent)
 
 
 def _count_compaction(state: Run, row: tuple[Any, ...]) -> None:
@@ -516,11 +519,7 @@ async def _condemn_released(state: Run, result: ScanResult) -> None:
     released_rows = list(state.released)
 
     def count() -> dict[int, tuple[int, int]]:
-        frame = state.session.createDataFrame(
-            released_rows,
-            "ledger_id long, bucket string, key string, version_id string, upload_id string",
-        )
-        return spark.fully_released(result.extents, frame)
+        return spark.fully_released(state.session, result.extents, released_rows)
 
     holders = await state.spark("release", count)
     ledger_ids = [

@@ -15,6 +15,10 @@ COMPACT_GARBAGE_BYTES_MIN_DEFAULT = 64 << 10
 COMPACT_BYTES_MAX_DEFAULT = 64 << 30
 BANDWIDTH_MB_S_DEFAULT = 100.0
 PAGES_PER_TASK_DEFAULT = 64
+# ZooKeeper's own bounds with its default tickTime (2 s): 2 to 20 ticks.
+ZK_SESSION_TIMEOUT_S_DEFAULT = 15.0
+ZK_SESSION_TIMEOUT_S_MIN = 4.0
+ZK_SESSION_TIMEOUT_S_MAX = 40.0
 # Spark master URLs: local, local[N], local[*], local[N,F], spark://, k8s://, yarn, mesos://.
 _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|yarn|(spark|k8s|mesos)://\S+)$")
 
@@ -32,6 +36,9 @@ class MaintainOptions:
     bandwidth_mb_s: float = BANDWIDTH_MB_S_DEFAULT
     now: float | None = None  # the time rules are evaluated at (None: the clock)
     pages_per_task: int = PAGES_PER_TASK_DEFAULT
+    # The driver's ZooKeeper session: it holds the run's lock, so a killed run's lock
+    # stands this long before the next run may start.
+    zk_session_timeout_s: float = ZK_SESSION_TIMEOUT_S_DEFAULT
     bookie_gc: bool = True  # ask the bookies for a GC pass after deleting ledgers
     catalog_root: str = "/catalog"
     pushgateway: str = ""
@@ -70,6 +77,11 @@ def check_options(options: MaintainOptions) -> None:
         raise UsageError(f"bad --bandwidth {options.bandwidth_mb_s!r}: MB/s, more than 0")
     if not 1 <= options.pages_per_task <= 100_000:
         raise UsageError(f"bad --pages-per-task {options.pages_per_task!r}")
+    if not ZK_SESSION_TIMEOUT_S_MIN <= options.zk_session_timeout_s <= ZK_SESSION_TIMEOUT_S_MAX:
+        raise UsageError(
+            f"bad --zk-session-timeout {options.zk_session_timeout_s!r}: seconds, "
+            f"{ZK_SESSION_TIMEOUT_S_MIN:g} to {ZK_SESSION_TIMEOUT_S_MAX:g}"
+        )
 
 
 def parse_now(text: str) -> float:

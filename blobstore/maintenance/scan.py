@@ -6,11 +6,16 @@ metadata; the driver itself keeps only the bounds. Each task opens its own ZooKe
 session, sends a `sync` (its reads then see every write acknowledged before the task
 began), and yields rows:
 
-- an **extent row** per extent of every object version, upload part and manifest, naming
-  its holder (bucket, key, version or upload and part) and its `role`: `object` (may be
-  compacted), `part`, `manifest` and `named` (a ledger named inside a manifest): these
-  pin their ledger; `unresolved` (ledger -1): a manifest that could not be read, so no
-  ledger may be called unreferenced in this run;
+- **packed object rows**: a task's extents of plain object versions (role `object`: they
+  may be compacted), one row per ledger (`ObjectExtents`): `length` their bytes,
+  `holders` the versions holding them, `detail` the extents with their keys and versions
+  as JSON. A scan of a million objects hands Spark a few thousand rows, not a million:
+  a row's way into the JVM (unpickled, converted, cached) cost three times the walk;
+- an **extent row** per extent of every upload part and manifest, naming its holder
+  (bucket, key, version or upload and part) and its `role`: `part`, `manifest` and
+  `named` (a ledger named inside a manifest): these pin their ledger; `unresolved`
+  (ledger -1): a manifest that could not be read, so no ledger may be called
+  unreferenced in this run;
 - an **action row** per lifecycle action due on a key or upload (`lifecycle.py`);
 - a **ledger row** per ledger's metadata;
 - a **count row** per task (records scanned).
@@ -63,11 +68,13 @@ MANIFEST_READ_ERRORS = (ManifestError, LedgerError, ShortEntryError, TimeoutErro
 # extent's, then `mtime` and `detail` (JSON: the rest of an action or a ledger row).
 EXTENT_COLUMNS = (
     "ledger_id first_entry last_entry length entry_size role bucket key version_id "
-    "upload_id part_number"
+    "upload_id part_number holders"
 ).split()
 ROW_COLUMNS = ["tag", *EXTENT_COLUMNS, "mtime", "detail"]
 _NO_EXTENT = (None, None, None, None, None)
-_NO_PART = (None, None)
+_NO_UPLOAD = (None, None, None)  # upload_id, part_number, holders
+# Extents per packed row (a ledger holding more of a task's extents gets more rows).
+PACKED_EXTENTS_MAX = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,30 +117,99 @@ Row = tuple[Any, ...]
 def extent_row(extent: list[int], role: str, holder: tuple[str, str, str, str, int]) -> Row:
     """`extent` as `Extent.to_list` gives it: ledger, first and last entry, length,
     entry size."""
-    return (TAG_EXTENT, *extent, role, *holder, None, None)
+    return (TAG_EXTENT, *extent, role, *holder, 1, None, None)
 
 
-def version_rows(bucket: str, key: str, version: VersionRefs) -> Iterator[Row]:
-    """The extent rows of one version (a resolved manifest's extents pin their ledgers)."""
-    holder = (bucket, key, version.version_id, "", 0)
+class ObjectExtents:
+    """A task's extents of plain object versions, by ledger, until they are packed into
+    rows (`rows`). Each is kept as `[key, version_id, first, last, length, entry_size]`."""
+
+    __slots__ = ("by_ledger",)
+
+    def __init__(self) -> None:
+        self.by_ledger: dict[int, list[list[Any]]] = {}
+
+    def add(self, key: str, version_id: str, extents: list[list[int]]) -> None:
+        by_ledger = self.by_ledger
+        for ledger_id, *entries in extents:
+            held = by_ledger.get(ledger_id)
+            if held is None:
+                held = by_ledger[ledger_id] = []
+            held.append([key, version_id, *entries])
+
+    def rows(self, bucket: str) -> Iterator[Row]:
+        for ledger_id, extents in self.by_ledger.items():
+            yield from packed_rows(bucket, ledger_id, extents)
+
+
+def packed_rows(bucket: str, ledger_id: int, extents: list[list[Any]]) -> Iterator[Row]:
+    """A task's object extents on one ledger, in rows of at most PACKED_EXTENTS_MAX:
+    `length` their bytes, `holders` the distinct versions (all on the first row: a
+    version's extents are all in one task), `detail` the extents as JSON."""
+    holders = len({(e[0], e[1]) for e in extents})
+    for start in range(0, len(extents), PACKED_EXTENTS_MAX):
+        chunk = extents[start : start + PACKED_EXTENTS_MAX]
+        length = sum(e[4] for e in chunk)
+        detail = orjson.dumps(chunk).decode()
+        count = holders if start == 0 else 0
+        head = (TAG_EXTENT, ledger_id, None, None, length, None, ROLE_OBJECT, bucket)
+        yield (*head, None, None, "", 0, count, None, detail)
+
+
+def unpacked(detail: str) -> list[list[Any]]:
+    """A packed row's extents: `[key, version_id, first, last, length, entry_size]`."""
+    extents: list[list[Any]] = orjson.loads(detail)
+    return extents
+
+
+class ReleasedVersions:
+    """Object versions this run released (deleted or moved off a ledger), to be found in
+    packed rows. Each is (ledger_id, bucket, key, version_id, upload_id ""): ledger_id -1
+    for every ledger of the version."""
+
+    def __init__(self, released: Iterable[tuple[int, str, str, str, str]]) -> None:
+        self.anywhere: set[tuple[str, str, str]] = set()
+        self.on_ledger: set[tuple[int, str, str, str]] = set()
+        for ledger_id, bucket, key, version_id, _upload in released:
+            if ledger_id < 0:
+                self.anywhere.add((bucket, key, version_id))
+            else:
+                self.on_ledger.add((ledger_id, bucket, key, version_id))
+
+    def found_in(self, rows: Iterable[Any]) -> Iterator[tuple[int, str, str, str]]:
+        """(ledger_id, bucket, key, version_id) of each released version in `rows`
+        (ledger_id, bucket, detail), the same one possibly more than once."""
+        for ledger_id, bucket, detail in rows:
+            for key, version_id, *_entries in unpacked(detail):
+                if (bucket, key, version_id) in self.anywhere or (
+                    (ledger_id, bucket, key, version_id) in self.on_ledger
+                ):
+                    yield ledger_id, bucket, key, version_id
+
+
+def version_rows(
+    bucket: str, key: str, version: VersionRefs, objects: ObjectExtents
+) -> Iterator[Row]:
+    """The extent rows of one version that pins its ledgers (a resolved manifest's);
+    a plain version's extents go to `objects`."""
     manifest = version.manifest
-    if manifest:
-        for extent in manifest:
-            yield extent_row(extent, ROLE_MANIFEST, holder)
-        for extent in version.extents:
-            yield extent_row(extent, ROLE_NAMED, holder)
-        for ledger_id in version.manifest_ledgers:
-            yield extent_row([ledger_id, 0, 0, 0, 1], ROLE_NAMED, holder)
+    if not manifest:
+        objects.add(key, version.version_id, version.extents)
         return
+    holder = (bucket, key, version.version_id, "", 0)
+    for extent in manifest:
+        yield extent_row(extent, ROLE_MANIFEST, holder)
     for extent in version.extents:
-        yield (TAG_EXTENT, *extent, ROLE_OBJECT, *holder, None, None)
+        yield extent_row(extent, ROLE_NAMED, holder)
+    for ledger_id in version.manifest_ledgers:
+        yield extent_row([ledger_id, 0, 0, 0, 1], ROLE_NAMED, holder)
 
 
-def record_rows(record: ObjectRecord) -> Iterator[Row]:
+def record_rows(record: ObjectRecord, objects: ObjectExtents) -> Iterator[Row]:
     """`version_rows` of a whole record (a manifest's, once resolved)."""
     d = record.to_dict()
     d["v"] = record.version_id
-    return version_rows(record.bucket, record.key, VersionRefs(d))
+    return version_rows(record.bucket, record.key, VersionRefs(d), objects)
 
 
 def unresolved_row(bucket: str, key: str, version_id: str) -> Row:
@@ -149,14 +225,14 @@ def action_row(bucket: str, action: lifecycle.Action, mtime: float) -> Row:
     acts only if it still was: `Catalog.delete_object(expected_mtime=...)`)."""
     detail = _detail(rule_id=action.rule_id, reason=action.reason)
     holder = (bucket, action.key, action.version_id)
-    return (TAG_ACTION, *_NO_EXTENT, str(action.kind), *holder, *_NO_PART, mtime, detail)
+    return (TAG_ACTION, *_NO_EXTENT, str(action.kind), *holder, *_NO_UPLOAD, mtime, detail)
 
 
 def abort_row(bucket: str, abort: lifecycle.AbortUpload) -> Row:
     """An upload to abort: its id stands in the version column."""
     detail = _detail(rule_id=abort.rule_id, reason=abort.reason)
     holder = (bucket, abort.key, abort.upload_id)
-    return (TAG_ACTION, *_NO_EXTENT, ABORT_UPLOAD, *holder, *_NO_PART, 0.0, detail)
+    return (TAG_ACTION, *_NO_EXTENT, ABORT_UPLOAD, *holder, *_NO_UPLOAD, 0.0, detail)
 
 
 def ledger_row(metadata: LedgerMetadata, mtime_s: float) -> Row:
@@ -168,12 +244,12 @@ def ledger_row(metadata: LedgerMetadata, mtime_s: float) -> Row:
         writer=metadata.custom.get("writer", ""),
     )
     row = [TAG_LEDGER, metadata.ledger_id, None, None, metadata.length, None]
-    return (*row, None, None, None, None, None, None, mtime_s, detail)
+    return (*row, None, None, None, None, None, None, None, mtime_s, detail)
 
 
 def count_row(records: int) -> Row:
     """The records a task scanned (in the `length` column)."""
-    return (TAG_COUNT, None, None, None, records, *([None] * 9))
+    return (TAG_COUNT, None, None, None, records, *([None] * 10))
 
 
 def key_lifecycle(
@@ -250,29 +326,36 @@ async def _scan_range(
     rules = lifecycle.parse_rules(list(task.rules)) if task.rules else []
     bucket = task.bucket
     scanned = 0
+    objects = ObjectExtents()
     async for run in catalog.iter_key_runs(bucket, task.lo, task.hi):
         for key, versions in run:
             scanned += len(versions)
             for version in versions:
                 if version.manifest and not version.manifest_ledgers:
-                    rows.extend(await _resolved_rows(manifests, bucket, key, version))
+                    rows.extend(await _resolved_rows(manifests, bucket, key, version, objects))
                 else:
-                    rows.extend(version_rows(bucket, key, version))
+                    rows.extend(version_rows(bucket, key, version, objects))
             if rules:
                 rows.extend(key_lifecycle(bucket, key, versions, rules, task.versioning, now))
+    rows.extend(objects.rows(bucket))
     rows.append(count_row(scanned))
 
 
 async def _resolved_rows(
-    manifests: ManifestReader, bucket: str, key: str, version: VersionRefs
+    manifests: ManifestReader,
+    bucket: str,
+    key: str,
+    version: VersionRefs,
+    objects: ObjectExtents,
 ) -> list[Row]:
     """A version written before records named their manifest's ledgers: its manifest
     read. When it cannot be read, an `unresolved` row stops this run's deletions."""
     record = version.record(bucket, key)
     try:
-        return list(record_rows(await manifests.resolve(record)))
+        return list(record_rows(await manifests.resolve(record), objects))
     except MANIFEST_READ_ERRORS:
-        return [*version_rows(bucket, key, version), unresolved_row(bucket, key, record.version_id)]
+        rows = list(version_rows(bucket, key, version, objects))
+        return [*rows, unresolved_row(bucket, key, record.version_id)]
 
 
 async def _scan_uploads(catalog: Catalog, task: UploadsTask, now: float, rows: list[Row]) -> None:

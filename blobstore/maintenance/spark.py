@@ -177,7 +177,7 @@ class StageProgress:
 SCAN_SCHEMA = (
     "tag string, ledger_id long, first_entry long, last_entry long, length long, "
     "entry_size long, role string, bucket string, key string, version_id string, "
-    "upload_id string, part_number int, mtime double, detail string"
+    "upload_id string, part_number int, holders long, mtime double, detail string"
 )
 PARTITIONS_PER_CORE = 4
 
@@ -204,7 +204,7 @@ class ScanFrames:
         self.all = session.createDataFrame(rows, SCAN_SCHEMA, verifySchema=False)
         self.all = self.all.persist(StorageLevel.MEMORY_AND_DISK)
         tag = f.col("tag")
-        self.extents = self.all.where(tag == scan.TAG_EXTENT).select(*scan.EXTENT_COLUMNS)
+        self.extents = self.all.where(tag == scan.TAG_EXTENT).select(*scan.EXTENT_COLUMNS, "detail")
         self.actions = self.all.where(tag == scan.TAG_ACTION).select(
             f.col("role").alias("action"),
             "bucket",
@@ -249,10 +249,70 @@ def ledger_stats(frames: ScanFrames) -> tuple[list[Any], list[int]]:
     return known, missing
 
 
-def fully_released(extents: Any, released: Any) -> dict[int, tuple[int, int]]:
-    """Per ledger that lost a holder this run: (holders, holders released). `released`
-    rows: (ledger_id or -1 for every ledger of the holder, bucket, key, version_id,
-    upload_id)."""
+Released = tuple[int, str, str, str, str]  # (ledger_id or -1: all, bucket, key, version, upload)
+
+
+def fully_released(session: Any, extents: Any, released: list[Released]) -> dict[int, Counts]:
+    """Per ledger that lost a holder this run: (holders, holders released), over the
+    extent rows (uploads' parts, manifests) and the packed object rows together.
+    `released`: (ledger_id or -1 for every ledger of the holder, bucket, key,
+    version_id, upload_id)."""
+    from pyspark.sql import functions as f
+
+    packed = f.col("detail").isNotNull()
+    objects = [r for r in released if not r[4]]
+    gone = _released_in_packed(extents.filter(packed), objects)
+    frame = session.createDataFrame(
+        released, "ledger_id long, bucket string, key string, version_id string, upload_id string"
+    )
+    counts = _released_of_rows(extents.filter(~packed), frame, list(gone))
+    touched = sorted(set(counts) | set(gone))
+    totals = _packed_holders(extents.filter(packed), touched)
+    return {
+        i: (counts.get(i, (0, 0))[0] + totals.get(i, 0), counts.get(i, (0, 0))[1] + gone.get(i, 0))
+        for i in touched
+    }
+
+
+Counts = tuple[int, int]
+
+
+def _released_in_packed(packed: Any, released: list[Released]) -> dict[int, int]:
+    """Per ledger, the released object versions found in the packed rows' extents (read
+    in the executors, over the released versions' buckets only)."""
+    from pyspark.sql import functions as f
+
+    if not released:
+        return {}
+    buckets = sorted({r[1] for r in released})
+    rows = packed.filter(f.col("bucket").isin(*buckets)).select("ledger_id", "bucket", "detail")
+    wanted = scan.ReleasedVersions(released)
+    gone: dict[int, int] = {}
+    for ledger_id, _bucket, _key, _version in (
+        rows.rdd.mapPartitions(wanted.found_in).distinct().collect()
+    ):
+        gone[ledger_id] = gone.get(ledger_id, 0) + 1
+    return gone
+
+
+def _packed_holders(packed: Any, ledger_ids: list[int]) -> dict[int, int]:
+    """The object versions holding each of `ledger_ids`, from the packed rows."""
+    from pyspark.sql import functions as f
+
+    if not ledger_ids:
+        return {}
+    rows = (
+        packed.filter(f.col("ledger_id").isin(*ledger_ids))
+        .groupBy("ledger_id")
+        .agg(f.sum("holders").alias("holders"))
+        .collect()
+    )
+    return {int(r.ledger_id): int(r.holders) for r in rows}
+
+
+def _released_of_rows(extents: Any, released: Any, also: list[int]) -> dict[int, Counts]:
+    """`fully_released` over the extent rows (one per holder and extent), in the JVM:
+    the ledgers they release, and those of `also` (released in packed rows)."""
     from pyspark.sql import functions as f
 
     holders = (
@@ -275,5 +335,8 @@ def fully_released(extents: Any, released: Any) -> dict[int, tuple[int, int]]:
     touched = joined.groupBy("ledger_id").agg(
         f.count("*").alias("holders"), f.sum(f.col("released").cast("int")).alias("released")
     )
-    rows = touched.filter(f.col("released") > 0).collect()
+    wanted = f.col("released") > 0
+    if also:
+        wanted = wanted | f.col("ledger_id").isin(*also)
+    rows = touched.filter(wanted).collect()
     return {int(r.ledger_id): (int(r.holders), int(r.released)) for r in rows}

@@ -91,7 +91,7 @@ LIFECYCLE_RULES = [
 LOCK_HELD = "another maintenance run is in progress"
 KILLED_RUN_TIMEOUT_S = 180.0
 GROUP_GONE_TIMEOUT_S = 30.0
-# The driver's ZooKeeper session (15 s) holds the lock after a kill; then a margin.
+# The driver's ZooKeeper session (at most 15 s) holds the lock after a kill; a margin.
 LOCK_FREED_TIMEOUT_S = 60.0
 RERUN_INTERVAL_S = 1.0
 

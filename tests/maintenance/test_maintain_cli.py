@@ -135,6 +135,8 @@ def chroot_tree(zk: KazooClient) -> list[str]:
         (("--now", "2026-13-01T00:00:00Z"), "bad --now"),
         (("--only", "gc,foo"), "bad --only 'gc,foo'"),
         (("--only", ","), "bad --only ','"),
+        (("--zk-session-timeout", "1"), "bad --zk-session-timeout 1.0: seconds, 4 to 40"),
+        (("--zk-session-timeout", "nan"), "bad --zk-session-timeout nan"),
     ],
 )
 def test_bad_flags_are_one_line_and_a_non_zero_exit_and_change_nothing(

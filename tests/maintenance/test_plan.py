@@ -115,16 +115,63 @@ def test_ledgers_whose_every_holder_was_released_and_orphans() -> None:
     assert orphans(stats, {"alive"}) == [1, 3]
 
 
-def test_a_record_becomes_extent_rows_manifest_records_pin_their_ledgers() -> None:
+def test_plain_records_are_packed_by_ledger_manifest_records_pin_their_ledgers() -> None:
+    objects = scan.ObjectExtents()
     plain = ObjectRecord("b", "k", "v1", size=10, extents=(Extent(7, 0, 1, 10, 8),))
-    rows = list(scan.record_rows(plain))
-    assert rows == [("e", 7, 0, 1, 10, 8, scan.ROLE_OBJECT, "b", "k", "v1", "", 0, None, None)]
-    assert all(len(r) == len(scan.ROW_COLUMNS) for r in rows)
+    assert list(scan.record_rows(plain, objects)) == []
+    two = (Extent(7, 2, 2, 5, 8), Extent(6, 0, 0, 3, 8))
+    assert list(scan.record_rows(ObjectRecord("b", "k2", "v9", size=8, extents=two), objects)) == []
     big = ObjectRecord(
         "b", "k", "v2", size=10, manifest=(Extent(9, 3, 3, 50, 64),), manifest_ledgers=(7, 8)
     )
-    roles = [(r[1], r[6]) for r in scan.record_rows(big)]
-    assert roles == [(9, scan.ROLE_MANIFEST), (7, scan.ROLE_NAMED), (8, scan.ROLE_NAMED)]
+    rows = list(scan.record_rows(big, objects))
+    assert [(r[1], r[6]) for r in rows] == [
+        (9, scan.ROLE_MANIFEST),
+        (7, scan.ROLE_NAMED),
+        (8, scan.ROLE_NAMED),
+    ]
+    assert rows[0] == ("e", 9, 3, 3, 50, 64, "manifest", "b", "k", "v2", "", 0, 1, None, None)
+    packed = {r[1]: r for r in objects.rows("b")}
+    assert sorted(packed) == [6, 7]
+    column = scan.ROW_COLUMNS.index
+    seven = packed[7]
+    assert (seven[column("length")], seven[column("holders")]) == (15, 2)
+    assert (seven[column("role")], seven[column("bucket")]) == (scan.ROLE_OBJECT, "b")
+    assert scan.unpacked(seven[column("detail")]) == [
+        ["k", "v1", 0, 1, 10, 8],
+        ["k2", "v9", 2, 2, 5, 8],
+    ]
+    assert all(len(r) == len(scan.ROW_COLUMNS) for r in [*rows, *packed.values()])
+
+
+def test_a_ledger_with_many_extents_packs_into_bounded_rows_counting_holders_once() -> None:
+    objects = scan.ObjectExtents()
+    count = scan.PACKED_EXTENTS_MAX + 10
+    for n in range(count):
+        objects.add(f"k{n // 2}", "v", [[5, n, n, 1, 1]])  # two extents per version
+    rows = list(objects.rows("b"))
+    column = scan.ROW_COLUMNS.index
+    assert [len(scan.unpacked(r[column("detail")])) for r in rows] == [scan.PACKED_EXTENTS_MAX, 10]
+    assert sum(r[column("holders")] for r in rows) == count // 2
+    assert sum(r[column("length")] for r in rows) == count
+
+
+def test_released_versions_are_found_in_packed_extents() -> None:
+    objects = scan.ObjectExtents()
+    objects.add("a", "v1", [[1, 0, 0, 4, 4], [2, 0, 0, 4, 4]])
+    objects.add("b", "v1", [[1, 1, 1, 4, 4]])
+    objects.add("c", "v1", [[2, 1, 1, 4, 4]])
+    column = scan.ROW_COLUMNS.index
+    rows = [
+        (r[column("ledger_id")], r[column("bucket")], r[column("detail")])
+        for r in objects.rows("bk")
+    ]
+    released = scan.ReleasedVersions(
+        [(-1, "bk", "a", "v1", ""), (2, "bk", "c", "v1", ""), (1, "bk", "c", "v1", "")]
+    )
+    found = sorted(released.found_in(rows))
+    assert found == [(1, "bk", "a", "v1"), (2, "bk", "a", "v1"), (2, "bk", "c", "v1")]
+    assert list(scan.ReleasedVersions([(-1, "other", "a", "v1", "")]).found_in(rows)) == []
 
 
 def test_every_kind_of_row_has_the_scan_frames_columns() -> None:
