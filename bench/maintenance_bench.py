@@ -1302,10 +1302,10 @@ def why_section(results: Results) -> list[str]:
         "",
         f"1. **The scan job** (the first: it runs the tasks and fills the DataFrame's "
         f"cache): {first_us:.0f} µs of task time per record, where a task's walk and rows "
-        f"in one process take {work_us:.0f} µs. The rest is the rows' way into the JVM "
-        "(pickled by the Python worker, unpickled and converted to DataFrame rows, cached) "
-        f"and Spark's own cost per task ({spark_own_s:.1f} s for {first.tasks:,} empty "
-        "tasks here).",
+        f"in one process take {work_us:.0f} µs. The rest: two tasks share two cores with "
+        "ZooKeeper and the JVM, the rows' way into the JVM (object extents packed, a row "
+        "per ledger and partition), the Python workers' start and Spark's own cost per "
+        f"task ({spark_own_s:.1f} s for {first.tasks:,} empty tasks here).",
         f"2. **The jobs after it** (the per-ledger join over the cached DataFrame, in the "
         f"JVM): {later_s:.1f} s of task time ({later_s / records * 1e6:.1f} µs per "
         "record).",
@@ -1540,8 +1540,8 @@ def scale_section(results: Results) -> list[str]:
         "ZooKeeper cores in all, spread over the servers the sessions reached "
         f"({scale.zookeeper_cores(most) / ENSEMBLE_SERVERS:,.1f} per server of a "
         f"{ENSEMBLE_SERVERS}-server ensemble). The executors' CPU per record is what bounds "
-        "the scan: about a third of it is the task's own walk, most of the rest the "
-        "rows' way into the JVM (above); both grow with the catalog, as the executors do.",
+        "the scan: most of it is the task's own walk, which grows with the catalog, as "
+        "the executors do; Spark's costs per task and per job (above) do not.",
         "",
     ]
 

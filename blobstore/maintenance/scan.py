@@ -122,44 +122,56 @@ def extent_row(extent: list[int], role: str, holder: tuple[str, str, str, str, i
 
 class ObjectExtents:
     """A task's extents of plain object versions, by ledger, until they are packed into
-    rows (`rows`). Each is kept as `[key, version_id, first, last, length, entry_size]`."""
+    rows (`rows`). A ledger's are kept flat, EXTENT_FIELDS values each (one list per
+    ledger, not one per extent: a list per extent cost more than the walk, most of it
+    the garbage collector going over them)."""
 
-    __slots__ = ("by_ledger",)
+    __slots__ = ("by_ledger", "holders")
 
     def __init__(self) -> None:
-        self.by_ledger: dict[int, list[list[Any]]] = {}
+        self.by_ledger: dict[int, list[Any]] = {}
+        self.holders: dict[int, int] = {}  # the distinct versions on each ledger
 
     def add(self, key: str, version_id: str, extents: list[list[int]]) -> None:
         by_ledger = self.by_ledger
-        for ledger_id, *entries in extents:
+        for extent in extents:
+            ledger_id = extent[0]
             held = by_ledger.get(ledger_id)
             if held is None:
                 held = by_ledger[ledger_id] = []
-            held.append([key, version_id, *entries])
+            # A version's extents come together: a new holder unless the last was its.
+            if not held or held[-EXTENT_FIELDS] != key or held[1 - EXTENT_FIELDS] != version_id:
+                self.holders[ledger_id] = self.holders.get(ledger_id, 0) + 1
+            held += (key, version_id, extent[1], extent[2], extent[3], extent[4])
 
     def rows(self, bucket: str) -> Iterator[Row]:
-        for ledger_id, extents in self.by_ledger.items():
-            yield from packed_rows(bucket, ledger_id, extents)
+        for ledger_id, flat in self.by_ledger.items():
+            yield from packed_rows(bucket, ledger_id, flat, self.holders[ledger_id])
 
 
-def packed_rows(bucket: str, ledger_id: int, extents: list[list[Any]]) -> Iterator[Row]:
-    """A task's object extents on one ledger, in rows of at most PACKED_EXTENTS_MAX:
-    `length` their bytes, `holders` the distinct versions (all on the first row: a
-    version's extents are all in one task), `detail` the extents as JSON."""
-    holders = len({(e[0], e[1]) for e in extents})
-    for start in range(0, len(extents), PACKED_EXTENTS_MAX):
-        chunk = extents[start : start + PACKED_EXTENTS_MAX]
-        length = sum(e[4] for e in chunk)
-        detail = orjson.dumps(chunk).decode()
+# A packed extent: key, version_id, first entry, last entry, length, entry size.
+EXTENT_FIELDS = 6
+_LENGTH = 4
+
+
+def packed_rows(bucket: str, ledger_id: int, flat: list[Any], holders: int) -> Iterator[Row]:
+    """A task's object extents on one ledger (flat, EXTENT_FIELDS values each), in rows
+    of at most PACKED_EXTENTS_MAX: `length` their bytes, `holders` the distinct versions
+    holding them (all on the first row: a version's extents are all in one task),
+    `detail` the extents as one flat JSON array."""
+    step = PACKED_EXTENTS_MAX * EXTENT_FIELDS
+    for start in range(0, len(flat), step):
+        chunk = flat[start : start + step]
+        length = sum(chunk[_LENGTH::EXTENT_FIELDS])
         count = holders if start == 0 else 0
         head = (TAG_EXTENT, ledger_id, None, None, length, None, ROLE_OBJECT, bucket)
-        yield (*head, None, None, "", 0, count, None, detail)
+        yield (*head, None, None, "", 0, count, None, orjson.dumps(chunk).decode())
 
 
-def unpacked(detail: str) -> list[list[Any]]:
-    """A packed row's extents: `[key, version_id, first, last, length, entry_size]`."""
-    extents: list[list[Any]] = orjson.loads(detail)
-    return extents
+def unpacked(detail: str) -> list[tuple[Any, ...]]:
+    """A packed row's extents: `(key, version_id, first, last, length, entry_size)`."""
+    flat = orjson.loads(detail)
+    return list(zip(*[iter(flat)] * EXTENT_FIELDS, strict=True))
 
 
 class ReleasedVersions:

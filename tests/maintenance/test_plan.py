@@ -138,8 +138,8 @@ def test_plain_records_are_packed_by_ledger_manifest_records_pin_their_ledgers()
     assert (seven[column("length")], seven[column("holders")]) == (15, 2)
     assert (seven[column("role")], seven[column("bucket")]) == (scan.ROLE_OBJECT, "b")
     assert scan.unpacked(seven[column("detail")]) == [
-        ["k", "v1", 0, 1, 10, 8],
-        ["k2", "v9", 2, 2, 5, 8],
+        ("k", "v1", 0, 1, 10, 8),
+        ("k2", "v9", 2, 2, 5, 8),
     ]
     assert all(len(r) == len(scan.ROW_COLUMNS) for r in [*rows, *packed.values()])
 
