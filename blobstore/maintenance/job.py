@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -469,12 +469,9 @@ async def _compact(state: Run, result: ScanResult) -> None:
 
 
 def _run_compaction(state: Run, result: ScanResult, choice: plan.CompactionChoice) -> list[Any]:
-    from pyspark.sql import functions as f
 
-    chosen = result.extents.filter(
-        (f.col("role") == scan.ROLE_OBJECT) & f.col("ledger_id").isin(*choice.ledger_ids)
-    )
-    groups = chosen.rdd.flatMap(_holders).groupByKey()
+    chosen = result.frames.object_extents(choice.ledger_ids)
+    groups = chosen.rdd.map(lambda r: (int(r.ledger_id), _holder(r))).groupByKey()
     tasks = groups.map(lambda kv: execute.CompactTask(kv[0], tuple(kv[1])))
     parallelism = max(1, state.session.sparkContext.defaultParallelism)
     bytes_per_s = state.options.bandwidth_mb_s * 1e6 / parallelism
@@ -486,14 +483,11 @@ def _run_compaction(state: Run, result: ScanResult, choice: plan.CompactionChoic
     return done
 
 
-def _holders(row: Any) -> Iterator[tuple[int, execute.Holder]]:
-    """The holders of a packed object row, each with its extent on the row's ledger."""
+def _holder(row: Any) -> execute.Holder:
     from blobstore.catalog.records import Extent
 
-    ledger_id = int(row.ledger_id)
-    for key, version_id, first, last, length, entry_size in scan.unpacked(row.detail):
-        extent = Extent(ledger_id, first, last, length, entry_size)
-        yield ledger_id, execute.Holder(row.bucket, key, version_id, extent)
+    extent = Extent(row.ledger_id, row.first_entry, row.last_entry, row.length, row.entry_size)
+    return execute.Holder(row.bucket, row.key, row.version_id, extent)
 
 
 def _count_compaction(state: Run, row: tuple[Any, ...]) -> None:

@@ -174,6 +174,14 @@ def unpacked(detail: str) -> list[tuple[Any, ...]]:
     return list(zip(*[iter(flat)] * EXTENT_FIELDS, strict=True))
 
 
+def extent_rows_of(row: Any) -> Iterator[Row]:
+    """A packed row (ledger_id, bucket, detail) as a row per extent: ledger_id, first and
+    last entry, length, entry size, bucket, key, version_id."""
+    ledger_id, bucket, detail = row
+    for key, version_id, first, last, length, entry_size in unpacked(detail):
+        yield ledger_id, first, last, length, entry_size, bucket, key, version_id
+
+
 class ReleasedVersions:
     """Object versions this run released (deleted or moved off a ledger), to be found in
     packed rows. Each is (ledger_id, bucket, key, version_id, upload_id ""): ledger_id -1

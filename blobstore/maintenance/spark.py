@@ -184,6 +184,10 @@ SCAN_SCHEMA = (
     "upload_id string, part_number int, holders long, mtime double, detail string"
 )
 PARTITIONS_PER_CORE = 4
+OBJECT_EXTENT_SCHEMA = (
+    "ledger_id long, first_entry long, last_entry long, length long, entry_size long, "
+    "bucket string, key string, version_id string"
+)
 
 
 def scan_rows(session: Any, run: scan.Session, tasks: list[scan.Task]) -> Any:
@@ -205,6 +209,7 @@ class ScanFrames:
         from pyspark import StorageLevel
         from pyspark.sql import functions as f
 
+        self.session = session
         self.all = session.createDataFrame(rows, SCAN_SCHEMA, verifySchema=False)
         self.all = self.all.persist(StorageLevel.MEMORY_AND_DISK)
         tag = f.col("tag")
@@ -228,6 +233,18 @@ class ScanFrames:
         by_kind = {(r.tag, r.role): (int(r.rows), r.length) for r in counts.collect()}
         self.records = int(by_kind.get((scan.TAG_COUNT, None), (0, 0))[1] or 0)
         self.unresolved = by_kind.get((scan.TAG_EXTENT, scan.ROLE_UNRESOLVED), (0, 0))[0]
+
+    def object_extents(self, ledger_ids: list[int]) -> Any:
+        """The object extents on `ledger_ids`, a row each (OBJECT_EXTENT_SCHEMA: ledger,
+        entries, bytes, the version holding it), unpacked from the packed rows by
+        Spark tasks; not cached."""
+        from pyspark.sql import functions as f
+
+        packed = self.extents.where(
+            f.col("detail").isNotNull() & f.col("ledger_id").isin(*ledger_ids)
+        )
+        rows = packed.select("ledger_id", "bucket", "detail").rdd.flatMap(scan.extent_rows_of)
+        return self.session.createDataFrame(rows, OBJECT_EXTENT_SCHEMA, verifySchema=False)
 
     def unpersist(self) -> None:
         self.all.unpersist()

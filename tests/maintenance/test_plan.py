@@ -275,3 +275,18 @@ def test_a_failed_run_keeps_the_last_success_time() -> None:
     failed = Report("r2", NOW + 60, False, ["gc"], finished=NOW + 65, outcome="failed")
     assert previous_success(generate_latest(registry_of(failed, NOW + 5)).decode()) == NOW + 5
     assert previous_success(generate_latest(registry_of(failed)).decode()) is None
+
+
+def test_a_packed_row_unpacks_into_a_row_per_extent() -> None:
+    objects = scan.ObjectExtents()
+    objects.add("a", "v1", [[4, 0, 2, 30, 10], [4, 5, 5, 7, 10]])
+    objects.add("b", "v2", [[4, 3, 4, 20, 10]])
+    column = scan.ROW_COLUMNS.index
+    (row,) = objects.rows("bk")
+    packed = (row[column("ledger_id")], row[column("bucket")], row[column("detail")])
+    assert list(scan.extent_rows_of(packed)) == [
+        (4, 0, 2, 30, 10, "bk", "a", "v1"),
+        (4, 5, 5, 7, 10, "bk", "a", "v1"),
+        (4, 3, 4, 20, 10, "bk", "b", "v2"),
+    ]
+    assert (row[column("length")], row[column("holders")]) == (57, 2)
