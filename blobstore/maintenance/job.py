@@ -135,7 +135,7 @@ async def _run(options: MaintainOptions, progress: ProgressCallback) -> report.R
         try:
             await _locked_run(options, zk, the_report, progress, now)
         finally:
-            await report.release_lock(zk)
+            await report.release_lock(zk, the_report.run_id)
     finally:
         await zk.stop()
     return the_report
@@ -210,24 +210,34 @@ async def _phases(state: Run) -> None:
     result = await _scan(state)
     hooks.reached("scanned")
     if options.wants("gc"):
+        await _still_locked(state, "gc")
         await _collect(state, result)
     if options.wants("lifecycle"):
+        await _still_locked(state, "lifecycle")
         await _lifecycle(state, result)
     if options.wants("compact"):
+        await _still_locked(state, "compaction")
         await _compact(state, result)
     if state.released and not options.dry_run:
         hooks.reached("released")
+        await _still_locked(state, "condemning released ledgers")
         await _condemn_released(state, result)
     if options.wants("gc") and options.grace_s == 0 and state.condemned_this_run:
         if not options.dry_run:
             hooks.reached("second_look")
             second = await _scan(state)
+            await _still_locked(state, "the second look's gc")
             await _collect(state, second)
             second.frames.unpersist()
     if state.report.ledgers_deleted and options.bookie_gc and not options.dry_run:
         hooks.reached("bookie_gc")
         await _bookie_gc(state)
     result.frames.unpersist()
+
+
+async def _still_locked(state: Run, before: str) -> None:
+    if not state.options.dry_run:
+        await report.check_lock(state.zk, state.report.run_id, before)
 
 
 async def _make_pending_effective(state: Run) -> None:

@@ -14,9 +14,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway, write_to_textfile
 
+from blobstore.runtime.errors import CommandError
 from blobstore.runtime.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)
@@ -103,12 +104,39 @@ async def take_lock(zk: ZooKeeperClient, run_id: str) -> None:
         raise LockHeldError(holder) from None
 
 
-async def release_lock(zk: ZooKeeperClient) -> None:
-    """Delete the lock; a session already lost took its ephemeral lock with it (and
-    must not hide the error that ends the run)."""
+class LockLostError(CommandError):
+    """The run's lock went with its ZooKeeper session (expired: the driver paused or cut
+    off longer than --zk-session-timeout); another run may hold it now."""
+
+
+async def _lock_holder(zk: ZooKeeperClient) -> tuple[dict[str, Any], int]:
     try:
-        await zk.delete(LOCK_PATH)
+        versioned = await zk.get(LOCK_PATH)
     except NoNodeError:
+        return {}, -1
+    return json.loads(versioned.value), versioned.version
+
+
+async def check_lock(zk: ZooKeeperClient, run_id: str, before: str) -> None:
+    """Raise LockLostError unless `run_id` still holds the lock: checked before each
+    phase that changes the cluster, so that a run whose session expired stops there."""
+    holder, _version = await _lock_holder(zk)
+    if holder.get("run_id") != run_id:
+        raise LockLostError(
+            f"the maintenance lock was lost (the ZooKeeper session expired?): stopped before "
+            f"{before}; the next run takes the work up"
+        )
+
+
+async def release_lock(zk: ZooKeeperClient, run_id: str) -> None:
+    """Delete the lock if this run still holds it (after an expired session it may be
+    another run's); a session already lost took its ephemeral lock with it (and must
+    not hide the error that ends the run)."""
+    try:
+        holder, version = await _lock_holder(zk)
+        if holder.get("run_id") == run_id:
+            await zk.delete(LOCK_PATH, version)
+    except (NoNodeError, BadVersionError):
         pass
     except KazooException as e:
         logger.warning("event=lock_release_failed error=%r (it goes with the session)", e)

@@ -23,7 +23,7 @@ from kazoo.exceptions import NoNodeError
 from blobstore.cli import maintain
 from blobstore.cli.zookeeper_server import free_port
 from blobstore.maintenance.hooks import HOOKS_ENV
-from blobstore.maintenance.report import MAINTENANCE_PATH, RUNS_PATH
+from blobstore.maintenance.report import LOCK_PATH, MAINTENANCE_PATH, RUNS_PATH
 from tests.cluster.processes import BookieProcess
 from tests.maintenance.conftest import ROOT, MaintenanceCluster
 from tests.maintenance.workload import delete_heavy
@@ -370,3 +370,43 @@ def test_a_second_run_refuses_while_one_is_in_progress(
     assert zk_client.get_children(RUNS_PATH) == [report["run_id"]]
     assert zk_client.get_children(MAINTENANCE_PATH) == ["runs"]
     assert s3.get_object(Bucket="lock", Key="a")["Body"].read() == b"a" * 1000
+
+
+def test_a_run_that_lost_its_lock_stops_and_leaves_the_new_holders_lock(
+    cluster: MaintenanceCluster, zk_client: KazooClient, tmp_path: Path
+) -> None:
+    """A run whose session expired (here: its lock replaced by another run's while it is
+    paused) stops before its next phase that changes anything, with one line, and does
+    not release the other run's lock."""
+    cluster.start()
+    s3 = cluster.s3()
+    delete_heavy(s3, "lost", random.Random(7), 8)  # garbage for a gc phase to delete
+    gate = tmp_path / "scanned"
+    out = tmp_path / "first.json"
+    first = start_run(cluster, {HOOKS_ENV: f"scanned=pause:{gate}"}, out)
+    other = json.dumps({"host": "elsewhere", "pid": 1, "started": 0, "run_id": "other"})
+    try:
+        wait_until(
+            lambda: Path(f"{gate}.reached").exists() or first.poll() is not None,
+            PAUSE_TIMEOUT_S,
+            message="the run never reached its pause",
+        )
+        assert first.poll() is None, out.with_suffix(".err").read_text()[-4000:]
+        zk_client.delete(LOCK_PATH)
+        zk_client.create(LOCK_PATH, other.encode())
+        gate.touch()
+        assert first.wait(timeout=RUN_TIMEOUT_S) == 1
+    finally:
+        gate.touch()
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    stderr = out.with_suffix(".err").read_text()
+    assert "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "the maintenance lock was lost" in errors[0], errors
+    assert "before gc" in errors[0], errors
+    assert json.loads(zk_client.get(LOCK_PATH)[0])["run_id"] == "other"
+    (run_id,) = zk_client.get_children(RUNS_PATH)
+    saved = json.loads(zk_client.get(f"{RUNS_PATH}/{run_id}")[0])
+    assert saved["outcome"] == "failed" and saved["ledgers_deleted"] == 0, saved
