@@ -40,6 +40,7 @@ from bookie.journal import Journal
 from bookie.ledger_storage import LedgerStorage, StorageWriteError
 from bookie.metrics import METRICS
 from bookie.registration import Registration
+from bookie.scrubber import Scrubber
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class Bookie:
         self.server: BookieServer | None = None
         self.registration: Registration | None = None
         self.journal: Journal | None = None
+        self.scrubber: Scrubber | None = None
 
     # ------------------------------------------------------------------ state shown to others
 
@@ -178,6 +180,14 @@ class Bookie:
         await self.check_disk()
         tcp_server = await loop.create_server(server.new_connection, sock=sock)
         gc = GarbageCollector(zk, storage, config, lambda: self.read_only)
+        scrubber = Scrubber(
+            zk,
+            storage,
+            lambda: self.bookie_id,
+            interval_s=config.scrub_interval_s,
+            rate_bytes_per_s=config.scrub_rate_mb_s * 1e6,
+        )
+        self.scrubber = scrubber
         await self._start_http(journal, gc)
         registration = Registration(
             zk, self.bookie_id, self.registration_payload, config.registration_refresh_s
@@ -270,6 +280,7 @@ class Bookie:
             lambda: journal.failure is None,
             force_gc=gc.force,
             gc_threshold_default=config.major_compaction_threshold,
+            scrubber=self.scrubber,
         )
         try:
             await self.http.start(config.host, config.http_port)
@@ -284,6 +295,8 @@ class Bookie:
         self.spawn(self.disk_loop(), "disk-check")
         self.spawn(self.stall_loop(), "stalled-connections")
         self.spawn(gc.run(), "gc")
+        if self.scrubber is not None:
+            self.spawn(self.scrubber.run(), "scrubber")
 
     def _announce_ready(self) -> UsageError | None:
         """Write the ready file (when configured). A failure to write it stops the bookie
@@ -322,6 +335,8 @@ class Bookie:
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.scrubber is not None:
+            await self.scrubber.close()  # no scrub read left when storage closes
         await journal.close()
         if journal.failure is None:
             try:

@@ -64,6 +64,10 @@ class BookieConfig:
     minor_compaction_interval_s: float = 3600.0
     major_compaction_threshold: float = 0.8
     major_compaction_interval_s: float = 86400.0
+    # The scrubber (bookie/scrubber.py): a pass reading back and verifying every stored
+    # entry this often (0: only on demand, POST /api/v1/bookie/scrub), at most this fast.
+    scrub_interval_s: float = 604800.0
+    scrub_rate_mb_s: float = 10.0
     disk_usage_threshold: float = 0.95
     disk_usage_warn_threshold: float = 0.90
     disk_capacity_bytes: int = 0
@@ -164,6 +168,8 @@ _STORAGE_RULES: tuple[Rule, ...] = (
     ),
     ("minor_compaction_interval_s", lambda c: c.minor_compaction_interval_s > 0, "> 0"),
     ("major_compaction_interval_s", lambda c: c.major_compaction_interval_s > 0, "> 0"),
+    ("scrub_interval_s", lambda c: c.scrub_interval_s >= 0, ">= 0 (0: only on demand)"),
+    ("scrub_rate_mb_s", lambda c: c.scrub_rate_mb_s >= 0, ">= 0 (0: not limited)"),
     ("disk_usage_threshold", lambda c: 0 < c.disk_usage_threshold <= 1, "in (0, 1]"),
     (
         "disk_usage_warn_threshold",

@@ -124,15 +124,16 @@ class EntryLocationIndex:
         value = self._db.get(entry_key(ledger_id, entry_id))
         return None if value is None else U64.unpack(value)[0]
 
-    def locations(self) -> Iterator[tuple[int, int, int]]:
-        """(ledger id, entry id, location) of every indexed entry, in key order (checks
-        and tools: it walks the whole index)."""
-        for key, value in self._db.items(from_key=b"e"):
+    def locations(self, ledger_id: int = 0, entry_id: int = 0) -> Iterator[tuple[int, int, int]]:
+        """(ledger id, entry id, location) of every indexed entry from (`ledger_id`,
+        `entry_id`) on, in key order (checks, tools and the scrubber: it walks the
+        index)."""
+        for key, value in self._db.items(from_key=entry_key(ledger_id, entry_id)):
             assert isinstance(key, bytes) and isinstance(value, bytes)
             if key[:1] != b"e":
                 break
-            _, ledger_id, entry_id = ENTRY_KEY.unpack(key)
-            yield ledger_id, entry_id, U64.unpack(value)[0]
+            _, found_ledger, found_entry = ENTRY_KEY.unpack(key)
+            yield found_ledger, found_entry, U64.unpack(value)[0]
 
     def load_mark(self) -> tuple[int, int]:
         value = self._db.get(MARK_KEY)

@@ -1,6 +1,8 @@
-"""The bookie's admin HTTP port: `/metrics` (Prometheus), `/health`, `/info` (JSON), and
+"""The bookie's admin HTTP port: `/metrics` (Prometheus), `/health`, `/info` (JSON),
 `POST /api/v1/bookie/gc` (one garbage collection pass now, as BookKeeper's
-`PUT /api/v1/bookie/gc`).
+`PUT /api/v1/bookie/gc`), and the scrubber's `POST /api/v1/bookie/scrub[?rate_mb_s=N]`
+(start a pass now, or join the one running: 202 with its id) and
+`GET /api/v1/bookie/scrub` (the pass running and the last one, with their findings).
 
 A deliberately small HTTP/1.1 server on the bookie's event loop: one request per
 connection, bounded request head, body and read timeout, `Connection: close` on every
@@ -29,6 +31,7 @@ from bookie.garbage_collector import (
     GcStoppedError,
 )
 from bookie.metrics import METRICS
+from bookie.scrubber import Scrubber
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +42,13 @@ BODY_BYTES_MAX = 16 * 1024
 FORCED_GC_TIMEOUT_S = 600.0
 QUERY_FIELDS_MAX = 8
 GC_PATH = "/api/v1/bookie/gc"
+SCRUB_PATH = "/api/v1/bookie/scrub"
 TEXT = "text/plain"
 JSON = "application/json"
 
 REASONS = {
     200: "OK",
+    202: "Accepted",
     400: "Bad Request",
     404: "Not Found",
     405: "Method Not Allowed",
@@ -155,6 +160,27 @@ def parse_forced_gc_query(query: str, threshold_default: float) -> ForcedGcReque
     return ForcedGcRequest(threshold, roll == "true")
 
 
+def parse_scrub_query(query: str) -> float | None:
+    """`rate_mb_s=<MB/s>` (optional; 0: not limited) as bytes per second, or None."""
+    try:
+        fields = urllib.parse.parse_qsl(
+            query, strict_parsing=bool(query), max_num_fields=QUERY_FIELDS_MAX
+        )
+    except ValueError as e:
+        raise BadRequestError(f"bad query string: {e}") from None
+    rate: float | None = None
+    for name, value in fields:
+        if name != "rate_mb_s" or rate is not None:
+            raise BadRequestError(f"unexpected parameter {shown(name)}: rate_mb_s is known")
+        try:
+            rate = float(value)
+        except ValueError:
+            raise BadRequestError(f"rate_mb_s={shown(value)}: not a number") from None
+        if not math.isfinite(rate) or rate < 0:
+            raise BadRequestError(f"rate_mb_s={shown(value)}: must be >= 0")
+    return None if rate is None else rate * 1e6
+
+
 class HttpAdmin:
     def __init__(
         self,
@@ -163,10 +189,12 @@ class HttpAdmin:
         *,
         force_gc: ForceGc,
         gc_threshold_default: float,
+        scrubber: Scrubber | None = None,
     ) -> None:
         self.info = info
         self.healthy = healthy
         self.force_gc = force_gc
+        self.scrubber = scrubber
         self.gc_threshold_default = gc_threshold_default
         self.server: asyncio.Server | None = None
         self.port = 0
@@ -195,6 +223,8 @@ class HttpAdmin:
             if request.method not in ("POST", "PUT"):
                 return text_answer(405, "method not allowed: POST or PUT", "POST, PUT")
             return await self.forced_gc(request.query)
+        if request.path == SCRUB_PATH and self.scrubber is not None:
+            return self.scrub(request.method, request.query)
         if request.method not in ("GET", "HEAD"):
             return text_answer(405, "method not allowed: GET or HEAD", "GET, HEAD")
         return self.route(request.path)
@@ -222,6 +252,20 @@ class HttpAdmin:
             "duration_s": round(result.duration_s, 3),
         }
         return Answer(200, JSON, json.dumps(figures).encode())
+
+    def scrub(self, method: str, query: str) -> Answer:
+        """POST: a scrub pass now (202, its id); GET: the scrubber's state."""
+        assert self.scrubber is not None
+        if method in ("GET", "HEAD"):
+            return Answer(200, JSON, json.dumps(self.scrubber.status()).encode())
+        if method not in ("POST", "PUT"):
+            return text_answer(405, "method not allowed: GET, POST or PUT", "GET, HEAD, POST, PUT")
+        try:
+            rate = parse_scrub_query(query)
+        except BadRequestError as e:
+            return text_answer(e.status, str(e))
+        pass_id = self.scrubber.request(rate)
+        return Answer(202, JSON, json.dumps({"pass_id": pass_id}).encode())
 
     async def _read_request(self, reader: asyncio.StreamReader) -> Request:
         """The request's head, its body read and dropped; BadRequestError when refused."""

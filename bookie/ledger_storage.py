@@ -232,6 +232,11 @@ class ReadCache:
             _, old = self._entries.popitem(last=False)
             self.bytes -= len(old)
 
+    def discard(self, key: EntryKey) -> None:
+        data = self._entries.pop(key, None)
+        if data is not None:
+            self.bytes -= len(data)
+
     def drop_ledger(self, ledger_id: int) -> None:
         for key in [k for k in self._entries if k[0] == ledger_id]:
             self.bytes -= len(self._entries.pop(key))
@@ -350,6 +355,10 @@ class LedgerStorage:
         old = cached.get(entry_id)
         if old is not None:
             self.active_bytes -= len(old)
+        elif self.read_cache.bytes:
+            # A copy written again (a repair of a bad one): the read cache may hold the
+            # bytes it replaces.
+            self.read_cache.discard((ledger_id, entry_id))
         cached[entry_id] = entry
         self.active_bytes += len(entry)
         if entry_id > state.last_entry_id:

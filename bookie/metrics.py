@@ -163,6 +163,29 @@ class BookieMetrics:
         )
         self.read_only = Gauge("bookie_read_only", "1 while the bookie refuses adds", registry=r)
         self.ledgers = Gauge("bookie_ledgers", "ledgers with local state", registry=r)
+        self._define_scrub_metrics(r)
+
+    def _define_scrub_metrics(self, r: CollectorRegistry) -> None:
+        self.scrub_bytes_verified = Counter(
+            "bookie_scrub_bytes_verified",
+            "entry bytes the scrubber read back and verified (bookie/scrubber.py)",
+            registry=r,
+        )
+        self.scrub_entries_verified = Counter(
+            "bookie_scrub_entries_verified", "entries the scrubber verified", registry=r
+        )
+        self.scrub_errors = Counter(
+            "bookie_scrub_errors",
+            "bad entries the scrubber found, by reason: digest_mismatch, unreadable",
+            ["reason"],
+            registry=r,
+        )
+        self.scrub_passes = Counter(
+            "bookie_scrub_passes",
+            "scrub passes finished, by result: ok, error",
+            ["result"],
+            registry=r,
+        )
 
 
 METRICS = BookieMetrics()

@@ -25,6 +25,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "blobstore.admin.simpletest",
         "write, read back and verify N entries; throughput",
     ),
+    "underreplicated": (
+        "blobstore.admin.underreplicated",
+        "copies known bad or missing on a bookie, waiting for repair",
+    ),
+    "scrub": (
+        "blobstore.admin.scrub",
+        "verify every stored entry on every bookie now, then repair what was found",
+    ),
     "maintenance": (
         "blobstore.admin.maintenance",
         "status: the last runs of `blobstore maintain`, and the one running now",

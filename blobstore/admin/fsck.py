@@ -18,6 +18,10 @@ ledger and entry ids). Findings:
 - open ledger: OPEN or IN_RECOVERY, with its writer and whether that writer is alive
   (a dead writer's ledger is closed by any gateway's sweeper).
 
+With `--queue-repairs`, the missing and corrupt copies of under-replicated entries are
+added to the under-replicated set, where the replication worker (the auditor's pass,
+`blobstore admin underreplicated --repair`) copies a good replica back.
+
 Exit 0 when healthy, 1 when a problem is found. Every finding is confirmed by reading
 the record again, so objects changed while fsck runs are not reported.
 """
@@ -59,12 +63,14 @@ from blobstore.ledger.distribution_schedule import write_set_bookies
 from blobstore.ledger.errors import NoSuchLedgerError
 from blobstore.ledger.ledger_manager import LedgerManager
 from blobstore.ledger.ledger_metadata import LedgerMetadata, MetadataFormatError
-from blobstore.ledger.replicas import CORRUPT, OK, read_verified
+from blobstore.ledger.replicas import CORRUPT, MISSING, OK, read_verified
 from blobstore.objects.manifest import ManifestReader
+from blobstore.recovery import underreplication
 from blobstore.recovery.sweeper import GATEWAYS_PATH
 from blobstore.runtime.aio import for_each
 from blobstore.runtime.errors import UsageError
 from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.wire import underreplicated as urs
 from blobstore.wire.protocol import ENTRY_HEADER_BYTES
 
 logger = logging.getLogger(__name__)
@@ -83,6 +89,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket", help="check only this bucket (skips the unreferenced check)")
     parser.add_argument(
         "--strict", action="store_true", help="unreferenced ledgers count as a problem"
+    )
+    parser.add_argument(
+        "--queue-repairs",
+        action="store_true",
+        help="add the missing and corrupt copies found to the under-replicated set",
     )
     parser.add_argument(
         "--concurrency",
@@ -158,6 +169,7 @@ class FsckReport:
     unreadable_manifests: list[dict[str, Any]] = field(default_factory=list)
     unreferenced_checked: bool = True
     seconds: float = 0.0
+    repairs_queued: int | None = None  # copies added to the under-replicated set
 
     @property
     def healthy(self) -> bool:
@@ -205,6 +217,7 @@ class FsckReport:
             "unreadable_manifests": self.unreadable_manifests,
             "unreferenced_ledgers": self.unreferenced,
             "open_ledgers": self.open_ledgers,
+            "repairs_queued": self.repairs_queued,
         }
 
 
@@ -457,14 +470,35 @@ def run(args: argparse.Namespace) -> int:
                 strict=args.strict,
                 concurrency=args.concurrency,
             )
-            return await op.run()
+            report = await op.run()
+            if args.queue_repairs:
+                report.repairs_queued = await queue_repairs(zk, report)
+            return report
 
     report = run_async(main)
     if output.json_mode:
         output.emit_json(report.to_json())
     else:
         render(output, report)
+        if report.repairs_queued is not None:
+            output.note(f"{report.repairs_queued} copies queued for repair")
     return 0 if report.healthy else 1
+
+
+async def queue_repairs(zk: ZooKeeperClient, report: FsckReport) -> int:
+    """Add the missing and corrupt copies of under-replicated entries to the
+    under-replicated set; how many copies."""
+    reasons = {MISSING: urs.MISSING, CORRUPT: urs.DIGEST_MISMATCH}
+    grouped: dict[tuple[int, str, str], list[int]] = defaultdict(list)
+    for check in report.under_replicated:
+        for bookie, outcome in check.copies.items():
+            if outcome in reasons:
+                grouped[(check.ledger_id, bookie, reasons[outcome])].append(check.entry_id)
+    now = time.time()
+    for (ledger_id, bookie, reason), entry_ids in sorted(grouped.items()):
+        for found in urs.split_reports(ledger_id, bookie, entry_ids, reason, "fsck", now):
+            await underreplication.add(zk, found)
+    return sum(len(ids) for ids in grouped.values())
 
 
 def render(output: Output, report: FsckReport) -> None:

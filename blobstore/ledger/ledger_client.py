@@ -22,6 +22,7 @@ from blobstore.ledger.ledger_metadata import (
     password_hash,
 )
 from blobstore.ledger.ledger_recovery_op import LedgerRecoveryOp
+from blobstore.ledger.read_repair import ReadRepairQueue
 from blobstore.runtime.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class LedgerClient:
             in_flight_max=self.config.bookie_in_flight_max,
         )
         self.manager = LedgerManager(zk, bookie_list_cache_s=self.config.bookie_list_cache_s)
+        self.read_repair = ReadRepairQueue(zk)
         self._rng = random.Random()
 
     async def start(self) -> None:
@@ -51,7 +53,9 @@ class LedgerClient:
 
     async def close(self) -> None:
         """Close the bookie connections (if this client made the pool). Ledgers stay as
-        they are: open ones are recovered by whoever opens them next."""
+        they are: open ones are recovered by whoever opens them next. Copies noted for
+        read-repair are written first (for a few seconds at most)."""
+        await self.read_repair.close()
         if self._own_pool:
             await self.pool.close()
 

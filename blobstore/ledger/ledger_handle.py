@@ -77,6 +77,7 @@ from blobstore.ledger.ledger_metadata import (
 )
 from blobstore.ledger.pending_add_op import PendingAddOp
 from blobstore.ledger.pending_read_op import PendingReadOp, replica_order
+from blobstore.ledger.read_repair import ReadRepairQueue
 from blobstore.wire import protocol
 
 logger = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ WRITE_LAC_TIMEOUT_S = 2.0
 class ClientParts(Protocol):
     """What a handle, and the recovery that opens one, use of the client that made them
     (`LedgerClient`): its settings, its bookie connections, its metadata manager and
-    the bookies placement may choose from."""
+    the bookies placement may choose from, and where reads note bad copies."""
 
     @property
     def config(self) -> LedgerConfig: ...
@@ -96,6 +97,8 @@ class ClientParts(Protocol):
     def pool(self) -> BookieClientPool: ...
     @property
     def manager(self) -> LedgerManager: ...
+    @property
+    def read_repair(self) -> ReadRepairQueue: ...
     async def placement_candidates(
         self, *, refresh: bool = True
     ) -> tuple[list[BookieInfo], set[str]]: ...
@@ -729,6 +732,8 @@ class LedgerHandle:
                     entry_id,
                     replicas,
                     config.speculative_read_timeout_ms / 1000,
+                    self.client.read_repair.suspect,
+                    report_missing=metadata.closed,
                 ).run()
             except (EntryNotFoundError, ReadFailedError):
                 # A reader's metadata may predate an ensemble change: look again once.

@@ -6,6 +6,10 @@ is asked too (a speculative read), and so on; an error or a bad digest moves on 
 next replica at once. The first entry whose CRC32C verifies and whose ids match wins;
 the other requests are abandoned. Every replica failing gives EntryNotFoundError when
 they all said "no such entry", ReadFailedError otherwise.
+
+Read-repair: when a good copy was found after a replica answered with a bad copy, or
+with none (for a closed ledger: `report_missing`), that replica is named to
+`bad_copy_found` (`read_repair.py` queues its repair) once the read is served.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from blobstore.ledger import metrics
 from blobstore.ledger.bookie_client import (
@@ -28,6 +32,7 @@ from blobstore.ledger.distribution_schedule import write_set_bookies
 from blobstore.ledger.errors import EntryNotFoundError, ReadFailedError
 from blobstore.ledger.ledger_metadata import LedgerMetadata
 from blobstore.wire import protocol
+from blobstore.wire import underreplicated as urs
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +52,10 @@ def replica_order(
     return reachable + [b for b in replicas if pool.is_unreachable(b)]
 
 
+# bad_copy_found(ledger id, entry id, bookie id, reason)
+BadCopyFound = Callable[[int, int, str, str], None]
+
+
 def _task_outcome(
     task: asyncio.Task[protocol.ReadResponse],
 ) -> tuple[protocol.ReadResponse | None, BaseException | None]:
@@ -64,6 +73,8 @@ class PendingReadOp:
         entry_id: int,
         replicas: Sequence[str],
         speculative_read_timeout_s: float,
+        bad_copy_found: BadCopyFound | None = None,
+        report_missing: bool = False,
     ) -> None:
         assert replicas, "an entry has at least one replica"
         self.pool = pool
@@ -71,6 +82,9 @@ class PendingReadOp:
         self.entry_id = entry_id
         self.replicas = list(replicas)
         self.speculative_read_timeout_s = speculative_read_timeout_s
+        self.bad_copy_found = bad_copy_found
+        self.report_missing = report_missing
+        self.suspects: list[tuple[str, str]] | None = None  # (bookie, reason)
 
     async def run(self) -> protocol.Entry:
         """The entry, from the first replica that answers with a verified copy.
@@ -100,6 +114,10 @@ class PendingReadOp:
             if not isinstance(error, BookieError | BookieUnavailableError):
                 raise error
             errors.append(error)
+            if self.report_missing and isinstance(
+                error, NoSuchEntryError | NoSuchLedgerOnBookieError
+            ):
+                self._suspect(bookie_id, urs.MISSING)
             return None
         assert response is not None
         try:
@@ -114,6 +132,7 @@ class PendingReadOp:
                 e,
             )
             errors.append(e)
+            self._suspect(bookie_id, urs.DIGEST_MISMATCH)
             return None
         if entry.ledger_id != self.ledger_id or entry.entry_id != self.entry_id:
             metrics.DIGEST_MISMATCHES.inc()
@@ -126,8 +145,22 @@ class PendingReadOp:
                 entry.entry_id,
             )
             errors.append(protocol.CorruptEntryError("entry ids do not match the request"))
+            self._suspect(bookie_id, urs.DIGEST_MISMATCH)
             return None
         return entry
+
+    def _suspect(self, bookie_id: str, reason: str) -> None:
+        """A replica's copy is bad or missing: kept until the read is served."""
+        if self.bad_copy_found is not None:
+            if self.suspects is None:
+                self.suspects = []
+            self.suspects.append((bookie_id, reason))
+
+    def _served(self) -> None:
+        """A good copy was found: name the replicas that had none."""
+        if self.suspects and self.bad_copy_found is not None:
+            for bookie_id, reason in self.suspects:
+                self.bad_copy_found(self.ledger_id, self.entry_id, bookie_id, reason)
 
     def _fail(self, errors: list[BaseException]) -> protocol.Entry:
         if errors and all(
@@ -243,6 +276,7 @@ class _ReplicaRead:
             return
         if entry is not None:
             outcome.set_result(entry)
+            self.op._served()
         elif not self.in_flight:
             self._next_or_fail()
 

@@ -15,6 +15,13 @@ Known bookies are those with a cookie (`/ledgers/cookies/<id>`, written when a b
 first formatted). When a bookie was first seen missing is kept in `/auditor`, so the
 delay counts from the first gateway that noticed, whichever process runs later passes.
 
+Each pass then looks after the copies of live bookies (`replica_verifier.py`,
+`replication_worker.py`): every `BLOBSTORE_AUDIT_VERIFY_INTERVAL_S` (for the whole
+cluster: when the last check ran is kept in `/auditor/verification`) it verifies the
+replicas of closed ledgers at `BLOBSTORE_AUDIT_VERIFY_PERCENT`, adding bad or missing
+copies to the under-replicated set; and it runs the replication worker over that set
+(unless `BLOBSTORE_REPLICA_REPAIR=0`), which the bookies' scrubbers and readers fill too.
+
 Safety:
   - a bookie that registers again before the delay is forgotten;
   - one bookie is recovered per pass, and none while fewer bookies are registered than
@@ -36,11 +43,17 @@ import logging
 import time
 from dataclasses import dataclass
 
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from blobstore.recovery.cluster_singleton import ClusterSingleton
 from blobstore.recovery.decommission import DecommissionOp
 from blobstore.recovery.metrics import AUDIT_PASSES, AUDIT_RECOVERIES, BOOKIES_MISSING
+from blobstore.recovery.replica_verifier import (
+    ReplicaCheckSettings,
+    ReplicaVerifier,
+    VerificationPass,
+)
+from blobstore.recovery.replication_worker import RepairPass, ReplicationWorker
 from blobstore.runtime.zk import ZooKeeperClient
 from blobstore.wire import zk_layout
 
@@ -48,6 +61,7 @@ logger = logging.getLogger(__name__)
 
 AUDITOR_PATH = "/auditor"
 AUDITOR_LOCK_PATH = "/auditor/lock"
+VERIFICATION_PATH = "/auditor/verification"  # {"last_at": wall time, "by": ...}
 AUDITOR_MARK = "auditor"  # the `by` of decommissioning markers the auditor wrote
 LEDGER_CONCURRENCY = 4
 
@@ -141,15 +155,65 @@ class BookieAuditor(ClusterSingleton):
         lost_bookie_delay_s: float,
         live_bookies_min: int = 3,
         recovery_rate_bytes_per_s: float = 0.0,
+        replica_check: ReplicaCheckSettings | None = None,
     ) -> None:
         super().__init__(zk, gateway_id, interval_s, AUDITOR_PATH, AUDITOR_LOCK_PATH)
+        self._replica_check = replica_check or ReplicaCheckSettings.from_env()
         self._recovery_rate_bytes_per_s = recovery_rate_bytes_per_s
         self._gateway_id = gateway_id
         self._lost_bookie_delay_s = lost_bookie_delay_s
         self._live_bookies_min = max(2, live_bookies_min)
 
     async def _pass(self) -> None:
-        await self.audit_once()
+        try:
+            await self.audit_once()
+        finally:
+            try:
+                await self.check_replicas_if_due()
+                if self._replica_check.repair:
+                    await self.repair_underreplicated()
+            except Exception as e:  # noqa: BLE001 - the next pass tries again
+                logger.warning("event=replica_audit_failed error=%r", e)
+
+    async def check_replicas_if_due(self, now: float | None = None) -> VerificationPass | None:
+        """The replica check, when `verify_interval_s` passed since the cluster's last
+        one (the first is one interval after the auditor first ran)."""
+        interval_s = self._replica_check.verify_interval_s
+        if interval_s <= 0:
+            return None
+        now = time.time() if now is None else now
+        record = json.dumps({"last_at": now, "by": self._gateway_id}).encode()
+        try:
+            value, stat = await self._zk.get_with_stat(VERIFICATION_PATH)
+        except NoNodeError:
+            try:
+                await self._zk.create(VERIFICATION_PATH, record, makepath=True)
+            except NodeExistsError:
+                pass
+            return None
+        try:
+            last_at = float(json.loads(value)["last_at"])
+        except (ValueError, KeyError, TypeError):
+            last_at = 0.0
+        if now - last_at < interval_s:
+            return None
+        await self._zk.set(VERIFICATION_PATH, record, stat.version)  # this pass runs it
+        return await self.check_replicas()
+
+    async def check_replicas(self) -> VerificationPass:
+        return await ReplicaVerifier(
+            self._zk,
+            verifier_id=self._gateway_id,
+            percent=self._replica_check.verify_percent,
+            rate_bytes_per_s=self._recovery_rate_bytes_per_s,
+        ).run_once()
+
+    async def repair_underreplicated(self) -> RepairPass:
+        return await ReplicationWorker(
+            self._zk,
+            worker_id=self._gateway_id,
+            rate_bytes_per_s=self._recovery_rate_bytes_per_s,
+        ).run_once()
 
     async def _claim(self) -> bool:
         if await super()._claim():

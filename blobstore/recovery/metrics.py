@@ -43,3 +43,30 @@ SWEPT_LEDGERS = Counter(
     "blobstore_swept_ledgers_total",
     "OPEN ledgers of a gone writer that this process recovered and closed",
 )
+
+UNDERREPLICATED_LEDGERS = Gauge(
+    "blobstore_underreplicated_ledgers",
+    "Ledgers named by the under-replicated set (/ledgers/underreplicated), as this "
+    "process last counted them",
+    multiprocess_mode="mostrecent",
+)
+
+REPLICA_REPAIRS = Counter(
+    "blobstore_replica_repairs_total",
+    "Copies named by the under-replicated set that the replication worker of this "
+    "process handled, by verdict: repaired, good (verified already), stale (the report no "
+    "longer applies), bookie_down, no_good_copy, failed",
+    ["verdict"],
+)
+
+REPLICA_REPAIRED_BYTES = Counter(
+    "blobstore_replica_repaired_bytes_total",
+    "Entry bytes the replication worker of this process copied back to a live bookie",
+)
+
+REPLICA_VERIFICATIONS = Counter(
+    "blobstore_replica_verifications_total",
+    "Copies of entries of closed ledgers the auditor of this process read and verified, "
+    "by outcome: ok, missing, corrupt, unavailable, error",
+    ["outcome"],
+)

@@ -10,7 +10,7 @@ ledger client (ledger metadata). All paths are relative to the connection's chro
                                              split 3-4-4-4-4 so no znode has a huge child list
     /ledgers/decommissioning/<bookie_id>     a decommission is draining this bookie
     /ledgers/decommissioned/<bookie_id>      drained: safe to remove
-    /ledgers/underreplicated/...             reserved for re-replication bookkeeping
+    /ledgers/underreplicated/...             bad or missing copies to repair (wire/underreplicated.py)
 """
 
 from __future__ import annotations
