@@ -95,7 +95,7 @@ async def _scenario(zk_connect: str) -> None:
         await report.take_lock(zk, RUNNING_RUN.run_id)  # held while the commands below run
         await _check_json(zk_connect)
         await _check_table(zk_connect)
-        await report.release_lock(zk)
+        await report.release_lock(zk, RUNNING_RUN.run_id)
         after = await asyncio.to_thread(_status_json, zk_connect, "--limit", "1")
         assert after["running"] is None
         assert [r["state"] for r in after["runs"]] == ["interrupted"]  # its driver is gone
