@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what blobstore needs, idempotently and without reading stdin:
-#   - Debian packages: zookeeper, a JDK and rclone (only when missing)
+#   - Debian packages: zookeeper, a JDK, rclone and iproute2 (only when missing)
 #   - a virtual environment in .venv with the pinned Python dependencies
 #   - the s3a jars (hadoop-aws 3.3.1 + aws-java-sdk-bundle 1.11.901) in .deps/jars
 #   - the repository's git hooks (.githooks: commit-msg)
@@ -37,6 +37,8 @@ if ! ls /usr/share/java/zookeeper-3*.jar >/dev/null 2>&1 && [ -z "${ZOOKEEPER_HO
     apt_missing+=(zookeeper)
 fi
 if ! command -v rclone >/dev/null 2>&1; then apt_missing+=(rclone); fi
+# ip and tc: the fault suite's hosts are network namespaces (tests/netns).
+if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then apt_missing+=(iproute2); fi
 if [ ${#apt_missing[@]} -gt 0 ]; then
     log "installing Debian packages: ${apt_missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

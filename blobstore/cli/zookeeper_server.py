@@ -342,3 +342,31 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print("zookeeper stopped", flush=True)
     return 0
+
+
+# An ensemble member (the fault suite runs three, each on its own host). Every member has
+# the same `server.N` lines; the id in `myid` says which of them is this one.
+QUORUM_PORT = 2888
+ELECTION_PORT = 3888
+
+
+def write_ensemble_config(data_dir: Path, server_id: int, hosts: list[str], port: int) -> Path:
+    """`zoo.cfg` and `myid` of member `server_id` (1-based) of the ensemble on `hosts`
+    (member N on hosts[N - 1]), each serving clients on `port` of its own address."""
+    if not 1 <= server_id <= len(hosts):
+        raise UsageError(f"server id {server_id} is not in 1..{len(hosts)}")
+    config = write_config(data_dir, hosts[server_id - 1], port)
+    servers = [
+        f"server.{index}={host}:{QUORUM_PORT}:{ELECTION_PORT}"
+        for index, host in enumerate(hosts, start=1)
+    ]
+    with open(config, "a") as file:
+        file.write("\n".join([*servers, ""]))
+    (data_dir / "data" / "myid").write_text(f"{server_id}\n")
+    return config
+
+
+def server_command(data_dir: Path, config: Path, heap_mb: int = HEAP_MB_DEFAULT) -> list[str]:
+    """The command that runs the server of `config` in the foreground, for a caller that
+    starts it its own way (in another network namespace, say)."""
+    return _server_command(find_java(), zookeeper_classpath(), heap_mb, data_dir.resolve(), config)
