@@ -8,9 +8,9 @@ Reads (GET/HEAD) follow RFC 7232 section 6 as S3 applies it:
 4. Otherwise If-Modified-Since: not modified since that date is 304.
 
 CopyObject / UploadPartCopy evaluate the x-amz-copy-source-if-* headers the same way,
-except that every failure is 412. Writes (PutObject, CompleteMultipartUpload) take
-If-Match: <etag> and If-None-Match: * and hand them to the catalog, which checks them in
-the same compare-and-swap that commits the object.
+except that every failure is 412. Writes (PutObject, CopyObject, CompleteMultipartUpload)
+take If-Match and If-None-Match (one ETag, or *) and hand them to the catalog, which
+checks them in the same compare-and-swap that commits the object.
 
 ETags are compared without quotes and weak prefixes. Dates are HTTP dates compared at
 whole seconds, as Last-Modified is sent; unparseable dates are ignored.
@@ -144,27 +144,27 @@ def check_copy_source_conditions(
         raise S3Error("PreconditionFailed", Condition=prefix + failed.lower())
 
 
-def parse_write_conditions(headers: Mapping[str, str]) -> tuple[str | None, bool]:
-    """If-Match / If-None-Match of a write -> (if_match etag unquoted, if_none_match).
+def parse_write_conditions(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """If-Match / If-None-Match of a write -> (if_match, if_none_match), ETags unquoted.
 
-    S3 supports If-None-Match only as '*' (create only if absent); If-Match names one
-    ETag ('*' means "exists"). Other forms are NotImplemented as S3 reports them.
+    Each names one ETag, or '*': If-Match '*' means "exists", If-None-Match '*' "absent";
+    If-None-Match with an ETag holds unless the current version has that ETag. A list of
+    ETags is NotImplemented, as S3 reports it.
     """
-    if_match = headers.get("if-match")
-    if_none_match = headers.get("if-none-match")
-    if if_none_match is not None and if_none_match.strip() != "*":
+    return (
+        _write_condition(headers.get("if-match"), "If-Match"),
+        _write_condition(headers.get("if-none-match"), "If-None-Match"),
+    )
+
+
+def _write_condition(value: str | None, header: str) -> str | None:
+    if value is None:
+        return None
+    etag = _normalize(value)
+    if not etag or "," in etag:
         raise S3Error(
             "NotImplemented",
             "A header you provided implies functionality that is not implemented",
-            Header="If-None-Match",
+            Header=header,
         )
-    etag = None
-    if if_match is not None:
-        etag = _normalize(if_match)
-        if not etag or "," in etag:
-            raise S3Error(
-                "NotImplemented",
-                "A header you provided implies functionality that is not implemented",
-                Header="If-Match",
-            )
-    return etag, if_none_match is not None
+    return etag

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from blobstore.access.decision import BUCKET_OWNER_ENFORCED, OWNERSHIP_SETTINGS
 from blobstore.objects.config import ObjectStoreConfig
 from blobstore.runtime.errors import UsageError
 from s3api.limits import (
@@ -62,6 +63,12 @@ class GatewayConfig:
     # them as S3 does with ACLs disabled, or "ignore" the ACL and store the object (for
     # applications that always send one and cannot be told not to).
     acls: str = "refuse"
+    # The object ownership of a bucket created without x-amz-object-ownership (and
+    # without an ACL beyond its owner's, which makes it ObjectWriter): S3's default
+    # since 2023, BucketOwnerEnforced (ACLs disabled), or ObjectWriter /
+    # BucketOwnerPreferred (ACLs enabled, as S3 created buckets before, for
+    # applications and test suites written then).
+    default_object_ownership: str = BUCKET_OWNER_ENFORCED
     # A request whose header section (its field lines) is larger is refused before it
     # is handled: 400 RequestHeaderSectionTooLarge, S3's answer past its own 8 KiB.
     max_header_bytes: int = REQUEST_HEADER_SECTION_BYTES_DEFAULT
@@ -93,6 +100,11 @@ class GatewayConfig:
         """How requests are admitted, timed out and addressed."""
         if self.acls not in ("refuse", "ignore"):
             raise UsageError(f"BLOBSTORE_GATEWAY_ACLS={self.acls!r}: must be refuse or ignore")
+        if self.default_object_ownership not in OWNERSHIP_SETTINGS:
+            raise UsageError(
+                f"BLOBSTORE_GATEWAY_OBJECT_OWNERSHIP={self.default_object_ownership!r}: must be "
+                + ", ".join(OWNERSHIP_SETTINGS)
+            )
         if not 1 <= self.backlog <= 65535:
             raise UsageError(f"BLOBSTORE_GATEWAY_BACKLOG={self.backlog}: must be 1..65535")
         if self.timeout_graceful_shutdown_s < 0 or self.timeout_keep_alive_s < 0:
@@ -203,6 +215,9 @@ def config_from_args(args: Any, environ: Mapping[str, str] | None = None) -> Gat
         body_idle_timeout_s=_env_float(environ, "BLOBSTORE_GATEWAY_BODY_IDLE_TIMEOUT_S", 60.0),
         backlog=_env_int(environ, "BLOBSTORE_GATEWAY_BACKLOG", 2048),
         acls=environ.get("BLOBSTORE_GATEWAY_ACLS") or "refuse",
+        default_object_ownership=(
+            environ.get("BLOBSTORE_GATEWAY_OBJECT_OWNERSHIP") or BUCKET_OWNER_ENFORCED
+        ),
         max_header_bytes=getattr(args, "max_header_bytes", REQUEST_HEADER_SECTION_BYTES_DEFAULT),
         objects=ObjectStoreConfig.from_env(environ),
     )

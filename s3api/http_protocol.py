@@ -192,6 +192,8 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
     _header_bytes = 0
     # Set once a head was refused: what arrives after it is dropped.
     _refused = False
+    # A parse error of bytes after a request still being answered: answered after it.
+    _unparsable: str | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses: no isinstance check.
@@ -258,14 +260,31 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         if isinstance(transport, _GatheringTransport):
             transport.flush()
         super().on_response_complete()
+        if self._unparsable is not None and not self.pipeline:
+            if self.transport.is_closing():
+                self._unparsable = None
+            else:
+                self._answer_unparsable(self._unparsable)
 
     def send_400_response(self, msg: str) -> None:
         """A request the parser refused (bad framing, a bad method or target): S3's XML
         error with its request id headers, as every other answer, instead of uvicorn's
-        plain text; the connection then closes (what follows cannot be framed)."""
+        plain text; the connection then closes (what follows cannot be framed). Bytes
+        that follow a request still being answered (a body longer than its
+        Content-Length) are answered after it, in order, as HTTP/1.1 requires: the
+        client reads the answer to its request first."""
         if self._header_bytes > header_section_bytes_max():
             self._refuse_header_section()
             return
+        cycle = self.cycle
+        if (cycle is not None and not cycle.response_complete) or self.pipeline:
+            self._unparsable = msg
+            self._refused = True  # nothing more is read into the broken parser
+            return
+        self._answer_unparsable(msg)
+
+    def _answer_unparsable(self, msg: str) -> None:
+        self._unparsable = None
         status, request_id, body, headers = _closing_error("BadRequest", "Unparsable")
         head = [
             b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode("ascii")),

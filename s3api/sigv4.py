@@ -713,6 +713,21 @@ _V2_SUBRESOURCES = frozenset(
 )
 
 
+def _v2_signature(secret: str, string_to_sign: bytes) -> bytes:
+    return base64.b64encode(hmac.new(secret.encode("utf-8"), string_to_sign, hashlib.sha1).digest())
+
+
+def _v2_resources(raw_path: bytes, query_string: bytes, bucket: str | None) -> list[bytes]:
+    """The canonical resources a V2 signature may cover: the request's, and for a
+    path-style bucket request (`/bucket`) also `/bucket/`, the form AWS documents for a
+    bucket and the one boto3 signs."""
+    resource = _v2_resource(raw_path, query_string, bucket)
+    path = raw_path or b"/"
+    if bucket or path.count(b"/") != 1 or path == b"/":
+        return [resource]
+    return [resource, _v2_resource(path + b"/", query_string, bucket)]
+
+
 def _v2_resource(raw_path: bytes, query_string: bytes, bucket: str | None) -> bytes:
     path = raw_path or b"/"
     if bucket:
@@ -757,18 +772,17 @@ def _authenticate_v2(
     else:
         access_key, signature = _v2_authorization_signature(authorization)
         date_line = _v2_date_line(request.headers, "x-amz-date" in amz, now)
-    string_to_sign = _v2_string_to_sign(request, params, date_line, amz)
     secret = lookup_secret(access_key)
     if secret is None:
         raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=access_key)
-    expected = base64.b64encode(
-        hmac.new(secret.encode("utf-8"), string_to_sign, hashlib.sha1).digest()
-    )
-    if not hmac.compare_digest(expected, signature.encode("latin-1", "replace")):
+    resources = _v2_resources(request.raw_path, request.query_string, request.virtual_host_bucket)
+    strings = [_v2_string_to_sign(request, params, date_line, amz, r) for r in resources]
+    provided = signature.encode("latin-1", "replace")
+    if not any(hmac.compare_digest(_v2_signature(secret, text), provided) for text in strings):
         raise S3Error(
             "SignatureDoesNotMatch",
             AWSAccessKeyId=access_key,
-            StringToSign=string_to_sign.decode("latin-1"),
+            StringToSign=strings[0].decode("latin-1"),
             SignatureProvided=signature,
         )
     timestamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
@@ -839,12 +853,14 @@ def _v2_date_line(headers: dict[str, list[bytes]], amz_date_signed: bool, now: f
 
     With x-amz-date present the line is empty: x-amz-date is signed among the amz headers.
     """
-    date_text = _first(headers, "x-amz-date") or _first(headers, "date")
+    # An x-amz-date header, even empty, is the date (S3 does not fall back to Date then).
+    amz_date = _first(headers, "x-amz-date")
+    date_text = amz_date if amz_date is not None else _first(headers, "date")
     try:
         signed_at = parsedate_to_datetime(date_text).timestamp() if date_text else None
     except (TypeError, ValueError):
         signed_at = None
-    if signed_at is None:
+    if signed_at is None or signed_at < 0:  # S3 reads no date before 1970 either
         raise S3Error(
             "AccessDenied", "AWS authentication requires a valid Date or x-amz-date header"
         )
@@ -853,7 +869,11 @@ def _v2_date_line(headers: dict[str, list[bytes]], amz_date_signed: bool, now: f
 
 
 def _v2_string_to_sign(
-    request: _V2Request, params: dict[str, str], date_line: bytes, amz: dict[str, bytes]
+    request: _V2Request,
+    params: dict[str, str],
+    date_line: bytes,
+    amz: dict[str, bytes],
+    resource: bytes,
 ) -> bytes:
     def standard(name: str) -> bytes:
         value = _first(request.headers, name)
@@ -871,7 +891,7 @@ def _v2_string_to_sign(
         + date_line
         + b"\n"
         + b"".join(name.encode("latin-1") + b":" + amz[name] + b"\n" for name in sorted(amz))
-        + _v2_resource(request.raw_path, request.query_string, request.virtual_host_bucket)
+        + resource
     )
 
 

@@ -10,6 +10,7 @@ s3api.xml_responses renders back to the same XML.
 from __future__ import annotations
 
 import datetime
+import secrets
 import unicodedata
 from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
@@ -390,7 +391,19 @@ def parse_lifecycle_configuration(body: bytes) -> list[dict[str, Any]]:
             raise _malformed()
         _check_lifecycle_values(rule)
         rules.append(rule)
-    return rules
+    return [_with_id(rule, ids) for rule in rules]
+
+
+def _with_id(rule: dict[str, Any], ids: set[str]) -> dict[str, Any]:
+    """The rule with an ID: S3 gives a rule sent without one a generated ID, unique in
+    its configuration, and returns it."""
+    if "ID" in rule:
+        return rule
+    rule_id = secrets.token_urlsafe(36)  # 48 characters, as S3's generated IDs
+    while rule_id in ids:
+        rule_id = secrets.token_urlsafe(36)
+    ids.add(rule_id)
+    return {"ID": rule_id, **rule}
 
 
 # Where a lifecycle transition may send objects, and the least age for each that has one.

@@ -350,10 +350,12 @@ def list_bucket_result_v1(
     common_prefixes: Sequence[str],
     encoding_type: str | None = None,
 ) -> bytes:
-    """ListObjects (v1). next_marker is sent only when a delimiter was given, as S3 does."""
+    """ListObjects (v1). next_marker is sent only when a delimiter was given, as S3 does.
+    The top-level Prefix is sent as given even with encoding-type=url, as S3 sends it
+    (SDKs decode it in ListObjectsV2 responses only)."""
     doc = _Doc("ListBucketResult")
     doc.add("Name", bucket)
-    doc.add("Prefix", _encode(prefix, encoding_type))
+    doc.add("Prefix", prefix)
     doc.add("Marker", _encode(marker, encoding_type))
     if is_truncated and delimiter and next_marker:
         doc.add("NextMarker", _encode(next_marker, encoding_type))

@@ -121,7 +121,7 @@ def _completion(
     candidate_dict: dict[str, Any],
     unused: list[ObjectRecord],
     if_match: str | None,
-    if_none_match: bool,
+    if_none_match: str | None,
 ) -> ApplyFunction:
     """The mutation that puts a completed upload's object: its result holds the
     versions it replaced and the unused parts as garbage."""
@@ -274,9 +274,11 @@ class Catalog:
                 return new
 
     async def delete_bucket(self, name: str) -> None:
-        """Delete an empty bucket: one multi removes the record, the (empty) index pages
-        and the uploads directory, each version-checked, so a concurrent write or upload
-        makes it fail rather than vanish."""
+        """Delete a bucket without objects: its multipart uploads in progress are aborted
+        (as S3 does: they go with the bucket), then one multi removes the record, the
+        (empty) index pages and the uploads directory, each version-checked, so a
+        concurrent write makes it fail rather than vanish, and an upload created meanwhile
+        makes it abort again."""
         _existing_bucket_name(name)
         retry = self.index.retry_policy.start()
         with zookeeper_errors("delete bucket"):
@@ -291,8 +293,7 @@ class Catalog:
                     if page is not None and page.keys:
                         raise BucketNotEmptyError(name, "objects")
                     pages.append(page)
-                if await self.zk.get_children(self.paths.bucket_uploads(name)):
-                    raise BucketNotEmptyError(name, "multipart uploads")
+                await self._abort_uploads(name)
                 operations: list[tuple[str, tuple[Any, ...]]] = []
                 for page_id, page in zip(page_ids, pages, strict=True):
                     version = page.version if page is not None else 0
@@ -319,6 +320,16 @@ class Catalog:
                 self.index.forget_bucket(name)
                 logger.info("bucket deleted bucket=%s", name)
                 return
+
+    async def _abort_uploads(self, bucket: str) -> None:
+        """Abort each upload in progress as AbortMultipartUpload does: its part records
+        go, and the extents they held are garbage for maintenance (no record names them)."""
+        for upload_id in await self.uploads.upload_ids(bucket):
+            try:
+                await self.uploads.abort(bucket, upload_id)
+            except NoSuchUploadError:
+                continue  # completed or aborted meanwhile
+            logger.info("upload aborted with its bucket bucket=%s upload=%s", bucket, upload_id)
 
     # ================================================================== objects
 
@@ -367,7 +378,7 @@ class Catalog:
         record: ObjectRecord,
         *,
         if_match: str | None = None,
-        if_none_match: bool = False,
+        if_none_match: str | None = None,
         owner: str | None = None,
     ) -> CommitResult:
         """Commit `record` as the key's newest version. With `owner`, only while the
@@ -699,7 +710,7 @@ class Catalog:
         record: ObjectRecord,
         *,
         if_match: str | None = None,
-        if_none_match: bool = False,
+        if_none_match: str | None = None,
     ) -> CommitResult:
         """Commit the object and remove the upload and its parts in one multi.
 

@@ -98,12 +98,20 @@ def _garbage(bucket: str, key: str, d: dict[str, Any]) -> list[ObjectRecord]:
 
 
 def check_write_conditions(
-    bucket: str, key: str, latest_etag: str | None, *, if_match: str | None, if_none_match: bool
+    bucket: str,
+    key: str,
+    latest_etag: str | None,
+    *,
+    if_match: str | None,
+    if_none_match: str | None,
 ) -> None:
-    """A write's If-None-Match: * and If-Match against the ETag of the key's current
-    version (None: the key has none, or a delete marker)."""
-    if if_none_match and latest_etag is not None:
-        raise PreconditionFailedError(f"{key!r} exists (If-None-Match: *)")
+    """A write's If-None-Match ("*": the key has a current version; an ETag: that
+    version's) and If-Match against the ETag of the key's current version (None: the key
+    has none, or a delete marker)."""
+    if if_none_match is not None and latest_etag is not None:
+        unwanted = if_none_match.strip().strip('"')
+        if unwanted in ("*", latest_etag):
+            raise PreconditionFailedError(f"{key!r} matches If-None-Match {if_none_match!r}")
     if if_match is not None:
         if latest_etag is None:  # nothing to match: S3 answers NoSuchKey, not 412
             raise NoSuchKeyError(bucket, key)
@@ -113,7 +121,12 @@ def check_write_conditions(
 
 
 def _check_current(
-    versions: VersionList, bucket: str, key: str, *, if_match: str | None, if_none_match: bool
+    versions: VersionList,
+    bucket: str,
+    key: str,
+    *,
+    if_match: str | None,
+    if_none_match: str | None,
 ) -> None:
     """check_write_conditions against the key's current version in `versions`."""
     latest = _latest_live(versions)
@@ -132,7 +145,7 @@ def apply_put(
     versioning: str,
     *,
     if_match: str | None,
-    if_none_match: bool,
+    if_none_match: str | None,
     record_dict: dict[str, Any] | None = None,
 ) -> Outcome:
     """Put `record` (its version_id a candidate from new_version_id()). `record_dict` is
@@ -181,7 +194,7 @@ def apply_delete(
 
     def check_condition() -> None:
         if if_match is not None:
-            _check_current(versions, bucket, key, if_match=if_match, if_none_match=False)
+            _check_current(versions, bucket, key, if_match=if_match, if_none_match=None)
 
     if version_id is not None:
         check_condition()

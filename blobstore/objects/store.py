@@ -240,7 +240,7 @@ class ObjectStore:
         finish: WriteFinish | None = None,
         compute_md5: bool = True,
         if_match: str | None = None,
-        if_none_match: bool = False,
+        if_none_match: str | None = None,
         owner: str | None = None,
     ) -> CommitResult:
         """Store a body under template's bucket and key, with template's metadata.
@@ -272,7 +272,7 @@ class ObjectStore:
         *,
         checksums: dict[str, str] | None = None,
         if_match: str | None = None,
-        if_none_match: bool = False,
+        if_none_match: str | None = None,
     ) -> CommitResult:
         """A new object sharing source's entries (no byte is copied), with source's
         checksums or the given ones (of the same bytes)."""
@@ -454,7 +454,7 @@ class ObjectStore:
         *,
         finish: CompleteFinish | None = None,
         if_match: str | None = None,
-        if_none_match: bool = False,
+        if_none_match: str | None = None,
     ) -> CommitResult:
         """Stitch the named parts' extents into the object record: no byte is copied."""
         upload = await self.catalog.get_upload(bucket, upload_id)
@@ -484,7 +484,7 @@ class ObjectStore:
         record: ObjectRecord,
         *,
         if_match: str | None,
-        if_none_match: bool,
+        if_none_match: str | None,
     ) -> CommitResult:
         """Commit the completed object in the catalog. A manifest written for a commit
         that fails is garbage, like an abandoned write."""

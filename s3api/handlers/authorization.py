@@ -17,6 +17,7 @@ record: the catalog hands out the same record object while the znode is unchange
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ from blobstore.access.account import AccountBlockView
 from blobstore.access.acl import (
     CANONICAL_USER,
     GRANT_HEADERS,
+    GROUP,
     AccessControlList,
     AclError,
     request_acl,
@@ -228,11 +230,18 @@ def names_foreign_acl(headers: Mapping[str, str]) -> bool:
 def requested_acl(
     headers: Mapping[str, str], owner: str, bucket_owner: str = ""
 ) -> AccessControlList | None:
-    """The ACL of x-amz-acl or x-amz-grant-* (None: neither), S3's errors as S3Error."""
+    """The ACL of x-amz-acl or x-amz-grant-* (None: neither), S3's errors as S3Error.
+    A canned ACL lists its groups' grants before the owner's, the order S3 clients and
+    conformance suites written against other S3 servers read (a document put as
+    AccessControlPolicy keeps its own order)."""
     try:
-        return request_acl(headers, owner, bucket_owner)
+        acl = request_acl(headers, owner, bucket_owner)
     except AclError as e:
         raise S3Error(e.code, e.message) from None
+    if acl is None or "x-amz-acl" not in headers:
+        return acl
+    ordered = sorted(acl.grants, key=lambda grant: grant.grantee.kind != GROUP)
+    return dataclasses.replace(acl, grants=tuple(ordered))
 
 
 def check_grants(acl: AccessControlList, authorizer: Authorizer, block: PublicAccessBlock) -> None:

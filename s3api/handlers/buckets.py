@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -13,6 +14,7 @@ from starlette.responses import Response
 
 from blobstore.access.actions import OperationRequest, required_accesses
 from blobstore.access.decision import BUCKET_OWNER_ENFORCED, OBJECT_WRITER, OWNERSHIP_SETTINGS
+from blobstore.catalog.errors import BucketAlreadyExistsError
 from blobstore.catalog.records import BucketRecord, ListResult
 from blobstore.catalog.versioning import well_formed_version_id
 from s3api import xml_requests, xml_responses
@@ -23,6 +25,8 @@ from s3api.handlers.context import S3Context
 from s3api.limits import parse_max_count, validate_bucket_name
 
 DELETE_CONCURRENCY = 16
+# The region where S3 answers CreateBucket of a bucket its requester owns with 200.
+LEGACY_REGION = "us-east-1"
 
 
 def _encoding_type(ctx: S3Context) -> str | None:
@@ -87,14 +91,26 @@ async def create_bucket(ctx: S3Context) -> Response:
     validate_bucket_name(ctx.bucket)
     if ctx.headers.get("x-amz-bucket-object-lock-enabled", "").lower() == "true":
         raise S3Error("NotImplemented", "Object Lock is not implemented")
-    ctx.authorize(None)  # s3:CreateBucket (and s3:PutBucketAcl with an ACL)
     owner = ctx.requester
+    if owner is None:
+        ctx.authorize(None)  # AccessDenied: never allowed to anonymous requests
     assert owner is not None, "CreateBucket is never allowed to anonymous requests"
+    # s3:CreateBucket, and s3:PutBucketAcl with an ACL, on the bucket as it will be:
+    # its requester's, whose ACL is its owner's to set.
+    ctx.authorize(BucketRecord(ctx.bucket, owner, time.time()))
     settings = _new_bucket_settings(ctx, owner)
     region = (
         xml_requests.parse_create_bucket_configuration(await ctx.small_body()) or ctx.config.region
     )
-    await ctx.store.catalog.create_bucket(ctx.bucket, owner, region)
+    try:
+        await ctx.store.catalog.create_bucket(ctx.bucket, owner, region)
+    except BucketAlreadyExistsError as exc:
+        if exc.existing_owner != owner or region != LEGACY_REGION:
+            raise
+        existing = await ctx.store.catalog.get_bucket(ctx.bucket)
+        if not _recreated_as_is(existing, owner, region, settings):
+            raise S3Error("BucketAlreadyExists") from None
+        return Response(b"", headers={"Location": f"/{ctx.bucket}"})
     if settings:
         # Created with the defaults (the most closed: ACLs disabled), then opened.
         await ctx.store.catalog.update_bucket(
@@ -103,13 +119,29 @@ async def create_bucket(ctx: S3Context) -> Response:
     return Response(b"", headers={"Location": f"/{ctx.bucket}"})
 
 
+def _recreated_as_is(
+    existing: BucketRecord, owner: str, region: str, settings: dict[str, Any]
+) -> bool:
+    """Whether a CreateBucket of an existing bucket asks for it as it is: S3 answers
+    such a re-creation by its owner in us-east-1 with 200 and changes nothing (elsewhere
+    BucketAlreadyOwnedByYou); one asking for another ACL or ownership is refused
+    (BucketAlreadyExists)."""
+    kept = {
+        name: existing.settings[name]
+        for name in (authorization.OWNERSHIP, authorization.ACL)
+        if name in existing.settings
+    }
+    return existing.owner == owner and existing.region == region and kept == settings
+
+
 def _new_bucket_settings(ctx: S3Context, owner: str) -> dict[str, Any]:
     """The object ownership and ACL a CreateBucket asks for, as S3 takes them:
     `x-amz-object-ownership` sets the ownership, and BucketOwnerEnforced refuses an ACL
     beyond the owner's (InvalidBucketAclWithObjectOwnership); without it, a bucket
     created with such an ACL (public-read, x-amz-grant-*) has ACLs enabled
     (ObjectWriter), as S3 created buckets before it made BucketOwnerEnforced the
-    default, and as conformance suites and older clients expect."""
+    default, and as conformance suites and older clients expect. Other buckets get the
+    gateway's default ownership (BLOBSTORE_GATEWAY_OBJECT_OWNERSHIP; S3's by default)."""
     ownership = ctx.headers.get("x-amz-object-ownership")
     if ownership is not None and ownership not in OWNERSHIP_SETTINGS:
         raise S3Error(
@@ -120,7 +152,8 @@ def _new_bucket_settings(ctx: S3Context, owner: str) -> dict[str, Any]:
         )
     foreign = authorization.names_foreign_acl(ctx.headers)
     if ownership is None:
-        ownership = OBJECT_WRITER if foreign else BUCKET_OWNER_ENFORCED
+        default = ctx.config.default_object_ownership
+        ownership = OBJECT_WRITER if foreign and default == BUCKET_OWNER_ENFORCED else default
     if ownership == BUCKET_OWNER_ENFORCED:
         if foreign:
             raise S3Error("InvalidBucketAclWithObjectOwnership")
@@ -210,8 +243,6 @@ def _token(start_after: str) -> str:
 
 def _untoken(token: str) -> str:
     try:
-        if not token:
-            raise ValueError("empty")
         return base64.b64decode(token.encode("ascii"), altchars=b"-_", validate=True).decode(
             "utf-8"
         )
@@ -248,8 +279,9 @@ async def list_objects_v2(ctx: S3Context) -> Response:
     start_after = ctx.query.get("start-after", "")
     fetch_owner = ctx.query.get("fetch-owner", "false").lower() == "true"
     # A continuation token carries the position; S3 ignores start-after beside one
-    # (minio-py sends both, the second holding the token itself).
-    position = _untoken(token) if token is not None else start_after
+    # (minio-py sends both, the second holding the token itself). An empty token is
+    # none (S3 lists from the start and echoes it).
+    position = _untoken(token) if token else start_after
     result = await _list_objects(ctx, prefix, delimiter, position, max_keys)
     return xml_response(
         xml_responses.list_bucket_result_v2(

@@ -17,7 +17,8 @@ from starlette.types import Scope
 
 from blobstore.access.actions import Access, OperationRequest, required_accesses
 from blobstore.access.conditions import ConditionContext
-from blobstore.access.decision import AccessRequest, Decision, combine, decide
+from blobstore.access.decision import ACL as ACL_RULE
+from blobstore.access.decision import IMPLICIT_DENY, AccessRequest, Decision, combine, decide
 from blobstore.access.policy_context import RequestFacts, condition_context
 from blobstore.catalog.errors import NoSuchBucketError
 from blobstore.catalog.records import BucketRecord, ObjectRecord
@@ -160,26 +161,43 @@ class S3Context:
     def conditions(self) -> ConditionContext:
         """The request's condition keys (`blobstore.access.policy_context`), built once."""
         if self._conditions is None:
-            scope = self.request.scope
-            client = scope.get("client")
-            auth = self.auth
-            self._conditions = condition_context(
-                RequestFacts(
-                    user=self.requester,
-                    source_ip=client[0] if client else "",
-                    secure_transport=scope.get("scheme") == "https",
-                    now_s=time.time(),
-                    headers=self.headers.first_values,
-                    query=self.query,
-                    auth_type=self.auth_type,
-                    signature_version=(
-                        "AWS"
-                        if auth is not None and auth.signature_version == 2
-                        else "AWS4-HMAC-SHA256"
-                    ),
-                )
-            )
+            self._conditions = self._condition_context(self.query)
         return self._conditions
+
+    def _condition_context(
+        self, query: Mapping[str, str], existing_object_tags: Mapping[str, str] | None = None
+    ) -> ConditionContext:
+        scope = self.request.scope
+        client = scope.get("client")
+        auth = self.auth
+        return condition_context(
+            RequestFacts(
+                user=self.requester,
+                source_ip=client[0] if client else "",
+                secure_transport=scope.get("scheme") == "https",
+                now_s=time.time(),
+                headers=self.headers.first_values,
+                query=query,
+                auth_type=self.auth_type,
+                signature_version=(
+                    "AWS"
+                    if auth is not None and auth.signature_version == 2
+                    else "AWS4-HMAC-SHA256"
+                ),
+                existing_object_tags=existing_object_tags,
+            )
+        )
+
+    def may_list_key(self, bucket: BucketRecord) -> bool:
+        """Whether the requester may list `bucket` under this request's key (s3:ListBucket
+        with s3:prefix the key): S3 then answers a read of a missing key NoSuchKey, not
+        AccessDenied. An allow becomes the request's decision."""
+        accesses = required_accesses(OperationRequest(operation="ListObjects", bucket=bucket.name))
+        conditions = self._condition_context({"prefix": self.key})
+        decision = self._decision(accesses, bucket, None, conditions)
+        if decision.allowed:
+            self.decision = decision
+        return decision.allowed
 
     def operation_request(self, operation: str = "") -> OperationRequest:
         """What of this request decides its accesses (a copy's source is decided apart,
@@ -203,14 +221,33 @@ class S3Context:
         """The decision on `accesses` (all on `bucket`; None: account-level or a bucket
         yet to be created), recorded as the request's (its first denial, else its first
         allow); not raising."""
+        decision = self._decision(accesses, bucket, obj, None)
+        if self.decision is None or (self.decision.allowed and not decision.allowed):
+            self.decision = decision
+        return decision
+
+    def _decision(
+        self,
+        accesses: Iterable[Access],
+        bucket: BucketRecord | None,
+        obj: ObjectRecord | None,
+        conditions: ConditionContext | None,
+    ) -> Decision:
+        """The decision on `accesses` under `conditions` (None: this request's)."""
         authorizer = self.authorizer
         requester = authorizer.requester(self.user)
         state = authorizer.bucket_state(bucket) if bucket is not None else None
         target = object_state(bucket, obj) if bucket is not None else None
         # The condition keys are read only by policies' statements: none, none built.
         consulted = requester.policies or (state is not None and state.policy is not None)
-        conditions = self.conditions() if consulted else NO_CONDITIONS
-        decision = combine(
+        if not consulted:
+            conditions = NO_CONDITIONS
+        elif conditions is None and obj is not None and obj.tags:
+            # s3:ExistingObjectTag/<key>: the tags of the version the request names.
+            conditions = self._condition_context(self.query, obj.tags)
+        elif conditions is None:
+            conditions = self.conditions()
+        return combine(
             [
                 decide(
                     AccessRequest(
@@ -225,9 +262,6 @@ class S3Context:
                 for access in accesses
             ]
         )
-        if self.decision is None or (self.decision.allowed and not decision.allowed):
-            self.decision = decision
-        return decision
 
     def authorize(self, bucket: BucketRecord | None, obj: ObjectRecord | None = None) -> None:
         """AccessDenied unless every access this request needs on `bucket` is allowed.
@@ -245,10 +279,30 @@ class S3Context:
                 canned = self.headers.get("x-amz-acl")
                 owner = object_owner(bucket, self.requester, canned.strip() if canned else None)
                 created = ObjectRecord(bucket=bucket.name, key=self.key, owner=owner)
-                if not self.decide(acl_accesses, bucket, created).allowed:
+                if not self._may_set_new_acl(acl_accesses, accesses, bucket, created):
+                    self.decide(acl_accesses, bucket, created)  # the denial, recorded
                     raise S3Error("AccessDenied")
         if not self.decide(accesses, bucket, obj).allowed:
             raise S3Error("AccessDenied")
+
+    def _may_set_new_acl(
+        self,
+        acl_accesses: tuple[Access, ...],
+        write_accesses: tuple[Access, ...],
+        bucket: BucketRecord,
+        created: ObjectRecord,
+    ) -> bool:
+        """Whether a write may give the object it creates the ACL it names: by a
+        decision on s3:PutObjectAcl of that object or, for an anonymous write the bucket's
+        ACL allows (a WRITE grant to AllUsers), as part of the write itself, as S3 let
+        such writers set the ACL of what they upload (an explicit deny still denies)."""
+        decision = self._decision(acl_accesses, bucket, created, None)
+        if decision.allowed:
+            return True
+        if self.requester is not None or decision.rule != IMPLICIT_DENY:
+            return False
+        write = self._decision(write_accesses, bucket, None, None)
+        return write.allowed and write.rule == ACL_RULE
 
     def _allowed(self, bucket: BucketRecord, obj: ObjectRecord | None) -> bool:
         try:

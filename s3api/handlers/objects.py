@@ -297,7 +297,9 @@ async def load_version(ctx: S3Context) -> ObjectRecord:
             ) from None
         raise S3Error("NoSuchKey", headers=headers, Key=ctx.key) from None
     except NoSuchKeyError:
-        raise S3Error("NoSuchKey", Key=ctx.key) from None
+        # A HEAD tells a deleted key from one whose latest version is a delete marker.
+        headers = {"x-amz-delete-marker": "false"} if ctx.method == "HEAD" else {}
+        raise S3Error("NoSuchKey", headers=headers, Key=ctx.key) from None
     except NoSuchVersionError:
         raise S3Error("NoSuchVersion", Key=ctx.key, VersionId=version_id or "") from None
 
@@ -416,14 +418,36 @@ async def authorized_bucket_and_version(ctx: S3Context) -> tuple[BucketRecord, O
         if bucket_task is not None:
             bucket_task.cancel()
         raise
-    except Exception:
+    except Exception as exc:
         if bucket_task is not None:
             await asyncio.gather(bucket_task, return_exceptions=True)
-        await ctx.authorized_bucket()  # its error, if any, is the answer
+        await _authorized_without_version(ctx, exc)  # its error, if any, is the answer
         raise
     if bucket_task is not None:
         await asyncio.gather(bucket_task, return_exceptions=True)
     return await ctx.authorized_bucket(obj=record), record
+
+
+async def _authorized_without_version(ctx: S3Context, missing: Exception) -> None:
+    """The bucket check of a request whose version was not found. A key with no
+    version is NoSuchKey, as S3 answers it, also to a requester refused the read who may
+    list the bucket under the key's name (s3:ListBucket, s3:prefix the key); to others
+    AccessDenied, which tells nothing of the key."""
+    try:
+        await ctx.authorized_bucket()
+    except S3Error as denied:
+        record = ctx.bucket_record
+        expected = ctx.headers.get("x-amz-expected-bucket-owner")
+        if (
+            denied.code != "AccessDenied"
+            or not isinstance(missing, S3Error)
+            or missing.code != "NoSuchKey"
+            or record is None
+            or expected not in (None, record.owner)
+            or not ctx.may_list_key(record)
+        ):
+            raise
+        raise missing from None
 
 
 # GET bodies up to this size are answered in one piece instead of streamed.
@@ -717,7 +741,7 @@ def _copy_reads_source(source: ObjectRecord, algorithm_text: str | None) -> bool
 
 
 async def _check_destination_conditions(
-    ctx: S3Context, if_match: str | None, if_none_match: bool
+    ctx: S3Context, if_match: str | None, if_none_match: str | None
 ) -> None:
     """If-Match / If-None-Match of a write, against the key's current version as of the
     request's view, as the commit checks them (`versioning.check_write_conditions`)."""
@@ -770,7 +794,7 @@ async def get_object_tagging(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     bucket, record = await authorized_bucket_and_version(ctx)
     return xml_response(
-        xml_responses.tagging(record.tags),
+        xml_responses.tagging(dict(sorted(record.tags.items()))),  # by key, whatever the order sent
         headers=version_headers(record.version_id, bucket.versioning),
     )
 

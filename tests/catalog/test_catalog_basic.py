@@ -93,14 +93,14 @@ def test_unversioned_put_get_delete(zk_connect: str) -> None:
         got = await catalog.get_object("plain", "a/b")
         assert got.etag == second.record.etag and got.is_latest
         with pytest.raises(PreconditionFailedError):
-            await catalog.put_object(object_record("plain", "a/b", 3), if_none_match=True)
+            await catalog.put_object(object_record("plain", "a/b", 3), if_none_match="*")
         with pytest.raises(PreconditionFailedError):
             await catalog.put_object(object_record("plain", "a/b", 3), if_match="ffff")
         third = await catalog.put_object(object_record("plain", "a/b", 3), if_match=got.etag)
         assert third.record.etag == object_record("plain", "a/b", 3).etag
         with pytest.raises(NoSuchKeyError):  # If-Match on a key with no version: as S3
             await catalog.put_object(object_record("plain", "new", 3), if_match="*")
-        await catalog.put_object(object_record("plain", "new", 3), if_none_match=True)
+        await catalog.put_object(object_record("plain", "new", 3), if_none_match="*")
         deleted = await catalog.delete_object("plain", "a/b")
         assert deleted.delete_marker is False and len(deleted.garbage) == 1
         with pytest.raises(NoSuchKeyError):
@@ -216,8 +216,6 @@ def test_multipart_upload(zk_connect: str) -> None:
         uploads = await catalog.list_uploads("mpu", delimiter="/")
         assert [u.upload_id for u in uploads.uploads] == [upload.upload_id]
         assert uploads.common_prefixes == ["other/"]
-        with pytest.raises(BucketNotEmptyError):
-            await catalog.delete_bucket("mpu")
         record = object_record("mpu", "big", 9)
         with pytest.raises(InvalidPartError):
             await catalog.complete_upload(
@@ -239,6 +237,32 @@ def test_multipart_upload(zk_connect: str) -> None:
             await catalog.put_part("mpu", other.upload_id, parts[0])
         await catalog.delete_object("mpu", "big")
         await catalog.delete_bucket("mpu")
+
+    run_with_catalog(zk_connect, body)
+
+
+def test_delete_bucket_aborts_its_uploads(zk_connect: str) -> None:
+    """S3 deletes a bucket with uploads in progress (they go with it); one holding
+    objects is refused, and keeps its uploads."""
+
+    async def body(catalog: Catalog) -> None:
+        await catalog.create_bucket("gone", "alice")
+        upload = await catalog.create_upload(UploadRecord("gone", "big", owner="alice"))
+        await catalog.put_part("gone", upload.upload_id, PartRecord(1, 5, "1" * 32))
+        await catalog.create_upload(UploadRecord("gone", "other", owner="alice"))
+        await catalog.create_bucket("full", "alice")
+        kept = await catalog.create_upload(UploadRecord("full", "big", owner="alice"))
+        await catalog.put_object(object_record("full", "k"))
+        with pytest.raises(BucketNotEmptyError):
+            await catalog.delete_bucket("full")
+        assert (await catalog.get_upload("full", kept.upload_id)).key == "big"
+        await catalog.delete_bucket("gone")
+        with pytest.raises(NoSuchBucketError):
+            await catalog.get_bucket("gone")
+        await catalog.create_bucket("gone", "alice")
+        assert (await catalog.list_uploads("gone")).uploads == []
+        with pytest.raises(NoSuchUploadError):
+            await catalog.get_upload("gone", upload.upload_id)
 
     run_with_catalog(zk_connect, body)
 
@@ -334,9 +358,9 @@ def test_decisions_without_a_write_see_other_sessions_writes(zk_connect: str) ->
             await one.put_object(object_record("shared3", "b", 1))
             await two.delete_object("shared3", "b")
             # one's cached page still holds "b": the refusal waits for a fresh read.
-            await one.put_object(object_record("shared3", "b", 3), if_none_match=True)
+            await one.put_object(object_record("shared3", "b", 3), if_none_match="*")
             with pytest.raises(PreconditionFailedError):
-                await two.put_object(object_record("shared3", "b", 4), if_none_match=True)
+                await two.put_object(object_record("shared3", "b", 4), if_none_match="*")
 
     asyncio.run(asyncio.wait_for(deletes(), 60))
     asyncio.run(asyncio.wait_for(refusals(), 60))

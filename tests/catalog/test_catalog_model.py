@@ -185,7 +185,7 @@ class CatalogMachine(RuleBasedStateMachine):
         if condition == "match":
             kwargs["if_match"] = latest.etag if latest is not None and pad != 3000 else "0" * 32
         elif condition == "none":
-            kwargs["if_none_match"] = True
+            kwargs["if_none_match"] = "*"
         expect_fail = (condition == "match" and (latest is None or pad == 3000)) or (
             condition == "none" and latest is not None
         )

@@ -279,11 +279,11 @@ def test_version_ids_unique_and_newest_first() -> None:
         record,
         "Enabled",
         if_match=None,
-        if_none_match=False,
+        if_none_match=None,
     )
     assert outcome.versions[0]["v"] < newest
     # Re-applying finds its own result: no second version.
-    again = apply_put(outcome.versions, record, "Enabled", if_match=None, if_none_match=True)
+    again = apply_put(outcome.versions, record, "Enabled", if_match=None, if_none_match="*")
     assert not again.changed and len(again.versions) == 2
 
 
@@ -291,12 +291,18 @@ def test_conditional_put_rules() -> None:
     existing = [object_record("b", "k", 1).to_dict()]
     new = object_record("b", "k", 2)
     with pytest.raises(PreconditionFailedError):
-        apply_put(existing, new, "", if_match=None, if_none_match=True)
+        apply_put(existing, new, "", if_match=None, if_none_match="*")
     with pytest.raises(NoSuchKeyError):
-        apply_put([], new, "", if_match='"x"', if_none_match=False)
+        apply_put([], new, "", if_match='"x"', if_none_match=None)
     etag = existing[0]["etag"]
-    ok = apply_put(existing, new, "", if_match=f'"{etag}"', if_none_match=False)
+    ok = apply_put(existing, new, "", if_match=f'"{etag}"', if_none_match=None)
     assert ok.changed and len(ok.garbage) == 1
+    # If-None-Match with an ETag: refused only when the current version has that ETag.
+    with pytest.raises(PreconditionFailedError):
+        apply_put(existing, new, "", if_match=None, if_none_match=f'"{etag}"')
+    other = apply_put(existing, new, "", if_match=None, if_none_match='"0123"')
+    assert other.changed
+    assert apply_put([], new, "", if_match=None, if_none_match=f'"{etag}"').changed
 
 
 @pytest.mark.parametrize(

@@ -174,10 +174,11 @@ def test_copy_source_conditions(headers: dict[str, str], condition: str | None) 
 
 
 def test_write_conditions() -> None:
-    assert parse_write_conditions({}) == (None, False)
-    assert parse_write_conditions({"if-none-match": "*"}) == (None, True)
-    assert parse_write_conditions({"if-match": '"abc"'}) == ("abc", False)
-    for bad in ({"if-none-match": '"abc"'}, {"if-match": '"a", "b"'}, {"if-match": '""'}):
+    assert parse_write_conditions({}) == (None, None)
+    assert parse_write_conditions({"if-none-match": "*"}) == (None, "*")
+    assert parse_write_conditions({"if-none-match": '"abc"'}) == (None, "abc")
+    assert parse_write_conditions({"if-match": '"abc"'}) == ("abc", None)
+    for bad in ({"if-none-match": '"a", "b"'}, {"if-match": '"a", "b"'}, {"if-match": '""'}):
         with pytest.raises(S3Error) as caught:
             parse_write_conditions(bad)
         assert caught.value.code == "NotImplemented"
