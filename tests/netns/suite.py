@@ -28,7 +28,6 @@ LOAD_BUCKET = "load"
 WORKERS = 4
 OPS_PER_QUIET_SPELL = 20
 FINAL_READ_TIMEOUT_S = 60.0
-REPAIR_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -204,23 +203,12 @@ def run_suite(
 
 
 def _repaired(cluster: NetnsCluster) -> dict[str, Any]:
-    """fsck once repair made it clean, repair retried as the auditor's passes would (a
-    bookie just restarted may refuse the first copies); the last fsck at the deadline."""
-    outcomes: list[str] = []
-
-    def clean() -> dict[str, Any] | None:
-        repaired = cluster.repair()
-        outcomes.append(
-            f"exit {repaired.returncode}: {repaired.stdout[-500:]}{repaired.stderr[-500:]}"
-        )
-        report = cluster.fsck()
-        return report if report["healthy"] and not report["under_replicated"] else None
-
-    try:
-        return wait_until(clean, REPAIR_TIMEOUT_S, message="fsck never clean", interval_s=2.0)
-    except AssertionError:
-        print("repair attempts:", *outcomes[-3:], sep="\n")
-        return cluster.fsck()
+    """fsck after one repair pass (`fsck --queue-repairs`, then the replication worker).
+    Ledgers still open (the gateways' writer ledgers) are left to repair once closed,
+    as BookKeeper's auditor leaves them: their missing copies may remain."""
+    repaired = cluster.repair()
+    print(f"repair: exit {repaired.returncode}, {repaired.stderr[-300:]}")
+    return cluster.fsck()
 
 
 def _verify(
