@@ -57,7 +57,7 @@ import string
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -77,10 +77,13 @@ from blobstore.cli.maintenance_schedule import (
 )
 from blobstore.cli.supervision import Supervisor
 from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, port_is_free, start_zookeeper
+from blobstore.objects.config import ObjectStoreConfig
 from blobstore.runtime.errors import UsageError, check_ready_file
 from blobstore.runtime.pdeathsig import die_with_parent
 
 READY_TIMEOUT_S = 90.0
+# How often the auditor checks the copies of closed ledgers (one cluster, one machine).
+STANDALONE_VERIFY_INTERVAL_S = 3600.0
 STOP_TIMEOUT_S = 30.0  # for processes of an earlier run (`_reap_leftovers`)
 # A stop's whole budget, and the shares of the gateway and of ZooKeeper (the bookies get
 # what the gateway leaves, less ZooKeeper's share).
@@ -540,6 +543,38 @@ def _bookie_child(
     )
 
 
+def standalone_defaults(bookie_count: int) -> dict[str, str]:
+    """Settings of the gateway that differ from its defaults here (each unless set):
+    fewer bookies than the default E3/W2/A2 needs shrink the quorums (one bookie: AQ 1,
+    which the gateway refuses without BLOBSTORE_ALLOW_SINGLE_COPY=1); the auditor checks
+    every closed ledger's copies hourly (first and last entry of each segment: a copy
+    gone is found within the hour) and repairs them (the bookies' scrubbers read all)."""
+    return {
+        "BLOBSTORE_ENSEMBLE_SIZE": str(min(3, bookie_count)),
+        "BLOBSTORE_WRITE_QUORUM": str(min(2, bookie_count)),
+        "BLOBSTORE_ACK_QUORUM": str(min(2, bookie_count)),
+        "BLOBSTORE_AUDIT_INTERVAL_S": "60",
+        "BLOBSTORE_AUDIT_VERIFY_INTERVAL_S": str(STANDALONE_VERIFY_INTERVAL_S),
+        "BLOBSTORE_AUDIT_VERIFY_PERCENT": "0",
+        "BLOBSTORE_REPLICA_REPAIR": "1",
+    }
+
+
+def check_gateway_settings(env: Mapping[str, str]) -> ObjectStoreConfig:
+    """The gateway's object settings as the children will read them, checked before
+    anything starts: a bad one (or AQ 1 without the opt-in) is one clear line, not a
+    gateway that fails to start. With BLOBSTORE_ALLOW_SINGLE_COPY=1 a WARNING says so."""
+    try:
+        return ObjectStoreConfig.from_env(env)
+    except UsageError as e:
+        if env.get("BLOBSTORE_ACK_QUORUM") == "1" and "ALLOW_SINGLE_COPY" in str(e):
+            raise UsageError(
+                f"{e} (one bookie keeps one copy of each object: run --bookies 2 or more, "
+                "or set BLOBSTORE_ALLOW_SINGLE_COPY=1 to accept losing objects with it)"
+            ) from None
+        raise
+
+
 def _child_env(zk: str, access_key: str, secret_key: str, bookie_count: int) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -550,10 +585,8 @@ def _child_env(zk: str, access_key: str, secret_key: str, bookie_count: int) -> 
             "PYTHONUNBUFFERED": "1",
         }
     )
-    # Fewer bookies than the default E3/W2/A2 needs: shrink the quorums (unless set).
-    env.setdefault("BLOBSTORE_ENSEMBLE_SIZE", str(min(3, bookie_count)))
-    env.setdefault("BLOBSTORE_WRITE_QUORUM", str(min(2, bookie_count)))
-    env.setdefault("BLOBSTORE_ACK_QUORUM", str(min(2, bookie_count)))
+    for name, value in standalone_defaults(bookie_count).items():
+        env.setdefault(name, value)
     # The gateway's graceful stop fits in its share of the cluster's stop (STOP_TOTAL_S).
     env.setdefault("BLOBSTORE_GATEWAY_GRACEFUL_SHUTDOWN_S", str(GATEWAY_GRACEFUL_SHUTDOWN_S))
     return env
@@ -586,6 +619,7 @@ def _run_locked(args: argparse.Namespace, data_dir: Path, schedule: MaintenanceS
         # Progress goes to stdout as plain lines; stderr is kept for the one error line.
         logging.getLogger("blobstore.cli.zookeeper_server").setLevel(logging.WARNING)
     layout, bookie_count = _claim_ports(args, data_dir)
+    check_gateway_settings({**standalone_defaults(bookie_count), **os.environ})
     access_key, secret_key = load_or_create_credentials(data_dir, args.access_key, args.secret_key)
     key_env, key_place = cluster_key_settings(data_dir, dict(os.environ))
     _check_kept_ports(layout, bookie_count, data_dir)

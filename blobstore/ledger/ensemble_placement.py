@@ -6,6 +6,10 @@ known (more than one distinct rack among candidates), the ensemble is ordered so
 consecutive bookies (hence every write set, which is WQ consecutive ensemble slots) come
 from different racks where possible; a replacement prefers a rack that none of the
 other bookies of the write sets through its slot use.
+
+`fit_quorums` lets a writer go on with fewer bookies than its ensemble asks for (one of
+three down): the ensemble shrinks to the writable bookies left, then the write quorum,
+then the ack quorum, never below the caller's floor of acknowledged copies.
 """
 
 from __future__ import annotations
@@ -32,6 +36,45 @@ class BookieInfo:
 
 def _racks_known(candidates: Sequence[BookieInfo]) -> bool:
     return len({c.rack for c in candidates}) > 1
+
+
+@dataclass(frozen=True, slots=True)
+class Quorums:
+    """E, WQ and AQ of a ledger: E >= WQ >= AQ >= 1."""
+
+    ensemble_size: int
+    write_quorum: int
+    ack_quorum: int
+
+
+def fit_quorums(
+    wanted: Quorums,
+    candidates: Iterable[BookieInfo],
+    ack_quorum_min: int,
+    *,
+    exclude: Iterable[str] = (),
+) -> Quorums:
+    """The quorums a new ledger gets from the writable bookies among `candidates` (not
+    excluded): `wanted` when they suffice, else E, WQ and AQ each cut to the bookies there
+    are. Refuses (NotEnoughBookiesError) when that would take AQ below `ack_quorum_min`;
+    a floor above the wanted AQ is the wanted AQ (a caller's quorums are never raised)."""
+    candidates = list(candidates)
+    excluded = set(exclude)
+    writable = len(
+        {c.bookie_id for c in candidates if not c.read_only and c.bookie_id not in excluded}
+    )
+    floor = max(1, min(ack_quorum_min, wanted.ack_quorum))
+    if writable < floor:
+        raise _not_enough(
+            f"{writable} writable bookie{'' if writable == 1 else 's'}, {floor} needed "
+            f"for {floor} acknowledged copies",
+            candidates,
+        )
+    return Quorums(
+        ensemble_size=min(wanted.ensemble_size, writable),
+        write_quorum=min(wanted.write_quorum, writable),
+        ack_quorum=min(wanted.ack_quorum, writable),
+    )
 
 
 def choose_ensemble(

@@ -11,7 +11,7 @@ import random
 
 from blobstore.ledger.bookie_client import BookieClientPool
 from blobstore.ledger.config import LedgerConfig
-from blobstore.ledger.ensemble_placement import BookieInfo, choose_ensemble
+from blobstore.ledger.ensemble_placement import BookieInfo, Quorums, choose_ensemble, fit_quorums
 from blobstore.ledger.errors import BadLedgerConfigError, LedgerUnauthorizedError
 from blobstore.ledger.ledger_handle import LedgerHandle
 from blobstore.ledger.ledger_manager import LedgerManager
@@ -91,27 +91,45 @@ class LedgerClient:
         ack_quorum: int = 2,
         password: bytes = b"",
         metadata: dict[str, str] | None = None,
+        *,
+        ack_quorum_min: int | None = None,
     ) -> LedgerHandle:
+        """A new ledger on E writable bookies. With `ack_quorum_min`, fewer writable
+        bookies than E (one of three down) shrink E, then WQ, then AQ to the bookies
+        there are, AQ never below `ack_quorum_min`; without it, E bookies or an error."""
         check_quorums(ensemble_size, write_quorum, ack_quorum)
         if not isinstance(password, bytes):
             raise BadLedgerConfigError("password must be bytes")
         candidates, unusable = await self.placement_candidates(refresh=False)
+        quorums = Quorums(ensemble_size, write_quorum, ack_quorum)
+        if ack_quorum_min is not None:
+            quorums = fit_quorums(quorums, candidates, ack_quorum_min, exclude=unusable)
         ensemble = choose_ensemble(
-            candidates, ensemble_size, write_quorum, exclude=unusable, rng=self._rng
+            candidates, quorums.ensemble_size, quorums.write_quorum, exclude=unusable, rng=self._rng
         )
         versioned = await self.manager.create(
             lambda ledger_id: new_metadata(
-                ledger_id, ensemble, write_quorum, ack_quorum, password, metadata
+                ledger_id, ensemble, quorums.write_quorum, quorums.ack_quorum, password, metadata
             )
         )
+        ledger_id = versioned.value.ledger_id
         logger.info(
             "ledger_created ledger_id=%d ensemble=%s E=%d WQ=%d AQ=%d",
-            versioned.value.ledger_id,
+            ledger_id,
             list(ensemble),
-            ensemble_size,
-            write_quorum,
-            ack_quorum,
+            quorums.ensemble_size,
+            quorums.write_quorum,
+            quorums.ack_quorum,
         )
+        if ack_quorum_min is not None and quorums.ack_quorum < 2:
+            logger.warning(
+                "event=single_copy_ledger ledger_id=%d ensemble=%s AQ=%d wanted_AQ=%d: "
+                "writes to it are acknowledged with one copy (single copies allowed)",
+                ledger_id,
+                list(ensemble),
+                quorums.ack_quorum,
+                ack_quorum,
+            )
         return LedgerHandle(self, versioned, password, writable=True)
 
     async def open_ledger(

@@ -7,12 +7,18 @@ variable and the bad value.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from blobstore.recovery.replica_verifier import ReplicaCheckSettings
 from blobstore.runtime.errors import UsageError
 from blobstore.wire.protocol import ENTRY_PAYLOAD_BYTES_MAX
+
+logger = logging.getLogger(__name__)
+
+REPLICA_CHECK_DEFAULT = ReplicaCheckSettings()
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -40,9 +46,15 @@ class ObjectStoreConfig:
     """Settings of one process's object layer. Env var = BLOBSTORE_ + upper-cased name."""
 
     entry_size_bytes: int = MIB
+    # Quorums of new writer ledgers. With fewer writable bookies than ensemble_size (one
+    # of three down), a new ledger gets E, then WQ, then AQ cut to the bookies left, AQ
+    # never below 2: below that, writes are refused (503) ...
     ensemble_size: int = 3
     write_quorum: int = 2
     ack_quorum: int = 2
+    # ... unless this is 1: writes acknowledged by one copy only (ack_quorum 1, or a ledger
+    # cut down to one bookie) are allowed, with a WARNING at start and per such ledger.
+    allow_single_copy: int = 0
     # A writer ledger is closed (and a new one opened) once it holds this many bytes...
     ledger_bytes_max: int = 256 * MIB
     # ... or once it has been open this long: closed ledgers become compactable.
@@ -68,6 +80,14 @@ class ObjectStoreConfig:
     # Most entry bytes per second the auditor copies while re-replicating a lost bookie
     # (in the gateway process that holds its lock; 0: no limit).
     recovery_rate_mb_s: float = 50.0
+    # How often the auditor checks that the copies of closed ledgers on live bookies are
+    # there and good (one check per interval for the cluster; 0: never) ...
+    audit_verify_interval_s: float = REPLICA_CHECK_DEFAULT.verify_interval_s
+    # ... the percent of each segment's entries read (0: its first and last entry only)
+    audit_verify_percent: float = REPLICA_CHECK_DEFAULT.verify_percent
+    # ... and whether each auditor pass repairs the copies found missing or bad (1) or
+    # only lists them as under-replicated (0).
+    replica_repair: int = int(REPLICA_CHECK_DEFAULT.repair)
     # Smallest part of a multipart upload, the last one excepted.
     part_bytes_min: int = PART_BYTES_MIN_DEFAULT
     # A completed multipart object whose part list (extents and parts) encodes to more
@@ -84,6 +104,13 @@ class ObjectStoreConfig:
         if problem is not None:
             name, why = problem
             raise UsageError(f"BLOBSTORE_{name.upper()}={getattr(self, name)!r}: {why}")
+        if self.allow_single_copy:
+            logger.warning(
+                "event=single_copy_allowed ack_quorum=%d: BLOBSTORE_ALLOW_SINGLE_COPY=1, "
+                "writes may be acknowledged with one copy when bookies are missing; "
+                "one more fault loses them",
+                self.ack_quorum,
+            )
 
     def _ledger_problem(self) -> tuple[str, str] | None:
         """The first bad setting of entries, ledgers and windows, with why it is bad."""
@@ -91,6 +118,10 @@ class ObjectStoreConfig:
             return "entry_size_bytes", f"must be 1..{ENTRY_PAYLOAD_BYTES_MAX}"
         if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
             return "ack_quorum", "need ensemble_size >= write_quorum >= ack_quorum >= 1"
+        if self.allow_single_copy not in (0, 1):
+            return "allow_single_copy", "must be 0 or 1"
+        if self.ack_quorum < 2 and not self.allow_single_copy:
+            return "ack_quorum", "one acknowledged copy needs BLOBSTORE_ALLOW_SINGLE_COPY=1"
         if self.ledger_bytes_max < self.entry_size_bytes:
             return "ledger_bytes_max", "must hold at least one entry"
         for name in (
@@ -122,11 +153,29 @@ class ObjectStoreConfig:
             return "lost_bookie_delay_s", "must be >= 0"
         if not 0 <= self.recovery_rate_mb_s < 1e6:  # NaN and inf fail too
             return "recovery_rate_mb_s", "must be a number of MB/s in [0, 1000000) (0: no limit)"
+        if not 0 <= self.audit_verify_interval_s < 1e12:  # NaN and inf fail too
+            return "audit_verify_interval_s", "must be >= 0 (0: no replica check)"
+        if not 0 <= self.audit_verify_percent <= 100:
+            return "audit_verify_percent", "must be in [0, 100]"
+        if self.replica_repair not in (0, 1):
+            return "replica_repair", "must be 0 or 1"
         if not 0 <= self.manifest_bytes_min <= 1 << 20:
             return "manifest_bytes_min", "must be 0..1048576 (0: every multipart object)"
         if not 1 <= self.part_bytes_min <= PART_BYTES_MAX:
             return "part_bytes_min", f"must be 1..{PART_BYTES_MAX}"
         return None
+
+    @property
+    def ack_quorum_min(self) -> int:
+        """The fewest acknowledged copies a new writer ledger may be cut down to."""
+        return 1 if self.allow_single_copy else 2
+
+    @property
+    def replica_check(self) -> ReplicaCheckSettings:
+        """The auditor's replica check, as these settings ask for it."""
+        return ReplicaCheckSettings(
+            self.audit_verify_interval_s, self.audit_verify_percent, bool(self.replica_repair)
+        )
 
     @property
     def append_window_entries(self) -> int:

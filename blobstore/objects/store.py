@@ -152,6 +152,7 @@ class ObjectStore:
                 self.config.lost_bookie_delay_s,
                 live_bookies_min=self.config.ensemble_size,
                 recovery_rate_bytes_per_s=self.config.recovery_rate_mb_s * 1e6,
+                replica_check=self.config.replica_check,
             )
             self._auditor.start()
         logger.info("event=object_store_started gateway_id=%s", self.gateway_id)

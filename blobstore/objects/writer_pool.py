@@ -4,7 +4,11 @@ A PUT takes one ledger exclusively (one writer per ledger, and the entries of on
 stay consecutive), appends its entries, and gives the ledger back. Many small objects so
 share a ledger. A ledger is retired (closed) once it passes `ledger_bytes_max` or
 `ledger_age_s_max`, or after any failed append: a failed ledger's tail has an unknown
-fate, so nothing more is ever appended to it. Retiring closes the ledger; when a plain
+fate, so nothing more is ever appended to it. An idle ledger whose current ensemble
+names a bookie that cannot take writes now (gone from the registry, read-only, draining
+or unreachable) is retired before a PUT takes it: that PUT would wait for an ensemble
+change that may have no bookie to go to (three bookies, one down), where a new ledger
+is placed at once on the bookies left. Retiring closes the ledger; when a plain
 close fails it is opened with recovery, which fences and closes it. A process killed with
 open ledgers leaves them to the sweeper of any other gateway (`ledger_sweeper.py`).
 
@@ -17,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from blobstore.ledger import LedgerClient, LedgerHandle
 from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD, OBJECT_LEDGER_PURPOSE
+from blobstore.ledger.ensemble_placement import BookieInfo
 from blobstore.objects.config import ObjectStoreConfig
 from blobstore.objects.metrics import WRITER_LEDGERS_OPEN, WRITER_LEDGERS_RETIRED
 
@@ -44,6 +49,15 @@ class WriterLedger:
     opened_at_s: float
     bytes_appended: int = 0
     failed: bool = False
+
+
+def unwritable_bookies(
+    ensemble: Sequence[str], candidates: Iterable[BookieInfo], unusable: Iterable[str]
+) -> list[str]:
+    """The bookies of `ensemble` that cannot take a write now: not registered, read-only,
+    or among `unusable` (draining, unreachable from this process)."""
+    writable = {c.bookie_id for c in candidates if not c.read_only} - set(unusable)
+    return [bookie_id for bookie_id in ensemble if bookie_id not in writable]
 
 
 class LedgerWriterPool:
@@ -89,11 +103,8 @@ class LedgerWriterPool:
                 f"no writer ledger free within {self._config.writer_wait_s_max}s"
             ) from None
         try:
-            while self._idle:
-                writer = self._idle.pop()
-                if self._worn_out(writer):
-                    self._retire(writer, reason="age")
-                    continue
+            writer = await self._idle_writer()
+            if writer is not None:
                 self._busy.add(writer.handle.ledger_id)
                 return writer
             handle = await self._client.create_ledger(
@@ -102,6 +113,7 @@ class LedgerWriterPool:
                 ack_quorum=self._config.ack_quorum,
                 password=LEDGER_PASSWORD,
                 metadata={"writer": self._writer_id, "purpose": PURPOSE},
+                ack_quorum_min=self._config.ack_quorum_min,
             )
             WRITER_LEDGERS_OPEN.inc()
             logger.info(
@@ -114,6 +126,29 @@ class LedgerWriterPool:
         except BaseException:
             self._slots.release()
             raise
+
+    async def _idle_writer(self) -> WriterLedger | None:
+        """An idle ledger fit for one more PUT, retiring the worn-out and the stranded."""
+        while self._idle:
+            writer = self._idle.pop()
+            self._busy.add(writer.handle.ledger_id)  # owned while it is looked at
+            if self._worn_out(writer):
+                self._retire(writer, reason="age")
+                continue
+            candidates, unusable = await self._client.placement_candidates(refresh=False)
+            ensemble = writer.handle.metadata.last_ensemble
+            lost = unwritable_bookies(ensemble, candidates, unusable)
+            if lost:
+                logger.info(
+                    "event=writer_ledger_stranded ledger_id=%d bookies=%s: retired, the "
+                    "next PUT gets a new ledger",
+                    writer.handle.ledger_id,
+                    ",".join(lost),
+                )
+                self._retire(writer, reason="bookie_unwritable")
+                continue
+            return writer
+        return None
 
     def release(self, writer: WriterLedger) -> None:
         """Give a ledger back; a failed, full or old one is closed in the background."""

@@ -11,7 +11,9 @@ bookie check's concern (`lost_bookie_delay_s`).
 
 Reads are paced at `rate_bytes_per_s` (entry bytes read; 0: no limit).
 
-Settings (env, read by the auditor in every process that runs it):
+Settings (env, read by the auditor in every process that runs it; the gateway also
+checks them at start as ObjectStoreConfig's audit_verify_interval_s, audit_verify_percent
+and replica_repair, whose defaults are this class's):
   BLOBSTORE_AUDIT_VERIFY_INTERVAL_S   seconds between checks for the cluster (default
                                       86400; 0: never)
   BLOBSTORE_AUDIT_VERIFY_PERCENT      percent of each segment's entries checked (0-100,

@@ -5,8 +5,9 @@ succeed again, and every acknowledged object reads back byte-identical.
 The bookies get a small disk quota (`--disk-capacity-bytes`, docs/bookie.md "Garbage
 collection, compaction, read-only"): the workload overwrites a few keys and writes and
 deletes many more until the gateway answers PUTs with 503 (too few writable bookies).
-That happens when the first bookie turns read-only, so the others are then restarted on
-a disk their data fills too: all three are read-only. Deleting objects needs no bookie,
+Writes go on while one bookie is read-only (new ledgers shrink to the two left, docs/
+operations.md "Writes with bookies down") and stop at the second, so the bookies still
+writable are then restarted on a disk their data fills too: all three are read-only. Deleting objects needs no bookie,
 so the workload deletes more once they are full. Then the run deletes the ledgers
 nothing references and asks the bookies for a GC pass; the partly live ledgers stay for
 a later run, since compaction copies into new ledgers and no read-only bookie takes a
@@ -134,8 +135,8 @@ def usage(cluster: MaintenanceCluster) -> list[float]:
 
 
 def fill_the_others(cluster: MaintenanceCluster) -> None:
-    """The first bookie to turn read-only stops every PUT (each ledger spans all three),
-    so the others stop short of their threshold: restart them on a disk their data fills
+    """PUTs stop once one writable bookie is left (two copies need two), before the
+    bookies still writable reach their threshold: restart them on a disk their data fills
     to FULL_RATIO, as if theirs had filled too."""
     for bookie in cluster.bookies:
         info = bookie_info(bookie)
