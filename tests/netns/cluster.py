@@ -33,6 +33,9 @@ GATEWAY_PORT = 9000
 SESSION_TIMEOUT_S = 4.0
 READY_TIMEOUT_S = 90.0
 ZK_HEAP_MB = 128
+# Each bookie's journal and ledger directories are on a disk of their own (a tmpfs of
+# this size) that the disk-full fault fills.
+BOOKIE_DISK_BYTES = 512 * 1024 * 1024
 ENTRY_SIZE_BYTES = 16 * 1024
 ACK_QUORUM = 2
 # E=3, WQ=3, AQ=2 over four bookies, as BookKeeper deployments run: one bad copy of an
@@ -57,6 +60,8 @@ BOOKIE_ARGS: tuple[str, ...] = (
     str(12 * 1024 * 1024),
     "--zk-session-timeout-s",
     str(SESSION_TIMEOUT_S),
+    "--disk-check-interval-s",
+    "0.5",
 )
 
 ZOOKEEPER, BOOKIE, GATEWAY = "zookeeper", "bookie", "gateway"
@@ -192,12 +197,13 @@ class NetnsCluster:
         return self._add(ZOOKEEPER, host, server_command(data_dir, config, ZK_HEAP_MB), {})
 
     def _bookie(self, host: Host) -> Node:
+        disk = self.network.mount_disk(self.disk(host.name), BOOKIE_DISK_BYTES)
         root = self.root / host.name
         command = blobstore_command(
             "bookie",
             *("--zk", self.zk_connect, "--host", host.address),
             *("--port", str(BOOKIE_PORT), "--http-port", str(BOOKIE_HTTP_PORT)),
-            *("--journal-dir", str(root / "journal"), "--ledger-dir", str(root / "ledgers")),
+            *("--journal-dir", str(disk / "journal"), "--ledger-dir", str(disk / "ledgers")),
             *("--ready-file", str(root / "ready.json")),
             *BOOKIE_ARGS,
         )
@@ -260,8 +266,12 @@ class NetnsCluster:
         report: dict[str, Any] = json.loads(result.stdout)
         return report
 
+    def disk(self, name: str) -> Path:
+        """Where a bookie's disk (journal and ledger directories) is mounted."""
+        return self.root / name / "disk"
+
     def entry_logs(self, bookie: Node) -> list[Path]:
-        return sorted((bookie.root / "ledgers" / "current").glob("*.log"))
+        return sorted((self.disk(bookie.name) / "ledgers" / "current").glob("*.log"))
 
     def log_tails(self, lines: int = 30) -> str:
         return "\n".join(

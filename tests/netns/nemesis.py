@@ -18,7 +18,10 @@ Kinds:
   and drops what overflows), then restored;
 - `corrupt`: bytes flipped in the entry logs of the one bookie the seed picked for it
   (one bookie only, so every entry keeps good copies), then that bookie is restarted
-  by kill -9 so no cache of it hides the damage.
+  by kill -9 so no cache of it hides the damage;
+- `disk-full`: a bookie's disk filled to the last byte (a ballast file written until
+  ENOSPC): its journal and entry log writes fail and it turns read-only; the heal
+  deletes the ballast (and starts the bookie again should it have stopped).
 
 No clock jump: a network namespace has no clock of its own, and CLOCK_REALTIME is the
 whole machine's (time namespaces offset only the monotonic and boot clocks), so a jump
@@ -27,6 +30,7 @@ could not be confined to one host.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import random
@@ -48,10 +52,13 @@ LINK_DOWN = "link-down"
 SPLIT = "split"
 SLOW_LINK = "slow-link"
 CORRUPT = "corrupt"
-KINDS = (KILL, PAUSE, ZK_LEADER, SESSION_EXPIRY, LINK_DOWN, SPLIT, SLOW_LINK, CORRUPT)
+DISK_FULL = "disk-full"
+KINDS = (KILL, PAUSE, ZK_LEADER, SESSION_EXPIRY, LINK_DOWN, SPLIT, SLOW_LINK, CORRUPT, DISK_FULL)
 
 ENTRY_LOG_HEADER_BYTES = 16
 FLIPS_PER_FAULT = 8
+BALLAST = "ballast"
+BALLAST_CHUNK_BYTES = 1 << 20
 RECOVERY_TIMEOUT_S = 120.0
 LOST_STATE = "LOST"  # as a process logs a ZooKeeper session found expired
 
@@ -93,6 +100,8 @@ def _fault(rng: random.Random, kind: str, topology: Topology, corruptible: str) 
         return Fault(kind, (target,), SESSION_TIMEOUT_S * rng.uniform(1.5, 2.5))
     if kind in (LINK_DOWN, SLOW_LINK):
         return Fault(kind, (rng.choice(topology.hosts),), rng.uniform(2.0, 5.0))
+    if kind == DISK_FULL:
+        return Fault(kind, (rng.choice(topology.bookies),), rng.uniform(2.0, 5.0))
     if kind == SPLIT:
         minority = rng.randrange(1, len(topology.hosts) // 2 + 1)
         return Fault(
@@ -120,6 +129,27 @@ def flip_bytes(paths: list[Path], rng: random.Random, count: int) -> list[tuple[
         finally:
             os.close(fd)
     return flipped
+
+
+def fill_disk(disk: Path) -> int:
+    """Write a ballast file on `disk` until it is full (ENOSPC); its size."""
+    chunk = bytes(BALLAST_CHUNK_BYTES)
+    written = 0
+    with open(disk / BALLAST, "wb", buffering=0) as ballast:
+        while True:
+            try:
+                written += ballast.write(chunk) or 0
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                break
+            if written > 1 << 40:  # a disk that never fills: not a tmpfs of a set size
+                raise AssertionError(f"{disk} took a TiB without filling")
+    return written
+
+
+def free_disk(disk: Path) -> None:
+    (disk / BALLAST).unlink(missing_ok=True)
 
 
 @dataclass
@@ -184,10 +214,15 @@ class Nemesis:
             flipped = flip_bytes(self.cluster.entry_logs(nodes[0]), self.rng, FLIPS_PER_FAULT)
             nodes[0].kill()
             return targets, f"flipped {flipped}"
+        elif kind == DISK_FULL:
+            ballast = fill_disk(self.cluster.disk(targets[0]))
+            return targets, f"ballast {ballast >> 20} MiB"
         return targets, ""
 
     def heal(self, fault: Fault, targets: tuple[str, ...]) -> None:
         self.network.heal()
+        if fault.kind == DISK_FULL:
+            free_disk(self.cluster.disk(targets[0]))
         for name in targets:
             node = self.cluster.node(name)
             node.resume()
@@ -195,8 +230,11 @@ class Nemesis:
                 node.start()
 
     def heal_all(self) -> None:
-        """Whatever state the run stopped in: every link up, every process running."""
+        """Whatever state the run stopped in: every link up, every disk with room, every
+        process running."""
         self.network.heal()
+        for bookie in self.cluster.bookies:
+            free_disk(self.cluster.disk(bookie.name))
         for node in self.cluster.nodes():
             node.resume()
             if not node.alive():

@@ -13,6 +13,9 @@ Faults on the network:
 - a slow, lossy link: a token bucket (`tc qdisc ... tbf`) on both ends of a host's veth,
   whose small queue delays and drops (this kernel has no netem).
 
+A host may get a disk of its own: a size-limited tmpfs (`mount_disk`), which a fault can
+fill to ENOSPC.
+
 Names hold a run id (`bs<hex>`), so runs never collide. Everything is removed by
 `close()`, pass or fail; a run that died without it (kill -9) leaves a state file in
 STATE_DIR, and the next run removes what it names (processes included, found with
@@ -90,6 +93,7 @@ class Network:
     split_hosts: list[str] = field(default_factory=list)
     slow_hosts: set[str] = field(default_factory=set)
     down_hosts: set[str] = field(default_factory=set)
+    mounts: list[str] = field(default_factory=list)
 
     @property
     def bridge(self) -> str:
@@ -207,20 +211,37 @@ class Network:
         for name in sorted(self.slow_hosts):
             self.fast(name)
 
+    def mount_disk(self, path: Path, size_bytes: int) -> Path:
+        """A disk of `size_bytes` at `path` (a tmpfs), unmounted by `close()`."""
+        path.mkdir(parents=True, exist_ok=True)
+        self.mounts.append(str(path))
+        self._save_state()
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)],
+            check=True,
+            capture_output=True,
+        )
+        return path
+
     def close(self) -> None:
-        """Kill whatever still runs in the hosts, delete them and the bridges."""
-        remove_run(self.run_id, [h.netns for h in self.hosts.values()])
+        """Kill whatever still runs in the hosts, delete them and the bridges, unmount
+        the disks."""
+        remove_run(self.run_id, [h.netns for h in self.hosts.values()], self.mounts)
         self.state_file().unlink(missing_ok=True)
 
     def _save_state(self) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
-        state = {"pid": os.getpid(), "netns": [h.netns for h in self.hosts.values()]}
+        state = {
+            "pid": os.getpid(),
+            "netns": [h.netns for h in self.hosts.values()],
+            "mounts": self.mounts,
+        }
         temporary = self.state_file().with_suffix(".tmp")
         temporary.write_text(json.dumps(state))
         temporary.rename(self.state_file())
 
 
-def remove_run(run_id: str, netns_names: list[str]) -> None:
+def remove_run(run_id: str, netns_names: list[str], mounts: list[str]) -> None:
     for netns in netns_names:
         pids = ip("netns", "pids", netns, check=False).stdout.split()
         for pid in pids:
@@ -234,6 +255,9 @@ def remove_run(run_id: str, netns_names: list[str]) -> None:
         ip("netns", "del", netns, check=False)
     for suffix in ("a", "b"):
         ip("link", "del", f"bs{run_id}{suffix}", check=False)
+    for mount in mounts:
+        # Lazy: a process of the run that is not reaped yet may still hold a file open.
+        subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
 
 
 def remove_stale_runs() -> None:
@@ -248,7 +272,7 @@ def remove_stale_runs() -> None:
         if _alive(int(state["pid"])):
             continue
         logger.warning("removing the hosts of a dead run: %s", state_file.stem)
-        remove_run(state_file.stem, list(state["netns"]))
+        remove_run(state_file.stem, list(state["netns"]), list(state.get("mounts", [])))
         state_file.unlink(missing_ok=True)
 
 

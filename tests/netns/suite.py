@@ -28,6 +28,7 @@ LOAD_BUCKET = "load"
 WORKERS = 4
 OPS_PER_QUIET_SPELL = 20
 FINAL_READ_TIMEOUT_S = 60.0
+LEDGERS_CLOSED_TIMEOUT_S = 90.0
 
 
 @dataclass
@@ -203,12 +204,34 @@ def run_suite(
 
 
 def _repaired(cluster: NetnsCluster) -> dict[str, Any]:
-    """fsck after one repair pass (`fsck --queue-repairs`, then the replication worker).
-    Ledgers still open (the gateways' writer ledgers) are left to repair once closed,
-    as BookKeeper's auditor leaves them: their missing copies may remain."""
+    """fsck after the writer ledgers are closed and one repair pass has run
+    (`fsck --queue-repairs`, then the replication worker). The replication worker
+    repairs closed ledgers only, as BookKeeper's does: an open ledger's tail is its
+    writer's to settle."""
+    _close_writer_ledgers(cluster)
     repaired = cluster.repair()
     print(f"repair: exit {repaired.returncode}, {repaired.stderr[-300:]}")
     return cluster.fsck()
+
+
+def _close_writer_ledgers(cluster: NetnsCluster) -> None:
+    """Stop every gateway (each closes its writer ledgers), then start one again: its
+    sweeper closes the ledgers of the gateways killed during the run."""
+    for gateway in cluster.gateways:
+        gateway.managed.stop()
+    cluster.gateways[0].start()
+    open_ledgers: list[Any] = []
+
+    def all_closed() -> bool:
+        open_ledgers[:] = cluster.fsck()["open_ledgers"]
+        return not open_ledgers
+
+    wait_until(
+        all_closed,
+        LEDGERS_CLOSED_TIMEOUT_S,
+        message=lambda: f"ledgers still open: {open_ledgers[:5]}",
+        interval_s=1.0,
+    )
 
 
 def _verify(

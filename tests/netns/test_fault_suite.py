@@ -2,7 +2,8 @@
 gateways, each on a network namespace of its own; a concurrent S3 workload records its
 history while seeded faults come and go; then every key is read back, the history is
 checked (no foreign or partial object, each key linearizable, no listing omits an
-acknowledged key) and fsck finds nothing lost.
+acknowledged key), fsck finds nothing lost, and after one repair pass nothing
+under-replicated.
 
 `BLOBSTORE_TEST_SEED` replays a run; `BLOBSTORE_SOAK_CYCLES` sets the soak's length.
 """
@@ -28,12 +29,14 @@ def assert_nothing_lost(result: SuiteResult) -> None:
     assert not result.findings, f"seed {result.seed}: the history fails its checks:\n{shown}"
     assert not result.lost(), f"seed {result.seed}: fsck finds data lost: {result.lost()}"
     assert not result.fsck["divergent"], result.fsck["divergent"]
-    # After the faults an entry may miss copies, never below the ack quorum. A repair
-    # pass then runs (its result is in the table); ledgers still open keep their missing
-    # copies until closed, so a clean fsck is not asserted here.
+    # After the faults an entry may miss copies, never below the ack quorum; once the
+    # writer ledgers are closed, one repair pass leaves none under-replicated.
     assert not result.below_ack_quorum(), (
         f"seed {result.seed}: entries below AQ copies: {result.below_ack_quorum()[:10]}"
     )
+    left = result.after_repair["under_replicated"]
+    assert not left, f"seed {result.seed}: under-replicated after repair: {left[:10]}"
+    assert not result.after_repair["dangling"], result.after_repair["dangling"]
 
 
 def test_fault_cycles_lose_nothing(
