@@ -38,7 +38,6 @@ from typing import Any
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 
-from blobstore.access.sealing import ClusterKey, SealError, open_secret
 from blobstore.access.user_records import (
     ADMIN_POLICY,
     BUILTIN_POLICIES,
@@ -51,6 +50,7 @@ from blobstore.access.user_records import (
     GroupRecord,
     UserRecord,
 )
+from blobstore.runtime.sealing import ClusterKey, SealError, open_secret
 from blobstore.runtime.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)

@@ -35,7 +35,6 @@ from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from blobstore.access.sealing import ClusterKey, seal_secret
 from blobstore.access.user_records import (
     BUILTIN_POLICIES,
     DISABLED,
@@ -74,6 +73,7 @@ from blobstore.access.user_records import (
     rotated_keys,
     with_names,
 )
+from blobstore.runtime.sealing import ClusterKey, seal_secret
 from blobstore.runtime.zk import ZooKeeperClient
 
 logger = logging.getLogger(__name__)

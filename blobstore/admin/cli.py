@@ -43,6 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "group": ("blobstore.admin.users:GroupCommand", "groups of users: add, rm, ls, members"),
     "policy": ("blobstore.admin.users:PolicyCommand", "identity policies: add, ls, rm, show"),
+    "tier": (
+        "blobstore.admin.tiers",
+        "cold tiers lifecycle rules move objects to: add, ls, rm",
+    ),
     "public-access-block": (
         "blobstore.admin.public_access",
         "the cluster's public access block, over every bucket's: show, set, rm",

@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from blobstore.access.sealing import load_cluster_key
 from blobstore.access.user_records import (
     BUILTIN_POLICIES,
     GRACE_S_MAX,
@@ -32,6 +31,7 @@ from blobstore.access.user_records import (
 from blobstore.access.users import UserStore
 from blobstore.admin._output import Output, add_common_arguments, admin_session, run_async
 from blobstore.runtime.errors import UsageError
+from blobstore.runtime.sealing import load_cluster_key
 
 Action = Callable[[UserStore, argparse.Namespace, Output], Awaitable[None]]
 

@@ -61,12 +61,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from blobstore.access.sealing import (
-    CLUSTER_KEY_ENV,
-    CLUSTER_KEY_FILE_ENV,
-    load_cluster_key,
-    write_cluster_key_file,
-)
 from blobstore.cli.maintenance_schedule import (
     MAINTENANCE_GRACE_S_DEFAULT,
     MAINTENANCE_INTERVAL_S_DEFAULT,
@@ -80,6 +74,12 @@ from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, port_is_f
 from blobstore.objects.config import ObjectStoreConfig
 from blobstore.runtime.errors import UsageError, check_ready_file
 from blobstore.runtime.pdeathsig import die_with_parent
+from blobstore.runtime.sealing import (
+    CLUSTER_KEY_ENV,
+    CLUSTER_KEY_FILE_ENV,
+    load_cluster_key,
+    write_cluster_key_file,
+)
 
 READY_TIMEOUT_S = 90.0
 # How often the auditor checks the copies of closed ledgers (one cluster, one machine).

@@ -13,13 +13,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from blobstore.access.sealing import (
+from blobstore.access.users import UserStore
+from blobstore.runtime.sealing import (
     CLUSTER_KEY_FILE_ENV,
     ClusterKey,
     generate_cluster_key,
     parse_cluster_key,
 )
-from blobstore.access.users import UserStore
 from blobstore.runtime.zk import ZooKeeperClient
 
 T = TypeVar("T")

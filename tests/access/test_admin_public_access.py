@@ -10,7 +10,7 @@ import pytest
 
 from blobstore.access.account import get_account_block
 from blobstore.access.policy_public import PublicAccessBlock
-from blobstore.access.sealing import write_cluster_key_file
+from blobstore.runtime.sealing import write_cluster_key_file
 from blobstore.runtime.zk import ZooKeeperClient
 from tests.access.helpers import Admin
 

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from blobstore.access.sealing import (
+from blobstore.access.user_records import UserRecord
+from blobstore.access.users import user_path
+from blobstore.runtime.sealing import (
     CLUSTER_KEY_ENV,
     load_cluster_key,
     open_secret,
     write_cluster_key_file,
 )
-from blobstore.access.user_records import UserRecord
-from blobstore.access.users import user_path
 from tests.access.helpers import Admin
 
 POLICY = {

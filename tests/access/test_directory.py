@@ -15,7 +15,10 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
 from blobstore.access.directory import BootstrapUser, Directory
-from blobstore.access.sealing import (
+from blobstore.access.user_records import ENABLED, USERS_PATH, AccessKey, UserRecord
+from blobstore.access.users import UserStore, key_path, user_path
+from blobstore.runtime.errors import UsageError
+from blobstore.runtime.sealing import (
     CLUSTER_KEY_ENV,
     CLUSTER_KEY_FILE_ENV,
     ClusterKey,
@@ -23,9 +26,6 @@ from blobstore.access.sealing import (
     seal_secret,
     write_cluster_key_file,
 )
-from blobstore.access.user_records import ENABLED, USERS_PATH, AccessKey, UserRecord
-from blobstore.access.users import UserStore, key_path, user_path
-from blobstore.runtime.errors import UsageError
 from blobstore.runtime.zk import ZooKeeperClient
 from s3api.config import User
 from s3api.identities import Identities

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from blobstore.access.sealing import CLUSTER_KEY_ENV, CLUSTER_KEY_FILE_ENV, load_cluster_key
 from blobstore.access.user_records import (
     ACCESS_KEYS_PER_USER_MAX,
     BUILTIN_POLICIES,
@@ -29,6 +28,7 @@ from blobstore.access.user_records import (
 )
 from blobstore.cli.standalone import cluster_key_settings
 from blobstore.runtime.errors import UsageError
+from blobstore.runtime.sealing import CLUSTER_KEY_ENV, CLUSTER_KEY_FILE_ENV, load_cluster_key
 
 
 def _key(name: str, created: float, expires: float | None = None) -> AccessKey:

@@ -9,7 +9,6 @@ import json
 import pytest
 from kazoo.client import KazooClient
 
-from blobstore.access.sealing import open_secret
 from blobstore.access.user_records import (
     KEYS_PATH,
     AccessError,
@@ -25,6 +24,7 @@ from blobstore.access.user_records import (
     UserRecord,
 )
 from blobstore.access.users import UserStore, key_path, user_path
+from blobstore.runtime.sealing import open_secret
 from tests.access.helpers import new_cluster_key, run_with_store, session
 
 POLICY = json.dumps(

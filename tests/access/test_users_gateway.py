@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from blobstore.access.sealing import CLUSTER_KEY_FILE_ENV, write_cluster_key_file
+from blobstore.runtime.sealing import CLUSTER_KEY_FILE_ENV, write_cluster_key_file
 from tests.access.helpers import Admin
 from tests.cluster.gateway import GatewayProcess
 from tests.cluster.processes import ProcessReaper

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from blobstore.access.sealing import CLUSTER_KEY_FILE_ENV, load_cluster_key, write_cluster_key_file
 from blobstore.access.users import UserStore
 from blobstore.cli.zookeeper_server import ZooKeeperServer
+from blobstore.runtime.sealing import CLUSTER_KEY_FILE_ENV, load_cluster_key, write_cluster_key_file
 from blobstore.runtime.zk import ZooKeeperClient
 from tests.cluster.gateway import GatewayProcess, make_self_signed_cert
 from tests.cluster.processes import BookieProcess, ProcessReaper

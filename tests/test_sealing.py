@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from blobstore.access.sealing import (
+from blobstore.runtime.errors import UsageError
+from blobstore.runtime.sealing import (
     CLUSTER_KEY_ENV,
     CLUSTER_KEY_FILE_ENV,
     ClusterKey,
@@ -21,7 +22,6 @@ from blobstore.access.sealing import (
     seal_secret,
     write_cluster_key_file,
 )
-from blobstore.runtime.errors import UsageError
 
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 
