@@ -23,6 +23,7 @@ from blobstore.ledger import errors as ledger_errors
 from blobstore.objects import errors as object_errors
 from blobstore.objects.writer_pool import WriterPoolExhaustedError
 from blobstore.runtime.zk_session import ZooKeeperRequestTooLargeError
+from blobstore.tier.fs import TierUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -349,6 +350,7 @@ DOMAIN_ERROR_CODES: dict[type[BaseException], str] = {
     object_errors.InvalidPartOrderError: "InvalidPartOrder",
     object_errors.EntityTooSmallError: "EntityTooSmall",
     object_errors.ObjectUnavailableError: "ServiceUnavailable",
+    TierUnavailableError: "ServiceUnavailable",
     # ZooKeeper and timeouts escaping a bounded wait (ConnectionClosedError is a
     # SessionExpiredError)
     ZooKeeperRequestTooLargeError: "InvalidRequest",
@@ -437,6 +439,17 @@ def _not_enough_bookies_answer(
     )
 
 
+def _tier_unavailable_answer(
+    exc: TierUnavailableError, code: str, requester: str | None
+) -> S3Error:
+    """Names the tier (an operator's word for it), not its address or its error."""
+    return S3Error(
+        code,
+        f"The object's bytes are on the cold tier {exc.tier}, which cannot be reached now. "
+        "Retry later.",
+    )
+
+
 # Domain errors whose answer is not just the code and the fields the exception carries:
 # a message made from its data, a header, the requester, fewer fields.
 _DOMAIN_ANSWERS: dict[type[BaseException], Callable[[Any, str, str | None], S3Error]] = {
@@ -445,6 +458,7 @@ _DOMAIN_ANSWERS: dict[type[BaseException], Callable[[Any, str, str | None], S3Er
     catalog_errors.ObjectKeyTooLongError: _key_too_long_answer,
     ZooKeeperRequestTooLargeError: _request_too_large_answer,
     ledger_errors.NotEnoughBookiesError: _not_enough_bookies_answer,
+    TierUnavailableError: _tier_unavailable_answer,
 }
 assert _DOMAIN_ANSWERS.keys() <= DOMAIN_ERROR_CODES.keys(), "an answer for an unmapped error"
 

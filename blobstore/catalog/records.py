@@ -520,6 +520,11 @@ class VersionRefs:
     def manifest_ledgers(self) -> list[int]:
         return self._d.get("mfl") or []
 
+    @property
+    def tier_location(self) -> str | None:
+        location: str | None = self._d.get("tier")
+        return location
+
     def record(self, bucket: str, key: str, is_latest: bool = False) -> ObjectRecord:
         return ObjectRecord.from_dict(bucket, key, self._d, is_latest)
 

@@ -30,7 +30,7 @@ def _flags() -> list[tuple[str, dict[str, Any]]]:
         ("--zk", {"default": env("BLOBSTORE_ZK"), "help": "ZooKeeper host:port[/chroot] (env BLOBSTORE_ZK)"}),
         ("--master", {"default": "", "help": "Spark master URL: local[*] (default), local[N], spark://H:P, k8s://https://H:P, yarn"}),
         ("--dry-run", {"action": "store_true", "help": "scan and report what would be done; change nothing"}),
-        ("--only", {"default": ",".join(o.PHASES), "help": "phases to run, comma-separated: gc, compact, lifecycle (default: all)"}),
+        ("--only", {"default": ",".join(o.PHASES), "help": "phases to run, comma-separated: gc, compact, lifecycle, tier (default: all)"}),
         ("--grace", {"type": float, "default": o.GRACE_S_DEFAULT, "metavar": "SECONDS", "help": "how long a ledger stays condemned (unreferenced) before it is deleted; 0: this run looks twice and deletes (default %(default)s)"}),
         ("--compact-threshold", {"type": float, "default": o.COMPACT_THRESHOLD_DEFAULT, "metavar": "RATIO", "help": "compact closed ledgers whose live bytes / length is under this (default %(default)s)"}),
         ("--compact-garbage-min", {"type": int, "default": o.COMPACT_GARBAGE_BYTES_MIN_DEFAULT, "metavar": "BYTES", "help": "only compact a ledger holding at least this much garbage (default %(default)s)"}),
@@ -130,6 +130,10 @@ ROWS = (
     ("versions expired", "versions_expired", False),
     ("delete markers added", "delete_markers_added", False),
     ("uploads aborted", "uploads_aborted", False),
+    ("objects tiered", "objects_tiered", False),
+    ("bytes written to tiers", "tier_bytes_written", True),
+    ("tier segments removed", "segments_removed", False),
+    ("tier bytes freed", "tier_bytes_freed", True),
     ("condemned, waiting", "waiting", False),
 )
 

@@ -119,7 +119,7 @@ def compact_partition(
 
 
 @contextlib.asynccontextmanager
-async def _writer(session: Session) -> AsyncIterator[tuple[Catalog, LedgerClient, str]]:
+async def writer_session(session: Session) -> AsyncIterator[tuple[Catalog, LedgerClient, str]]:
     zk = ZooKeeperClient(session.zk)
     await zk.start()
     writer_id = f"maintenance-{uuid.uuid4().hex[:12]}"
@@ -143,7 +143,7 @@ async def _compact_all(
 ) -> list[tuple[Any, ...]]:
     rows: list[tuple[Any, ...]] = []
     limit = RateLimit(bytes_per_s)
-    async with _writer(session) as (catalog, client, writer_id):
+    async with writer_session(session) as (catalog, client, writer_id):
         for task in tasks:
             try:
                 rows.extend(await _compact_one(catalog, client, writer_id, task, limit))
@@ -245,7 +245,7 @@ def lifecycle_partition(
 
 async def _act_all(session: Session, actions: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     rows = []
-    async with _writer(session) as (catalog, _client, _writer_id):
+    async with writer_session(session) as (catalog, _client, _writer_id):
         for action in actions:
             rows.append(await _act(catalog, *action))
             hooks.reached("lifecycle_action")

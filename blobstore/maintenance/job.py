@@ -9,6 +9,8 @@
    unreferenced ones.
 4. Lifecycle (Spark): carry out the actions, each conditional on the version judged.
 5. Compaction (Spark): copy the live extents of sparse ledgers, swap the records.
+5b. Tiering (Spark, blobstore/maintenance/tiering.py): remove the segments no record
+   names; pack the versions due for a tier into segments, write, verify, swap.
 6. Condemn the ledgers whose every holder this run released (deleted or moved).
 7. With no grace period, look again (a second scan) and delete what step 6 condemned.
 8. Ask the bookies for a GC pass; save the report.
@@ -35,11 +37,25 @@ from blobstore.catalog.config import CatalogConfig
 from blobstore.ledger import LedgerClient
 from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD
 from blobstore.ledger.errors import LedgerError
-from blobstore.maintenance import execute, gc, hooks, lifecycle, plan, report, scan, spark
+from blobstore.maintenance import (
+    execute,
+    gc,
+    hooks,
+    lifecycle,
+    plan,
+    report,
+    scan,
+    spark,
+    tiering,
+)
 from blobstore.maintenance.options import MaintainOptions
 from blobstore.recovery.sweeper import GATEWAYS_PATH, gateway_path
 from blobstore.runtime.errors import CommandError, UsageError
+from blobstore.runtime.sealing import load_cluster_key
 from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.tier.fs import TierFiles, TierUnavailableError
+from blobstore.tier.segment import TierLocation
+from blobstore.tier.tiers import TierSpec, TierStore, resolve_storage_class
 from blobstore.wire import zk_layout
 
 logger = logging.getLogger(__name__)
@@ -218,6 +234,9 @@ async def _phases(state: Run) -> None:
     if options.wants("compact"):
         await _still_locked(state, "compaction")
         await _compact(state, result)
+    if options.wants("tier"):
+        await _still_locked(state, "tiering")
+        await _tier(state, result)
     if state.released and not options.dry_run:
         hooks.reached("released")
         await _still_locked(state, "condemning released ledgers")
@@ -515,6 +534,110 @@ def _count_compaction(state: Run, row: tuple[Any, ...]) -> None:
         the_report.errors.append(f"compaction of ledger {ledger_id}: {_detail}")
     else:
         the_report.swaps_skipped += 1
+
+
+# ------------------------------------------------------------------ tiering
+
+
+async def _tier(state: Run, result: ScanResult) -> None:
+    tiers = await TierStore(state.zk).list()
+    if not tiers:
+        return
+    cluster_key = load_cluster_key(required=False)
+    referenced = await state.spark("tier", lambda: _referenced_segments(result))
+    for spec in tiers:
+        await _remove_orphans(state, TierFiles(spec, cluster_key), referenced.get(spec.name, set()))
+    due = await state.spark("tier", lambda: result.frames.transitions.collect())
+    tasks = _tier_tasks(state, tiers, due)
+    if state.options.dry_run:
+        state.report.would["objects_tiered"] = sum(len(t.moves) for t in tasks)
+        return
+    if not tasks:
+        return
+    rows = await state.spark("tier", lambda: _run_tiering(state, tasks))
+    for row in rows:
+        _count_tiering(state, row)
+
+
+def _referenced_segments(result: ScanResult) -> dict[str, set[str]]:
+    """Tier name -> the segments some record names."""
+    locations = result.frames.tiered.select("location").distinct().collect()
+    found: dict[str, set[str]] = {}
+    for row in locations:
+        place = TierLocation.parse(row.location)
+        found.setdefault(place.tier, set()).add(place.segment_id)
+    return found
+
+
+async def _remove_orphans(state: Run, files: TierFiles, referenced: set[str]) -> None:
+    """Delete the tier's segments no record names: a killed run's, or those whose every
+    object was deleted or overwritten since (a segment is only ever named by the swaps
+    of a locked run, so none can gain a reference behind this run's scan)."""
+    try:
+        async for segment_id, size in tiering.orphan_segments(files, referenced):
+            if state.options.dry_run:
+                state.report.would["segments_removed"] = (
+                    state.report.would.get("segments_removed", 0) + 1
+                )
+                continue
+            await asyncio.to_thread(files.delete_segment, segment_id)
+            state.report.segments_removed += 1
+            state.report.tier_bytes_freed += size
+            logger.info(
+                "event=segment_removed tier=%s segment=%s bytes=%d", files.name, segment_id, size
+            )
+    except TierUnavailableError as e:
+        state.report.errors.append(str(e))
+
+
+def _tier_tasks(state: Run, tiers: list[TierSpec], due: list[Any]) -> list[tiering.TierTask]:
+    """The versions due, by target tier, packed into segments of at most
+    SEGMENT_BYTES_MAX (one object larger than that has a segment of its own)."""
+    by_class: dict[str, list[tiering.Move]] = {}
+    for row in due:
+        move = tiering.Move(
+            row.bucket, row.key, row.version_id, float(row.mtime), int(row.length or 0)
+        )
+        by_class.setdefault(row.storage_class, []).append(move)
+    tasks: list[tiering.TierTask] = []
+    for storage_class, moves in sorted(by_class.items()):
+        spec = resolve_storage_class(tiers, storage_class)
+        if spec is None:
+            state.report.transitions_skipped += len(moves)
+            state.report.errors.append(
+                f"{len(moves)} versions due for storage class {storage_class}: no tier "
+                "answers to it (blobstore admin tier add ... --storage-class)"
+            )
+            continue
+        for group in tiering.pack(moves, tiering.SEGMENT_BYTES_MAX, tiering.SEGMENT_OBJECTS_MAX):
+            segment_id = f"{state.report.run_id}-{len(tasks):05d}"
+            tasks.append(tiering.TierTask(spec, storage_class, segment_id, tuple(group)))
+    return tasks
+
+
+def _run_tiering(state: Run, tasks: list[tiering.TierTask]) -> list[Any]:
+    parallelism = max(1, state.session.sparkContext.defaultParallelism)
+    run_session = state.scan_session
+    rdd = state.session.sparkContext.parallelize(tasks, min(parallelism, len(tasks)))
+    done: list[Any] = rdd.mapPartitions(
+        lambda part: tiering.tier_partition(run_session, part)
+    ).collect()
+    return done
+
+
+def _count_tiering(state: Run, row: tuple[Any, ...]) -> None:
+    result, _ledger, bucket, key, version_id, size, detail = row
+    the_report = state.report
+    if result == execute.RESULT_COPIED:
+        the_report.segments_written += 1
+        the_report.tier_bytes_written += int(size)
+    elif result == execute.RESULT_SWAPPED:
+        the_report.objects_tiered += 1
+        state.released.append((-1, bucket, key, version_id, ""))
+    elif result == execute.RESULT_FAILED:
+        the_report.errors.append(f"tiering segment {version_id}: {detail}")
+    else:
+        the_report.transitions_skipped += 1
 
 
 async def _condemn_released(state: Run, result: ScanResult) -> None:

@@ -4,9 +4,8 @@ reads the inputs and carries out the actions (each names the version it expects 
 so the job executes it conditionally and a key changed since the read is left alone).
 
 Rules come as the gateway stores them in `BucketRecord.lifecycle` (the dicts of
-`parse_lifecycle_configuration`); `parse_rules` turns them into `Rule`s. Transition and
-NoncurrentVersionTransition are not expiration and are ignored here; Disabled rules are
-parsed (so a malformed one is still reported) but never act.
+`parse_lifecycle_configuration`); `parse_rules` turns them into `Rule`s. Disabled rules
+are parsed (so a malformed one is still reported) but never act.
 
 How S3 counts, and the choices made where its documentation is silent:
 
@@ -38,6 +37,14 @@ How S3 counts, and the choices made where its documentation is silent:
 - Several rules. Rules are tried in their stored order and the first that acts on a
   version wins: at most one action per version, and per version every rule's action is
   the same kind anyway (current: marker or delete; noncurrent or lone marker: delete).
+- Transitions. Transition (Days or Date) moves the current version, and
+  NoncurrentVersionTransition (NoncurrentDays, NewerNoncurrentVersions, counted as for
+  expiration) a noncurrent one, to the rule's StorageClass: a cold tier's name or an S3
+  class bound to one (docs/tiering.md). Only versions whose bytes are on the bookies
+  move (a delete marker has none; a tiered version stays where it is). Expiration wins:
+  a version expired, or made noncurrent by a marker, in this run is not moved. Of a
+  rule's transitions due, the one due last (the coldest reached) names the class; per
+  version the first rule in stored order with one due wins.
 - Multipart uploads. AbortIncompleteMultipartUpload aborts an upload DaysAfterInitiation
   after it was initiated, when the rule's prefix selects its key. An upload has no final
   size yet, so size bounds are not judged; it has no tags either, so a filter with a tag
@@ -76,6 +83,10 @@ _TAG_KEYS = frozenset({"Key", "Value"})
 _EXPIRATION_KEYS = frozenset({"Days", "Date", "ExpiredObjectDeleteMarker"})
 _NONCURRENT_KEYS = frozenset({"NoncurrentDays", "NewerNoncurrentVersions"})
 _ABORT_KEYS = frozenset({"DaysAfterInitiation"})
+_TRANSITION_KEYS = frozenset({"Days", "Date", "StorageClass"})
+_NONCURRENT_TRANSITION_KEYS = frozenset(
+    {"NoncurrentDays", "NewerNoncurrentVersions", "StorageClass"}
+)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -90,6 +101,7 @@ class Version:
     size: int
     is_delete_marker: bool = False
     tags: Mapping[str, str] = field(default_factory=dict)
+    tiered: bool = False  # its bytes are on a cold tier already
 
     def __post_init__(self) -> None:
         assert self.version_id, "a version has an id (the null version's is 'null')"
@@ -133,8 +145,24 @@ class Filter:
 
 
 @dataclass(frozen=True, slots=True)
+class Transition:
+    """Transition: Days or Date, to a storage class."""
+
+    storage_class: str
+    days: int | None = None
+    date: float | None = None  # epoch seconds, a midnight UTC
+
+
+@dataclass(frozen=True, slots=True)
+class NoncurrentTransition:
+    storage_class: str
+    noncurrent_days: int
+    newer_noncurrent_versions: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Rule:
-    """One stored lifecycle rule, its expiration parts only."""
+    """One stored lifecycle rule."""
 
     rule_id: str  # "" when the rule was stored without an ID
     enabled: bool
@@ -145,6 +173,8 @@ class Rule:
     noncurrent_days: int | None = None
     newer_noncurrent_versions: int = 0  # noncurrent versions kept whatever their age
     abort_days: int | None = None  # AbortIncompleteMultipartUpload DaysAfterInitiation
+    transitions: tuple[Transition, ...] = ()
+    noncurrent_transitions: tuple[NoncurrentTransition, ...] = ()
 
     def __post_init__(self) -> None:
         assert self.expiration_days is None or self.expiration_days >= 1, self.expiration_days
@@ -160,6 +190,7 @@ class Rule:
 class ActionKind(enum.StrEnum):
     DELETE_VERSION = "delete_version"  # remove the version for good
     ADD_DELETE_MARKER = "add_delete_marker"  # the catalog's plain DELETE of the key
+    TRANSITION = "transition"  # move the version's bytes to a cold tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +203,7 @@ class Action:
     version_id: str
     rule_id: str
     reason: str
+    storage_class: str = ""  # a transition's target
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +245,11 @@ def _parse_rule(stored: Any) -> Rule:
     days, date, marker = _parse_expiration(rule.get("Expiration"))
     noncurrent_days, newer = _parse_noncurrent(rule.get("NoncurrentVersionExpiration"))
     abort_days = _parse_abort(rule.get("AbortIncompleteMultipartUpload"))
+    transitions = tuple(_parse_transition(t) for t in _listed(rule.get("Transition"), "Transition"))
+    noncurrent_transitions = tuple(
+        _parse_noncurrent_transition(t)
+        for t in _listed(rule.get("NoncurrentVersionTransition"), "NoncurrentVersionTransition")
+    )
     return Rule(
         rule_id=_text(rule.get("ID", ""), "ID"),
         enabled=status == "Enabled",
@@ -223,6 +260,52 @@ def _parse_rule(stored: Any) -> Rule:
         noncurrent_days=noncurrent_days,
         newer_noncurrent_versions=newer,
         abort_days=abort_days,
+        transitions=transitions,
+        noncurrent_transitions=noncurrent_transitions,
+    )
+
+
+def _listed(stored: Any, where: str) -> list[Any]:
+    """A rule's Transition or NoncurrentVersionTransition: a list (one dict is one)."""
+    if stored is None:
+        return []
+    if isinstance(stored, Mapping):
+        return [stored]
+    if not isinstance(stored, list):
+        raise ValueError(f"{where} is not a list: {stored!r}")
+    return stored
+
+
+def _storage_class(value: Any, where: str) -> str:
+    text = _text(value, f"{where}.StorageClass")
+    if not text:
+        raise ValueError(f"{where} has no StorageClass")
+    return text
+
+
+def _parse_transition(stored: Any) -> Transition:
+    transition = _mapping(stored, "Transition")
+    _check_keys(transition, _TRANSITION_KEYS, "Transition")
+    days, date = transition.get("Days"), transition.get("Date")
+    if (days is None) == (date is None):
+        raise ValueError("Transition needs one of Days and Date")
+    return Transition(
+        _storage_class(transition.get("StorageClass"), "Transition"),
+        None if days is None else _whole(days, 0, "Transition.Days"),
+        None if date is None else _midnight_utc(date, "Transition.Date"),
+    )
+
+
+def _parse_noncurrent_transition(stored: Any) -> NoncurrentTransition:
+    where = "NoncurrentVersionTransition"
+    transition = _mapping(stored, where)
+    _check_keys(transition, _NONCURRENT_TRANSITION_KEYS, where)
+    if "NoncurrentDays" not in transition:
+        raise ValueError(f"{where} has no NoncurrentDays")
+    return NoncurrentTransition(
+        _storage_class(transition.get("StorageClass"), where),
+        _whole(transition["NoncurrentDays"], 0, f"{where}.NoncurrentDays"),
+        _whole(transition.get("NewerNoncurrentVersions", 0), 0, f"{where}.NewerNoncurrentVersions"),
     )
 
 
@@ -384,6 +467,8 @@ def key_actions(
     enabled = [rule for rule in rules if rule.enabled]
     current = _current_action(key, versions, enabled, versioning, now)
     actions = ([current] if current else []) + _noncurrent_actions(key, versions, enabled, now)
+    acted = {action.version_id for action in actions}
+    actions += _transition_actions(key, versions, enabled, now, acted)
     for action in actions:
         if action.kind is ActionKind.DELETE_VERSION and action.version_id == ids[0]:
             assert versioning == "" or (versions[0].is_delete_marker and len(versions) == 1), (
@@ -498,6 +583,102 @@ def _noncurrent_due(
                 f"NoncurrentVersionExpiration NoncurrentDays={rule.noncurrent_days}: {what}"
                 f" noncurrent since {_iso(noncurrent_since)}, expired at {_iso(moment)}"
                 f" ({rule.newer_noncurrent_versions} newer noncurrent versions kept)"
+            )
+    return due
+
+
+def _movable(version: Version) -> bool:
+    """A version whose bytes are on the bookies (a transition may move them)."""
+    return not version.is_delete_marker and not version.tiered
+
+
+def _transition_actions(
+    key: str, versions: Sequence[Version], rules: Sequence[Rule], now: float, acted: set[str]
+) -> list[Action]:
+    """Transitions due now, at most one per version, none for a version `acted` on."""
+    actions = []
+    current = versions[0]
+    if current.version_id not in acted and _movable(current):
+        for rule in rules:
+            moved = _current_transition(key, current, rule, now)
+            if moved is not None:
+                actions.append(moved)
+                break
+    due_by_rule = [
+        (rule, transition, _noncurrent_transition_due(key, versions, rule, transition, now))
+        for rule in rules
+        for transition in rule.noncurrent_transitions
+    ]
+    for index in range(1, len(versions)):
+        version = versions[index]
+        if version.version_id in acted or not _movable(version):
+            continue
+        for rule, transition, noncurrent_due in due_by_rule:
+            if index in noncurrent_due:
+                actions.append(
+                    Action(
+                        ActionKind.TRANSITION,
+                        key,
+                        version.version_id,
+                        rule.rule_id,
+                        noncurrent_due[index],
+                        transition.storage_class,
+                    )
+                )
+                break
+    return actions
+
+
+def transition_moment(created: float, days: int) -> float:
+    """As `expiry_moment`, where 0 days is allowed (the next midnight UTC)."""
+    assert days >= 0, days
+    return math.ceil((created + days * DAY_S) / DAY_S) * DAY_S
+
+
+def _current_transition(key: str, version: Version, rule: Rule, now: float) -> Action | None:
+    """The rule's transition of the current version due last by `now`, if any."""
+    if not rule.transitions or not rule.filter.matches(key, version):
+        return None
+    reached = []
+    for transition in rule.transitions:
+        if transition.days is not None:
+            moment = transition_moment(version.last_modified, transition.days)
+            terms = f"Transition Days={transition.days}"
+        else:
+            assert transition.date is not None, transition
+            moment, terms = transition.date, f"Transition Date={_iso(transition.date)}"
+        if now >= moment:
+            reached.append((moment, terms, transition.storage_class))
+    if not reached:
+        return None
+    moment, terms, storage_class = max(reached)
+    reason = f"{terms} StorageClass={storage_class}: due at {_iso(moment)}"
+    return Action(
+        ActionKind.TRANSITION, key, version.version_id, rule.rule_id, reason, storage_class
+    )
+
+
+def _noncurrent_transition_due(
+    key: str, versions: Sequence[Version], rule: Rule, transition: NoncurrentTransition, now: float
+) -> dict[int, str]:
+    """Index -> reason of each noncurrent version this transition moves at `now`."""
+    due = {}
+    newer_selected = 0
+    for index in range(1, len(versions)):
+        version = versions[index]
+        if not rule.filter.matches(key, version):
+            continue
+        kept = newer_selected < transition.newer_noncurrent_versions
+        newer_selected += 1
+        if kept:
+            continue
+        noncurrent_since = versions[index - 1].last_modified
+        moment = transition_moment(noncurrent_since, transition.noncurrent_days)
+        if now >= moment:
+            due[index] = (
+                f"NoncurrentVersionTransition NoncurrentDays={transition.noncurrent_days} "
+                f"StorageClass={transition.storage_class}: noncurrent since "
+                f"{_iso(noncurrent_since)}, due at {_iso(moment)}"
             )
     return due
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from blobstore.runtime.errors import UsageError
 
-PHASES = ("gc", "compact", "lifecycle")
+PHASES = ("gc", "compact", "lifecycle", "tier")
 GRACE_S_DEFAULT = 3600.0
 COMPACT_THRESHOLD_DEFAULT = 0.8
 COMPACT_GARBAGE_BYTES_MIN_DEFAULT = 64 << 10

@@ -62,6 +62,12 @@ class Report:
     uploads_aborted: int = 0
     actions_skipped: int = 0
     orphans_recovered: int = 0  # OPEN ledgers of gone writers, closed by this run
+    objects_tiered: int = 0  # versions moved to a cold tier
+    tier_bytes_written: int = 0  # bytes of the segments written (and verified)
+    segments_written: int = 0
+    segments_removed: int = 0  # segments no record named (orphans, dead): deleted
+    tier_bytes_freed: int = 0  # bytes of the segments removed
+    transitions_skipped: int = 0  # changed since the scan, or no tier for the class
     waiting: int = 0  # condemned, waiting for the grace period or a later look
     scans: int = 0
     errors: list[str] = field(default_factory=list)
@@ -185,6 +191,9 @@ GAUGES = {
     "compaction_bytes_copied": "Bytes the last run's compaction copied",
     "records_swapped": "Records the last run's compaction moved to new ledgers",
     "versions_expired": "Versions the last run's lifecycle rules removed",
+    "objects_tiered": "Versions the last run moved to a cold tier",
+    "tier_bytes_written": "Bytes of the segments the last run wrote to cold tiers",
+    "tier_bytes_freed": "Bytes of the segments the last run removed from cold tiers",
     "uploads_aborted": "Multipart uploads the last run's lifecycle rules aborted",
     "condemned": "Ledgers the last run condemned",
     "duration_s": "Duration of the last run in seconds",

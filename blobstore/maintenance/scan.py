@@ -57,7 +57,7 @@ ROLE_MANIFEST = "manifest"
 ROLE_NAMED = "named"
 ROLE_UNRESOLVED = "unresolved"
 PINNING_ROLES = (ROLE_PART, ROLE_MANIFEST, ROLE_NAMED)
-TAG_EXTENT, TAG_ACTION, TAG_LEDGER, TAG_COUNT = "e", "a", "l", "n"
+TAG_EXTENT, TAG_ACTION, TAG_LEDGER, TAG_COUNT, TAG_TIERED = "e", "a", "l", "n", "t"
 ABORT_UPLOAD = "abort_upload"
 UPLOADS_PER_TASK = 500
 READS_IN_FLIGHT_MAX = 32
@@ -240,12 +240,22 @@ def _detail(**fields: Any) -> str:
     return orjson.dumps(fields).decode()
 
 
-def action_row(bucket: str, action: lifecycle.Action, mtime: float) -> Row:
+def tiered_row(bucket: str, key: str, version: VersionRefs, location: str) -> Row:
+    """A version whose bytes are on a tier: its tier location (in `detail`) and size
+    (in `length`), so that the run knows which segments are referenced and how much."""
+    holder = (bucket, key, version.version_id, None, None, None)
+    return (TAG_TIERED, None, None, None, version.size, None, None, *holder, 0.0, location)
+
+
+def action_row(bucket: str, action: lifecycle.Action, mtime: float, size: int = 0) -> Row:
     """An action on a version, with the time that version was written (the execution
     acts only if it still was: `Catalog.delete_object(expected_mtime=...)`)."""
-    detail = _detail(rule_id=action.rule_id, reason=action.reason)
+    detail = _detail(
+        rule_id=action.rule_id, reason=action.reason, storage_class=action.storage_class
+    )
     holder = (bucket, action.key, action.version_id)
-    return (TAG_ACTION, *_NO_EXTENT, str(action.kind), *holder, *_NO_UPLOAD, mtime, detail)
+    extent = (None, None, None, size, None)  # the version's size, in `length`
+    return (TAG_ACTION, *extent, str(action.kind), *holder, *_NO_UPLOAD, mtime, detail)
 
 
 def abort_row(bucket: str, abort: lifecycle.AbortUpload) -> Row:
@@ -284,12 +294,20 @@ def key_lifecycle(
     if not rules or not versions:
         return
     judged = [
-        lifecycle.Version(v.version_id, v.last_modified, v.size, v.is_delete_marker, v.tags)
+        lifecycle.Version(
+            v.version_id,
+            v.last_modified,
+            v.size,
+            v.is_delete_marker,
+            v.tags,
+            tiered=v.tier_location is not None,
+        )
         for v in versions
     ]
-    mtimes = {v.version_id: v.last_modified for v in versions}
+    by_id = {v.version_id: v for v in versions}
     for action in lifecycle.key_actions(key, judged, rules, versioning, now):
-        yield action_row(bucket, action, mtimes.get(action.version_id, 0.0))
+        version = by_id[action.version_id]
+        yield action_row(bucket, action, version.last_modified, version.size)
 
 
 # ------------------------------------------------------------------ tasks (I/O)
@@ -351,6 +369,9 @@ async def _scan_range(
         for key, versions in run:
             scanned += len(versions)
             for version in versions:
+                location = version.tier_location
+                if location is not None:
+                    rows.append(tiered_row(bucket, key, version, location))
                 if version.manifest and not version.manifest_ledgers:
                     rows.extend(await _resolved_rows(manifests, bucket, key, version, objects))
                 else:

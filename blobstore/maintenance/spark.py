@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from blobstore.maintenance import hooks, scan
+from blobstore.maintenance import hooks, lifecycle, scan
 from blobstore.maintenance.options import MaintainOptions
 from blobstore.runtime.errors import UsageError
 
@@ -214,7 +214,19 @@ class ScanFrames:
         self.all = self.all.persist(StorageLevel.MEMORY_AND_DISK)
         tag = f.col("tag")
         self.extents = self.all.where(tag == scan.TAG_EXTENT).select(*scan.EXTENT_COLUMNS, "detail")
-        self.actions = self.all.where(tag == scan.TAG_ACTION).select(
+        transition = f.col("role") == str(lifecycle.ActionKind.TRANSITION)
+        self.transitions = self.all.where((tag == scan.TAG_ACTION) & transition).select(
+            "bucket",
+            "key",
+            "version_id",
+            "mtime",
+            "length",
+            f.get_json_object("detail", "$.storage_class").alias("storage_class"),
+        )
+        self.tiered = self.all.where(tag == scan.TAG_TIERED).select(
+            "bucket", "key", "version_id", "length", f.col("detail").alias("location")
+        )
+        self.actions = self.all.where((tag == scan.TAG_ACTION) & ~transition).select(
             f.col("role").alias("action"),
             "bucket",
             "key",

@@ -73,7 +73,9 @@ from blobstore.objects.read_object_op import (
 from blobstore.objects.writer_pool import LedgerWriterPool
 from blobstore.recovery.auditor import BookieAuditor
 from blobstore.recovery.sweeper import GatewayRegistration, LedgerSweeper
+from blobstore.runtime.sealing import load_cluster_key
 from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.tier.reader import TierReader
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +112,7 @@ class ObjectStore:
         self._catalog: Catalog | None = None
         self._pool: LedgerWriterPool | None = None
         self._read_handles: ReadHandleCache | None = None
+        self._tier_reader: TierReader | None = None
         self._entry_cache = EntryCache(0, 0)
         self._manifests: ManifestReader | None = None
         self._registration: GatewayRegistration | None = None
@@ -134,6 +137,7 @@ class ObjectStore:
         self._pool.start()
         self.zk.add_state_listener(self._session_state_changed)
         self._read_handles = ReadHandleCache(self._ledgers, self.config.read_handles_max)
+        self._tier_reader = TierReader(self.zk, load_cluster_key(required=False))
         self._entry_cache = EntryCache(self.config.entry_cache_bytes, ENTRY_CACHE_PAYLOAD_BYTES_MAX)
         self._manifests = ManifestReader(self._read_handles, self.config.read_window_entries)
         self._sweeper = LedgerSweeper(
@@ -169,6 +173,8 @@ class ObjectStore:
             await self._registration.close()
         if self._read_handles is not None:
             self._read_handles.clear()
+        if self._tier_reader is not None:
+            self._tier_reader.close()
         self._entry_cache.clear()
         if self._ledgers is not None:
             await self._ledgers.close()
@@ -342,9 +348,10 @@ class ObjectStore:
         if record.unresolved:
             record = await self.resolve(record)
         if record.tier_location is not None and not record.extents:
-            raise ObjectUnavailableError(
-                f"object {record.key!r} lives in tier {record.tier_location}"
-            )
+            assert self._tier_reader is not None
+            async for piece in self._tier_reader.read(record.tier_location, start, end):
+                yield piece
+            return
         position = start
         retries = 0
         while position <= end:

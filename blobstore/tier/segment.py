@@ -94,6 +94,8 @@ class SegmentWriter:
         self._offset = 0
         self._objects: list[SegmentObject] = []
         self._finished = False
+        self._current: tuple[str, str, str, int] | None = None
+        self._crc = 0
         self._write(HEADER.pack(MAGIC, VERSION, 0, 0))
 
     @property
@@ -108,20 +110,37 @@ class SegmentWriter:
         self._out.write(data)
         self._offset += len(data)
 
-    def add(self, bucket: str, key: str, version_id: str, chunks: Iterable[bytes]) -> SegmentObject:
-        """Append one object's bytes; where they went."""
+    def begin(self, bucket: str, key: str, version_id: str) -> None:
+        """Start one object: its bytes follow with `write`, then `end`."""
         assert not self._finished, "segment already finished"
-        start, crc = self._offset, 0
-        for chunk in chunks:
-            crc = crc32c.crc32c(chunk, crc)
-            self._write(chunk)
-        item = SegmentObject(bucket, key, version_id, start, self._offset - start, crc)
+        assert self._current is None, "an object is under way"
+        self._current = (bucket, key, version_id, self._offset)
+        self._crc = 0
+
+    def write(self, chunk: bytes) -> None:
+        assert self._current is not None, "no object begun"
+        self._crc = crc32c.crc32c(chunk, self._crc)
+        self._write(chunk)
+
+    def end(self) -> SegmentObject:
+        assert self._current is not None, "no object begun"
+        bucket, key, version_id, start = self._current
+        self._current = None
+        item = SegmentObject(bucket, key, version_id, start, self._offset - start, self._crc)
         self._objects.append(item)
         return item
+
+    def add(self, bucket: str, key: str, version_id: str, chunks: Iterable[bytes]) -> SegmentObject:
+        """Append one object's bytes; where they went."""
+        self.begin(bucket, key, version_id)
+        for chunk in chunks:
+            self.write(chunk)
+        return self.end()
 
     def finish(self) -> int:
         """Write the index and the footer; the segment's size."""
         assert not self._finished, "segment already finished"
+        assert self._current is None, "an object is under way"
         self._finished = True
         index = json.dumps([o.to_list() for o in self._objects], separators=(",", ":")).encode()
         index_offset = self._offset
@@ -186,3 +205,32 @@ def verify(source: RandomAccess) -> list[SegmentObject]:
                 f"object {item.bucket}/{item.key} ({item.version_id}) checksum mismatch"
             )
     return objects
+
+
+@dataclass(frozen=True, slots=True)
+class TierLocation:
+    """Where a tiered object's bytes are: a tier, a segment on it, an offset, a length
+    and the bytes' CRC32C. Kept in the object's record as text (`encode`)."""
+
+    tier: str
+    segment_id: str
+    offset: int
+    length: int
+    crc32c: int
+
+    def encode(self) -> str:
+        return f"{self.tier}/{self.segment_id}@{self.offset}+{self.length}#{self.crc32c:08x}"
+
+    @classmethod
+    def parse(cls, text: str) -> TierLocation:
+        try:
+            where, _, crc = text.rpartition("#")
+            place, _, span = where.rpartition("@")
+            tier, _, segment_id = place.partition("/")
+            offset, _, length = span.partition("+")
+            location = cls(tier, segment_id, int(offset), int(length), int(crc, 16))
+        except ValueError:
+            raise SegmentCorruptError(f"bad tier location {text!r}") from None
+        if not tier or not segment_id or location.offset < 0 or location.length < 0:
+            raise SegmentCorruptError(f"bad tier location {text!r}")
+        return location

@@ -272,7 +272,8 @@ async def load_copy_source(ctx: S3Context) -> tuple[CopySource, ObjectRecord]:
     if record.tier_location is not None and not record.extents and record.size:
         raise S3Error(
             "InvalidObjectState",
-            "The source object lives in a storage tier this gateway cannot read",
+            "Operation is not valid for the source object's storage class (a cold "
+            "tier's): restore it first",
             StorageClass=record.storage_class,
         )
     return source, record
@@ -473,12 +474,6 @@ async def get_object(ctx: S3Context) -> Response:
         status, first, last = _part_read(record, part_number, checksum_mode, headers)
     length = max(0, last - first + 1)
     headers["Content-Length"] = str(length)
-    if record.tier_location is not None and not record.extents and length:
-        raise S3Error(
-            "InvalidObjectState",
-            "The object lives in a storage tier this gateway cannot read",
-            StorageClass=record.storage_class,
-        )
     if ctx.method == "HEAD" or length == 0:
         return Response(b"", status_code=status, headers=headers)
     if length <= WHOLE_BODY_BYTES_MAX:

@@ -473,6 +473,13 @@ def test_a_disabled_rule_never_acts() -> None:
     assert upload_action(Upload("u1", "k", at(2020, 1, 1)), rules, at(2026, 1, 1)) is None
 
 
+TRANSITION = ActionKind.TRANSITION
+
+
+def moves(actions: list[Action]) -> list[tuple[str, str]]:
+    return [(a.version_id, a.storage_class) for a in actions if a.kind is TRANSITION]
+
+
 def test_transition_rules_never_expire_anything() -> None:
     stored = rule(
         Transition=[
@@ -484,8 +491,125 @@ def test_transition_rules_never_expire_anything() -> None:
     rules = parse_rules([stored])
     versions = [obj("v2", at(2020, 1, 2)), obj("v1", at(2020, 1, 1))]
     for versioning in ("", "Enabled", "Suspended"):
-        assert key_actions("k", versions, rules, versioning, at(2026, 1, 1)) == []
+        actions = key_actions("k", versions, rules, versioning, at(2026, 1, 1))
+        assert {a.kind for a in actions} == {TRANSITION}
     assert upload_action(Upload("u1", "k", at(2020, 1, 1)), rules, at(2026, 1, 1)) is None
+
+
+@pytest.mark.parametrize(
+    ("now", "expected"),
+    [
+        (at(2020, 1, 30, 23, 59), []),  # created Jan 1 10:00 + 30 days -> Feb 1 00:00
+        (at(2020, 2, 1), [("v1", "COLD")]),
+        (at(2021, 1, 1), [("v1", "ARCHIVE")]),  # the transition due last wins
+    ],
+)
+def test_transition_moves_the_current_version_when_due(
+    now: float, expected: list[tuple[str, str]]
+) -> None:
+    rules = parse_rules(
+        [
+            rule(
+                Transition=[
+                    {"Days": 30, "StorageClass": "COLD"},
+                    {"Date": "2021-01-01T00:00:00Z", "StorageClass": "ARCHIVE"},
+                ]
+            )
+        ]
+    )
+    assert moves(key_actions("k", [obj("v1", at(2020, 1, 1, 10))], rules, "", now)) == expected
+
+
+def test_transition_days_zero_moves_at_the_next_midnight() -> None:
+    rules = parse_rules([rule(Transition=[{"Days": 0, "StorageClass": "COLD"}])])
+    version = [obj("v1", at(2020, 1, 1, 10))]
+    assert moves(key_actions("k", version, rules, "", at(2020, 1, 1, 23))) == []
+    assert moves(key_actions("k", version, rules, "", at(2020, 1, 2))) == [("v1", "COLD")]
+
+
+def test_transition_skips_tiered_versions_and_markers() -> None:
+    rules = parse_rules(
+        [
+            rule(
+                Transition=[{"Days": 1, "StorageClass": "COLD"}],
+                NoncurrentVersionTransition=[{"NoncurrentDays": 1, "StorageClass": "COLD"}],
+            )
+        ]
+    )
+    tiered = Version("v3", at(2020, 1, 3), 10, tiered=True)
+    versions = [tiered, marker("m2", at(2020, 1, 2)), obj("v1", at(2020, 1, 1))]
+    assert moves(key_actions("k", versions, rules, "Enabled", at(2026, 1, 1))) == [("v1", "COLD")]
+
+
+def test_expiration_wins_over_transition() -> None:
+    rules = parse_rules(
+        [
+            rule(
+                Expiration={"Days": 10},
+                Transition=[{"Days": 1, "StorageClass": "COLD"}],
+                NoncurrentVersionExpiration={"NoncurrentDays": 1},
+                NoncurrentVersionTransition=[{"NoncurrentDays": 1, "StorageClass": "COLD"}],
+            )
+        ]
+    )
+    versions = [obj("v2", at(2020, 1, 2)), obj("v1", at(2020, 1, 1))]
+    actions = key_actions("k", versions, rules, "Enabled", at(2026, 1, 1))
+    assert kinds(actions) == [(MARK, "v2", "r1"), (DELETE, "v1", "r1")]
+    # Before the expiration is due, the current version moves.
+    actions = key_actions("k", versions, rules, "Enabled", at(2020, 1, 5))
+    assert moves(actions) == [("v2", "COLD")]
+
+
+def test_noncurrent_transition_keeps_the_newer_noncurrent_versions() -> None:
+    rules = parse_rules(
+        [
+            rule(
+                NoncurrentVersionTransition=[
+                    {"NoncurrentDays": 5, "NewerNoncurrentVersions": 1, "StorageClass": "COLD"}
+                ]
+            )
+        ]
+    )
+    versions = [obj(f"v{n}", at(2020, 1, 10 - n)) for n in range(4)]
+    # v1 is kept (the newest noncurrent); v2 and v3 have been noncurrent long enough.
+    assert moves(key_actions("k", versions, rules, "Enabled", at(2026, 1, 1))) == [
+        ("v2", "COLD"),
+        ("v3", "COLD"),
+    ]
+    # v3 became noncurrent Jan 8 (v2's creation): due Jan 13; v2 (since Jan 9) Jan 14.
+    assert moves(key_actions("k", versions, rules, "Enabled", at(2020, 1, 13))) == [("v3", "COLD")]
+
+
+def test_transition_filters_select_as_expiration_does() -> None:
+    rules = parse_rules(
+        [
+            rule(
+                Filter={"And": {"Prefix": "logs/", "ObjectSizeGreaterThan": 50}},
+                Transition=[{"Days": 1, "StorageClass": "COLD"}],
+            )
+        ]
+    )
+    now = at(2026, 1, 1)
+    assert moves(key_actions("logs/a", [obj("v", at(2020, 1, 1), 100)], rules, "", now)) == [
+        ("v", "COLD")
+    ]
+    assert moves(key_actions("logs/a", [obj("v", at(2020, 1, 1), 10)], rules, "", now)) == []
+    assert moves(key_actions("data/a", [obj("v", at(2020, 1, 1), 100)], rules, "", now)) == []
+
+
+@pytest.mark.parametrize(
+    ("transition", "message"),
+    [
+        ({"StorageClass": "COLD"}, "one of Days and Date"),
+        ({"Days": 1, "Date": "2021-01-01T00:00:00Z", "StorageClass": "COLD"}, "one of Days"),
+        ({"Days": 1}, "StorageClass"),
+        ({"Days": -1, "StorageClass": "COLD"}, "Days"),
+        ({"Days": 1, "StorageClass": "COLD", "Bogus": 1}, "unknown"),
+    ],
+)
+def test_bad_transitions_are_named(transition: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_rules([rule(Transition=[transition])])
 
 
 def test_no_rules_and_no_versions_give_no_actions() -> None:

@@ -166,7 +166,7 @@ def test_zookeeper_from_the_environment_needs_no_flag(zk_connect: str) -> None:
 
     assert done.returncode == 2, done
     assert error_lines(done) == [
-        "blobstore: error: bad --only 'gc,bogus': a comma-separated list of gc, compact, lifecycle"
+        "blobstore: error: bad --only 'gc,bogus': a comma-separated list of gc, compact, lifecycle, tier"
     ]
 
 

@@ -242,7 +242,7 @@ def test_rate_limit_waits_for_the_bytes_beyond_one_seconds_burst() -> None:
         ({"compact_threshold": 1.5}, "--compact-threshold"),
         ({"grace_s": -1.0}, "--grace"),
         ({"bandwidth_mb_s": 0.0}, "--bandwidth"),
-        ({"phases": ("gc", "tier")}, "--only"),
+        ({"phases": ("gc", "archive")}, "--only"),
         ({"pages_per_task": 0}, "--pages-per-task"),
     ],
 )

@@ -13,6 +13,7 @@ from blobstore.catalog.records import ObjectRecord
 from blobstore.ledger import errors as ledger_errors
 from blobstore.objects import errors as object_errors
 from blobstore.runtime.zk_session import ZooKeeperRequestTooLargeError
+from blobstore.tier.fs import TierUnavailableError
 from s3api.errors import DOMAIN_ERROR_CODES, ERROR_SPECS, S3Error, to_s3_error
 
 TABLE = sorted(DOMAIN_ERROR_CODES.items(), key=lambda row: row[0].__qualname__)
@@ -31,6 +32,7 @@ SAMPLES: dict[type[BaseException], Callable[[], BaseException]] = {
         "k", 2000, 1024
     ),
     ZooKeeperRequestTooLargeError: lambda: ZooKeeperRequestTooLargeError(2, 1, "Create"),
+    TierUnavailableError: lambda: TierUnavailableError("COLD", "read", OSError("unreachable")),
     ledger_errors.NotEnoughBookiesError: lambda: ledger_errors.NotEnoughBookiesError(
         "none", read_only=("b1",)
     ),

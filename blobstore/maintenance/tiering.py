@@ -1,0 +1,272 @@
+"""Transitions to a cold tier, as Spark tasks carry them out (docs/tiering.md).
+
+A task packs the versions due for one tier into one segment: each version's record is
+read again (and skipped unless it is still the version judged, on the bookies), its
+bytes read from the ledgers and appended to the segment, which is written to the tier
+with sequential writes (`hooks`: `tier_written`). The task then reads the whole
+segment back and verifies it (magic, version, index, every object's CRC32C:
+`tier_verified`). Only then is each record swapped by compare-and-set
+(`Catalog.swap_object`): storage class and tier location set, extents gone
+(`tier_swapped`). A record that changed meanwhile is skipped; its bytes in the segment
+are dead, and a segment no record names is removed by a later run (`orphan_segments`).
+Nothing is deleted here: the versions' ledgers go the way of every released ledger.
+
+A killed task leaves at worst a segment no record names: every object is readable from
+exactly one place (its record names the bookies until the swap, the tier after).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from blobstore.catalog import Catalog
+from blobstore.catalog.errors import (
+    CatalogError,
+    DeleteMarkerError,
+    NoSuchKeyError,
+    NoSuchVersionError,
+)
+from blobstore.catalog.records import ObjectRecord
+from blobstore.ledger.errors import LedgerError
+from blobstore.maintenance import hooks
+from blobstore.maintenance.execute import (
+    RESULT_COPIED,
+    RESULT_FAILED,
+    RESULT_SKIPPED,
+    RESULT_SWAPPED,
+    writer_session,
+)
+from blobstore.maintenance.scan import Session
+from blobstore.objects.config import READ_WINDOW_ENTRIES_MAX
+from blobstore.objects.extents import plan_read
+from blobstore.objects.manifest import ManifestError, ManifestReader
+from blobstore.objects.read_object_op import ReadHandleCache, ShortEntryError, iter_spans
+from blobstore.runtime.sealing import load_cluster_key
+from blobstore.tier.fs import TierFiles, TierUnavailableError
+from blobstore.tier.segment import (
+    SegmentCorruptError,
+    SegmentObject,
+    SegmentWriter,
+    TierLocation,
+    verify,
+)
+from blobstore.tier.tiers import TierSpec
+
+logger = logging.getLogger(__name__)
+
+READ_HANDLES_MAX = 16
+SEGMENT_BYTES_MAX = 256 << 20  # a segment's objects, at most (a larger object: its own)
+SEGMENT_OBJECTS_MAX = 100_000
+WRITE_BUFFER_BYTES = 8 << 20  # bytes gathered before one write to the tier
+READ_ERRORS = (LedgerError, ShortEntryError, ManifestError, TimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One version due for a tier, as the scan judged it."""
+
+    bucket: str
+    key: str
+    version_id: str
+    mtime: float
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class TierTask:
+    tier: TierSpec
+    storage_class: str
+    segment_id: str
+    moves: tuple[Move, ...]
+
+
+def pack(moves: list[Move], bytes_max: int, objects_max: int) -> list[list[Move]]:
+    """`moves` in order, cut into groups of at most `bytes_max` bytes and `objects_max`
+    versions (a version larger than `bytes_max` alone in its group)."""
+    groups: list[list[Move]] = []
+    size = 0
+    for move in moves:
+        if not groups or size + move.size > bytes_max or len(groups[-1]) >= objects_max:
+            groups.append([])
+            size = 0
+        groups[-1].append(move)
+        size += move.size
+    return groups
+
+
+def movable(record: ObjectRecord, move: Move) -> str:
+    """Why the record read now is not the version judged, on the bookies ('' if it is)."""
+    if record.is_delete_marker:
+        return "delete marker"
+    if record.tier_location is not None:
+        return "tiered already"
+    if record.last_modified != move.mtime:
+        return "changed"
+    return ""
+
+
+def tiered_record(record: ObjectRecord, storage_class: str, location: TierLocation) -> ObjectRecord:
+    """The record of a version whose bytes are now at `location` (the part list kept,
+    for partNumber reads and the ETag; no extents, no manifest)."""
+    return replace(
+        record,
+        storage_class=storage_class,
+        tier_location=location.encode(),
+        extents=(),
+        manifest=(),
+        manifest_ledgers=(),
+    )
+
+
+def tier_partition(session: Session, tasks: Iterable[TierTask]) -> Iterator[tuple[Any, ...]]:
+    tasks = list(tasks)
+    if not tasks:
+        return iter(())
+    return iter(asyncio.run(_tier_all(session, tasks)))
+
+
+async def _tier_all(session: Session, tasks: list[TierTask]) -> list[tuple[Any, ...]]:
+    rows: list[tuple[Any, ...]] = []
+    cluster_key = load_cluster_key(required=False)
+    async with writer_session(session) as (catalog, client, _writer_id):
+        handles = ReadHandleCache(client, READ_HANDLES_MAX)
+        manifests = ManifestReader(handles, READ_WINDOW_ENTRIES_MAX)
+        for task in tasks:
+            files = TierFiles(task.tier, cluster_key)
+            try:
+                rows.extend(await _tier_one(catalog, handles, manifests, files, task))
+            except (TierUnavailableError, SegmentCorruptError, *READ_ERRORS) as e:
+                logger.warning(
+                    "event=tiering_failed tier=%s segment=%s error=%s",
+                    task.tier.name,
+                    task.segment_id,
+                    e,
+                )
+                with contextlib.suppress(TierUnavailableError):
+                    await asyncio.to_thread(files.delete_segment, task.segment_id)
+                rows.append((RESULT_FAILED, -1, "", "", task.segment_id, 0, f"{e}"))
+    return rows
+
+
+async def _tier_one(
+    catalog: Catalog,
+    handles: ReadHandleCache,
+    manifests: ManifestReader,
+    files: TierFiles,
+    task: TierTask,
+) -> list[tuple[Any, ...]]:
+    rows: list[tuple[Any, ...]] = []
+    packed: list[tuple[ObjectRecord, SegmentObject]] = []
+    out = await asyncio.to_thread(files.open_output, task.segment_id)
+    try:
+        buffered = _Buffered(out)
+        writer = SegmentWriter(buffered)
+        for move in task.moves:
+            where = (move.bucket, move.key, move.version_id)
+            record, why = await _current(catalog, move)
+            if record is None:
+                rows.append((RESULT_SKIPPED, -1, *where, 0, why))
+                continue
+            resolved = await manifests.resolve(record)
+            item = await _append(writer, buffered, handles, resolved)
+            packed.append((record, item))
+        size = writer.finish()
+        await asyncio.to_thread(buffered.flush)
+    finally:
+        await asyncio.to_thread(out.close)
+    hooks.reached("tier_written")
+    await _verified(files, task.segment_id, [item for _, item in packed])
+    hooks.reached("tier_verified")
+    rows.append((RESULT_COPIED, -1, files.name, "", task.segment_id, size, task.storage_class))
+    for record, item in packed:
+        location = TierLocation(files.name, task.segment_id, item.offset, item.length, item.crc32c)
+        rows.append(
+            await _swap(catalog, record, tiered_record(record, task.storage_class, location))
+        )
+        hooks.reached("tier_swapped")
+    return rows
+
+
+async def _current(catalog: Catalog, move: Move) -> tuple[ObjectRecord | None, str]:
+    try:
+        record = await catalog.get_object(move.bucket, move.key, move.version_id)
+    except (NoSuchKeyError, NoSuchVersionError, DeleteMarkerError):
+        return None, "gone"
+    why = movable(record, move)
+    return (None, why) if why else (record, "")
+
+
+async def _append(
+    writer: SegmentWriter, buffered: _Buffered, handles: ReadHandleCache, record: ObjectRecord
+) -> SegmentObject:
+    """The version's bytes, streamed from its ledgers into the segment (the tier's
+    blocking writes off the loop, WRITE_BUFFER_BYTES at a time)."""
+    writer.begin(record.bucket, record.key, record.version_id)
+    if record.size:
+        spans = plan_read(record.extents, 0, record.size - 1)
+        async for piece in iter_spans(handles, spans, READ_WINDOW_ENTRIES_MAX):
+            writer.write(piece)
+            if buffered.pending_bytes >= WRITE_BUFFER_BYTES:
+                await asyncio.to_thread(buffered.flush)
+    item = writer.end()
+    if item.length != record.size:
+        raise ShortEntryError(f"{record.key}: read {item.length} of {record.size} bytes")
+    return item
+
+
+async def _verified(files: TierFiles, segment_id: str, expected: list[SegmentObject]) -> None:
+    """Read the segment back whole; it must hold exactly what was written."""
+
+    def check() -> list[SegmentObject]:
+        source = files.open_input(segment_id)
+        try:
+            return verify(source)
+        finally:
+            source.close()
+
+    found = await asyncio.to_thread(check)
+    if found != expected:
+        raise SegmentCorruptError(f"segment {segment_id} reads back another index")
+
+
+async def _swap(catalog: Catalog, record: ObjectRecord, new: ObjectRecord) -> tuple[Any, ...]:
+    where = (record.bucket, record.key, record.version_id)
+    try:
+        swapped = await catalog.swap_object(record, new)
+    except CatalogError as e:
+        return (RESULT_SKIPPED, -1, *where, 0, type(e).__name__)
+    if not swapped:
+        return (RESULT_SKIPPED, -1, *where, 0, "changed")
+    return (RESULT_SWAPPED, -1, *where, record.size, new.tier_location)
+
+
+class _Buffered:
+    """Gathers the segment's writes; `flush` (off the loop) hands them to the tier's
+    stream in one write."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.pending: list[bytes] = []
+        self.pending_bytes = 0
+
+    def write(self, data: bytes) -> None:
+        self.pending.append(bytes(data))
+        self.pending_bytes += len(data)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.out.write(b"".join(self.pending))
+            self.pending.clear()
+            self.pending_bytes = 0
+
+
+async def orphan_segments(files: TierFiles, referenced: set[str]) -> AsyncIterator[tuple[str, int]]:
+    """(segment id, size) of each segment on the tier that no record names."""
+    for segment_id, size in await asyncio.to_thread(lambda: list(files.segments())):
+        if segment_id not in referenced:
+            yield segment_id, size

@@ -1,0 +1,163 @@
+"""Lifecycle transitions to a file tier, end to end: boto3 through the real gateway, the
+real `blobstore maintain` (local Spark), the real `blobstore admin tier`.
+
+Objects of several sizes (one of many entries, a multipart one, an empty one) are
+moved to a tier named by an S3 class bound to it; then GET, HEAD, random range GETs and
+listings show them unchanged but for their storage class, the bookies no longer hold
+their ledgers, and deleting every object of a segment removes the segment at the next
+run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.maintenance.conftest import ROOT, MaintenanceCluster
+from tests.waiting import wait_until
+
+DAY_S = 86_400
+BUCKET = "cold-data"
+PART_BYTES = 256 * 1024
+GATEWAY_ENV = {"BLOBSTORE_PART_BYTES_MIN": str(PART_BYTES), "BLOBSTORE_LEDGER_AGE_S_MAX": "1"}
+
+
+def admin(cluster: MaintenanceCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "blobstore.cli", "admin", "--zk", cluster.zk, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def start(cluster: MaintenanceCluster) -> Any:
+    cluster.bookies.extend(cluster.start_bookies(3))
+    cluster.start_gateway("gateway", GATEWAY_ENV)
+    s3 = cluster.s3()
+    s3.create_bucket(Bucket=BUCKET)
+    return s3
+
+
+def put_objects(s3: Any, rng: random.Random) -> dict[str, bytes]:
+    bodies = {
+        "small": rng.randbytes(1000),
+        "empty": b"",
+        "entries": rng.randbytes(700_000),  # eleven 64 KiB entries
+        "logs/a": rng.randbytes(5000),
+    }
+    for key, body in bodies.items():
+        s3.put_object(Bucket=BUCKET, Key=key, Body=body)
+    parts = [rng.randbytes(PART_BYTES), rng.randbytes(PART_BYTES), rng.randbytes(1234)]
+    upload = s3.create_multipart_upload(Bucket=BUCKET, Key="multi")
+    done = [
+        {
+            "PartNumber": n,
+            "ETag": s3.upload_part(
+                Bucket=BUCKET, Key="multi", UploadId=upload["UploadId"], PartNumber=n, Body=body
+            )["ETag"],
+        }
+        for n, body in enumerate(parts, 1)
+    ]
+    s3.complete_multipart_upload(
+        Bucket=BUCKET, Key="multi", UploadId=upload["UploadId"], MultipartUpload={"Parts": done}
+    )
+    bodies["multi"] = b"".join(parts)
+    return bodies
+
+
+def ledgers(cluster: MaintenanceCluster) -> list[dict[str, Any]]:
+    import json
+
+    result = admin(cluster, "ledgers", "--json")
+    assert result.returncode == 0, result.stderr
+    found: list[dict[str, Any]] = json.loads(result.stdout)
+    return found
+
+
+TIER_RULES = [
+    {
+        "ID": "to-cold",
+        "Status": "Enabled",
+        "Filter": {},
+        "Transitions": [{"Days": 1, "StorageClass": "GLACIER"}],
+    }
+]
+
+
+def later_text(days: int = 2) -> str:
+    """A --now past every transition the rules set on objects written now."""
+    later = datetime.datetime.fromtimestamp(time.time() + days * DAY_S, datetime.UTC)
+    return later.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def add_file_tier(cluster: MaintenanceCluster, tier_dir: Path) -> None:
+    added = admin(
+        cluster, "tier", "add", "COLD", f"file://{tier_dir}", "--storage-class", "GLACIER"
+    )
+    assert added.returncode == 0, added.stderr
+
+
+def test_transition_to_a_file_tier_and_back_out(
+    cluster: MaintenanceCluster, tmp_path: Path
+) -> None:
+    rng = random.Random(20261129)
+    s3 = start(cluster)
+    tier_dir = tmp_path / "cold"
+    added = admin(
+        cluster, "tier", "add", "COLD", f"file://{tier_dir}", "--storage-class", "GLACIER"
+    )
+    assert added.returncode == 0, added.stderr
+    bodies = put_objects(s3, rng)
+    heads = {key: s3.head_object(Bucket=BUCKET, Key=key) for key in bodies}
+    s3.put_bucket_lifecycle_configuration(
+        Bucket=BUCKET,
+        LifecycleConfiguration={"Rules": TIER_RULES},
+    )
+    # The writer ledgers close once idle (1 s): closed ledgers can be deleted.
+    wait_until(
+        lambda: all(entry["state"] == "CLOSED" for entry in ledgers(cluster)),
+        30,
+        message="writer ledgers closed",
+    )
+    now = later_text()
+    report = cluster.report("--grace", "0", "--now", now)
+    assert report["objects_tiered"] == len(bodies), report
+    assert report["segments_written"] == 1, report
+    assert report["tier_bytes_written"] >= sum(len(b) for b in bodies.values())
+    assert report["errors"] == [], report["errors"]
+    segments = list((tier_dir / "segments").iterdir())
+    assert len(segments) == 1, segments
+    segment_bytes = segments[0].stat().st_size
+
+    for key, body in bodies.items():
+        got = s3.get_object(Bucket=BUCKET, Key=key)
+        assert got["Body"].read() == body, key
+        assert got["StorageClass"] == "GLACIER", key
+        head = s3.head_object(Bucket=BUCKET, Key=key)
+        assert head["ETag"] == heads[key]["ETag"], key
+        assert head["StorageClass"] == "GLACIER", key
+        for _ in range(3 if body else 0):
+            first = rng.randrange(len(body))
+            last = rng.randrange(first, len(body))
+            ranged = s3.get_object(Bucket=BUCKET, Key=key, Range=f"bytes={first}-{last}")
+            assert ranged["Body"].read() == body[first : last + 1], (key, first, last)
+    listed = s3.list_objects_v2(Bucket=BUCKET)["Contents"]
+    assert {o["Key"]: o["StorageClass"] for o in listed} == {k: "GLACIER" for k in bodies}
+
+    # Deleting every object of the segment frees it at the next run, whose scan also
+    # finds that the bookies hold none of the objects' bytes: their ledgers are gone.
+    for key in bodies:
+        s3.delete_object(Bucket=BUCKET, Key=key)
+    freed = cluster.report("--grace", "0", "--now", now)
+    assert freed["ledger_bytes"] == 0, freed
+    assert freed["objects_tiered"] == 0, freed
+    assert freed["segments_removed"] == 1, freed
+    assert freed["tier_bytes_freed"] == segment_bytes, freed
+    assert list((tier_dir / "segments").iterdir()) == []
