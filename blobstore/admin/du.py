@@ -6,6 +6,10 @@ of uploads in progress), bytes stored (each extent's length x the write quorum o
 ledger: what the bookies keep, entry headers aside), bytes moved to the cold tier, and
 the ledgers used. `buckets` lists the buckets with their settings and totals; `du` adds
 the breakdown, and with `--bucket` the ledgers that bucket uses.
+
+`du` also shows each cold tier: the versions that live there and their bytes (from the
+records), and the segments on the tier and their bytes (from a listing of the tier: the
+difference is dead bytes a later maintenance run removes or rewrites).
 """
 
 from __future__ import annotations
@@ -29,7 +33,11 @@ from blobstore.ledger.errors import NoSuchLedgerError
 from blobstore.ledger.ledger_manager import LedgerManager
 from blobstore.ledger.ledger_metadata import LedgerMetadata, MetadataFormatError
 from blobstore.objects.manifest import ManifestReader
+from blobstore.runtime.sealing import ClusterKey, load_cluster_key
 from blobstore.runtime.zk import ZooKeeperClient
+from blobstore.tier.fs import TierFiles, TierUnavailableError
+from blobstore.tier.segment import TierLocation
+from blobstore.tier.tiers import TierSpec, TierStore
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +60,7 @@ class BucketUsage:
     missing_ledger_bytes: int = 0  # referenced bytes whose ledger is gone (see fsck)
     unreadable_manifests: int = 0  # versions whose part list could not be read (see fsck)
     ledgers: dict[int, int] = field(default_factory=dict)  # ledger id -> bytes referenced
+    tiers: dict[str, list[int]] = field(default_factory=dict)  # tier -> [versions, bytes]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +117,10 @@ class UsageScan:
                     usage.objects += int(found.is_current)
                     if found.record.tier_location:
                         usage.tiered_bytes += found.size
+                        tier = TierLocation.parse(found.record.tier_location).tier
+                        counts = usage.tiers.setdefault(tier, [0, 0])
+                        counts[0] += 1
+                        counts[1] += found.size
                 usage.logical_bytes += found.size
                 for extent in found.extents:
                     metadata = await self._ledger(extent.ledger_id)
@@ -145,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def main() -> tuple[list[BucketRecord], list[BucketUsage], list[dict[str, Any]]]:
         async with admin_session(args.zk) as zk:
+            tiers[:] = await TierStore(zk).list()
             scan = UsageScan(zk, output)
             await scan.catalog.start()
             try:
@@ -157,13 +171,44 @@ def run(args: argparse.Namespace) -> int:
                 await scan.catalog.close()
             return records, usages, ledgers
 
+    tiers: list[TierSpec] = []
     records, usages, ledgers = run_async(main)
     total = usage_totals(usages)
     if command == "buckets":
         _buckets(output, records, usages, total)
     else:
+        total["tiers"] = tier_usage(tiers, usages, load_cluster_key(required=False))
         _du(output, usages, total, ledgers)
     return 0
+
+
+def tier_usage(
+    tiers: list[TierSpec], usages: list[BucketUsage], cluster_key: ClusterKey | None
+) -> list[dict[str, Any]]:
+    """Per tier: the versions living there and their bytes, the segments on it and
+    their bytes (None, with the error, when the tier cannot be listed)."""
+    rows = []
+    for spec in tiers:
+        versions = sum(u.tiers.get(spec.name, [0, 0])[0] for u in usages)
+        live = sum(u.tiers.get(spec.name, [0, 0])[1] for u in usages)
+        row: dict[str, Any] = {
+            "tier": spec.name,
+            "uri": spec.uri,
+            "versions": versions,
+            "live_bytes": live,
+            "segments": None,
+            "segment_bytes": None,
+            "error": "",
+        }
+        try:
+            listed = list(TierFiles(spec, cluster_key).segments())
+        except TierUnavailableError as e:
+            row["error"] = str(e)
+        else:
+            row["segments"] = len(listed)
+            row["segment_bytes"] = sum(size for _, size in listed)
+        rows.append(row)
+    return rows
 
 
 def usage_totals(usages: list[BucketUsage]) -> dict[str, Any]:
@@ -257,6 +302,23 @@ def _du(
         output.emit_json(document)
         return
     output.table("disk usage", _DU_COLUMNS, du_rows(usages, total), right_align=_DU_COLUMNS[1:])
+    if total.get("tiers"):
+        output.table(
+            "cold tiers",
+            ["tier", "uri", "versions", "live", "segments", "on the tier"],
+            [
+                (
+                    t["tier"],
+                    t["uri"],
+                    t["versions"],
+                    human_bytes(t["live_bytes"]),
+                    "?" if t["segments"] is None else t["segments"],
+                    t["error"] or human_bytes(t["segment_bytes"]),
+                )
+                for t in total["tiers"]
+            ],
+            right_align=["versions", "live", "segments"],
+        )
     for warning in du_warnings(usages):
         output.note(warning)
     if ledgers:

@@ -54,7 +54,6 @@ from blobstore.runtime.errors import CommandError, UsageError
 from blobstore.runtime.sealing import load_cluster_key
 from blobstore.runtime.zk import ZooKeeperClient
 from blobstore.tier.fs import TierFiles, TierUnavailableError
-from blobstore.tier.segment import TierLocation
 from blobstore.tier.tiers import TierSpec, TierStore, resolve_storage_class
 from blobstore.wire import zk_layout
 
@@ -544,11 +543,17 @@ async def _tier(state: Run, result: ScanResult) -> None:
     if not tiers:
         return
     cluster_key = load_cluster_key(required=False)
-    referenced = await state.spark("tier", lambda: _referenced_segments(result))
+    live = await state.spark("tier", lambda: _live_segments(result))
+    sparse: list[tiering.TierTask] = []
     for spec in tiers:
-        await _remove_orphans(state, TierFiles(spec, cluster_key), referenced.get(spec.name, set()))
+        files = TierFiles(spec, cluster_key)
+        listed = await _listed_segments(state, files)
+        await _remove_orphans(state, files, listed, live)
+        sparse += _rewrites(state, spec, listed, live)
     due = await state.spark("tier", lambda: result.frames.transitions.collect())
     tasks = _tier_tasks(state, tiers, due)
+    if sparse:
+        tasks += await state.spark("tier", lambda: _rewrite_tasks(state, result, sparse))
     if state.options.dry_run:
         state.report.would["objects_tiered"] = sum(len(t.moves) for t in tasks)
         return
@@ -559,35 +564,86 @@ async def _tier(state: Run, result: ScanResult) -> None:
         _count_tiering(state, row)
 
 
-def _referenced_segments(result: ScanResult) -> dict[str, set[str]]:
-    """Tier name -> the segments some record names."""
-    locations = result.frames.tiered.select("location").distinct().collect()
-    found: dict[str, set[str]] = {}
-    for row in locations:
-        place = TierLocation.parse(row.location)
-        found.setdefault(place.tier, set()).add(place.segment_id)
-    return found
+def _live_segments(result: ScanResult) -> dict[str, int]:
+    """`tier/segment id` -> the bytes of the versions records name in it."""
+    from pyspark.sql import functions as f
+
+    rows = result.frames.tiered.groupBy("segment").agg(f.sum("length").alias("live")).collect()
+    return {row.segment: int(row.live or 0) for row in rows}
 
 
-async def _remove_orphans(state: Run, files: TierFiles, referenced: set[str]) -> None:
+async def _listed_segments(state: Run, files: TierFiles) -> dict[str, int]:
+    """`tier/segment id` -> size, of every segment on the tier ({} when unreachable:
+    the error is reported, and nothing is removed or rewritten there)."""
+    try:
+        found = await asyncio.to_thread(lambda: list(files.segments()))
+    except TierUnavailableError as e:
+        state.report.errors.append(str(e))
+        return {}
+    return {f"{files.name}/{segment_id}": size for segment_id, size in found}
+
+
+async def _remove_orphans(
+    state: Run, files: TierFiles, listed: dict[str, int], live: dict[str, int]
+) -> None:
     """Delete the tier's segments no record names: a killed run's, or those whose every
     object was deleted or overwritten since (a segment is only ever named by the swaps
     of a locked run, so none can gain a reference behind this run's scan)."""
-    try:
-        async for segment_id, size in tiering.orphan_segments(files, referenced):
-            if state.options.dry_run:
-                state.report.would["segments_removed"] = (
-                    state.report.would.get("segments_removed", 0) + 1
-                )
-                continue
+    for name, size in sorted(listed.items()):
+        if name in live:
+            continue
+        if state.options.dry_run:
+            would = state.report.would
+            would["segments_removed"] = would.get("segments_removed", 0) + 1
+            continue
+        segment_id = name.split("/", 1)[1]
+        try:
             await asyncio.to_thread(files.delete_segment, segment_id)
-            state.report.segments_removed += 1
-            state.report.tier_bytes_freed += size
-            logger.info(
-                "event=segment_removed tier=%s segment=%s bytes=%d", files.name, segment_id, size
-            )
-    except TierUnavailableError as e:
-        state.report.errors.append(str(e))
+        except TierUnavailableError as e:
+            state.report.errors.append(str(e))
+            return
+        state.report.segments_removed += 1
+        state.report.tier_bytes_freed += size
+        logger.info(
+            "event=segment_removed tier=%s segment=%s bytes=%d", files.name, segment_id, size
+        )
+
+
+def _rewrites(
+    state: Run, spec: TierSpec, listed: dict[str, int], live: dict[str, int]
+) -> list[tiering.TierTask]:
+    """The tier's segments to rewrite (`tiering.sparse_segments`), as empty tasks the
+    live versions are added to."""
+    chosen = tiering.sparse_segments(
+        {name: (size, live[name]) for name, size in listed.items() if name in live},
+        state.options.compact_threshold,
+        state.options.compact_garbage_bytes_min,
+    )
+    return [tiering.TierTask(spec, "", name, (), rewrite=True) for name in chosen]
+
+
+def _rewrite_tasks(
+    state: Run, result: ScanResult, sparse: list[tiering.TierTask]
+) -> list[tiering.TierTask]:
+    """Tasks writing the live versions of the sparse segments into new segments."""
+    from pyspark.sql import functions as f
+
+    chosen = {task.segment_id: task.tier for task in sparse}
+    rows = result.frames.tiered.where(f.col("segment").isin(*chosen)).collect()
+    by_tier: dict[str, list[tiering.Move]] = {}
+    for row in rows:
+        move = tiering.Move(
+            row.bucket, row.key, row.version_id, float(row.mtime), int(row.length), row.location
+        )
+        by_tier.setdefault(row.segment.split("/", 1)[0], []).append(move)
+    tasks: list[tiering.TierTask] = []
+    specs = {spec.name: spec for spec in chosen.values()}
+    for tier, moves in sorted(by_tier.items()):
+        for group in tiering.pack(moves, tiering.SEGMENT_BYTES_MAX, tiering.SEGMENT_OBJECTS_MAX):
+            segment_id = f"{state.report.run_id}-r{len(tasks):05d}"
+            tasks.append(tiering.TierTask(specs[tier], "", segment_id, tuple(group), rewrite=True))
+    state.report.segments_rewritten += len(chosen)
+    return tasks
 
 
 def _tier_tasks(state: Run, tiers: list[TierSpec], due: list[Any]) -> list[tiering.TierTask]:
@@ -634,6 +690,8 @@ def _count_tiering(state: Run, row: tuple[Any, ...]) -> None:
     elif result == execute.RESULT_SWAPPED:
         the_report.objects_tiered += 1
         state.released.append((-1, bucket, key, version_id, ""))
+    elif result == tiering.RESULT_REWRITTEN:
+        the_report.objects_rewritten += 1
     elif result == execute.RESULT_FAILED:
         the_report.errors.append(f"tiering segment {version_id}: {detail}")
     else:

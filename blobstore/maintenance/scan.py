@@ -241,10 +241,12 @@ def _detail(**fields: Any) -> str:
 
 
 def tiered_row(bucket: str, key: str, version: VersionRefs, location: str) -> Row:
-    """A version whose bytes are on a tier: its tier location (in `detail`) and size
-    (in `length`), so that the run knows which segments are referenced and how much."""
+    """A version whose bytes are on a tier: its tier location (in `detail`), size (in
+    `length`) and time, so that the run knows which segments are referenced, how much
+    of each is live, and what to move when it rewrites one."""
     holder = (bucket, key, version.version_id, None, None, None)
-    return (TAG_TIERED, None, None, None, version.size, None, None, *holder, 0.0, location)
+    mtime = version.last_modified
+    return (TAG_TIERED, None, None, None, version.size, None, None, *holder, mtime, location)
 
 
 def action_row(bucket: str, action: lifecycle.Action, mtime: float, size: int = 0) -> Row:

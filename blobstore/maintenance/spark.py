@@ -224,7 +224,13 @@ class ScanFrames:
             f.get_json_object("detail", "$.storage_class").alias("storage_class"),
         )
         self.tiered = self.all.where(tag == scan.TAG_TIERED).select(
-            "bucket", "key", "version_id", "length", f.col("detail").alias("location")
+            "bucket",
+            "key",
+            "version_id",
+            "length",
+            "mtime",
+            f.col("detail").alias("location"),
+            f.regexp_extract("detail", "^([^@]*)@", 1).alias("segment"),  # tier/segment id
         )
         self.actions = self.all.where((tag == scan.TAG_ACTION) & ~transition).select(
             f.col("role").alias("action"),

@@ -8,7 +8,7 @@ segment back and verifies it (magic, version, index, every object's CRC32C:
 `tier_verified`). Only then is each record swapped by compare-and-set
 (`Catalog.swap_object`): storage class and tier location set, extents gone
 (`tier_swapped`). A record that changed meanwhile is skipped; its bytes in the segment
-are dead, and a segment no record names is removed by a later run (`orphan_segments`).
+are dead, and a segment no record names is removed by a later run (job.py).
 Nothing is deleted here: the versions' ledgers go the way of every released ledger.
 
 A killed task leaves at worst a segment no record names: every object is readable from
@@ -59,6 +59,7 @@ from blobstore.tier.tiers import TierSpec
 
 logger = logging.getLogger(__name__)
 
+RESULT_REWRITTEN = "rewritten"  # a tiered version moved to a new segment of its tier
 READ_HANDLES_MAX = 16
 SEGMENT_BYTES_MAX = 256 << 20  # a segment's objects, at most (a larger object: its own)
 SEGMENT_OBJECTS_MAX = 100_000
@@ -68,21 +69,28 @@ READ_ERRORS = (LedgerError, ShortEntryError, ManifestError, TimeoutError)
 
 @dataclass(frozen=True, slots=True)
 class Move:
-    """One version due for a tier, as the scan judged it."""
+    """One version due for a tier, as the scan judged it; or, when a segment is
+    rewritten, one of its live versions (`location`: where its bytes are now)."""
 
     bucket: str
     key: str
     version_id: str
     mtime: float
     size: int
+    location: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class TierTask:
+    """One segment to write: of versions due for the tier (their bytes read from the
+    ledgers), or, when `rewrite`, of the live versions of sparse segments of the same
+    tier (read from there)."""
+
     tier: TierSpec
     storage_class: str
     segment_id: str
     moves: tuple[Move, ...]
+    rewrite: bool = False
 
 
 def pack(moves: list[Move], bytes_max: int, objects_max: int) -> list[list[Move]]:
@@ -99,20 +107,39 @@ def pack(moves: list[Move], bytes_max: int, objects_max: int) -> list[list[Move]
     return groups
 
 
+def sparse_segments(
+    segments: dict[str, tuple[int, int]], threshold: float, garbage_bytes_min: int
+) -> list[str]:
+    """The segments (name -> (size, live bytes)) to rewrite: live ratio under
+    `threshold` and at least `garbage_bytes_min` dead bytes (headers and index count as
+    dead; a segment with no live byte is not here: it is removed, not rewritten)."""
+    chosen = []
+    for name, (size, live) in sorted(segments.items()):
+        if live and size and live / size < threshold and size - live >= garbage_bytes_min:
+            chosen.append(name)
+    return chosen
+
+
 def movable(record: ObjectRecord, move: Move) -> str:
-    """Why the record read now is not the version judged, on the bookies ('' if it is)."""
+    """Why the record read now is not the version judged, where the scan saw it (on the
+    bookies, or at `move.location`); '' if it is."""
     if record.is_delete_marker:
         return "delete marker"
-    if record.tier_location is not None:
-        return "tiered already"
     if record.last_modified != move.mtime:
         return "changed"
+    if record.tier_location != (move.location or None):
+        return "moved since"
     return ""
 
 
-def tiered_record(record: ObjectRecord, storage_class: str, location: TierLocation) -> ObjectRecord:
+def tiered_record(
+    record: ObjectRecord, storage_class: str, location: TierLocation, *, rewrite: bool = False
+) -> ObjectRecord:
     """The record of a version whose bytes are now at `location` (the part list kept,
-    for partNumber reads and the ETag; no extents, no manifest)."""
+    for partNumber reads and the ETag; no extents, no manifest). A rewrite changes the
+    location only."""
+    if rewrite:
+        return replace(record, tier_location=location.encode())
     return replace(
         record,
         storage_class=storage_class,
@@ -173,7 +200,7 @@ async def _tier_one(
                 rows.append((RESULT_SKIPPED, -1, *where, 0, why))
                 continue
             resolved = await manifests.resolve(record)
-            item = await _append(writer, buffered, handles, resolved)
+            item = await _append(writer, buffered, _source(handles, files, resolved))
             packed.append((record, item))
         size = writer.finish()
         await asyncio.to_thread(buffered.flush)
@@ -185,9 +212,11 @@ async def _tier_one(
     rows.append((RESULT_COPIED, -1, files.name, "", task.segment_id, size, task.storage_class))
     for record, item in packed:
         location = TierLocation(files.name, task.segment_id, item.offset, item.length, item.crc32c)
-        rows.append(
-            await _swap(catalog, record, tiered_record(record, task.storage_class, location))
-        )
+        new = tiered_record(record, task.storage_class, location, rewrite=task.rewrite)
+        row = await _swap(catalog, record, new)
+        if task.rewrite and row[0] == RESULT_SWAPPED:
+            row = (RESULT_REWRITTEN, *row[1:])
+        rows.append(row)
         hooks.reached("tier_swapped")
     return rows
 
@@ -201,18 +230,51 @@ async def _current(catalog: Catalog, move: Move) -> tuple[ObjectRecord | None, s
     return (None, why) if why else (record, "")
 
 
-async def _append(
-    writer: SegmentWriter, buffered: _Buffered, handles: ReadHandleCache, record: ObjectRecord
-) -> SegmentObject:
-    """The version's bytes, streamed from its ledgers into the segment (the tier's
-    blocking writes off the loop, WRITE_BUFFER_BYTES at a time)."""
-    writer.begin(record.bucket, record.key, record.version_id)
+async def _ledger_bytes(handles: ReadHandleCache, record: ObjectRecord) -> AsyncIterator[bytes]:
     if record.size:
         spans = plan_read(record.extents, 0, record.size - 1)
         async for piece in iter_spans(handles, spans, READ_WINDOW_ENTRIES_MAX):
-            writer.write(piece)
-            if buffered.pending_bytes >= WRITE_BUFFER_BYTES:
-                await asyncio.to_thread(buffered.flush)
+            yield piece
+
+
+async def _tier_bytes(files: TierFiles, location_text: str) -> AsyncIterator[bytes]:
+    """A tiered version's bytes, from its segment on `files`' tier (a rewrite)."""
+    location = TierLocation.parse(location_text)
+    source = await asyncio.to_thread(files.open_input, location.segment_id)
+    try:
+        position = 0
+        while position < location.length:
+            count = min(WRITE_BUFFER_BYTES, location.length - position)
+            piece = await asyncio.to_thread(source.read_at, count, location.offset + position)
+            if len(piece) != count:
+                raise SegmentCorruptError(f"segment {location.segment_id} ends early")
+            position += count
+            yield piece
+    finally:
+        await asyncio.to_thread(source.close)
+
+
+def _source(
+    handles: ReadHandleCache, files: TierFiles, record: ObjectRecord
+) -> tuple[ObjectRecord, AsyncIterator[bytes]]:
+    """The version and its bytes: from the ledgers when it has extents, else from the
+    segment it lives in now."""
+    if record.extents or not record.tier_location:
+        return record, _ledger_bytes(handles, record)
+    return record, _tier_bytes(files, record.tier_location)
+
+
+async def _append(
+    writer: SegmentWriter, buffered: _Buffered, source: tuple[ObjectRecord, AsyncIterator[bytes]]
+) -> SegmentObject:
+    """The version's bytes, streamed into the segment (the tier's blocking writes off
+    the loop, WRITE_BUFFER_BYTES at a time)."""
+    record, pieces = source
+    writer.begin(record.bucket, record.key, record.version_id)
+    async for piece in pieces:
+        writer.write(piece)
+        if buffered.pending_bytes >= WRITE_BUFFER_BYTES:
+            await asyncio.to_thread(buffered.flush)
     item = writer.end()
     if item.length != record.size:
         raise ShortEntryError(f"{record.key}: read {item.length} of {record.size} bytes")
@@ -263,10 +325,3 @@ class _Buffered:
             self.out.write(b"".join(self.pending))
             self.pending.clear()
             self.pending_bytes = 0
-
-
-async def orphan_segments(files: TierFiles, referenced: set[str]) -> AsyncIterator[tuple[str, int]]:
-    """(segment id, size) of each segment on the tier that no record names."""
-    for segment_id, size in await asyncio.to_thread(lambda: list(files.segments())):
-        if segment_id not in referenced:
-            yield segment_id, size

@@ -3,14 +3,15 @@ real `blobstore maintain` (local Spark), the real `blobstore admin tier`.
 
 Objects of several sizes (one of many entries, a multipart one, an empty one) are
 moved to a tier named by an S3 class bound to it; then GET, HEAD, random range GETs and
-listings show them unchanged but for their storage class, the bookies no longer hold
-their ledgers, and deleting every object of a segment removes the segment at the next
-run.
+listings show them unchanged but for their storage class, and the bookies no longer
+hold their ledgers. Deleting most of them makes the segment sparse: the next run
+rewrites it; deleting the rest removes every segment at the run after.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import random
 import subprocess
 import sys
@@ -72,9 +73,12 @@ def put_objects(s3: Any, rng: random.Random) -> dict[str, bytes]:
     return bodies
 
 
-def ledgers(cluster: MaintenanceCluster) -> list[dict[str, Any]]:
-    import json
+def read(s3: Any, key: str) -> bytes:
+    body: bytes = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    return body
 
+
+def ledgers(cluster: MaintenanceCluster) -> list[dict[str, Any]]:
     result = admin(cluster, "ledgers", "--json")
     assert result.returncode == 0, result.stderr
     found: list[dict[str, Any]] = json.loads(result.stdout)
@@ -135,6 +139,12 @@ def test_transition_to_a_file_tier_and_back_out(
     segments = list((tier_dir / "segments").iterdir())
     assert len(segments) == 1, segments
     segment_bytes = segments[0].stat().st_size
+    du = admin(cluster, "du", "--json")
+    assert du.returncode == 0, du.stderr
+    (tier_row,) = json.loads(du.stdout)["total"]["tiers"]
+    assert tier_row["tier"] == "COLD" and tier_row["versions"] == len(bodies), tier_row
+    assert tier_row["live_bytes"] == sum(len(b) for b in bodies.values()), tier_row
+    assert (tier_row["segments"], tier_row["segment_bytes"]) == (1, segment_bytes), tier_row
 
     for key, body in bodies.items():
         got = s3.get_object(Bucket=BUCKET, Key=key)
@@ -151,13 +161,23 @@ def test_transition_to_a_file_tier_and_back_out(
     listed = s3.list_objects_v2(Bucket=BUCKET)["Contents"]
     assert {o["Key"]: o["StorageClass"] for o in listed} == {k: "GLACIER" for k in bodies}
 
-    # Deleting every object of the segment frees it at the next run, whose scan also
-    # finds that the bookies hold none of the objects' bytes: their ledgers are gone.
+    # Most objects deleted: the next run rewrites the sparse segment (its live version
+    # moves to a new one); its scan also finds that the bookies hold none of the
+    # objects' bytes any more: their ledgers are gone.
+    kept = "entries"
     for key in bodies:
-        s3.delete_object(Bucket=BUCKET, Key=key)
+        if key != kept:
+            s3.delete_object(Bucket=BUCKET, Key=key)
+    rewritten = cluster.report("--grace", "0", "--now", now)
+    assert rewritten["ledger_bytes"] == 0, rewritten
+    assert rewritten["segments_rewritten"] == 1, rewritten
+    assert rewritten["objects_rewritten"] == 1 and rewritten["objects_tiered"] == 0, rewritten
+    assert read(s3, kept) == bodies[kept]
+    assert len(list((tier_dir / "segments").iterdir())) == 2
+
+    # The last one deleted: the next run removes both segments, no record names them.
+    s3.delete_object(Bucket=BUCKET, Key=kept)
     freed = cluster.report("--grace", "0", "--now", now)
-    assert freed["ledger_bytes"] == 0, freed
-    assert freed["objects_tiered"] == 0, freed
-    assert freed["segments_removed"] == 1, freed
-    assert freed["tier_bytes_freed"] == segment_bytes, freed
+    assert freed["segments_removed"] == 2, freed
+    assert freed["tier_bytes_freed"] >= segment_bytes, freed
     assert list((tier_dir / "segments").iterdir()) == []
