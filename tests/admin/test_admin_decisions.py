@@ -291,7 +291,10 @@ def test_summary_rows_flag_each_finding(
 
 
 def _usage(bucket: str, ledgers: dict[int, int] | None = None, **counts: int) -> BucketUsage:
-    return BucketUsage(bucket, ledgers=ledgers or {}, **counts)
+    usage = BucketUsage(bucket, ledgers=ledgers or {})
+    for name, value in counts.items():
+        setattr(usage, name, value)
+    return usage
 
 
 EMPTY_TOTALS = {
