@@ -18,7 +18,11 @@ bookies; one ZooKeeper server for all):
 - **compaction**: sparse closed ledgers (every other object garbage) compacted by
   `maintain --only compact --grace 0`: bytes copied per second against the disk's bound;
 - **bytes on bookies**: a delete-heavy workload through the gateway (boto3), then one
-  `maintain --grace 0`: the bookies' ledger directories against live bytes x WQ.
+  `maintain --grace 0`: the bookies' ledger directories against live bytes x WQ;
+- **tiering**: objects put through the gateway and moved to a file tier by
+  `maintain --only tier` (a Transition rule): bytes written to the tier per second of the
+  phase's Spark jobs, against the disk's sequential bandwidth; then GETs (boto3, 4 in
+  flight) alternating between hot objects and tiered ones, same sizes.
 
 Each run of the job is a child process (`--job`: `blobstore.maintenance.job.run` with a
 progress callback whose calls are timed, so the start of each scan is exact), paying
@@ -78,6 +82,11 @@ PAGES_PER_TASK_DEFAULT = 64  # MaintainOptions' default
 # The issue's aims.
 SCAN_AIM_RECORDS_PER_S = 50_000.0
 COPY_AIM_FRACTION = 0.5  # of sequential write / (2 x WQ)
+TIERING_AIM_FRACTION = 0.5  # of sequential write
+TIER_GET_AIM_FRACTION = 0.7  # of a hot GET
+TIER_GET_ROUNDS = 2
+TIER_GET_THREADS = 4
+DAY_S = 86_400
 BOOKIE_BYTES_AIM = 1.1  # x live bytes x WQ
 # Pages a scan task's walk reads ahead (listing.py's read-ahead), and the depth of the
 # probe that asks ZooKeeper for pages as fast as one session can.
@@ -101,6 +110,8 @@ class Sizes:
     workload_ledger_bytes: int  # the gateway's writer ledger size
     aborted_part_bytes: int  # each of the two parts of the three aborted uploads
     spark_probe_tasks: int
+    tier_objects: int  # tiered, and as many kept hot
+    tier_object_bytes: int
 
 
 FULL = Sizes(
@@ -116,6 +127,8 @@ FULL = Sizes(
     workload_ledger_bytes=8 * MIB,
     aborted_part_bytes=5 * MIB,
     spark_probe_tasks=200,
+    tier_objects=64,
+    tier_object_bytes=4 * MIB,
 )
 QUICK = Sizes(
     records=20_000,
@@ -130,6 +143,8 @@ QUICK = Sizes(
     workload_ledger_bytes=1 * MIB,
     aborted_part_bytes=256 * KIB,
     spark_probe_tasks=16,
+    tier_objects=8,
+    tier_object_bytes=256 * KIB,
 )
 
 
@@ -1028,6 +1043,87 @@ def measure_reclaim(server: ZooKeeperServer, work: Path, sizes: Sizes) -> Reclai
     return result
 
 
+@dataclass
+class TieringResult:
+    sizes: Sizes
+    run: JobRun
+    tier_s: float  # the wall time of the tier phase's Spark jobs
+    hot_get_mb_s: list[float]  # per round
+    tier_get_mb_s: list[float]
+
+    @property
+    def bytes_written(self) -> int:
+        return int(self.run.report["tier_bytes_written"])
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_written / self.tier_s / 1e6 if self.tier_s else 0.0
+
+    @property
+    def get_ratio(self) -> float:
+        """Median tiered GET over median hot GET."""
+        hot = sorted(self.hot_get_mb_s)[len(self.hot_get_mb_s) // 2]
+        cold = sorted(self.tier_get_mb_s)[len(self.tier_get_mb_s) // 2]
+        return cold / hot if hot else 0.0
+
+
+def get_mb_s(s3: Any, keys: list[str], size: int) -> float:
+    """GETs of `keys`, TIER_GET_THREADS in flight: MB/s."""
+
+    def get(key: str) -> int:
+        return len(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(TIER_GET_THREADS) as pool:
+        got = sum(pool.map(get, keys))
+    assert got == size * len(keys), (got, size * len(keys))
+    return got / (time.monotonic() - started) / 1e6
+
+
+def tier_workload(section: Section, s3: Any, sizes: Sizes) -> None:
+    """`cold/` and `hot/` objects, a file tier, and a rule moving `cold/` to it."""
+    s3.create_bucket(Bucket=BUCKET)
+    body = os.urandom(sizes.tier_object_bytes)
+    keys = [f"{where}/{i:05d}" for where in ("cold", "hot") for i in range(sizes.tier_objects)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda key: s3.put_object(Bucket=BUCKET, Key=key, Body=body), keys))
+    tier = section.work / "tier"
+    command = cli("admin", "--zk", section.zk, "tier", "add", "BENCH", f"file://{tier}")
+    subprocess.run([*command, "--storage-class", "GLACIER"], check=True, capture_output=True)
+    rule = {
+        "ID": "cold",
+        "Status": "Enabled",
+        "Filter": {"Prefix": "cold/"},
+        "Transitions": [{"Days": 0, "StorageClass": "GLACIER"}],
+    }
+    s3.put_bucket_lifecycle_configuration(Bucket=BUCKET, LifecycleConfiguration={"Rules": [rule]})
+
+
+def measure_tiering(server: ZooKeeperServer, work: Path, sizes: Sizes) -> TieringResult:
+    with Section(server, "tiering", work) as section:
+        endpoint = section.start_gateway({})
+        s3 = s3_client(endpoint)
+        print("tiering: objects...", flush=True)
+        tier_workload(section, s3, sizes)
+        run = run_job(
+            section.zk, section.work, "tiering", phases=["tier"], now=time.time() + 2 * DAY_S
+        )
+        tier_s = sum(j.ended_s - j.started_s for j in jobs_of(run, "_run_tiering"))
+        hot = [f"hot/{i:05d}" for i in range(sizes.tier_objects)]
+        cold = [f"cold/{i:05d}" for i in range(sizes.tier_objects)]
+        hot_mb_s, tier_mb_s = [], []
+        for _ in range(TIER_GET_ROUNDS):
+            hot_mb_s.append(get_mb_s(s3, hot, sizes.tier_object_bytes))
+            tier_mb_s.append(get_mb_s(s3, cold, sizes.tier_object_bytes))
+    result = TieringResult(sizes, run, tier_s, hot_mb_s, tier_mb_s)
+    print(
+        f"tiering: {result.bytes_written / MIB:,.0f} MiB in {tier_s:.1f} s "
+        f"({result.mb_per_s:,.0f} MB/s); GET hot {hot_mb_s} MB/s, tiered {tier_mb_s} MB/s",
+        flush=True,
+    )
+    return result
+
+
 # --------------------------------------------------------------------------- runs
 
 
@@ -1061,6 +1157,7 @@ class Results:
     scan: ScanResult
     compaction: CompactionResult
     reclaim: ReclaimResult
+    tiering: TieringResult
     load: tuple[float, float]  # load average before, after
     seconds: float
 
@@ -1084,19 +1181,20 @@ def run_all(sizes: Sizes, quick: bool) -> Results:
             lambda: measure_scan(server, work, sizes),
             lambda: measure_compaction(server, work, sizes, limits.disk_mb_per_s),
             lambda: measure_reclaim(server, work, sizes),
+            lambda: measure_tiering(server, work, sizes),
         ]
         if quick:
             with ThreadPoolExecutor(len(measures)) as pool:
                 futures = [pool.submit(measure) for measure in measures]
-                scan_result, compaction, reclaim = [f.result() for f in futures]
+                scan_result, compaction, reclaim, tiering = [f.result() for f in futures]
         else:
-            scan_result, compaction, reclaim = [measure() for measure in measures]
+            scan_result, compaction, reclaim, tiering = [measure() for measure in measures]
     finally:
         if server is not None:
             server.stop()
         shutil.rmtree(work, ignore_errors=True)
     return Results(
-        sizes, quick, limits, scan_result, compaction, reclaim,
+        sizes, quick, limits, scan_result, compaction, reclaim, tiering,
         (load_before, os.getloadavg()[0]), time.monotonic() - started,
     )  # fmt: skip
 
@@ -1404,11 +1502,47 @@ def reclaim_section(result: ReclaimResult) -> list[str]:
     ]
 
 
+def tiering_section(results: Results) -> list[str]:
+    result = results.tiering
+    sizes = result.sizes
+    rounds = ", ".join(
+        f"{hot:,.0f} / {cold:,.0f}"
+        for hot, cold in zip(result.hot_get_mb_s, result.tier_get_mb_s, strict=True)
+    )
+    rows = [
+        ("bytes written to the tier (segments)", size_text(result.bytes_written)),
+        ("objects tiered", f"{result.run.report['objects_tiered']:,}"),
+        ("the tier phase's Spark jobs (write, verify, swap)", f"{result.tier_s:.1f} s"),
+        ("**tiering**", f"**{result.mb_per_s:,.0f} MB/s**"),
+        ("sequential write + fdatasync (same run)", f"{results.limits.disk_mb_per_s:,.0f} MB/s"),
+        (f"GET MB/s, hot / tiered, {TIER_GET_ROUNDS} rounds alternated", rounds),
+        ("**tiered GET / hot GET (medians)**", f"**{result.get_ratio:.2f}**"),
+        ("run, start to finish", f"{result.run.total_s:.1f} s"),
+    ]
+    return [
+        "## Tiering (file tier)",
+        "",
+        f"Through the gateway: {sizes.tier_objects:,} objects of "
+        f"{size_text(sizes.tier_object_bytes)} under `cold/` and as many under `hot/`; a "
+        "file tier on the same disk as the bookies, bound to GLACIER, and a Transition "
+        "rule (Days 0) for `cold/`; then `maintain --only tier`. Its throughput is the "
+        "bytes of the segments written over the wall time of the phase's Spark jobs: each "
+        "task reads the objects from the bookies, writes the segment, reads it back whole "
+        "to verify it and swaps the records. Then GETs through boto3 "
+        f"({TIER_GET_THREADS} in flight), alternating hot and tiered objects.",
+        "",
+        *table(("measure", "result"), rows),
+        "",
+    ]
+
+
 def aims_section(results: Results) -> list[str]:
     scan_rate = results.scan.default_run.records_per_s
     copy = results.compaction
     copy_aim = COPY_AIM_FRACTION * copy.bound_mb_per_s
     ratio = results.reclaim.ratio
+    tiering = results.tiering
+    tier_aim = TIERING_AIM_FRACTION * results.limits.disk_mb_per_s
     rows = [
         (
             f"scan >= {SCAN_AIM_RECORDS_PER_S:,.0f} records/s (default pages per task)",
@@ -1426,6 +1560,16 @@ def aims_section(results: Results) -> list[str]:
             "(ratio = aim / measured)",
             f"{ratio:.2f} x",
             f"{BOOKIE_BYTES_AIM / ratio:.2f}",
+        ),
+        (
+            f"tiering >= {TIERING_AIM_FRACTION:.0%} of sequential write = {tier_aim:,.0f} MB/s",
+            f"{tiering.mb_per_s:,.0f} MB/s",
+            f"{tiering.mb_per_s / tier_aim:.2f}",
+        ),
+        (
+            f"GET from a file tier >= {TIER_GET_AIM_FRACTION:.0%} of a hot GET",
+            f"{tiering.get_ratio:.2f}",
+            f"{tiering.get_ratio / TIER_GET_AIM_FRACTION:.2f}",
         ),
     ]
     return [
@@ -1560,6 +1704,7 @@ def write_report(output: Path, results: Results) -> str:
         *why_section(results),
         *compaction_section(results.compaction),
         *reclaim_section(results.reclaim),
+        *tiering_section(results),
         *aims_section(results),
         *scale_section(results),
     ]

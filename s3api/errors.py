@@ -351,6 +351,7 @@ DOMAIN_ERROR_CODES: dict[type[BaseException], str] = {
     object_errors.EntityTooSmallError: "EntityTooSmall",
     object_errors.ObjectUnavailableError: "ServiceUnavailable",
     TierUnavailableError: "ServiceUnavailable",
+    object_errors.RestoreNotAllowedError: "InvalidObjectState",
     # ZooKeeper and timeouts escaping a bounded wait (ConnectionClosedError is a
     # SessionExpiredError)
     ZooKeeperRequestTooLargeError: "InvalidRequest",
@@ -450,6 +451,12 @@ def _tier_unavailable_answer(
     )
 
 
+def _restore_not_allowed_answer(
+    exc: object_errors.RestoreNotAllowedError, code: str, requester: str | None
+) -> S3Error:
+    return S3Error(code, "Restore is not allowed for the object's current storage class")
+
+
 # Domain errors whose answer is not just the code and the fields the exception carries:
 # a message made from its data, a header, the requester, fewer fields.
 _DOMAIN_ANSWERS: dict[type[BaseException], Callable[[Any, str, str | None], S3Error]] = {
@@ -459,6 +466,7 @@ _DOMAIN_ANSWERS: dict[type[BaseException], Callable[[Any, str, str | None], S3Er
     ZooKeeperRequestTooLargeError: _request_too_large_answer,
     ledger_errors.NotEnoughBookiesError: _not_enough_bookies_answer,
     TierUnavailableError: _tier_unavailable_answer,
+    object_errors.RestoreNotAllowedError: _restore_not_allowed_answer,
 }
 assert _DOMAIN_ANSWERS.keys() <= DOMAIN_ERROR_CODES.keys(), "an answer for an unmapped error"
 

@@ -44,7 +44,6 @@ UNSUPPORTED_SUBRESOURCES = frozenset(
         "renameObject",
         "replication",
         "requestPayment",
-        "restore",
         "retention",
         "select",
         "session",
@@ -202,7 +201,11 @@ _OBJECT_OPERATIONS: dict[str, _Choices] = {
         "DeleteObject",
     ),
 }
-_OBJECT_POSTS = (("uploads", "CreateMultipartUpload"), ("uploadId", "CompleteMultipartUpload"))
+_OBJECT_POSTS = (
+    ("uploads", "CreateMultipartUpload"),
+    ("uploadId", "CompleteMultipartUpload"),
+    ("restore", "RestoreObject"),
+)
 
 
 def _chosen(query: Mapping[str, str], subresources: tuple[tuple[str, str], ...]) -> str:

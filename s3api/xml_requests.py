@@ -174,6 +174,28 @@ def _resource_tag_text(text: str) -> bool:
     )
 
 
+RESTORE_DAYS_MAX = 36_500
+
+
+def parse_restore_request(body: bytes) -> int:
+    """RestoreObject's RestoreRequest -> Days (its GlacierJobParameters, the retrieval
+    speed, have no meaning here: a restore is done before the answer). Select
+    requests (Type SELECT) are not implemented."""
+    element = _parse(body, "RestoreRequest")
+    if _child(element, "Type") is not None or _child(element, "SelectParameters") is not None:
+        raise S3Error("NotImplemented", "Restore requests of type SELECT are not implemented")
+    days_text = _child_text(element, "Days")
+    if days_text is None:
+        raise S3Error("MalformedXML", "RestoreRequest needs Days (restores are kept that long)")
+    try:
+        days = int(days_text)
+    except ValueError:
+        raise _malformed() from None
+    if not 1 <= days <= RESTORE_DAYS_MAX:
+        raise S3Error("InvalidArgument", f"Days must be 1..{RESTORE_DAYS_MAX}")
+    return days
+
+
 def parse_tagging(body: bytes, *, bucket: bool = False) -> dict[str, str]:
     """PutObjectTagging / PutBucketTagging -> {key: value} (InvalidTag on S3's rules;
     a bucket's tags are resource tags, held to AWS's character set too)."""

@@ -525,6 +525,10 @@ class VersionRefs:
         location: str | None = self._d.get("tier")
         return location
 
+    @property
+    def system_metadata(self) -> dict[str, str]:
+        return self._d.get("sys") or {}
+
     def record(self, bucket: str, key: str, is_latest: bool = False) -> ObjectRecord:
         return ObjectRecord.from_dict(bucket, key, self._d, is_latest)
 

@@ -47,8 +47,9 @@ from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD, OBJECT_LEDGER_PURPOS
 from blobstore.ledger.errors import LedgerError, NotEnoughBookiesError
 from blobstore.maintenance import hooks
 from blobstore.maintenance.lifecycle import ActionKind
-from blobstore.maintenance.scan import ABORT_UPLOAD, Session
+from blobstore.maintenance.scan import ABORT_UPLOAD, RESTORE_EXPIRED, Session
 from blobstore.objects.read_object_op import ShortEntryError
+from blobstore.objects.restore import unrestored
 from blobstore.recovery.sweeper import GatewayRegistration
 from blobstore.runtime.zk import ZooKeeperClient
 
@@ -234,6 +235,16 @@ async def _swap(
 # ------------------------------------------------------------------ lifecycle
 
 
+async def _drop_restored_copy(
+    catalog: Catalog, bucket: str, key: str, version_id: str, mtime: float
+) -> bool:
+    """Swap a restored version back to its tier alone (False: it changed since)."""
+    record = await catalog.get_object(bucket, key, version_id)
+    if record.last_modified != mtime or not record.extents or record.tier_location is None:
+        return False
+    return await catalog.swap_object(record, unrestored(record))
+
+
 def lifecycle_partition(
     session: Session, actions: Iterable[tuple[Any, ...]]
 ) -> Iterator[tuple[Any, ...]]:
@@ -270,6 +281,9 @@ async def _act(
             await catalog.delete_object(bucket, key, version_id, expected_mtime=mtime)
         elif kind == ActionKind.ADD_DELETE_MARKER:
             await catalog.delete_object(bucket, key, expected_mtime=mtime)
+        elif kind == RESTORE_EXPIRED:
+            if not await _drop_restored_copy(catalog, bucket, key, version_id, mtime):
+                return (RESULT_SKIPPED, -1, *where, 0, "changed")
         else:
             return (RESULT_SKIPPED, -1, *where, 0, f"unknown action {kind}")
     except (PreconditionFailedError, NoSuchKeyError, NoSuchVersionError, NoSuchUploadError):

@@ -471,6 +471,9 @@ def _count_lifecycle(state: Run, rows: list[tuple[Any, ...]]) -> None:
         elif kind == scan.ABORT_UPLOAD:
             the_report.uploads_aborted += 1
             state.released.append((-1, bucket, key, "", version_id))
+        elif kind == scan.RESTORE_EXPIRED:
+            the_report.restores_expired += 1
+            state.released.append((-1, bucket, key, version_id, ""))
 
 
 # ------------------------------------------------------------------ compaction

@@ -68,6 +68,7 @@ class Report:
     segments_removed: int = 0  # segments no record named (orphans, dead): deleted
     segments_rewritten: int = 0  # sparse segments whose live versions were moved
     objects_rewritten: int = 0  # tiered versions moved to a new segment of their tier
+    restores_expired: int = 0  # restored copies of tiered versions dropped, their days over
     tier_bytes_freed: int = 0  # bytes of the segments removed
     transitions_skipped: int = 0  # changed since the scan, or no tier for the class
     waiting: int = 0  # condemned, waiting for the grace period or a later look

@@ -48,6 +48,7 @@ from blobstore.maintenance import hooks, lifecycle
 from blobstore.objects.config import READ_WINDOW_ENTRIES_MAX
 from blobstore.objects.manifest import ManifestError, ManifestReader
 from blobstore.objects.read_object_op import ReadHandleCache, ShortEntryError
+from blobstore.objects.restore import restored_until
 from blobstore.runtime.zk import ZooKeeperClient
 from blobstore.wire import zk_layout
 
@@ -59,6 +60,8 @@ ROLE_UNRESOLVED = "unresolved"
 PINNING_ROLES = (ROLE_PART, ROLE_MANIFEST, ROLE_NAMED)
 TAG_EXTENT, TAG_ACTION, TAG_LEDGER, TAG_COUNT, TAG_TIERED = "e", "a", "l", "n", "t"
 ABORT_UPLOAD = "abort_upload"
+# A restored copy of a tiered version whose days are over: dropped from the bookies.
+RESTORE_EXPIRED = "restore_expired"
 UPLOADS_PER_TASK = 500
 READS_IN_FLIGHT_MAX = 32
 MANIFEST_HANDLES_MAX = 16
@@ -249,6 +252,17 @@ def tiered_row(bucket: str, key: str, version: VersionRefs, location: str) -> Ro
     return (TAG_TIERED, None, None, None, version.size, None, None, *holder, mtime, location)
 
 
+def restore_rows(bucket: str, key: str, version: VersionRefs, now: float) -> Iterator[Row]:
+    """The action dropping a tiered version's restored copy, once its days are over."""
+    until = restored_until(version.system_metadata)
+    if version.extents and until is not None and until <= now:
+        holder = (bucket, key, version.version_id)
+        detail = _detail(rule_id="", reason=f"restored copy expired at {until:.0f}")
+        extent = (None, None, None, version.size, None)
+        row = (TAG_ACTION, *extent, RESTORE_EXPIRED, *holder, *_NO_UPLOAD)
+        yield (*row, version.last_modified, detail)
+
+
 def action_row(bucket: str, action: lifecycle.Action, mtime: float, size: int = 0) -> Row:
     """An action on a version, with the time that version was written (the execution
     acts only if it still was: `Catalog.delete_object(expected_mtime=...)`)."""
@@ -374,6 +388,7 @@ async def _scan_range(
                 location = version.tier_location
                 if location is not None:
                     rows.append(tiered_row(bucket, key, version, location))
+                    rows.extend(restore_rows(bucket, key, version, now))
                 if version.manifest and not version.manifest_ledgers:
                     rows.extend(await _resolved_rows(manifests, bucket, key, version, objects))
                 else:

@@ -41,5 +41,9 @@ class ObjectUnavailableError(ObjectLayerError):
     """The object's bytes cannot be read (e.g. a tier this gateway cannot reach)."""
 
 
+class RestoreNotAllowedError(ObjectLayerError):
+    """RestoreObject of a version that is not on a cold tier (S3: InvalidObjectState)."""
+
+
 class ObjectChangedError(ObjectLayerError):
     """The object was replaced while it was being read (the response is cut short)."""

@@ -45,6 +45,7 @@ from blobstore.objects.errors import (
     InvalidPartListError,
     ObjectChangedError,
     ObjectUnavailableError,
+    RestoreNotAllowedError,
 )
 from blobstore.objects.extents import plan_read, slice_extents
 from blobstore.objects.manifest import (
@@ -70,6 +71,7 @@ from blobstore.objects.read_object_op import (
     read_entries,
     span_piece,
 )
+from blobstore.objects.restore import restore_expiry, restored_metadata
 from blobstore.objects.writer_pool import LedgerWriterPool
 from blobstore.recovery.auditor import BookieAuditor
 from blobstore.recovery.sweeper import GatewayRegistration, LedgerSweeper
@@ -306,6 +308,44 @@ class ObjectStore:
         return result
 
     # ------------------------------------------------------------------ reads
+
+    async def restore_object(
+        self, record: ObjectRecord, days: int, now: float | None = None
+    ) -> tuple[ObjectRecord, bool]:
+        """A copy of a tiered version's bytes back on the bookies until `days` have
+        passed (the record keeps its tier location; the maintenance job drops the copy
+        once it expires, `restore.py`). Returns the record and whether a copy was
+        already there (then only its expiry moves). Durable before it returns: the bytes
+        are acknowledged by the bookies, and the record swapped by compare-and-set."""
+        if record.tier_location is None:
+            raise RestoreNotAllowedError(f"object {record.key!r} is not on a cold tier")
+        expiry = restore_expiry(time.time() if now is None else now, days)
+        restored = bool(record.extents)
+        if restored:
+            new = replace(record, system_metadata=restored_metadata(record, expiry))
+        else:
+            data = (
+                await self.write_data(
+                    self.read(record, 0, record.size - 1), record.size + 1, compute_md5=False
+                )
+                if record.size
+                else WrittenData((), 0, b"")
+            )
+            new = replace(
+                record, extents=data.extents, system_metadata=restored_metadata(record, expiry)
+            )
+        if not await self.catalog.swap_object(record, new):
+            raise ObjectChangedError(f"{record.key!r} changed while being restored")
+        logger.info(
+            "event=object_restored bucket=%s key=%s version_id=%s bytes=%d expiry=%.0f again=%s",
+            record.bucket,
+            record.key,
+            record.version_id,
+            record.size,
+            expiry,
+            restored,
+        )
+        return new, restored
 
     async def resolve(self, record: ObjectRecord) -> ObjectRecord:
         """The record with its extents and parts, read from its manifest if they live

@@ -64,6 +64,7 @@ HANDLERS: dict[str, Handler] = {
     "PutObjectTagging": objects.put_object_tagging,
     "DeleteObjectTagging": objects.delete_object_tagging,
     "GetObjectAttributes": objects.get_object_attributes,
+    "RestoreObject": objects.restore_object,
     "CreateMultipartUpload": multipart.create_multipart_upload,
     "UploadPart": multipart.upload_part,
     "UploadPartCopy": multipart.upload_part_copy,

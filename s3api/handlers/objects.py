@@ -362,17 +362,22 @@ async def put_object(ctx: S3Context) -> Response:
 
 
 def _part_range(record: ObjectRecord, part_number: int) -> tuple[int, int]:
-    """Bytes first..last of one part (a non-multipart object is its own part 1)."""
+    """Bytes first..last of one part (a non-multipart object is its own part 1); a part
+    the object does not have is 416 InvalidPartNumber, naming the part count as S3 does."""
     if not record.parts:
         if part_number != 1:
-            raise S3Error("InvalidPartNumber")
+            raise _invalid_part_number(part_number, 1)
         return 0, record.size - 1
     offset = 0
     for part in record.parts:
         if part.part_number == part_number:
             return offset, offset + part.size - 1
         offset += part.size
-    raise S3Error("InvalidPartNumber")
+    raise _invalid_part_number(part_number, len(record.parts))
+
+
+def _invalid_part_number(requested: int, count: int) -> S3Error:
+    return S3Error("InvalidPartNumber", PartNumberRequested=requested, ActualPartCount=count)
 
 
 def object_headers(ctx: S3Context, record: ObjectRecord, versioning: str) -> dict[str, str]:
@@ -783,6 +788,19 @@ async def _retag(ctx: S3Context, tags: dict[str, str]) -> ObjectRecord:
             return record
         await asyncio.sleep(0.01)
     raise S3Error("SlowDown")
+
+
+async def restore_object(ctx: S3Context) -> Response:
+    """RestoreObject: a tiered version's bytes copied back to the bookies for the days
+    asked (blobstore/objects/restore.py), before the answer: 202 for a new copy, 200
+    when one was there (its expiry moved)."""
+    validate_key(ctx.key)
+    bucket, record = await authorized_bucket_and_version(ctx)
+    days = xml_requests.parse_restore_request(await ctx.small_body())
+    record = await ctx.store.resolve(record)
+    _, again = await ctx.store.restore_object(record, days)
+    headers = version_headers(record.version_id, bucket.versioning)
+    return Response(b"", status_code=200 if again else 202, headers=headers)
 
 
 async def get_object_tagging(ctx: S3Context) -> Response:

@@ -4,8 +4,9 @@ real `blobstore maintain` (local Spark), the real `blobstore admin tier`.
 Objects of several sizes (one of many entries, a multipart one, an empty one) are
 moved to a tier named by an S3 class bound to it; then GET, HEAD, random range GETs and
 listings show them unchanged but for their storage class, and the bookies no longer
-hold their ledgers. Deleting most of them makes the segment sparse: the next run
-rewrites it; deleting the rest removes every segment at the run after.
+hold their ledgers. RestoreObject copies one back to the bookies; deleting the others
+makes the segment sparse: the next run drops the expired copy and rewrites the segment;
+deleting the last removes every segment at the run after.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
 
 from tests.maintenance.conftest import ROOT, MaintenanceCluster
 from tests.waiting import wait_until
@@ -108,6 +112,49 @@ def add_file_tier(cluster: MaintenanceCluster, tier_dir: Path) -> None:
     assert added.returncode == 0, added.stderr
 
 
+def check_du(cluster: MaintenanceCluster, bodies: dict[str, bytes], segment_bytes: int) -> None:
+    """`admin du` shows the tier: versions and live bytes, the segment and its bytes."""
+    du = admin(cluster, "du", "--json")
+    assert du.returncode == 0, du.stderr
+    (tier_row,) = json.loads(du.stdout)["total"]["tiers"]
+    assert tier_row["tier"] == "COLD" and tier_row["versions"] == len(bodies), tier_row
+    assert tier_row["live_bytes"] == sum(len(b) for b in bodies.values()), tier_row
+    assert (tier_row["segments"], tier_row["segment_bytes"]) == (1, segment_bytes), tier_row
+
+
+def check_tiered_reads(
+    s3: Any, bodies: dict[str, bytes], heads: dict[str, Any], rng: random.Random
+) -> None:
+    """GET, HEAD, random ranges and the listing: the same bytes and ETags, the new class."""
+    for key, body in bodies.items():
+        got = s3.get_object(Bucket=BUCKET, Key=key)
+        assert got["Body"].read() == body, key
+        assert got["StorageClass"] == "GLACIER", key
+        head = s3.head_object(Bucket=BUCKET, Key=key)
+        assert head["ETag"] == heads[key]["ETag"], key
+        assert head["StorageClass"] == "GLACIER", key
+        for _ in range(3 if body else 0):
+            first = rng.randrange(len(body))
+            last = rng.randrange(first, len(body))
+            ranged = s3.get_object(Bucket=BUCKET, Key=key, Range=f"bytes={first}-{last}")
+            assert ranged["Body"].read() == body[first : last + 1], (key, first, last)
+    listed = s3.list_objects_v2(Bucket=BUCKET)["Contents"]
+    assert {o["Key"]: o["StorageClass"] for o in listed} == {k: "GLACIER" for k in bodies}
+
+
+def check_restore(s3: Any, key: str, body: bytes, etag: str) -> None:
+    """RestoreObject copies a tiered version back to the bookies until its days are over
+    (202; 200 when a copy is there already), and HEAD says so."""
+    restored = s3.restore_object(Bucket=BUCKET, Key=key, RestoreRequest={"Days": 1})
+    assert restored["ResponseMetadata"]["HTTPStatusCode"] == 202, restored
+    head = s3.head_object(Bucket=BUCKET, Key=key)
+    assert 'ongoing-request="false", expiry-date=' in head["Restore"], head
+    assert head["StorageClass"] == "GLACIER" and head["ETag"] == etag
+    assert read(s3, key) == body
+    again = s3.restore_object(Bucket=BUCKET, Key=key, RestoreRequest={"Days": 1})
+    assert again["ResponseMetadata"]["HTTPStatusCode"] == 200, again
+
+
 def test_transition_to_a_file_tier_and_back_out(
     cluster: MaintenanceCluster, tmp_path: Path
 ) -> None:
@@ -139,45 +186,41 @@ def test_transition_to_a_file_tier_and_back_out(
     segments = list((tier_dir / "segments").iterdir())
     assert len(segments) == 1, segments
     segment_bytes = segments[0].stat().st_size
-    du = admin(cluster, "du", "--json")
-    assert du.returncode == 0, du.stderr
-    (tier_row,) = json.loads(du.stdout)["total"]["tiers"]
-    assert tier_row["tier"] == "COLD" and tier_row["versions"] == len(bodies), tier_row
-    assert tier_row["live_bytes"] == sum(len(b) for b in bodies.values()), tier_row
-    assert (tier_row["segments"], tier_row["segment_bytes"]) == (1, segment_bytes), tier_row
+    check_du(cluster, bodies, segment_bytes)
 
-    for key, body in bodies.items():
-        got = s3.get_object(Bucket=BUCKET, Key=key)
-        assert got["Body"].read() == body, key
-        assert got["StorageClass"] == "GLACIER", key
-        head = s3.head_object(Bucket=BUCKET, Key=key)
-        assert head["ETag"] == heads[key]["ETag"], key
-        assert head["StorageClass"] == "GLACIER", key
-        for _ in range(3 if body else 0):
-            first = rng.randrange(len(body))
-            last = rng.randrange(first, len(body))
-            ranged = s3.get_object(Bucket=BUCKET, Key=key, Range=f"bytes={first}-{last}")
-            assert ranged["Body"].read() == body[first : last + 1], (key, first, last)
-    listed = s3.list_objects_v2(Bucket=BUCKET)["Contents"]
-    assert {o["Key"]: o["StorageClass"] for o in listed} == {k: "GLACIER" for k in bodies}
+    check_tiered_reads(s3, bodies, heads, rng)
 
-    # Most objects deleted: the next run rewrites the sparse segment (its live version
-    # moves to a new one); its scan also finds that the bookies hold none of the
-    # objects' bytes any more: their ledgers are gone.
+    # RestoreObject, on the version kept below.
     kept = "entries"
+    check_restore(s3, kept, bodies[kept], heads[kept]["ETag"])
+
+    # Most objects deleted: the next run (two days on) drops the expired restored copy
+    # and rewrites the sparse segment (its live version moves to a new one).
     for key in bodies:
         if key != kept:
             s3.delete_object(Bucket=BUCKET, Key=key)
     rewritten = cluster.report("--grace", "0", "--now", now)
-    assert rewritten["ledger_bytes"] == 0, rewritten
+    assert rewritten["restores_expired"] == 1, rewritten
     assert rewritten["segments_rewritten"] == 1, rewritten
     assert rewritten["objects_rewritten"] == 1 and rewritten["objects_tiered"] == 0, rewritten
     assert read(s3, kept) == bodies[kept]
+    assert "Restore" not in s3.head_object(Bucket=BUCKET, Key=kept)
     assert len(list((tier_dir / "segments").iterdir())) == 2
 
-    # The last one deleted: the next run removes both segments, no record names them.
+    # The last one deleted: the next run removes both segments (no record names them)
+    # and its scan finds that the bookies hold none of the objects' bytes.
     s3.delete_object(Bucket=BUCKET, Key=kept)
     freed = cluster.report("--grace", "0", "--now", now)
+    assert freed["ledger_bytes"] == 0, freed
     assert freed["segments_removed"] == 2, freed
     assert freed["tier_bytes_freed"] >= segment_bytes, freed
     assert list((tier_dir / "segments").iterdir()) == []
+
+
+def test_restore_of_an_object_on_the_bookies_is_refused(cluster: MaintenanceCluster) -> None:
+    s3 = start(cluster)
+    s3.put_object(Bucket=BUCKET, Key="hot", Body=b"x")
+    with pytest.raises(ClientError) as caught:
+        s3.restore_object(Bucket=BUCKET, Key="hot", RestoreRequest={"Days": 1})
+    assert caught.value.response["Error"]["Code"] == "InvalidObjectState"
+    assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
