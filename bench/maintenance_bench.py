@@ -19,10 +19,11 @@ bookies; one ZooKeeper server for all):
   `maintain --only compact --grace 0`: bytes copied per second against the disk's bound;
 - **bytes on bookies**: a delete-heavy workload through the gateway (boto3), then one
   `maintain --grace 0`: the bookies' ledger directories against live bytes x WQ;
-- **tiering**: objects put through the gateway and moved to a file tier by
-  `maintain --only tier` (a Transition rule): bytes written to the tier per second of the
-  phase's Spark jobs, against the disk's sequential bandwidth; then GETs (boto3, 4 in
-  flight) alternating between hot objects and tiered ones, same sizes.
+- **tiering**: objects put through the gateway and moved by `maintain --only tier`
+  (Transition rules) to a file tier, then to an S3 tier (a second cluster's gateway):
+  bytes written to the tier per second of the phase's Spark jobs, against the disk's
+  sequential bandwidth; then GETs (boto3, 4 in flight) of hot objects and of objects on
+  each tier in turn, same sizes.
 
 Each run of the job is a child process (`--job`: `blobstore.maintenance.job.run` with a
 progress callback whose calls are timed, so the start of each scan is exact), paying
@@ -44,6 +45,7 @@ import platform
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,6 +69,7 @@ from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, start_zoo
 from blobstore.ledger import LedgerClient
 from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD, OBJECT_LEDGER_PURPOSE
 from blobstore.maintenance import scan
+from blobstore.runtime.sealing import CLUSTER_KEY_FILE_ENV, write_cluster_key_file
 from blobstore.runtime.zk import ZooKeeperClient
 from blobstore.wire import zk_layout
 
@@ -1044,12 +1047,11 @@ def measure_reclaim(server: ZooKeeperServer, work: Path, sizes: Sizes) -> Reclai
 
 
 @dataclass
-class TieringResult:
-    sizes: Sizes
+class TierRun:
+    """One `maintain --only tier` moving objects to one tier."""
+
     run: JobRun
     tier_s: float  # the wall time of the tier phase's Spark jobs
-    hot_get_mb_s: list[float]  # per round
-    tier_get_mb_s: list[float]
 
     @property
     def bytes_written(self) -> int:
@@ -1059,12 +1061,25 @@ class TieringResult:
     def mb_per_s(self) -> float:
         return self.bytes_written / self.tier_s / 1e6 if self.tier_s else 0.0
 
+
+@dataclass
+class TieringResult:
+    sizes: Sizes
+    file_tier: TierRun
+    s3_tier: TierRun
+    get_mb_s: dict[str, list[float]]  # "hot", "file", "s3" -> per round
+
     @property
-    def get_ratio(self) -> float:
-        """Median tiered GET over median hot GET."""
-        hot = sorted(self.hot_get_mb_s)[len(self.hot_get_mb_s) // 2]
-        cold = sorted(self.tier_get_mb_s)[len(self.tier_get_mb_s) // 2]
-        return cold / hot if hot else 0.0
+    def mb_per_s(self) -> float:
+        return self.file_tier.mb_per_s
+
+    def get_ratio(self, tier: str) -> float:
+        """Median GET from `tier` over median hot GET."""
+        hot = statistics.median(self.get_mb_s["hot"])
+        return statistics.median(self.get_mb_s[tier]) / hot if hot else 0.0
+
+
+TIER_PREFIXES = {"hot": "hot/", "file": "cold/", "s3": "remote/"}
 
 
 def get_mb_s(s3: Any, keys: list[str], size: int) -> float:
@@ -1080,45 +1095,65 @@ def get_mb_s(s3: Any, keys: list[str], size: int) -> float:
     return got / (time.monotonic() - started) / 1e6
 
 
-def tier_workload(section: Section, s3: Any, sizes: Sizes) -> None:
-    """`cold/` and `hot/` objects, a file tier, and a rule moving `cold/` to it."""
+def tier_rule(prefix: str, storage_class: str) -> dict[str, Any]:
+    return {
+        "ID": prefix.strip("/"),
+        "Status": "Enabled",
+        "Filter": {"Prefix": prefix},
+        "Transitions": [{"Days": 0, "StorageClass": storage_class}],
+    }
+
+
+def tier_workload(section: Section, remote: str, s3: Any, sizes: Sizes) -> None:
+    """Objects under each of TIER_PREFIXES; a file tier (GLACIER) and an S3 tier
+    (DEEP_ARCHIVE: a bucket of the remote cluster's gateway)."""
     s3.create_bucket(Bucket=BUCKET)
     body = os.urandom(sizes.tier_object_bytes)
-    keys = [f"{where}/{i:05d}" for where in ("cold", "hot") for i in range(sizes.tier_objects)]
+    keys = [f"{p}{i:05d}" for p in TIER_PREFIXES.values() for i in range(sizes.tier_objects)]
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda key: s3.put_object(Bucket=BUCKET, Key=key, Body=body), keys))
+    s3_client(remote).create_bucket(Bucket="tier")
+    admin = cli("admin", "--zk", section.zk, "tier", "add")
     tier = section.work / "tier"
-    command = cli("admin", "--zk", section.zk, "tier", "add", "BENCH", f"file://{tier}")
-    subprocess.run([*command, "--storage-class", "GLACIER"], check=True, capture_output=True)
-    rule = {
-        "ID": "cold",
-        "Status": "Enabled",
-        "Filter": {"Prefix": "cold/"},
-        "Transitions": [{"Days": 0, "StorageClass": "GLACIER"}],
-    }
-    s3.put_bucket_lifecycle_configuration(Bucket=BUCKET, LifecycleConfiguration={"Rules": [rule]})
+    for command in (
+        [*admin, "FILE", f"file://{tier}", "--storage-class", "GLACIER"],
+        [*admin, "REMOTE", "s3://tier/bench", "--endpoint", remote, "--access-key", ACCESS_KEY,
+         "--storage-class", "DEEP_ARCHIVE"],
+    ):  # fmt: skip
+        env = {**os.environ, "BLOBSTORE_TIER_SECRET_KEY": SECRET_KEY}
+        subprocess.run(command, check=True, capture_output=True, env=env)
+
+
+def tier_run(section: Section, s3: Any, name: str, rules: list[dict[str, Any]]) -> TierRun:
+    s3.put_bucket_lifecycle_configuration(Bucket=BUCKET, LifecycleConfiguration={"Rules": rules})
+    run = run_job(section.zk, section.work, name, phases=["tier"], now=time.time() + 2 * DAY_S)
+    return TierRun(run, sum(j.ended_s - j.started_s for j in jobs_of(run, "_run_tiering")))
 
 
 def measure_tiering(server: ZooKeeperServer, work: Path, sizes: Sizes) -> TieringResult:
-    with Section(server, "tiering", work) as section:
-        endpoint = section.start_gateway({})
-        s3 = s3_client(endpoint)
-        print("tiering: objects...", flush=True)
-        tier_workload(section, s3, sizes)
-        run = run_job(
-            section.zk, section.work, "tiering", phases=["tier"], now=time.time() + 2 * DAY_S
-        )
-        tier_s = sum(j.ended_s - j.started_s for j in jobs_of(run, "_run_tiering"))
-        hot = [f"hot/{i:05d}" for i in range(sizes.tier_objects)]
-        cold = [f"cold/{i:05d}" for i in range(sizes.tier_objects)]
-        hot_mb_s, tier_mb_s = [], []
-        for _ in range(TIER_GET_ROUNDS):
-            hot_mb_s.append(get_mb_s(s3, hot, sizes.tier_object_bytes))
-            tier_mb_s.append(get_mb_s(s3, cold, sizes.tier_object_bytes))
-    result = TieringResult(sizes, run, tier_s, hot_mb_s, tier_mb_s)
+    key_file = work / "cluster.key"
+    if not key_file.exists():
+        write_cluster_key_file(key_file)
+    os.environ[CLUSTER_KEY_FILE_ENV] = str(key_file)  # the gateways, admin and the job
+    with Section(server, "tiering-remote", work) as remote_section:
+        remote = remote_section.start_gateway({})
+        with Section(server, "tiering", work) as section:
+            s3 = s3_client(section.start_gateway({}))
+            print("tiering: objects...", flush=True)
+            tier_workload(section, remote, s3, sizes)
+            file_rule = tier_rule(TIER_PREFIXES["file"], "GLACIER")
+            file_tier = tier_run(section, s3, "tiering-file", [file_rule])
+            s3_rule = tier_rule(TIER_PREFIXES["s3"], "DEEP_ARCHIVE")
+            s3_tier = tier_run(section, s3, "tiering-s3", [file_rule, s3_rule])
+            gets: dict[str, list[float]] = {name: [] for name in TIER_PREFIXES}
+            for _ in range(TIER_GET_ROUNDS):
+                for name, prefix in TIER_PREFIXES.items():
+                    keys = [f"{prefix}{i:05d}" for i in range(sizes.tier_objects)]
+                    gets[name].append(get_mb_s(s3, keys, sizes.tier_object_bytes))
+    result = TieringResult(sizes, file_tier, s3_tier, gets)
     print(
-        f"tiering: {result.bytes_written / MIB:,.0f} MiB in {tier_s:.1f} s "
-        f"({result.mb_per_s:,.0f} MB/s); GET hot {hot_mb_s} MB/s, tiered {tier_mb_s} MB/s",
+        f"tiering: file {file_tier.mb_per_s:,.0f} MB/s, S3 {s3_tier.mb_per_s:,.0f} MB/s; "
+        f"GET MB/s {gets}",
         flush=True,
     )
     return result
@@ -1505,31 +1540,41 @@ def reclaim_section(result: ReclaimResult) -> list[str]:
 def tiering_section(results: Results) -> list[str]:
     result = results.tiering
     sizes = result.sizes
-    rounds = ", ".join(
-        f"{hot:,.0f} / {cold:,.0f}"
-        for hot, cold in zip(result.hot_get_mb_s, result.tier_get_mb_s, strict=True)
-    )
+
+    def rounds(name: str) -> str:
+        return ", ".join(f"{v:,.0f}" for v in result.get_mb_s[name])
+
     rows = [
-        ("bytes written to the tier (segments)", size_text(result.bytes_written)),
-        ("objects tiered", f"{result.run.report['objects_tiered']:,}"),
-        ("the tier phase's Spark jobs (write, verify, swap)", f"{result.tier_s:.1f} s"),
-        ("**tiering**", f"**{result.mb_per_s:,.0f} MB/s**"),
+        ("file tier: bytes written (segments) / objects",
+         f"{size_text(result.file_tier.bytes_written)} / "
+         f"{result.file_tier.run.report['objects_tiered']:,}"),
+        ("file tier: the tier phase's Spark jobs (write, verify, swap)",
+         f"{result.file_tier.tier_s:.1f} s"),
+        ("**file tier: tiering**", f"**{result.file_tier.mb_per_s:,.0f} MB/s**"),
         ("sequential write + fdatasync (same run)", f"{results.limits.disk_mb_per_s:,.0f} MB/s"),
-        (f"GET MB/s, hot / tiered, {TIER_GET_ROUNDS} rounds alternated", rounds),
-        ("**tiered GET / hot GET (medians)**", f"**{result.get_ratio:.2f}**"),
-        ("run, start to finish", f"{result.run.total_s:.1f} s"),
-    ]
+        ("S3 tier: bytes written / Spark jobs", f"{size_text(result.s3_tier.bytes_written)} / "
+         f"{result.s3_tier.tier_s:.1f} s"),
+        ("S3 tier: tiering", f"{result.s3_tier.mb_per_s:,.0f} MB/s"),
+        (f"GET MB/s, hot, {TIER_GET_ROUNDS} rounds", rounds("hot")),
+        ("GET MB/s, file tier", rounds("file")),
+        ("GET MB/s, S3 tier", rounds("s3")),
+        ("**file-tier GET / hot GET (medians)**", f"**{result.get_ratio('file'):.2f}**"),
+        ("S3-tier GET / hot GET (medians)", f"{result.get_ratio('s3'):.2f}"),
+    ]  # fmt: skip
     return [
-        "## Tiering (file tier)",
+        "## Tiering",
         "",
         f"Through the gateway: {sizes.tier_objects:,} objects of "
-        f"{size_text(sizes.tier_object_bytes)} under `cold/` and as many under `hot/`; a "
-        "file tier on the same disk as the bookies, bound to GLACIER, and a Transition "
-        "rule (Days 0) for `cold/`; then `maintain --only tier`. Its throughput is the "
-        "bytes of the segments written over the wall time of the phase's Spark jobs: each "
-        "task reads the objects from the bookies, writes the segment, reads it back whole "
-        "to verify it and swaps the records. Then GETs through boto3 "
-        f"({TIER_GET_THREADS} in flight), alternating hot and tiered objects.",
+        f"{size_text(sizes.tier_object_bytes)} under each of `hot/`, `cold/` and `remote/`. "
+        "Two tiers: a file tier on the same disk as the bookies (GLACIER), and an S3 tier "
+        "whose remote is a second cluster (three bookies and a gateway on the same machine, "
+        "DEEP_ARCHIVE). `maintain --only tier` moves `cold/` to the file tier, then a second "
+        "run `remote/` to the S3 tier (Transition rules, Days 0). Throughput is the bytes "
+        "of the segments written over the wall time of the phase's Spark jobs: each task "
+        "reads the objects from the bookies, writes the segment, reads it back whole to "
+        "verify it and swaps the records. Then GETs through boto3 "
+        f"({TIER_GET_THREADS} in flight), hot, file tier and S3 tier in turn, "
+        f"{TIER_GET_ROUNDS} rounds.",
         "",
         *table(("measure", "result"), rows),
         "",
@@ -1568,8 +1613,8 @@ def aims_section(results: Results) -> list[str]:
         ),
         (
             f"GET from a file tier >= {TIER_GET_AIM_FRACTION:.0%} of a hot GET",
-            f"{tiering.get_ratio:.2f}",
-            f"{tiering.get_ratio / TIER_GET_AIM_FRACTION:.2f}",
+            f"{tiering.get_ratio('file'):.2f}",
+            f"{tiering.get_ratio('file') / TIER_GET_AIM_FRACTION:.2f}",
         ),
     ]
     return [

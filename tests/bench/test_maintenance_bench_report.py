@@ -25,7 +25,7 @@ SECTIONS = (
     "### Where a scan task's time goes",
     "## Compaction copy",
     "## Bytes on bookies",
-    "## Tiering (file tier)",
+    "## Tiering",
     "## Against the aims (ratio >= 1 meets it)",
     "## A 100 M-object catalog on a Spark cluster",
 )
