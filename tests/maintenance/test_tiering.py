@@ -99,7 +99,7 @@ TIER_RULES = [
 ]
 
 
-def later_text(days: int = 2) -> str:
+def later_text(days: int = 3) -> str:
     """A --now past every transition the rules set on objects written now."""
     later = datetime.datetime.fromtimestamp(time.time() + days * DAY_S, datetime.UTC)
     return later.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,8 +1,10 @@
 """Transitions to an S3 tier whose remote is a second, separately started blobstore (its
 own ZooKeeper root, bookie and gateway), end to end through boto3 and the real
-`blobstore maintain`; then the remote is stopped: GETs of tiered objects answer 503
-naming the tier, objects on the bookies are served as before, and the job reports the
-tier's failure and moves the versions due at its next run, once the tier is back.
+`blobstore maintain` (GET, a range, the listing's classes, RestoreObject); then the
+remote is stopped: GETs of tiered objects answer 503 naming the tier, objects on the
+bookies are served as before, and the job reports the tier's failure and moves the
+versions due at its next run, once the tier is back. Deleting every tiered object frees
+the remote's segments at the next run.
 """
 
 from __future__ import annotations
@@ -60,6 +62,48 @@ def read(s3: Any, key: str, **extra: Any) -> bytes:
     return body
 
 
+def add_s3_tier(cluster: MaintenanceCluster, remote: GatewayProcess, env: dict[str, str]) -> None:
+    """`admin tier add ARCHIVE s3://...` on the remote, bound to DEEP_ARCHIVE."""
+    command = [sys.executable, "-m", "blobstore.cli", "admin", "--zk", cluster.zk, "tier"]
+    command += ["add", "ARCHIVE", f"s3://{TIER_BUCKET}/blobstore", "--endpoint", remote.endpoint]
+    command += ["--access-key", ACCESS_KEY, "--storage-class", "DEEP_ARCHIVE"]
+    added = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env, "BLOBSTORE_TIER_SECRET_KEY": SECRET_KEY},
+    )
+    assert added.returncode == 0, added.stderr
+
+
+def check_outage(
+    cluster: MaintenanceCluster, s3: Any, remote: GatewayProcess, env: dict[str, str], now: str
+) -> None:
+    """The tier goes away: tiered objects answer 503 naming it, the rest is served; the
+    job reports the tier's failure, and moves what is due once it is back."""
+    remote.kill()
+    s3_once = cluster.gateway.client(retries={"max_attempts": 1, "mode": "standard"})
+    with pytest.raises(ClientError) as caught:
+        read(s3_once, "old/0")
+    error = caught.value.response
+    assert error["ResponseMetadata"]["HTTPStatusCode"] == 503, error
+    assert "ARCHIVE" in error["Error"]["Message"], error
+    assert read(s3_once, "hot") == b"hot bytes"
+    s3.put_object(Bucket=BUCKET, Key="old/late", Body=b"late bytes")
+    failed = cluster.maintain("--grace", "0", "--now", now, env=env, check=False)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    down = json.loads(failed.stdout)
+    assert down["objects_tiered"] == 0 and any("ARCHIVE" in e for e in down["errors"]), down
+    assert down["restores_expired"] == 1, down  # old/1's copy: the bookies need no tier
+    assert read(s3, "old/late") == b"late bytes"
+    remote.start()
+    back = cluster.report("--grace", "0", "--now", now, env=env)
+    assert back["objects_tiered"] == 1 and back["errors"] == [], back
+    assert read(s3, "old/late") == b"late bytes"
+
+
 def test_s3_tier_round_trip_and_outage(
     cluster: MaintenanceCluster,
     zk_server: ZooKeeperServer,
@@ -76,32 +120,7 @@ def test_s3_tier_round_trip_and_outage(
     cluster.start_gateway("gateway", {**env, "BLOBSTORE_PART_BYTES_MIN": str(PART_BYTES)})
     s3 = cluster.s3()
     s3.create_bucket(Bucket=BUCKET)
-    added = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "blobstore.cli",
-            "admin",
-            "--zk",
-            cluster.zk,
-            "tier",
-            "add",
-            "ARCHIVE",
-            f"s3://{TIER_BUCKET}/blobstore",
-            "--endpoint",
-            remote.endpoint,
-            "--access-key",
-            ACCESS_KEY,
-            "--storage-class",
-            "DEEP_ARCHIVE",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **env, "BLOBSTORE_TIER_SECRET_KEY": SECRET_KEY},
-    )
-    assert added.returncode == 0, added.stderr
+    add_s3_tier(cluster, remote, env)
     bodies = {f"old/{n}": rng.randbytes(rng.choice([1, 3000, 300_000])) for n in range(5)}
     for key, body in bodies.items():
         s3.put_object(Bucket=BUCKET, Key=key, Body=body)
@@ -120,26 +139,18 @@ def test_s3_tier_round_trip_and_outage(
             assert read(s3, key, Range="bytes=1-1") == body[1:2]
     listed = {o["Key"]: o["StorageClass"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]}
     assert listed == {**{k: "DEEP_ARCHIVE" for k in bodies}, "hot": "STANDARD"}
+    restored = s3.restore_object(Bucket=BUCKET, Key="old/1", RestoreRequest={"Days": 1})
+    assert restored["ResponseMetadata"]["HTTPStatusCode"] == 202, restored
+    assert read(s3, "old/1") == bodies["old/1"]
 
-    # The tier goes away: tiered objects answer 503 naming it; the rest is served.
-    remote.kill()
-    s3_once = cluster.gateway.client(retries={"max_attempts": 1, "mode": "standard"})
-    with pytest.raises(ClientError) as caught:
-        read(s3_once, "old/0")
-    error = caught.value.response
-    assert error["ResponseMetadata"]["HTTPStatusCode"] == 503, error
-    assert "ARCHIVE" in error["Error"]["Message"], error
-    assert read(s3_once, "hot") == b"hot bytes"
-
-    # The job reports the tier's failure, and moves what is due once it is back.
-    s3.put_object(Bucket=BUCKET, Key="old/late", Body=b"late bytes")
-    failed = cluster.maintain("--grace", "0", "--now", now, env=env, check=False)
-    assert failed.returncode == 1, failed.stderr[-3000:]
-    down = json.loads(failed.stdout)
-    assert down["objects_tiered"] == 0 and any("ARCHIVE" in e for e in down["errors"]), down
-    assert read(s3, "old/late") == b"late bytes"
-    remote.start()
-    back = cluster.report("--grace", "0", "--now", now, env=env)
-    assert back["objects_tiered"] == 1 and back["errors"] == [], back
-    assert read(s3, "old/late") == b"late bytes"
+    check_outage(cluster, s3, remote, env, now)
     assert read(s3, "old/0") == bodies["old/0"]
+
+    # Every tiered object deleted: the next run removes both segments from the remote.
+    for key in [*bodies, "old/late"]:
+        s3.delete_object(Bucket=BUCKET, Key=key)
+    freed = cluster.report("--grace", "0", "--now", now, env=env)
+    assert freed["segments_removed"] == 2, freed
+    left = remote.client().list_objects_v2(Bucket=TIER_BUCKET, Prefix="blobstore/segments/")
+    # pyarrow may leave a directory marker (an empty object whose key ends with "/").
+    assert [o["Key"] for o in left.get("Contents", []) if not o["Key"].endswith("/")] == []
