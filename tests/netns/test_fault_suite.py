@@ -20,6 +20,7 @@ from tests.netns.suite import SuiteResult, run_suite
 
 SHORT_CYCLES = 3
 SOAK_CYCLES_DEFAULT = 100
+SOAK_CYCLE_S_MAX = 30  # a cycle takes about 5 s on an idle machine, 6-10 s under load
 
 
 def assert_nothing_lost(result: SuiteResult) -> None:
@@ -49,6 +50,7 @@ def test_fault_cycles_lose_nothing(
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(SOAK_CYCLE_S_MAX * SOAK_CYCLES_DEFAULT)
 def test_soak_fault_cycles_lose_nothing(
     netns_cluster: NetnsCluster, network: Network, seed: int
 ) -> None:
