@@ -579,15 +579,19 @@ def _presigned_params(algorithm: str, pairs: list[tuple[bytes, bytes]]) -> dict[
 def _presigned_expires(text: str) -> int:
     """Seconds a presigned URL stays valid, from its X-Amz-Expires parameter."""
     code = "AuthorizationQueryParametersError"
-    if not text.isdigit() or not text.isascii():
+    digits = text.removeprefix("-")
+    if not digits.isdigit() or not digits.isascii():
         raise S3Error(code, "X-Amz-Expires should be a number")
     expires = int(text)
+    if expires < 0:
+        raise S3Error(code, "X-Amz-Expires must be non-negative")
     if expires < 1:
-        raise S3Error(code, "X-Amz-Expires must be non-negative and at least 1 second")
+        raise S3Error(code, "X-Amz-Expires must be at least 1 second")
     if expires > PRESIGN_EXPIRES_SECONDS_MAX:
         raise S3Error(
             code,
-            "X-Amz-Expires must be less than a week (in seconds) that is 604800",
+            "X-Amz-Expires must be less than a week (in seconds); that is, the given "
+            f"X-Amz-Expires must be less than {PRESIGN_EXPIRES_SECONDS_MAX} seconds",
         )
     return expires
 

@@ -194,6 +194,7 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
         assert gone is not None
         return await _completed_before(ctx, gone)
     requested = xml_requests.parse_complete_multipart_upload(body)
+    _check_declared_checksum_form(ctx, upload)
     _check_parts_name_checksums(upload, requested)
     if_match, if_none_match = parse_write_conditions(ctx.headers)
     _check_completion_checksum_headers(ctx, upload)
@@ -237,6 +238,26 @@ async def _upload_in_progress(ctx: S3Context) -> tuple[UploadRecord | None, S3Er
         if e.code != "NoSuchUpload":
             raise
         return None, e
+
+
+def _check_declared_checksum_form(ctx: S3Context, upload: UploadRecord) -> None:
+    """A whole-object checksum the completion declares in the upload's algorithm that
+    cannot be one (not base64 of that algorithm's digest, after a COMPOSITE value's
+    `-<parts>`): BadDigest, S3's answer to a completion's checksum that does not match,
+    before the parts are looked at (a PutObject's malformed value is InvalidRequest)."""
+    algorithm = upload.checksum_algorithm or DEFAULT_ALGORITHM
+    declared = ctx.headers.get(header_name(algorithm))
+    if declared is None:
+        return
+    digest = declared.strip()
+    if upload.checksum_algorithm and upload.checksum_type != FULL_OBJECT:
+        head, dash, count = digest.rpartition("-")
+        if dash and count.isdigit():
+            digest = head
+    try:
+        decode_checksum_value(algorithm, digest)
+    except S3Error:
+        raise mismatch_error(algorithm) from None
 
 
 def _check_parts_name_checksums(upload: UploadRecord, requested: list[CompletedPart]) -> None:
