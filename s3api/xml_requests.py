@@ -20,6 +20,7 @@ from xml.etree.ElementTree import Element, ParseError
 import defusedxml.ElementTree as defused_element_tree
 from defusedxml import DefusedXmlException
 
+from blobstore.tier.tiers import TIER_NAME
 from s3api.errors import S3Error
 from s3api.limits import (
     BUCKET_TAGS_MAX,
@@ -175,6 +176,17 @@ def _resource_tag_text(text: str) -> bool:
 
 
 RESTORE_DAYS_MAX = 36_500
+
+
+def transition_classes(rules: list[dict[str, Any]]) -> list[str]:
+    """The storage classes the rules' transitions name, each once, in order."""
+    named = [
+        transition["StorageClass"]
+        for rule in rules
+        for action in ("Transition", "NoncurrentVersionTransition")
+        for transition in rule.get(action, [])
+    ]
+    return list(dict.fromkeys(named))
 
 
 def parse_restore_request(body: bytes) -> int:
@@ -472,8 +484,13 @@ def _check_lifecycle_values(rule: dict[str, Any]) -> None:
     ]
     for transition, age_field, action in transitions:
         target = transition.get("StorageClass")
-        if target not in _TRANSITION_CLASSES:
+        if target is None:
             raise _malformed()
+        if target not in _TRANSITION_CLASSES:
+            # A cold tier's name (checked against the tiers by the handler).
+            if not TIER_NAME.match(target):
+                raise S3Error("InvalidStorageClass", StorageClassRequested=target)
+            continue
         age = transition.get(age_field)
         if age is not None and age < _TRANSITION_CLASSES[target]:
             raise S3Error(

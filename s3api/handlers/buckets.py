@@ -17,6 +17,7 @@ from blobstore.access.decision import BUCKET_OWNER_ENFORCED, OBJECT_WRITER, OWNE
 from blobstore.catalog.errors import BucketAlreadyExistsError
 from blobstore.catalog.records import BucketRecord, ListResult
 from blobstore.catalog.versioning import well_formed_version_id
+from blobstore.tier.tiers import TierStore, resolve_storage_class
 from s3api import xml_requests, xml_responses
 from s3api.errors import S3Error, log_server_error, to_s3_error
 from s3api.handlers import authorization
@@ -224,8 +225,26 @@ async def get_bucket_lifecycle(ctx: S3Context) -> Response:
 async def put_bucket_lifecycle(ctx: S3Context) -> Response:
     await ctx.authorized_bucket()
     rules = xml_requests.parse_lifecycle_configuration(await ctx.small_body())
+    await _check_transition_classes(ctx, xml_requests.transition_classes(rules))
     await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, lifecycle=rules))
     return Response(b"")
+
+
+async def _check_transition_classes(ctx: S3Context, classes: list[str]) -> None:
+    """Each class a transition names must name a cold tier, or be an S3 class bound to
+    one (`blobstore admin tier add ... --storage-class`): else InvalidStorageClass."""
+    if not classes:
+        return
+    assert ctx.store.zk is not None
+    tiers = await TierStore(ctx.store.zk).list()
+    for storage_class in classes:
+        if resolve_storage_class(tiers, storage_class) is None:
+            raise S3Error(
+                "InvalidStorageClass",
+                f"The storage class you specified is not valid: no cold tier answers to "
+                f"{storage_class}",
+                StorageClassRequested=storage_class,
+            )
 
 
 async def delete_bucket_lifecycle(ctx: S3Context) -> Response:

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import datetime
 import math
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.maintenance.conftest import LEDGER_BYTES_MAX, MaintenanceCluster
+from tests.maintenance.conftest import LEDGER_BYTES_MAX, ROOT, MaintenanceCluster
 
 DAY_S = 86_400
 MARGIN_S = 60
@@ -284,7 +286,8 @@ def _and(s3: Any, m: Moments) -> Case:
 
 
 def _transition(s3: Any, m: Moments) -> Case:
-    """Transition (to any class) is not expiration: the object stays."""
+    """Transition is not expiration: the object stays, moved to the cold tier bound to
+    GLACIER by the second run."""
     rule = enabled(
         "cold",
         "cold/",
@@ -380,8 +383,17 @@ def counts(report: dict[str, Any], names: dict[str, int]) -> dict[str, int]:
     return {name: int(report[name]) for name in names}
 
 
+def add_tier(cluster: MaintenanceCluster) -> None:
+    """A file tier answering to GLACIER (a rule may name only a class a tier answers to)."""
+    command = [sys.executable, "-m", "blobstore.cli", "admin", "--zk", cluster.zk, "tier"]
+    command += ["add", "COLD", f"file://{cluster.root / 'cold'}", "--storage-class", "GLACIER"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
 def test_each_rule_and_filter_acts_as_s3_says_at_its_moment(cluster: MaintenanceCluster) -> None:
     cluster.start()
+    add_tier(cluster)
     s3 = cluster.s3()
     began = time.time()
     cases = set_up(s3, began)
@@ -398,6 +410,7 @@ def test_each_rule_and_filter_acts_as_s3_says_at_its_moment(cluster: Maintenance
 
     assert second["outcome"] == "ok" and not second["errors"], second
     assert counts(second, SECOND_RUN_COUNTS) == SECOND_RUN_COUNTS, second
+    assert second["objects_tiered"] == 1, second  # cold/a
     assert state_mismatches(s3, cases, 2) == []
     # The ledger that held only the expired big object is gone, its bytes with it.
     assert second["ledgers_deleted"] >= 1, second

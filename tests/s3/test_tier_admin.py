@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from blobstore.tier.fs import TierFiles
 from blobstore.tier.tiers import TierSpec
@@ -169,3 +170,33 @@ def test_wrong_credentials_or_a_missing_bucket_change_nothing(
     args = s3_tier_args(gateway, "no-such-bucket-here", ACCESS_KEY)
     one_line_error(admin(s3_cluster, "add", name, *args, env=env), f"tier {name}")
     assert name not in names(s3_cluster)
+
+
+def lifecycle(s3: Any, bucket: str, storage_class: str) -> None:
+    rule = {
+        "ID": "t",
+        "Status": "Enabled",
+        "Filter": {},
+        "Transitions": [{"Days": 60, "StorageClass": storage_class}],
+    }
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [rule]})
+
+
+def test_a_rule_names_a_tier_or_a_class_bound_to_one(
+    s3_cluster: S3Cluster, s3: Any, bucket: str, tmp_path: Path, tier_name: Callable[[], str]
+) -> None:
+    name = tier_name()
+    for storage_class in (name, "ONEZONE_IA"):
+        with pytest.raises(ClientError) as caught:
+            lifecycle(s3, bucket, storage_class)
+        assert caught.value.response["Error"]["Code"] == "InvalidStorageClass", storage_class
+    args = ("add", name, f"file://{tmp_path}", "--storage-class", "ONEZONE_IA")
+    assert admin(s3_cluster, *args).returncode == 0
+    try:
+        for storage_class in (name, "ONEZONE_IA"):
+            lifecycle(s3, bucket, storage_class)
+            stored = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+            assert stored[0]["Transitions"][0]["StorageClass"] == storage_class
+    finally:
+        s3.delete_bucket_lifecycle(Bucket=bucket)
+        assert admin(s3_cluster, "rm", name).returncode == 0

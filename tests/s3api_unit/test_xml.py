@@ -496,9 +496,10 @@ def _expiring_rule(
             "InvalidArgument",
         ),
         (
-            "<Transition><Days>40</Days><StorageClass>FOO</StorageClass></Transition>",
+            # Not a class, nor a tier's name (FOO could be one: the handler checks those).
+            "<Transition><Days>40</Days><StorageClass>FOO BAR</StorageClass></Transition>",
             None,
-            "MalformedXML",
+            "InvalidStorageClass",
         ),
         ("<Transition><Days>40</Days></Transition>", None, "MalformedXML"),
         (
