@@ -7,7 +7,11 @@ requests, unregister (bounded), close the journal, checkpoint.
 
 A failed checkpoint (the entry logs or the index cannot be written) turns the bookie
 read-only until one succeeds; repeated failures other than a full disk stop it with
-EXIT_STORAGE_FAILED (`ledger_dirs_monitor.storage_error_action`). A SIGINT that was
+EXIT_STORAGE_FAILED (`ledger_dirs_monitor.storage_error_action`). A journal write or
+fsync that fails turns it read-only at once (adds answered READ_ONLY, the registration
+says read-only, /health answers 503): on a full disk it stays so until restarted, on any
+other error it stops with EXIT_JOURNAL_FAILED (`ledger_dirs_monitor.journal_error_action`).
+A SIGINT that was
 ignored when the process started stays ignored (as a shell does for a background job):
 a supervisor that runs the bookie in its own process group, as `blobstore standalone`
 does, decides when a Ctrl-C stops it.
@@ -36,7 +40,7 @@ from bookie.bookie_server import BookieServer
 from bookie.config import BookieConfig
 from bookie.garbage_collector import GarbageCollector
 from bookie.http_admin import HttpAdmin
-from bookie.journal import Journal
+from bookie.journal import Journal, JournalUnavailableError
 from bookie.ledger_storage import LedgerStorage, StorageWriteError
 from bookie.metrics import METRICS
 from bookie.registration import Registration
@@ -46,6 +50,7 @@ logger = logging.getLogger(__name__)
 
 ZK_CONNECT_TIMEOUT_S = 30.0
 EXIT_STORAGE_FAILED = 5
+EXIT_JOURNAL_FAILED = 6
 
 
 def raise_open_files_limit() -> None:
@@ -79,6 +84,8 @@ class Bookie:
         self._disk_read_only = False
         # Failed checkpoints in a row (0: the last one succeeded); any turns it read-only.
         self._checkpoint_failures = 0
+        # The journal stopped taking writes (for good: read-only until restarted).
+        self._journal_failed = False
         self.exit_code = 0
         self.usage = ledger_dirs_monitor.DiskUsage(0, 1)
         self.stopping = asyncio.Event()
@@ -245,10 +252,16 @@ class Bookie:
             zero_ahead_bytes=config.journal_zero_ahead_bytes,
             zero_ahead_max_write_bytes_per_s=config.journal_zero_ahead_max_mb_s * 1e6,
         )
-        await asyncio.to_thread(journal.open_new_file)
+        try:
+            await asyncio.to_thread(journal.open_new_file)
+        except OSError as e:
+            raise JournalUnavailableError(
+                f"a new journal file cannot be written in {config.journal_dir}: {e}"
+            ) from e
         await asyncio.to_thread(journal.delete_files_before, storage.mark[0])
         journal.needs_room = storage.needs_room
         journal.wait_for_room = storage.wait_for_room
+        journal.write_failed = self.journal_failed
         self.journal = journal
         storage.journal = journal
         journal.start()
@@ -398,6 +411,28 @@ class Bookie:
             self.exit_code = EXIT_STORAGE_FAILED
             self.stopping.set()
 
+    def journal_failed(self, error: BaseException) -> None:
+        """The journal takes no more writes (bookie/journal.py): read-only at once, so
+        adds are answered READ_ONLY and the registration says so; a stop unless the disk
+        is only full (`journal_error_action`). Runs before the journal answers the adds
+        it held, so none is answered before the bookie is read-only."""
+        error_number = error.errno if isinstance(error, OSError) else None
+        action = ledger_dirs_monitor.journal_error_action(error_number)
+        logger.error(
+            "journal_failed bookie_id=%s action=%s error=%r: %s",
+            self.bookie_id,
+            action,
+            error,
+            "read-only until restarted once space is freed"
+            if action == "read_only"
+            else "stopping; the journal keeps every acknowledged entry",
+        )
+        self._journal_failed = True
+        self._update_read_only()
+        if action == "stop" and not self.stopping.is_set():
+            self.exit_code = EXIT_JOURNAL_FAILED
+            self.stopping.set()
+
     async def checkpoint_loop(self) -> None:
         # The first wait is drawn at random, so bookies started together (a cluster after
         # a restart, the standalone) do not checkpoint together every interval after.
@@ -425,8 +460,9 @@ class Bookie:
         self._update_read_only()
 
     def _update_read_only(self) -> None:
-        """Read-only while the disk is (nearly) full or the last checkpoint failed."""
-        read_only = self._disk_read_only or self._checkpoint_failures > 0
+        """Read-only while the disk is (nearly) full, the last checkpoint failed, or the
+        journal failed."""
+        read_only = self._disk_read_only or self._checkpoint_failures > 0 or self._journal_failed
         if read_only == self.read_only:
             return
         self.read_only = read_only
@@ -434,11 +470,12 @@ class Bookie:
             self.server.read_only = read_only
         METRICS.read_only.set(1 if read_only else 0)
         logger.warning(
-            "bookie_%s bookie_id=%s usage_ratio=%.3f checkpoint_failures=%d",
+            "bookie_%s bookie_id=%s usage_ratio=%.3f checkpoint_failures=%d journal_failed=%s",
             "read_only" if read_only else "writable",
             self.bookie_id,
             self.usage.ratio,
             self._checkpoint_failures,
+            self._journal_failed,
         )
         if self.registration is not None:
             self.registration.trigger()

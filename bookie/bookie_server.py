@@ -8,6 +8,11 @@ as tasks. At most `connection_in_flight_max` requests of one connection are in f
 beyond that, and while the socket's send buffer is full, the connection stops reading
 (back-pressure travels to the client through TCP).
 
+An add (or explicit LAC) the journal cannot take, because a journal write failed or the
+bookie is stopping, is answered READ_ONLY, as is every add once the bookie is read-only:
+the code writers take as "this bookie takes no writes", so they replace it (an ensemble
+change) and go on with the others.
+
 A malformed frame (absurd length, unknown version or op, short body) gets an error
 response when its request id could be read, then that connection is closed. Nothing about
 it reaches storage.
@@ -28,7 +33,7 @@ from blobstore.runtime.batched_metrics import BatchedCounter, BatchedHistogram, 
 from blobstore.wire import protocol
 from blobstore.wire.protocol import STATUS_NAMES, Op, Status
 from blobstore.wire.receive_buffer import ReceiveBuffer
-from bookie.journal import Journal, RecordKind, encode_parts
+from bookie.journal import Journal, JournalUnavailableError, RecordKind, encode_parts
 from bookie.ledger_storage import LedgerState, LedgerStorage, ReadWouldWait
 from bookie.metrics import METRICS
 
@@ -43,7 +48,9 @@ OPS = frozenset(int(op) for op in Op)
 # Per-request updates, batched (blobstore.runtime.batched_metrics): a prometheus_client update
 # per add or read is a visible share of a bookie's CPU.
 ADDS_OK = BatchedCounter(METRICS.adds.labels(Status.OK.name))
-ADDS_FAILED = BatchedCounter(METRICS.adds.labels(Status.INTERNAL_ERROR.name))
+# An add the journal could not take (it failed or is closing): answered READ_ONLY, the
+# code writers take as "this bookie takes no writes" (they replace it).
+ADDS_REFUSED = BatchedCounter(METRICS.adds.labels(Status.READ_ONLY.name))
 ADD_BYTES = BatchedCounter(METRICS.add_bytes)
 ADD_SECONDS = BatchedHistogram(METRICS.add_seconds)
 READ_SECONDS = BatchedHistogram(METRICS.read_seconds)
@@ -572,8 +579,8 @@ class BookieConnection(asyncio.BufferedProtocol):
                     ADDS_OK.inc(len(records))
                     ADD_BYTES.inc(entry_bytes)
                 else:
-                    status = Status.INTERNAL_ERROR
-                    ADDS_FAILED.inc(len(records))
+                    status = Status.READ_ONLY
+                    ADDS_REFUSED.inc(len(records))
                 now = time.monotonic()
                 respond_add = self.respond_add
                 observe = ADD_SECONDS.observe
@@ -846,7 +853,10 @@ class BookieConnection(asyncio.BufferedProtocol):
                 storage.apply_explicit_lac(ledger_id, request.last_add_confirmed)
 
             server.journal.submit([prefix, b""], len(prefix), apply, done)
-            await future
+            try:
+                await future
+            except JournalUnavailableError:
+                status = Status.READ_ONLY
         self.respond(
             Op.WRITE_LAC,
             status,

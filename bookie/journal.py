@@ -46,6 +46,17 @@ Faults tolerated
   is whole and its CRC matches or it is not replayed, whatever follows it.
 - A crash between creating a file and syncing its directory: the directory is fsync'd
   after each file is created, before the file's first record is acknowledged.
+- Short writes: a batch is written at its own offset (`pwritev`) and continued where the
+  kernel stopped; a write that makes no progress is an I/O error (EIO): on a full disk
+  the kernel fails the retry with ENOSPC, so a silent stop is a failing device.
+- A failed write or fsync (ENOSPC, EIO, a short write that cannot be finished): the
+  writer stops for good (event ``journal_write_failed``). The adds of the failed batch,
+  those queued and every later one fail with `JournalUnavailableError` (the bookie answers
+  them READ_ONLY: the writer replaces it), and `write_failed` tells the bookie, which
+  turns read-only or stops (bookie/ledger_dirs_monitor.py `journal_error_action`). Nothing
+  is written after the failed batch, so what it left on disk (a torn record, or whole
+  records never acknowledged) is the newest file's tail at the next start: replay drops
+  a torn record and applies whole ones, which is allowed for adds never acknowledged.
 """
 
 from __future__ import annotations
@@ -53,12 +64,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import errno
 import logging
 import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -67,12 +79,15 @@ import crc32c
 from blobstore.runtime.batched_metrics import BatchedHistogram, batched_counter
 from blobstore.wire import protocol
 from bookie.disk_io import (
+    IOVECS_MAX,
+    Buffer,
     drop_from_page_cache,
     fsync_directory,
     pwrite_all,
-    pwritev_all,
+    skip_bytes,
     write_all,
 )
+from bookie.entry_logger import FileWrites
 from bookie.metrics import METRICS
 
 logger = logging.getLogger(__name__)
@@ -242,6 +257,16 @@ def list_journal_ids(directory: str) -> list[int]:
     return sorted(ids)
 
 
+# What a Journal created without `file_writes` uses for its records' writes and fsyncs
+# (looked up at creation; tests put a fault-injecting `FileWrites` here).
+FILE_WRITES = FileWrites()
+
+
+class JournalUnavailableError(Exception):
+    """The journal takes no more writes: a write or fsync failed (the cause), or it is
+    closing. The record was not acknowledged."""
+
+
 class JournalCorruptError(RuntimeError):
     """A journal file that was complete (a later file exists) does not decode: records
     after the damage were acknowledged, so replaying past it silently would lose them."""
@@ -406,8 +431,10 @@ class Journal:
         flush_when_queue_empty: bool = True,
         zero_ahead_bytes: int = 0,
         zero_ahead_max_write_bytes_per_s: float = float("inf"),
+        file_writes: FileWrites | None = None,
     ) -> None:
         self.directory = directory
+        self._writes = file_writes or FILE_WRITES
         self.max_group_wait_s = max_group_wait_ms / 1000.0
         self.flush_when_queue_empty = flush_when_queue_empty
         self.threshold_bytes = buffered_writes_threshold_bytes
@@ -434,7 +461,9 @@ class Journal:
         self._thread: threading.Thread | None = None
         self._writer_exited: asyncio.Future[None] | None = None
         self._closing = False
-        self.failure: BaseException | None = None
+        self.failure: JournalUnavailableError | None = None
+        # Told once, on the loop, with the error that stopped the journal taking writes.
+        self.write_failed: Callable[[BaseException], None] | None = None
         # Hold the writer while the write cache has no room: `needs_room()` is asked by
         # the thread before each write (cheap, racy by at most one batch), and while it
         # says so the thread waits for `wait_for_room()` run on the loop.
@@ -542,7 +571,7 @@ class Journal:
         """Queue records (their encoded pieces, `nbytes` in all); `done(None)` runs once
         they are on disk (fsync'd)."""
         if self.failure is not None or self._closing:
-            done(self.failure or RuntimeError("journal closed"))
+            done(self.failure or JournalUnavailableError("journal closed"))
             return
         assert len(self._queue) < self.queue_entries_max, "journal queue bound broken"
         assert len(pieces) % 2 == 0, "pieces come as (prefix, entry) pairs, entry b'' if none"
@@ -736,7 +765,7 @@ class Journal:
                     # A bug, not a disk fault: the record is durable (replay applies
                     # it), but stop taking writes rather than serve a state we doubt.
                     logger.exception("journal apply failed: journal stops taking writes")
-                    self.failure = e
+                    self._stop_taking_writes(e)
         for item in items:
             try:
                 item[3](None)
@@ -744,18 +773,51 @@ class Journal:
                 logger.exception("journal completion callback failed")
 
     def _failed(self, error: BaseException, items: list[QueueItem]) -> None:
-        logger.error("journal write failed journal_id=%d", self.journal_id, exc_info=error)
-        self.failure = (
-            error if isinstance(error, Exception) else RuntimeError("journal writer stopped")
+        """The writer thread stopped on `error` with `items` in hand (written in part, or
+        whole but not fsync'd): they, the queued items and every later one fail."""
+        logger.error(
+            "journal_write_failed journal_id=%d synced_offset=%d errno=%s error=%s",
+            self.journal_id,
+            self._offset,
+            errno.errorcode.get(getattr(error, "errno", None) or 0, None),
+            error,
+            exc_info=not isinstance(error, OSError),
         )
+        failure = self._stop_taking_writes(error)
         for item in items:
-            item[3](self.failure)
+            item[3](failure)
         while self._queue:
-            self._queue.popleft()[3](self.failure)
+            self._queue.popleft()[3](failure)
+
+    def _stop_taking_writes(self, error: BaseException) -> JournalUnavailableError:
+        """Refuse every later write, and tell `write_failed` (once)."""
+        if self.failure is not None:
+            return self.failure
+        failure = JournalUnavailableError(f"the journal takes no more writes: {error!r}")
+        failure.__cause__ = error
+        self.failure = failure
+        if self.write_failed is not None:
+            try:
+                self.write_failed(error)
+            except Exception:
+                logger.exception("journal write_failed callback failed")
+        return failure
 
     def _exited(self) -> None:
         if self._writer_exited is not None and not self._writer_exited.done():
             self._writer_exited.set_result(None)
+
+    def _write_at(self, pieces: Sequence[Buffer], offset: int) -> None:
+        """Write the pieces in order at `offset`, whole: a short write goes on where it
+        stopped; one that makes no progress is an I/O error (module docstring)."""
+        for start in range(0, len(pieces), IOVECS_MAX):
+            chunk = list(pieces[start : start + IOVECS_MAX])
+            while chunk:
+                written = self._writes.pwritev(self._fd, chunk, offset)
+                if written <= 0:
+                    raise OSError(errno.EIO, f"journal write made no progress at offset {offset}")
+                offset += written
+                chunk = skip_bytes(chunk, written)
 
     def _write_and_sync(self, pieces: list[bytes], batch_bytes: int) -> tuple[int, int]:
         end = self._offset + batch_bytes
@@ -767,8 +829,8 @@ class Journal:
                 while 0 <= self._zeroing_from < end:
                     self._zero.wait()
                 self._reserved_end = end
-        pwritev_all(self._fd, pieces, self._offset)
-        os.fdatasync(self._fd)
+        self._write_at(pieces, self._offset)
+        self._writes.fdatasync(self._fd)
         self._offset = end
         self._written_total += batch_bytes
         if (

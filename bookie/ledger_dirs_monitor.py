@@ -13,6 +13,13 @@ keeps it read-only for as long as it lasts, as BookKeeper does when every ledger
 directory is full; any other error (EIO: a failing disk) stops the bookie once it has
 failed `STORAGE_FAILURES_BEFORE_STOP` checkpoints in a row, as BookKeeper's fatal
 storage error does. Nothing acknowledged is lost either way: the journal keeps it.
+
+A journal write or fsync that fails stops the journal for good (bookie/journal.py): the
+bookie turns read-only at once, so adds are answered READ_ONLY and writers replace it
+(`journal_error_action`). A full disk (ENOSPC, EDQUOT) keeps it running read-only, serving
+reads, until it is restarted once space is freed (the restart replays the journal and
+starts a fresh file); any other error (EIO, a short write that cannot be finished, a bug
+in applying a record) stops it with EXIT_JOURNAL_FAILED, for a supervisor to restart.
 """
 
 from __future__ import annotations
@@ -77,3 +84,9 @@ def storage_error_action(
     if error_number in DISK_FULL_ERRNOS:
         return "read_only"
     return "stop" if failures_in_a_row >= STORAGE_FAILURES_BEFORE_STOP else "read_only"
+
+
+def journal_error_action(error_number: int | None) -> Literal["read_only", "stop"]:
+    """What a journal that stopped taking writes makes of the bookie (module docstring):
+    `error_number` is the failure's errno (None: not an OSError)."""
+    return "read_only" if error_number in DISK_FULL_ERRNOS else "stop"

@@ -8,7 +8,8 @@ Startup: bind, check the cookie, replay the journal, serve, register in ZooKeepe
 write the ready file. SIGTERM/SIGINT: stop accepting, finish in-flight requests,
 unregister (bounded), close the journal, checkpoint, exit 0. Exit codes: 2 usage, 3 cookie
 mismatch, 4 corrupt journal, 5 the entry logs or index cannot be written (at start or
-after repeated failed checkpoints; see docs/bookie.md).
+after repeated failed checkpoints), 6 the journal cannot be written (at start, or a write
+or fsync failed other than on a full disk); see docs/bookie.md.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import sys
 
 from bookie import config as bookie_config
 from bookie import cookie
-from bookie.bookie import EXIT_STORAGE_FAILED, Bookie
-from bookie.journal import JournalCorruptError
+from bookie.bookie import EXIT_JOURNAL_FAILED, EXIT_STORAGE_FAILED, Bookie
+from bookie.journal import JournalCorruptError, JournalUnavailableError
 from bookie.ledger_storage import StorageWriteError
 
 logger = logging.getLogger(__name__)
@@ -66,3 +67,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_STORAGE_FAILED
+    except JournalUnavailableError as e:
+        print(
+            f"blobstore: error: {e}. The bookie does not start: free space on (or replace) "
+            "the journal disk and start it again; the journal files keep the entries.",
+            file=sys.stderr,
+        )
+        return EXIT_JOURNAL_FAILED

@@ -4,13 +4,16 @@
 `start_writeback` obey a list of `Fault`s: fail with an errno at chosen calls, write at
 most some bytes per call (short writes, the rest left to the caller), or let a byte
 budget run out (a disk that fills: the write that crosses it is short, the next fails
-with ENOSPC). In a test it is passed to `LedgerStorage(file_writes=...)`.
+with ENOSPC). In a test it is passed to `LedgerStorage(file_writes=...)` or
+`Journal(file_writes=...)` (the journal writes its records and fsyncs through the same
+calls).
 
 For a bookie process, `python -m tests.bookie.faulty_file_writes bookie ARGS` runs the
-`blobstore` command with a `FaultyWrites` installed as `entry_logger.FILE_WRITES`, its
+`blobstore` command with one `FaultyWrites` installed as `entry_logger.FILE_WRITES`, its
 faults read from `<root>/entry-log-faults.json` (`<root>` is the parent of
-`--ledger-dir`) whenever that file changes: a test turns faults on and off while the
-bookie runs, and a restart with the file emptied runs clean.
+`--ledger-dir`) whenever that file changes, and another as `journal.FILE_WRITES`, read
+from `<root>/journal-faults.json`: a test turns faults on and off while the bookie runs,
+and a restart with the file emptied runs clean.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bookie import entry_logger
+from bookie import entry_logger, journal
 from bookie.disk_io import Buffer
 
 CONTROL_FILE_NAME = "entry-log-faults.json"
+JOURNAL_CONTROL_FILE_NAME = "journal-faults.json"
 CALLS = ("pwritev", "fdatasync", "start_writeback")
 
 
@@ -169,16 +173,18 @@ class ControlledWrites(FaultyWrites):
         return super().start_writeback(fd, offset, length)
 
 
-def write_control_file(root: Path, faults: list[Fault]) -> None:
-    """Set a faulty bookie's faults (atomically: a reader never sees half a file)."""
-    tmp = root / f"{CONTROL_FILE_NAME}.tmp"
+def write_control_file(root: Path, faults: list[Fault], name: str = CONTROL_FILE_NAME) -> None:
+    """Set a faulty bookie's faults (atomically: a reader never sees half a file): its
+    entry logs' by default, its journal's with `name=JOURNAL_CONTROL_FILE_NAME`."""
+    tmp = root / f"{name}.tmp"
     tmp.write_text(json.dumps([asdict(fault) for fault in faults]))
-    os.replace(tmp, root / CONTROL_FILE_NAME)
+    os.replace(tmp, root / name)
 
 
 def main(argv: list[str]) -> int:
     ledger_dir = Path(argv[argv.index("--ledger-dir") + 1])
     entry_logger.FILE_WRITES = ControlledWrites(ledger_dir.parent / CONTROL_FILE_NAME)
+    journal.FILE_WRITES = ControlledWrites(ledger_dir.parent / JOURNAL_CONTROL_FILE_NAME)
     from blobstore.cli.main import main as blobstore_main
 
     return blobstore_main(argv)

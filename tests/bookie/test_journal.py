@@ -21,6 +21,7 @@ from bookie.journal import (
     Journal,
     JournalCorruptError,
     JournalRecord,
+    JournalUnavailableError,
     RecordKind,
     file_name,
     group_commit_decision,
@@ -379,10 +380,11 @@ def test_a_failed_write_fails_its_batch_and_the_queue_and_stops_the_journal(
         journal.start()
         record = JournalRecord(RecordKind.ADD, 4, 0, KEY, entry(4, 0, b"z"))
         await _submit(journal, record)
-        with pytest.raises(OSError, match="Input/output"):
+        with pytest.raises(JournalUnavailableError, match="Input/output"):
             await _submit(journal, record)
-        assert isinstance(journal.failure, OSError)
-        with pytest.raises(OSError):
+        assert isinstance(journal.failure, JournalUnavailableError)
+        assert isinstance(journal.failure.__cause__, OSError)
+        with pytest.raises(JournalUnavailableError):
             await _submit(journal, record)  # refused at once, not queued
         await asyncio.wait_for(journal.close(), 10)
 
