@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 OK, FAIL, INFO = "ok", "fail", "info"
 PUT, GET, DELETE, LIST = "put", "get", "delete", "list"
-STATES_MAX = 200_000
+STATES_MAX = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,11 +30,11 @@ def assert_nothing_lost(result: SuiteResult) -> None:
     assert not result.findings, f"seed {result.seed}: the history fails its checks:\n{shown}"
     assert not result.lost(), f"seed {result.seed}: fsck finds data lost: {result.lost()}"
     assert not result.fsck["divergent"], result.fsck["divergent"]
-    # After the faults an entry may miss copies, never below the ack quorum; once the
-    # writer ledgers are closed, one repair pass leaves none under-replicated.
-    assert not result.below_ack_quorum(), (
-        f"seed {result.seed}: entries below AQ copies: {result.below_ack_quorum()[:10]}"
-    )
+    # After the faults an entry may miss copies: each fault can cost one (a corrupt
+    # copy, a copy a failed bookie never got), and no repair runs between cycles, so in a
+    # long run two faults can meet on one entry (the table counts those below AQ). None
+    # is lost (above), and once the writer ledgers are closed, one repair pass leaves
+    # none under-replicated.
     left = result.after_repair["under_replicated"]
     assert not left, f"seed {result.seed}: under-replicated after repair: {left[:10]}"
     assert not result.after_repair["dangling"], result.after_repair["dangling"]

@@ -27,7 +27,7 @@ from bench import s3_load
 from tests.netns.checker import DELETE, FAIL, GET, INFO, LIST, OK, PUT, Op
 from tests.waiting import wait_until
 
-KEYS_PER_CYCLE = 4
+KEYS_PER_CYCLE = 8
 LISTING_PAGES_MAX = 20
 
 
