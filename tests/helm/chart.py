@@ -45,6 +45,7 @@ TLS_INGRESS: dict[str, Any] = {
     },
     "objects": {"entry_size_bytes": 524288, "ledger_age_s_max": 300},
     "catalog": {"page_read_cache_pages": 1024},
+    "clusterKey": {"existingSecret": "s3-cluster-key", "fileKey": "key.b64"},
 }
 SPARK_KUBERNETES: dict[str, Any] = {
     "maintenance": {
@@ -107,6 +108,11 @@ def render(values: Mapping[str, Any] | None = None) -> Rendered:
     helm's HelmValuesError (schema) or HelmRenderError (a template's `fail`)."""
     with helm.Chart.load(CHART) as chart:
         files = chart.render(dict(values or {}), name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return parsed(files)
+
+
+def parsed(files: Mapping[str, str]) -> Rendered:
+    """A rendering's objects and notes from its files."""
     objects: list[dict[str, Any]] = []
     notes = ""
     for path, text in sorted(files.items()):
@@ -140,3 +146,23 @@ def executor_pod_templates(rendered: Rendered) -> list[dict[str, Any]]:
 
 def containers(pod_spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [*pod_spec.get("initContainers", []), *pod_spec["containers"]]
+
+
+def render_in_cluster(
+    kubeconfig: str, values: Mapping[str, Any] | None = None, *, upgrade: bool
+) -> Rendered:
+    """The chart rendered as an install or upgrade of release `bs` against the cluster
+    `kubeconfig` names: `lookup` reads that cluster's objects."""
+    with (
+        helm.Config(kubeconfig_content=kubeconfig, namespace=NAMESPACE) as config,
+        helm.Chart.load(CHART) as chart,
+    ):
+        files = config.render(
+            chart,
+            dict(values or {}),
+            name=RELEASE,
+            namespace=NAMESPACE,
+            is_install=not upgrade,
+            is_upgrade=upgrade,
+        )
+    return parsed(files)

@@ -395,6 +395,15 @@ class LocalPod:
             capture_output=True, text=True, timeout=timeout_s,
         )  # fmt: skip
 
+    def exec(self, words: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+        """`kubectl exec POD -- WORDS`: a command beside the main container's process, with
+        its environment and volumes."""
+        c = self.main_container()
+        return subprocess.run(
+            self._words(words, {}), env=c.env, cwd=c.cwd, stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=timeout_s,
+        )  # fmt: skip
+
     def stop(self) -> int | None:
         assert self.process is not None
         return self.process.stop()

@@ -1,7 +1,8 @@
 """The rendered chart's pods run as local processes (tests/helm/local_pods.py): a
 ZooKeeper ensemble of three, three bookies whose racks come from their nodes' labels, a
-gateway serving HTTPS with the users of the chart's Secret, and autorecovery. Then S3
-works through boto3, a rescheduled bookie keeps its id, and the maintenance CronJob's
+gateway serving HTTPS with the users of the chart's Secret and the chart's cluster key,
+and autorecovery. Then S3 works through boto3, a user added with `blobstore admin` in the
+gateway's pod is served, a rescheduled bookie keeps its id, and the maintenance CronJob's
 command runs once and succeeds: in the chart's default Spark mode (local), and in its
 Kubernetes mode's spark-submit with a local master in place of the Kubernetes API.
 """
@@ -9,7 +10,7 @@ Kubernetes mode's spark-submit with a local master in place of the Kubernetes AP
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
+from botocore.exceptions import ClientError
 from kazoo.client import KazooClient
 
 from blobstore.cli.zookeeper_server import four_letter_word
@@ -25,6 +27,7 @@ from tests.cluster.processes import ProcessReaper
 from tests.helm.chart import FULLNAME, SPARK_KUBERNETES, Rendered, render
 from tests.helm.kube_api import FakeKubeApi
 from tests.helm.local_pods import POD_IP, LocalCluster, LocalPod, Node
+from tests.waiting import wait_until
 
 RACK_LABEL = "topology.kubernetes.io/zone"
 # Bookie n runs on node n: racks /a, /b, and the default for a node without the label.
@@ -43,6 +46,8 @@ LOCAL_VALUES: dict[str, Any] = {
 }
 SPARK_KUBERNETES_MASTER = "k8s://https://kubernetes.default.svc:443"
 START_TIMEOUT_S = 90.0
+ADMIN_TIMEOUT_S = 60.0
+USER_SEEN_S = 10.0  # stored users reach a gateway within seconds
 MAINTAIN_TIMEOUT_S = 300.0
 
 
@@ -64,13 +69,19 @@ class Running:
         args = self.bookies[0].main_container().command
         return args[args.index("--zk") + 1]
 
-    def s3(self) -> Any:
+    def s3(self, keys: dict[str, str] | None = None) -> Any:
+        """A client of the gateway: as the chart's admin user, or with `keys`."""
         users = self.rendered.get("Secret", f"{FULLNAME}-users")["stringData"]
+        access_key, secret_key = (
+            (keys["access_key"], keys["secret_key"])
+            if keys
+            else (users["access-key"], users["secret-key"])
+        )
         return boto3.client(
             "s3",
             endpoint_url=f"https://{POD_IP}:{self.gateway.port('s3')}",
-            aws_access_key_id=users["access-key"],
-            aws_secret_access_key=users["secret-key"],
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
             region_name="us-east-1",
             verify=str(self.cert),
             config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}),
@@ -169,6 +180,37 @@ def test_s3_works_through_the_rendered_gateway(cluster: Running) -> None:
     for kind in ("readinessProbe", "livenessProbe"):
         assert cluster.gateway.probe(kind), kind
     assert cluster.autorecovery.probe("livenessProbe")
+
+
+def answers(call: Callable[[], Any]) -> str:
+    """The S3 error code of a call, or "OK"."""
+    try:
+        call()
+    except ClientError as e:
+        return str(e.response["Error"]["Code"])
+    return "OK"
+
+
+def test_a_user_added_in_the_gateway_pod_is_served_under_the_charts_cluster_key(
+    cluster: Running,
+) -> None:
+    """`kubectl exec deploy/<gateway> -- blobstore admin user add` (NOTES.txt): the admin
+    command seals the new secret under the key the pod mounts, the gateway opens it."""
+    args = cluster.gateway.plan.spec["containers"][0]["args"]
+    zk = args[args.index("--zk") + 1]  # as NOTES.txt prints it
+    add = ["blobstore", "admin", "--zk", zk, "user", "add", "carol", "--policy", "readwrite"]
+    done = cluster.gateway.exec([*add, "--json"], ADMIN_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    carol = cluster.s3(json.loads(done.stdout))
+    wait_until(
+        lambda: answers(carol.list_buckets) == "OK",
+        USER_SEEN_S,
+        message="the gateway serves the user stored under its cluster key",
+        interval_s=0.2,
+    )
+    carol.create_bucket(Bucket="carols")
+    carol.put_object(Bucket="carols", Key="k", Body=b"sealed and opened")
+    assert carol.get_object(Bucket="carols", Key="k")["Body"].read() == b"sealed and opened"
 
 
 def test_a_rescheduled_bookie_keeps_its_id_and_data(cluster: Running) -> None:

@@ -165,7 +165,7 @@ def test_tls_and_ingress() -> None:
     assert args[args.index("--tls-cert") + 1] == "/etc/blobstore/tls/tls.crt"
     assert pod["containers"][0]["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
     secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
-    assert secrets == {"s3-tls", "s3-users"}
+    assert secrets == {"s3-tls", "s3-users", "s3-cluster-key"}
     assert ("Secret", f"{FULLNAME}-users") not in r.names()  # the user's Secret instead
     assert "s3-users" in r.notes
 

@@ -153,6 +153,41 @@ podAntiAffinity:
 {{- .Values.gateway.users.existingSecret | default (include "blobstore.componentName" (dict "root" . "component" "users")) -}}
 {{- end -}}
 
+{{/* The Secret holding the cluster key. */}}
+{{- define "blobstore.clusterKeySecret" -}}
+{{- .Values.clusterKey.existingSecret | default (include "blobstore.componentName" (dict "root" . "component" "cluster-key")) -}}
+{{- end -}}
+
+{{/* Where the pods that open users' secrets find the cluster key. */}}
+{{- define "blobstore.clusterKeyDir" -}}
+/etc/blobstore/cluster-key
+{{- end -}}
+
+{{/* The cluster key for a container: its variable (the file's path, never the key)... */}}
+{{- define "blobstore.clusterKeyEnv" -}}
+- name: BLOBSTORE_CLUSTER_KEY_FILE
+  value: {{ printf "%s/%s" (include "blobstore.clusterKeyDir" .) .Values.clusterKey.fileKey | quote }}
+{{- end -}}
+
+{{/* ...its read-only mount... */}}
+{{- define "blobstore.clusterKeyMount" -}}
+- name: cluster-key
+  mountPath: {{ include "blobstore.clusterKeyDir" . }}
+  readOnly: true
+{{- end -}}
+
+{{/* ...and the pod's volume: the one key of the Secret, mode 0400 (the kubelet adds
+group read for fsGroup, the pods' group). */}}
+{{- define "blobstore.clusterKeyVolume" -}}
+- name: cluster-key
+  secret:
+    secretName: {{ include "blobstore.clusterKeySecret" . }}
+    defaultMode: 0400
+    items:
+      - key: {{ .Values.clusterKey.fileKey }}
+        path: {{ .Values.clusterKey.fileKey }}
+{{- end -}}
+
 {{/* Checks across values that a JSON schema cannot express: one clear line each. */}}
 {{- define "blobstore.checks" -}}
 {{- if and (not .Values.zookeeper.enabled) (not .Values.zookeeper.external.servers) -}}
