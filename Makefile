@@ -19,7 +19,7 @@ soak: setup
 	$(PY) -m pytest -m soak $(PYTEST_ARGS)
 
 bench: setup
-	@for b in bookie_bench ledger_bench catalog_bench s3_bench recovery_bench maintenance_bench; do \
+	@for b in bookie_bench ledger_bench catalog_bench recovery_bench maintenance_bench; do \
 	    $(PY) -m bench.$$b || exit 1; done
 
 lint: setup

@@ -1,25 +1,35 @@
-"""S3 gateway benchmark (warp-like) against a real local cluster (ZooKeeper, 3 bookies, the
-gateway), driven by the asyncio load generator of `bench/s3_load.py`, beside the machine's
-limits and the generator's own ceiling measured in the same run.
+"""S3 benchmark: blobstore through two clients, boto3 with its default settings and the load
+generator of `bench/s3_load.py`, optionally beside a peer S3 endpoint measured in the same
+run, with the machine's limits measured in that run too.
 
-    .venv/bin/python -m bench.s3_bench [--duration 8] [--workers N] [--output docs/benchmarks/s3.md]
+    .venv/bin/python -m bench.s3_bench [--duration 4] [--rounds 2] [--output docs/benchmarks/s3.md]
+    .venv/bin/python -m bench.s3_bench --peer http://127.0.0.1:7480 --peer-name "Ceph RGW" \\
+        --peer-access-key K --peer-secret-key S
+    .venv/bin/python -m bench.s3_bench --endpoint http://127.0.0.1:9000 --access-key K \\
+        --secret-key S        # an already running blobstore (`make run`), not a fresh cluster
     .venv/bin/python -m bench.s3_bench --serve        # start the cluster, print the endpoint, wait
 
-Phases: 4 KiB PUT and GET (concurrency 16), 16 MiB PUT and GET (concurrency 4), one 256 MiB
-multipart upload (16 MiB parts, 4 in parallel), random 1 MiB ranged GETs (concurrency 16),
-listing 5,000 keys (1000-key pages), DeleteObjects (1000-key batches). Each phase reports
-ops/s, MB/s (MiB/s), p50/p99 latency and the generator's CPU per operation. Machine limits:
-journal-disk write+fdatasync rate, sequential write+fsync bandwidth, loopback TCP bandwidth,
-MD5/SHA256/CRC32C/CRC64NVME speed. Writes docs/benchmarks/s3.md. Not a test: no assertion
-on speed.
+Without --endpoint it starts a local cluster (ZooKeeper, 3 bookies, one gateway). Phases:
+4 KiB PUT and GET (16 in flight), 16 MiB PUT and GET (4 in flight), random 1 MiB range GETs
+of the 16 MiB objects (8 in flight), flat ListObjectsV2 over --list-keys keys (one client,
+1000-key pages). Each phase runs through each client, and against blobstore and the peer in
+turn (A B A B ..., --rounds rounds); the report gives each phase's median over its rounds
+and, with a peer, the ratio blobstore/peer of the medians. Without --peer there is no peer
+column: figures from another run are never used. The objects read are written untimed
+first; every timed PUT writes keys of its own. Writes docs/benchmarks/s3.md; the text after
+the ANALYSIS_MARK line of an existing report is kept (prose written by hand). Not a test:
+no assertion on speed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import glob
 import hashlib
 import json
+import mmap
 import os
 import platform
 import random
@@ -32,15 +42,17 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import boto3
 import crc32c
 from awscrt import checksums
 
-from bench.ledger_bench import round_trip_rows, sequential_mb_per_s
+from bench import s3_boto
+from bench.ledger_bench import process_cpu_s, round_trip_rows, sequential_mb_per_s
 from bench.s3_load import (
     HttpConnection,
     Op,
@@ -48,11 +60,10 @@ from bench.s3_load import (
     PhaseResult,
     S3Client,
     create_bucket,
-    delete_objects_op,
     get_op,
     list_op,
     measure_ceiling,
-    multipart_op,
+    object_key,
     put_op,
     run_phase,
 )
@@ -62,35 +73,366 @@ ROOT = Path(__file__).resolve().parent.parent
 ACCESS_KEY = "bench-access-key"
 SECRET_KEY = "bench-secret-key"
 BUCKET = "bench"
-PACED_PUT_RATE = 1000.0
-# Untimed 4 KiB PUTs first, so that the first timed phase does not pay for a freshly
-# started cluster: ZooKeeper's JIT compiles its request path in the first tens of seconds
-# under load (halving its CPU per request), and the writer ledgers, the index page's first
-# splits and the workers' caches are set up.
-WARM_UP_S = 30.0
-# The second gateway measured on the same cluster warms only its own caches and ledgers.
-WARM_UP_AGAIN_S = 10.0
-PACED_PUT = "put 4KiB paced"
-PACED_PUT_RUNS = 3
-SCATTERED_PUT = "put 4KiB scattered keys"
 KIB = 1 << 10
 MIB = 1 << 20
 READY_TIMEOUT_S = 90.0
-LIST_KEYS = 5000
-RANDOM_SEED = 1  # GETs pick their objects at random, the same sequence every run
+WRITE_QUORUM = 2  # the gateway's default E/WQ/AQ is 3/2/2
+LARGE_BYTES = 16 * MIB
+RANGE_BYTES = MIB
+SMALL_BYTES = 4 * KIB
+LARGE_OBJECTS = 16  # read by the 16 MiB and range GETs
+SMALL_OBJECTS = 2000  # read by the 4 KiB GETs
+PAGE_KEYS = 1000
+RANDOM_SEED = 1
+GENERATOR = "generator"
+BOTO3 = "boto3"
+CLIENTS = (BOTO3, GENERATOR)
+ANALYSIS_MARK = "<!-- Written by hand below this line; kept when the report is regenerated. -->"
 
-# Ceph RADOS Gateway, single node, 3 OSDs, replication 3, on this kind of machine.
-RGW = {
-    "put 4KiB": "250/s, p99 130 ms",
-    SCATTERED_PUT: "250/s, p99 130 ms",
-    "get 4KiB": "345/s",
-    "put 16MiB": "115 MB/s",
-    "get 16MiB": "385 MB/s",
-    "multipart 256MiB": "120 MB/s",
-    "get 1MiB range": "310/s",
-    "list 5000 keys": "12,000 keys/s",
-    "delete-objects": "400 keys/s",
-}
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    """A timed phase: its name, requests in flight, and the unit of its headline figure."""
+
+    name: str
+    concurrency: int
+    unit: str  # "MiB/s", "/s" or "keys/s"
+    note: str
+
+
+PHASES = (
+    PhaseSpec("put 16MiB", 4, "MiB/s", "PutObject of 16 MiB, new keys"),
+    PhaseSpec("get 16MiB", 4, "MiB/s", f"whole GETs of {LARGE_OBJECTS} objects, at random"),
+    PhaseSpec("get 1MiB range", 8, "/s", "random aligned 1 MiB ranges of the 16 MiB objects"),
+    PhaseSpec("list flat", 1, "keys/s", "ListObjectsV2, 1000-key pages, no delimiter"),
+    PhaseSpec("put 4KiB", 16, "/s", "PutObject of 4 KiB, new keys"),
+    PhaseSpec("get 4KiB", 16, "/s", f"GETs of {SMALL_OBJECTS:,} objects of 4 KiB, at random"),
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """An S3 endpoint under test, and the processes whose CPU time it costs."""
+
+    name: str
+    endpoint: str
+    access_key: str
+    secret_key: str
+    pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One timed run: a phase, through a client, in a round, against a target."""
+
+    phase: PhaseSpec
+    client: str
+    round: int
+    target: str
+
+
+def alternation(
+    phases: Sequence[PhaseSpec], clients: Sequence[str], targets: Sequence[str], rounds: int
+) -> list[Slot]:
+    """The timed runs in order: phase by phase, client by client, the targets taking turns
+    round after round (A B A B), so both see the same moment of a busy machine."""
+    return [
+        Slot(phase, client, round_index, target)
+        for phase in phases
+        for client in clients
+        for round_index in range(1, rounds + 1)
+        for target in targets
+    ]
+
+
+# --------------------------------------------------------------------------- figures
+
+
+@dataclass(frozen=True)
+class Run:
+    """A timed run's result, with the CPU time its target's processes spent during it."""
+
+    slot: Slot
+    result: PhaseResult
+    server_cpu_s: float | None = None
+
+
+def figure(spec: PhaseSpec, result: PhaseResult) -> float:
+    """The phase's headline figure, in `spec.unit`."""
+    if spec.unit == "MiB/s":
+        return result.mb_per_s
+    if spec.unit == "keys/s":
+        return result.ops_per_s * PAGE_KEYS
+    return result.ops_per_s
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One phase, one client, one target: the rounds' figures and their median."""
+
+    figures: tuple[float, ...]
+    runs: tuple[Run, ...] = field(default=())
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.figures)
+
+    @property
+    def errors(self) -> int:
+        return sum(run.result.errors for run in self.runs)
+
+
+def cells(runs: Sequence[Run]) -> dict[tuple[str, str, str], Cell]:
+    """(phase, client, target) -> the rounds' figures, in round order."""
+    grouped: dict[tuple[str, str, str], list[Run]] = {}
+    for run in sorted(runs, key=lambda run: run.slot.round):
+        key = (run.slot.phase.name, run.slot.client, run.slot.target)
+        grouped.setdefault(key, []).append(run)
+    return {
+        key: Cell(tuple(figure(group[0].slot.phase, run.result) for run in group), tuple(group))
+        for key, group in grouped.items()
+    }
+
+
+def ratio(ours: Cell | None, theirs: Cell | None) -> float | None:
+    """Median over median; None without both, or when the peer's median is zero."""
+    if ours is None or theirs is None or not theirs.median:
+        return None
+    return ours.median / theirs.median
+
+
+# --------------------------------------------------------------------------- report
+
+
+def number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.1f}"
+
+
+def cell_text(cell: Cell | None) -> str:
+    if cell is None:
+        return ""
+    rounds = ", ".join(number(value) for value in cell.figures)
+    errors = f"; **{cell.errors} errors**" if cell.errors else ""
+    return f"**{number(cell.median)}** ({rounds}){errors}"
+
+
+def latency_text(cell: Cell | None) -> str:
+    if cell is None or not cell.runs:
+        return ""
+    p50 = statistics.median(run.result.p50_ms for run in cell.runs)
+    p99 = statistics.median(run.result.p99_ms for run in cell.runs)
+    return f"{p50:,.1f} / {p99:,.1f}"
+
+
+def cpu_text(cell: Cell | None) -> str:
+    """The server's and the client's CPU per request, medians over the rounds."""
+    if cell is None or not cell.runs:
+        return ""
+    client = statistics.median(run.result.client_cpu_us_per_op for run in cell.runs) / 1e3
+    servers = [
+        run.server_cpu_s * 1e3 / run.result.ops
+        for run in cell.runs
+        if run.server_cpu_s is not None and run.result.ops
+    ]
+    server = f"{statistics.median(servers):,.2f}" if servers else "-"
+    return f"{server} / {client:,.2f}"
+
+
+def client_table(
+    client: str, by_key: dict[tuple[str, str, str], Cell], ours: str, peer: str | None
+) -> list[str]:
+    """One client's table: a row per phase, medians with their rounds, and the ratio."""
+    head = f"| phase | in flight | unit | {ours} median (rounds) |"
+    rule = "|---|---|---|---|"
+    if peer is not None:
+        head += f" {peer} median (rounds) | ratio {ours} / {peer} |"
+        rule += "---|---|"
+    head += " p50 / p99 ms | server / client CPU ms per request |"
+    rule += "---|---|"
+    lines = [head, rule]
+    for spec in PHASES:
+        mine = by_key.get((spec.name, client, ours))
+        if mine is None:
+            continue
+        row = f"| {spec.name} | {spec.concurrency} | {spec.unit} | {cell_text(mine)} |"
+        theirs = by_key.get((spec.name, client, peer)) if peer is not None else None
+        if peer is not None:
+            value = ratio(mine, theirs)
+            row += f" {cell_text(theirs)} | {'' if value is None else f'**{value:.2f}**'} |"
+        latencies = latency_text(mine)
+        cpus = cpu_text(mine)
+        if peer is not None:
+            latencies += f" ({peer}: {latency_text(theirs)})"
+            cpus += f" ({peer}: {cpu_text(theirs)})"
+        lines.append(f"{row} {latencies} | {cpus} |")
+    return lines
+
+
+# An aim of the issue: (phase, clients, the ratio to reach against the peer).
+PEER_AIMS = (
+    ("put 16MiB", (BOTO3, GENERATOR), 1.5),
+    ("get 16MiB", (BOTO3, GENERATOR), 1.3),
+    ("get 1MiB range", (BOTO3, GENERATOR), 1.3),
+    ("list flat", (BOTO3,), 1.3),
+)
+
+
+def peer_aim_rows(by_key: dict[tuple[str, str, str], Cell], ours: str, peer: str) -> list[str]:
+    lines = [
+        f"| aim | client | ratio {ours} / {peer} | aim | met |",
+        "|---|---|---|---|---|",
+    ]
+    for phase, clients, wanted in PEER_AIMS:
+        for client in clients:
+            value = ratio(by_key.get((phase, client, ours)), by_key.get((phase, client, peer)))
+            if value is None:
+                continue
+            met = "yes" if value >= wanted else "no"
+            lines.append(f"| {phase} | {client} | {value:.2f} | >= {wanted:g} | {met} |")
+    return lines
+
+
+def disk_aim_rows(
+    by_key: dict[tuple[str, str, str], Cell], ours: str, disk: dict[str, float]
+) -> list[str]:
+    """Large PUT against 70 % of (sequential disk bandwidth / WQ), for each way of writing
+    the disk that the limits measured."""
+    lines = [
+        "| client | 16 MiB PUT median | disk mode | 0.7 x bandwidth / WQ | share of it |",
+        "|---|---|---|---|---|",
+    ]
+    for client in CLIENTS:
+        cell = by_key.get(("put 16MiB", client, ours))
+        if cell is None:
+            continue
+        for mode, bandwidth in disk.items():
+            bound = 0.7 * bandwidth / WRITE_QUORUM
+            lines.append(
+                f"| {client} | {number(cell.median)} MiB/s | {mode} ({number(bandwidth)} MiB/s) "
+                f"| {number(bound)} MiB/s | {cell.median / bound:.2f} |"
+            )
+    return lines
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What the report says about how the run was made."""
+
+    started: str
+    ours: Target
+    peer: Target | None
+    duration_s: float
+    rounds: int
+    list_keys: int
+    boto_mode: dict[str, str]
+    load_before: tuple[float, float, float]
+    load_after: tuple[float, float, float]
+    cluster: str
+    note: str = ""
+
+
+def report_head(setting: Setting) -> list[str]:
+    peer = setting.peer
+    against = f" and {peer.name} ({peer.endpoint})" if peer is not None else ""
+    lines = [
+        "# S3 benchmark",
+        "",
+        f"Run {setting.started} UTC on {platform.node()} ({os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, boto3 {boto3.__version__}): {setting.ours.name} "
+        f"({setting.cluster}){against}, the clients on the same machine. Load average "
+        f"{load_text(setting.load_before)} before the run, {load_text(setting.load_after)} "
+        "after.",
+        "",
+    ]
+    if setting.note:
+        lines += [f"**{setting.note}**", ""]
+    lines += [
+        f"Every phase ran {setting.duration_s:g} s per round, {setting.rounds} rounds"
+        + (f", {setting.ours.name} and {peer.name} taking turns (A B A B)" if peer else "")
+        + f"; a figure is the median of the rounds, the rounds in brackets. The flat listing "
+        f"walks {setting.list_keys:,} keys. The objects read were written untimed first. "
+        "`python -m bench.s3_bench` regenerates this file.",
+        "",
+        "Clients:",
+        "",
+        "- **boto3**: one client per target with default settings (only its connection pool "
+        "sized for 16 threads), shared by one thread per request in flight. `put_object` "
+        "with the body in memory; `get_object(...)['Body'].read()`. "
+        + " ".join(f"Its PutObject to {name}: {mode}." for name, mode in setting.boto_mode.items()),
+        "- **generator**: `bench/s3_load.py`, asyncio + httptools, one connection per request "
+        "in flight, SigV4 with UNSIGNED-PAYLOAD, no checksum headers.",
+        "",
+        "Server CPU: the CPU time of the target's processes during the run, per request "
+        f"({server_processes(setting)}); client CPU: the benchmark process's.",
+        "",
+    ]
+    return lines
+
+
+def server_processes(setting: Setting) -> str:
+    ours = "gateway, bookies and ZooKeeper" if setting.ours.pids else "not measured"
+    text = f"{setting.ours.name}: {ours}"
+    if setting.peer is not None:
+        theirs = "the processes of its pid files" if setting.peer.pids else "not measured"
+        text += f"; {setting.peer.name}: {theirs}"
+    return text
+
+
+def load_text(load: tuple[float, float, float]) -> str:
+    return " / ".join(f"{value:.1f}" for value in load)
+
+
+def report(
+    setting: Setting,
+    runs: Sequence[Run],
+    limits: Sequence[tuple[str, str, str]],
+    disk: dict[str, float],
+    ceilings: Sequence[PhaseResult],
+) -> str:
+    by_key = cells(runs)
+    ours = setting.ours.name
+    peer = setting.peer.name if setting.peer is not None else None
+    lines = report_head(setting)
+    for client in CLIENTS:
+        lines += [f"## Through {client}", "", *client_table(client, by_key, ours, peer), ""]
+    lines += ["## Against the aims", ""]
+    if peer is not None:
+        lines += [*peer_aim_rows(by_key, ours, peer), ""]
+    lines += [*disk_aim_rows(by_key, ours, disk), ""]
+    lines += ["## Machine limits, same run", "", "| limit | value | notes |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in limits]
+    lines += ["", *ceiling_rows(ceilings), ""]
+    errors = [run for run in runs if run.result.error_samples]
+    if errors:
+        lines += ["## Errors", ""]
+        lines += [
+            f"- {run.slot.phase.name}, {run.slot.client}, {run.slot.target}, round "
+            f"{run.slot.round}: {run.result.error_samples[0]}"
+            for run in errors
+        ]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def ceiling_rows(ceilings: Sequence[PhaseResult]) -> list[str]:
+    lines = [
+        "The generator's own ceiling, same run (same requests against a trivial HTTP server):",
+        "",
+        "| ceiling | requests/s | MiB/s | generator CPU per request |",
+        "|---|---|---|---|",
+    ]
+    for result in ceilings:
+        lines.append(
+            f"| {result.name}, {result.concurrency} in flight | {result.ops_per_s:,.0f} "
+            f"| {result.mb_per_s:,.0f} | {result.client_cpu_us_per_op / 1e3:,.2f} ms |"
+        )
+    return lines
+
+
+def with_kept_analysis(text: str, previous: str) -> str:
+    """The new report, followed by the hand-written part of the previous one (if any)."""
+    _, mark, kept = previous.partition(ANALYSIS_MARK)
+    return f"{text}\n{ANALYSIS_MARK}{kept if mark else chr(10)}"
 
 
 # --------------------------------------------------------------------------- machine limits
@@ -100,8 +442,7 @@ def hash_mb_s(update: Callable[[bytes], object], seconds: float = 0.5) -> float:
     block = os.urandom(MIB)
     count = 0
     started = time.monotonic()
-    deadline = started + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() - started < seconds:
         update(block)
         count += 1
     return count / (time.monotonic() - started)
@@ -110,7 +451,10 @@ def hash_mb_s(update: Callable[[bytes], object], seconds: float = 0.5) -> float:
 def hashing_limits() -> list[tuple[str, float]]:
     md5 = hashlib.md5()
     sha = hashlib.sha256()
-    state = {"crc32c": 0, "crc64": 0}
+    state = {"crc32": 0, "crc32c": 0, "crc64": 0}
+
+    def crc32_update(block: bytes) -> None:
+        state["crc32"] = zlib.crc32(block, state["crc32"])
 
     def crc32c_update(block: bytes) -> None:
         state["crc32c"] = crc32c.crc32c(block, state["crc32c"])
@@ -121,6 +465,7 @@ def hashing_limits() -> list[tuple[str, float]]:
     return [
         ("MD5", hash_mb_s(md5.update)),
         ("SHA256", hash_mb_s(sha.update)),
+        ("CRC32 (zlib)", hash_mb_s(crc32_update)),
         ("CRC32C", hash_mb_s(crc32c_update)),
         ("CRC64NVME", hash_mb_s(crc64_update)),
     ]
@@ -156,9 +501,8 @@ def fsync_rate(directory: Path, seconds: float = 1.0) -> float:
     block = os.urandom(4096)
     count = 0
     started = time.monotonic()
-    deadline = started + seconds
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() - started < seconds:
             os.write(fd, block)
             os.fdatasync(fd)
             count += 1
@@ -166,6 +510,62 @@ def fsync_rate(directory: Path, seconds: float = 1.0) -> float:
         os.close(fd)
         path.unlink()
     return count / (time.monotonic() - started)
+
+
+def direct_mib_per_s(directory: Path, seconds: float, block_bytes: int) -> float | None:
+    """Sequential O_DIRECT writes of page-aligned `block_bytes` blocks into a file
+    preallocated for them, one fdatasync at the end (inside the time): None where the
+    filesystem refuses O_DIRECT."""
+    path = directory / "direct-probe"
+    blocks_max = max(1, (4 << 30) // block_bytes)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+    except OSError:
+        return None
+    buffer = mmap.mmap(-1, block_bytes)  # anonymous mappings are page-aligned
+    buffer.write(os.urandom(block_bytes))
+    written = 0
+    try:
+        os.posix_fallocate(fd, 0, blocks_max * block_bytes)
+        started = time.monotonic()
+        while time.monotonic() - started < seconds and written < blocks_max * block_bytes:
+            written += os.pwrite(fd, buffer, written)
+        os.fdatasync(fd)
+        elapsed = time.monotonic() - started
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+        path.unlink()
+        buffer.close()
+    return written / MIB / elapsed
+
+
+def disk_limits(directory: Path) -> dict[str, float]:
+    """Sequential write bandwidth (MiB/s) per way of writing: buffered write + fdatasync of
+    each 4 MiB (as the bookies write today, and the ledger benchmark probes), and O_DIRECT."""
+    out = {"buffered, fdatasync per 4 MiB": sequential_mb_per_s(directory, 3.0) * 1e6 / MIB}
+    for block in (MIB, 4 * MIB):
+        value = direct_mib_per_s(directory, 2.0, block)
+        if value is not None:
+            out[f"O_DIRECT, {block // MIB} MiB blocks"] = value
+    return out
+
+
+def machine_limits(directory: Path) -> tuple[list[tuple[str, str, str]], dict[str, float]]:
+    fsyncs = fsync_rate(directory)
+    disk = disk_limits(directory)
+    rows = [("4 KiB write+fdatasync", f"{fsyncs:,.0f} /s", "one thread, the bookies' disk")]
+    rows += [
+        (f"sequential write, {mode}", f"{value:,.0f} MiB/s", "the bookies' disk, shared by all 3")
+        for mode, value in disk.items()
+    ]
+    if not any(mode.startswith("O_DIRECT") for mode in disk):
+        rows.append(("sequential write, O_DIRECT", "refused", "by the filesystem"))
+    rows.append(("loopback TCP", f"{loopback_mb_s():,.0f} MiB/s", "one connection"))
+    rows += round_trip_rows()
+    rows += [(f"{name}, one core", f"{value:,.0f} MiB/s", "") for name, value in hashing_limits()]
+    return rows, disk
 
 
 # --------------------------------------------------------------------------- cluster
@@ -199,15 +599,18 @@ def cli(*args: str) -> list[str]:
 class Cluster:
     """ZooKeeper, 3 bookies and a gateway in child processes, under one temporary dir."""
 
-    def __init__(self, workers: int, compare_workers: int = 0) -> None:
+    def __init__(self, workers: int) -> None:
         self.work = Path(tempfile.mkdtemp(prefix="s3-bench-"))
         self.workers = workers
-        self.compare_workers = compare_workers
         self.children: list[subprocess.Popen[bytes]] = []
         self.zookeeper: ZooKeeperServer | None = None
         self.endpoint = ""
-        self.compare_endpoint = ""
         self.gateway_pid = 0
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        zookeeper = (self.zookeeper.process.pid,) if self.zookeeper is not None else ()
+        return (*zookeeper, *(child.pid for child in self.children))
 
     def __enter__(self) -> Cluster:
         env = dict(os.environ)
@@ -216,47 +619,41 @@ class Cluster:
         try:
             zk = self.zookeeper.connect_string
             for index in range(3):
-                root = self.work / f"bookie-{index}"
-                root.mkdir()
-                process, _ = start_child(
-                    cli(
-                        "bookie",
-                        *("--zk", zk, "--host", "127.0.0.1", "--port", "0", "--http-port", "0"),
-                        *("--journal-dir", str(root / "journal")),
-                        *("--ledger-dir", str(root / "ledgers")),
-                        *("--ready-file", str(root / "ready.json")),
-                    ),
-                    root / "bookie.log",
-                    root / "ready.json",
-                    env,
-                )
-                self.children.append(process)
-            process, ready = self._gateway(zk, self.workers, "gateway", env)
+                self.children.append(self._bookie(zk, self.work / f"bookie-{index}", env))
+            process, ready = start_child(
+                cli(
+                    "gateway",
+                    *("--zk", zk, "--port", "0", "--workers", str(self.workers)),
+                    *("--ready-file", str(self.work / "gateway.json")),
+                ),
+                self.work / "gateway.log",
+                self.work / "gateway.json",
+                env,
+            )
+            self.children.append(process)
             self.gateway_pid = process.pid
             self.endpoint = f"http://127.0.0.1:{ready['port']}"
-            if self.compare_workers:
-                _, ready = self._gateway(zk, self.compare_workers, "gateway-compare", env)
-                self.compare_endpoint = f"http://127.0.0.1:{ready['port']}"
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
 
-    def _gateway(
-        self, zk: str, workers: int, name: str, env: dict[str, str]
-    ) -> tuple[subprocess.Popen[bytes], dict[str, object]]:
-        process, ready = start_child(
+    @staticmethod
+    def _bookie(zk: str, root: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        root.mkdir()
+        process, _ = start_child(
             cli(
-                "gateway",
-                *("--zk", zk, "--port", "0", "--workers", str(workers)),
-                *("--ready-file", str(self.work / f"{name}.json")),
+                "bookie",
+                *("--zk", zk, "--host", "127.0.0.1", "--port", "0", "--http-port", "0"),
+                *("--journal-dir", str(root / "journal")),
+                *("--ledger-dir", str(root / "ledgers")),
+                *("--ready-file", str(root / "ready.json")),
             ),
-            self.work / f"{name}.log",
-            self.work / f"{name}.json",
+            root / "bookie.log",
+            root / "ready.json",
             env,
         )
-        self.children.append(process)
-        return process, ready
+        return process
 
     def __exit__(self, *exc: object) -> None:
         for child in reversed(self.children):
@@ -272,508 +669,318 @@ class Cluster:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
+def children_pids(pids: Sequence[int]) -> tuple[int, ...]:
+    """The processes and their children (a gateway's workers), those still running."""
+    out: list[int] = []
+    for pid in pids:
+        out.append(pid)
+        try:
+            out += [
+                int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            ]
+        except OSError:
+            continue
+    return tuple(out)
+
+
+def server_cpu_s(pids: Sequence[int]) -> float | None:
+    if not pids:
+        return None
+    total = 0.0
+    for pid in pids:
+        try:
+            total += process_cpu_s(pid)
+        except (OSError, IndexError):
+            continue
+    return total
+
+
 # --------------------------------------------------------------------------- phases
 
 
-def phase(
-    name: str,
-    factory: OpFactory,
-    concurrency: int,
-    endpoint: str,
-    duration_s: float | None = None,
-    count: int | None = None,
-    rate: float | None = None,
-) -> PhaseResult:
-    result = run_phase(
-        name, endpoint, ACCESS_KEY, SECRET_KEY, factory, concurrency, duration_s, count, rate=rate
-    )
-    print(
-        f"{name:<22} {result.ops:>7} ops {result.ops_per_s:>9.0f}/s {result.mb_per_s:>8.1f} MB/s "
-        f"p50 {result.p50_ms:7.2f} ms p99 {result.p99_ms:7.2f} ms errors {result.errors} "
-        f"client {result.client_cpu_us_per_op:.0f} us/op",
-        flush=True,
-    )
-    for sample in result.error_samples:
-        print(f"    error: {sample}", flush=True)
-    return result
+def generator_factory(slot: Slot) -> OpFactory:
+    """The generator's operation for a slot's phase (objects as `prepare` wrote them)."""
+    name = slot.phase.name
+    if name.startswith("put"):
+        size = LARGE_BYTES if name == "put 16MiB" else SMALL_BYTES
+        return put_op(BUCKET, size, put_prefix(slot))
+    if name == "get 16MiB":
+        return get_op(BUCKET, LARGE_OBJECTS, "large-", random_seed=RANDOM_SEED)
+    if name == "get 4KiB":
+        return get_op(BUCKET, SMALL_OBJECTS, "small-", random_seed=RANDOM_SEED)
+    if name == "get 1MiB range":
+        return ranged_get_op()
+    return list_op(BUCKET, "list-", PAGE_KEYS)
 
 
-def entry_cache_lookups(endpoint: str) -> tuple[float, float]:
-    """The gateway's entry cache (hits, misses) so far, all workers, from its /metrics."""
-    with urllib.request.urlopen(f"{endpoint}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    counts = {"hit": 0.0, "miss": 0.0}
-    for line in text.splitlines():
-        if line.startswith("blobstore_entry_cache_lookups_total{"):
-            labels, _, value = line.rpartition(" ")
-            for result in counts:
-                if f'result="{result}"' in labels:
-                    counts[result] += float(value)
-    return counts["hit"], counts["miss"]
+def boto_factory(slot: Slot) -> s3_boto.BotoOpFactory:
+    name = slot.phase.name
+    if name.startswith("put"):
+        size = LARGE_BYTES if name == "put 16MiB" else SMALL_BYTES
+        return s3_boto.put_op(BUCKET, size, put_prefix(slot))
+    if name == "get 16MiB":
+        return s3_boto.get_op(BUCKET, LARGE_OBJECTS, "large-")
+    if name == "get 4KiB":
+        return s3_boto.get_op(BUCKET, SMALL_OBJECTS, "small-")
+    if name == "get 1MiB range":
+        return s3_boto.get_op(BUCKET, LARGE_OBJECTS, "large-", RANGE_BYTES, LARGE_BYTES)
+    return s3_boto.list_op(BUCKET, "list-", PAGE_KEYS)
 
 
-@dataclass(frozen=True)
-class Workload:
-    """Where and for how long the phases of one workload run."""
-
-    endpoint: str
-    bucket: str
-    duration_s: float
-
-    def timed(
-        self, name: str, factory: OpFactory, concurrency: int, rate: float | None = None
-    ) -> PhaseResult:
-        return phase(name, factory, concurrency, self.endpoint, self.duration_s, rate=rate)
-
-    def counted(self, name: str, factory: OpFactory, concurrency: int, count: int) -> PhaseResult:
-        return phase(name, factory, concurrency, self.endpoint, count=count)
+def put_prefix(slot: Slot) -> str:
+    return f"{slot.phase.name.replace(' ', '-')}-{slot.client}-r{slot.round}-"
 
 
-Noted = tuple[PhaseResult, str]  # a phase's result and the note beside it in the tables
-
-
-def run_workload(
-    endpoint: str, duration: float, warm_up_s: float, bucket: str = BUCKET
-) -> list[Noted]:
-    """All phases in order, in a bucket of their own; returns (result, note) pairs."""
-    create_bucket(endpoint, ACCESS_KEY, SECRET_KEY, bucket)
-    workload = Workload(endpoint, bucket, duration)
-    phase("warm-up (untimed)", put_op(bucket, 4 * KIB, "warm-"), 16, endpoint, warm_up_s)
-    out = small_put_phases(workload)
-    small_count = max(1, out[0][0].ops)
-    out.append(small_get_phase(workload, small_count))
-    out += large_object_phases(workload)
-    out += listing_phases(workload)
-    return out
-
-
-def small_put_phases(workload: Workload) -> list[Noted]:
-    """4 KiB PUTs: closed loop, paced, and with scattered keys; the first is `put 4KiB`."""
-    bucket = workload.bucket
-    small = workload.timed("put 4KiB", put_op(bucket, 4 * KIB, "small-"), 16)
-    out: list[Noted] = [(small, "concurrency 16")]
-    # The aim's rate offered open loop (latency from when each PUT was due): the p99 of
-    # 1,000 PUTs/s, not of a closed loop that saturates the machine and queues. Three runs:
-    # one 8 s p99 swings with the machine; the aim is judged on their median.
-    for run in range(1, PACED_PUT_RUNS + 1):
-        factory = put_op(bucket, 4 * KIB, f"paced{run}-")
-        name = f"{PACED_PUT} {run}/{PACED_PUT_RUNS}"
-        paced = workload.timed(name, factory, 64, rate=PACED_PUT_RATE)
-        out.append((paced, f"open loop at {PACED_PUT_RATE:,.0f}/s, at most 64 in flight"))
-    # Keys above sort in write order, so each PUT lands on the bucket's last index page
-    # and one catalog write carries many commits. Keys that start with a hash (uuid-like
-    # names, as warp writes) land on a different page each time: one page rewrite each.
-    factory = put_op(bucket, 4 * KIB, "scattered-", scattered=True)
-    scattered = workload.timed(SCATTERED_PUT, factory, 16)
-    out.append((scattered, "concurrency 16, keys starting with 8 hashed hex digits"))
-    return out
-
-
-def small_get_phase(workload: Workload, small_count: int) -> Noted:
-    """GETs of the `put 4KiB` objects, picked at random (as warp does): the first GET of
-    each misses the gateway's entry cache and later ones hit it if it still holds them.
-    The note gives the share of hits (the objects outgrow the 64 MiB cache on a fast day)."""
-    hits_before, misses_before = entry_cache_lookups(workload.endpoint)
-    factory = get_op(workload.bucket, small_count, "small-", random_seed=RANDOM_SEED)
-    small_get = workload.timed("get 4KiB", factory, 16)
-    hits_after, misses_after = entry_cache_lookups(workload.endpoint)
-    hits, misses = hits_after - hits_before, misses_after - misses_before
-    hit_share = hits / (hits + misses) if hits + misses else 0.0
-    note = (
-        f"concurrency 16, {small_count:,} objects picked at random; the entry cache "
-        f"answered {hit_share:.0%} of reads"
-    )
-    return small_get, note
-
-
-def large_object_phases(workload: Workload) -> list[Noted]:
-    bucket = workload.bucket
-    large = workload.timed("put 16MiB", put_op(bucket, 16 * MIB, "large-"), 4)
-    large_count = max(1, large.ops)
-    factory = get_op(bucket, large_count, "large-", random_seed=RANDOM_SEED)
-    large_get = workload.timed("get 16MiB", factory, 4)
-    factory = multipart_op(bucket, 256 * MIB, 16 * MIB, part_concurrency=4)
-    multipart = workload.counted("multipart 256MiB", factory, 1, count=1)
-    ranged = workload.timed("get 1MiB range", ranged_get_op(bucket, large_count), 16)
-    return [
-        (large, "concurrency 4"),
-        (large_get, "concurrency 4"),
-        (multipart, "16 parts of 16 MiB, 4 in parallel"),
-        (ranged, "random 1 MiB ranges of the 16 MiB objects, concurrency 16"),
-    ]
-
-
-def ranged_get_op(bucket: str, large_count: int) -> OpFactory:
-    """Random 1 MiB ranges inside the 16 MiB objects: a fresh random range and object per
-    request, from one seeded sequence shared by every connection."""
+def ranged_get_op() -> OpFactory:
+    """Random aligned 1 MiB ranges of the 16 MiB objects, one seeded sequence for all."""
     rng = random.Random(RANDOM_SEED)
+    ranges = LARGE_BYTES // RANGE_BYTES
 
     def factory(client: S3Client) -> Op:
         async def op(connection: HttpConnection, sequence: int) -> int:
-            start = rng.randrange(16) * MIB
-            inner = get_op(bucket, large_count, "large-", (start, start + MIB - 1))(client)
-            return await inner(connection, rng.randrange(large_count))
+            start = rng.randrange(ranges) * RANGE_BYTES
+            byte_range = (start, start + RANGE_BYTES - 1)
+            inner = get_op(BUCKET, LARGE_OBJECTS, "large-", byte_range)(client)
+            return await inner(connection, rng.randrange(LARGE_OBJECTS))
 
         return op
 
     return factory
 
 
-def listing_phases(workload: Workload) -> list[Noted]:
-    """Listing and DeleteObjects over 5,000 keys of their own (prepared here, not timed)."""
-    bucket = workload.bucket
-    prepared = workload.counted("prepare 5000 keys", put_op(bucket, 1, "list-"), 16, LIST_KEYS)
-    if prepared.errors or prepared.ops != LIST_KEYS:
-        # Listing fewer keys than it counts would report a rate that was never reached.
-        raise RuntimeError(
-            f"preparing the listing's {LIST_KEYS} keys failed ({prepared.ops} written, "
-            f"{prepared.errors} errors, e.g. {list(prepared.error_samples[:2])})"
+def run_slot(slot: Slot, target: Target, boto_client: s3_boto.BotoClient, duration_s: float) -> Run:
+    concurrency = slot.phase.concurrency
+    pids = children_pids(target.pids)
+    cpu_before = server_cpu_s(pids)
+    if slot.client == GENERATOR:
+        result = run_phase(
+            slot.phase.name,
+            target.endpoint,
+            target.access_key,
+            target.secret_key,
+            generator_factory(slot),
+            concurrency,
+            duration_s,
         )
-    passes = 3
-    factory = list_op(bucket, "list-", 1000)
-    listed = workload.counted("list 5000 keys", factory, 1, count=passes * LIST_KEYS // 1000)
-    batches = LIST_KEYS // 1000
-    factory = delete_objects_op(bucket, "list-", 1000)
-    deleted = workload.counted("delete-objects", factory, batches, count=batches)
-    return [
-        (listed, f"{passes} passes over {LIST_KEYS} keys, 1000-key pages, one client"),
-        (deleted, f"{batches} requests of 1000 keys, concurrency {batches}"),
-    ]
-
-
-# --------------------------------------------------------------------------- report
-
-# The analysis of the figures is prose kept by hand beside the generated report.
-ANALYSIS_DOCUMENT = "s3-analysis.md"
-ANALYSIS = (
-    "## Where the time goes (py-spy and /proc CPU accounting under this generator)\n\n"
-    f"What bounds these figures, and the changes measured against them: [{ANALYSIS_DOCUMENT}]"
-    f"({ANALYSIS_DOCUMENT}).\n"
-)
-
-
-def rate_text(result: PhaseResult) -> str:
-    if result.name.startswith(("list", "delete")):
-        return f"{result.ops * 1000 / result.seconds:,.0f} keys/s"
-    if result.mb_per_s >= 50:
-        return f"{result.mb_per_s:,.0f} MB/s"
-    return f"{result.ops_per_s:,.0f}/s"
-
-
-def results_table(results: list[Noted]) -> list[str]:
-    lines = [
-        "| phase | ops | ops/s | MB/s | p50 ms | p99 ms | errors | generator CPU/op | "
-        "headline | Ceph RGW | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for result, note in results:
-        lines.append(
-            f"| {result.name} | {result.ops} | {result.ops_per_s:,.1f} | {result.mb_per_s:,.1f} "
-            f"| {result.p50_ms:.1f} | {result.p99_ms:.1f} | {result.errors} "
-            f"| {result.client_cpu_us_per_op:,.0f} us | {rate_text(result)} "
-            f"| {RGW.get(result.name, '')} | {note} |"
+    else:
+        result = s3_boto.run_phase(
+            slot.phase.name, boto_client, boto_factory(slot), concurrency, duration_s
         )
-    return lines
+    cpu_after = server_cpu_s(pids)
+    spent = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    print(
+        f"{slot.phase.name:<15} {slot.client:<9} r{slot.round} {target.name:<10} "
+        f"{figure(slot.phase, result):>9,.1f} {slot.phase.unit:<6} p50 {result.p50_ms:7.1f} ms "
+        f"p99 {result.p99_ms:7.1f} ms errors {result.errors}",
+        flush=True,
+    )
+    for sample in result.error_samples[:2]:
+        print(f"    error: {sample}", flush=True)
+    return Run(slot, result, spent)
 
 
-def report(
-    args: argparse.Namespace,
-    results: list[Noted],
-    compared: list[Noted],
-    ceilings: list[PhaseResult],
-    limits: list[tuple[str, str, str]],
-    numbers: dict[str, float],
-) -> str:
-    lines = report_head(args)
-    if compared:
-        lines += compared_first_note(args)
-    lines += results_table(results)
-    lines += ["", *ceilings_table(ceilings), "", *limits_table(limits), ""]
-    lines += [*verdicts(results, ceilings, numbers), "", ANALYSIS]
-    if compared:
-        lines += compared_section(args, compared, ceilings, numbers)
-    return "\n".join(lines)
+def prepare(target: Target, list_keys: int, warm_up_s: float) -> None:
+    """Untimed: the bucket, a warm-up of 4 KiB PUTs, and the objects the phases read."""
+    create_bucket(target.endpoint, target.access_key, target.secret_key, BUCKET)
 
-
-def report_head(args: argparse.Namespace) -> list[str]:
-    return [
-        "# S3 gateway benchmark",
-        "",
-        f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
-        f"({os.cpu_count()} CPUs, Python {platform.python_version()}): ZooKeeper, 3 bookies "
-        f"(E/WQ/AQ 3/2/2), the gateway (workers={args.workers}, as `blobstore standalone` "
-        "runs it on a host it shares with its bookies and ZooKeeper) and the load generator "
-        "(`bench/s3_load.py`, asyncio + httptools, SigV4 UNSIGNED-PAYLOAD) all share the "
-        f"machine. Timed phases run {args.duration:g} s each, after {WARM_UP_S:g} s of untimed "
-        "4 KiB PUTs on the freshly started cluster (ZooKeeper's JIT compiles its request path "
-        "in the first minute under load, halving its CPU per request). "
-        "`python -m bench.s3_bench` regenerates this file.",
-        "",
-    ]
-
-
-def compared_first_note(args: argparse.Namespace) -> list[str]:
-    return [
-        f"The same workload also ran first, on the same cluster, through a second gateway "
-        f"with workers={args.compare_workers} (one per CPU, a dedicated gateway host's "
-        "sizing): see the section after the analysis. This run's tables are for "
-        f"workers={args.workers}, measured second (on a cluster holding the first run's "
-        "objects).",
-        "",
-    ]
-
-
-def ceilings_table(ceilings: list[PhaseResult]) -> list[str]:
-    lines = [
-        "Generator ceiling, same run (same generator and concurrency against a trivial HTTP "
-        "server in a child process):",
-        "",
-        "| ceiling | ops/s | MB/s | p50 ms | p99 ms | generator CPU/op |",
-        "|---|---|---|---|---|---|",
-    ]
-    for result in ceilings:
-        lines.append(
-            f"| {result.name}, concurrency {result.concurrency} | {result.ops_per_s:,.0f} "
-            f"| {result.mb_per_s:,.1f} | {result.p50_ms:.2f} | {result.p99_ms:.2f} "
-            f"| {result.client_cpu_us_per_op:,.0f} us |"
+    def counted(name: str, factory: OpFactory, count: int) -> None:
+        result = run_phase(
+            name, target.endpoint, target.access_key, target.secret_key, factory, 16, count=count
         )
-    return lines
+        if result.errors or result.ops != count:
+            # Reading objects that were never written would measure errors, not reads.
+            raise RuntimeError(
+                f"{target.name}: {name}: {result.ops} of {count} written, {result.errors} "
+                f"errors, e.g. {list(result.error_samples[:2])}"
+            )
+        print(f"{target.name}: {name}: {result.ops_per_s:,.0f}/s", flush=True)
 
-
-def limits_table(limits: list[tuple[str, str, str]]) -> list[str]:
-    return [
-        "Machine limits, same run:",
-        "",
-        "| limit | value | notes |",
-        "|---|---|---|",
-        *[f"| {a} | {b} | {c} |" for a, b, c in limits],
-    ]
-
-
-def compared_section(
-    args: argparse.Namespace,
-    compared: list[Noted],
-    ceilings: list[PhaseResult],
-    numbers: dict[str, float],
-) -> list[str]:
-    """The workload through the second gateway, measured first on the same cluster."""
-    return [
-        f"## The same workload through a gateway with workers={args.compare_workers}",
-        "",
-        "Measured first, on the same cluster (after its "
-        f"{WARM_UP_S:g} s warm-up; {WARM_UP_AGAIN_S:g} s of untimed PUTs before the "
-        f"workers={args.workers} run). Each worker process commits to an index page on its "
-        "own, so with keys that sort in write order the workers take turns on the bucket's "
-        f"last page (see *Two workers, one hot page* in [{ANALYSIS_DOCUMENT}]"
-        f"({ANALYSIS_DOCUMENT})), and on two CPUs the second worker adds one more process to "
-        "share them with the bookies and ZooKeeper; large objects gain from the second "
-        "worker's CPU.",
-        "",
-        *results_table(compared),
-        "",
-        *verdicts(compared, ceilings, numbers, heading="###"),
-    ]
-
-
-# An aim: its text, the measured value, the aim's value and unit, and the ratio (None:
-# measured / aim; for a latency aim, aim / measured).
-Aim = tuple[str, float, float, str, float | None]
-
-
-def verdicts(
-    results: list[Noted],
-    ceilings: list[PhaseResult],
-    numbers: dict[str, float],
-    heading: str = "##",
-) -> list[str]:
-    """The issue's aims and the RGW figures beside this run's results, as ratios, under
-    headings of level `heading`."""
-    by_name = {result.name: result for result, _ in results}
-    paced_p99s = [result.p99_ms for result, _ in results if result.name.startswith(PACED_PUT)]
-    lines = [
-        f"{heading} Against the aims (ratio = measured / aim; >= 1 meets it)",
-        "",
-        "| aim | measured | aim value | ratio |",
-        "|---|---|---|---|",
-    ]
-    for text, measured, aim, unit, ratio in aims(by_name, paced_p99s, numbers["disk"]):
-        ratio = measured / aim if ratio is None else ratio
-        lines.append(f"| {text} | {measured:,.1f} | {aim:,.1f} {unit} | {ratio:.2f} |")
-    lines += [
-        "",
-        f"{heading} Against Ceph RGW (single node, 3 OSDs, replication 3, same kind of machine)",
-        "",
-        "| phase | blobstore | RGW | ratio |",
-        "|---|---|---|---|",
-    ]
-    for name, measured, reference in rgw_comparisons(by_name):
-        lines.append(
-            f"| {name} | {measured:,.0f} | {reference:,.0f} | {measured / reference:.2f} |"
+    if warm_up_s > 0:
+        run_phase(
+            "warm-up",
+            target.endpoint,
+            target.access_key,
+            target.secret_key,
+            put_op(BUCKET, SMALL_BYTES, "warm-"),
+            16,
+            warm_up_s,
         )
-    small_ceiling = min(c.ops_per_s for c in ceilings[:2])
-    lines += [
-        "",
-        f"Generator: its 4 KiB ceiling in this run is {small_ceiling:,.0f} requests/s, "
-        f"{small_ceiling / max(1.0, by_name['put 4KiB'].ops_per_s):.0f}x the gateway's 4 KiB "
-        "PUT rate, so the small-object phases measure the gateway, not the client.",
-    ]
-    return lines
+    counted("prepare 16 MiB objects", put_op(BUCKET, LARGE_BYTES, "large-"), LARGE_OBJECTS)
+    counted("prepare 4 KiB objects", put_op(BUCKET, SMALL_BYTES, "small-"), SMALL_OBJECTS)
+    counted("prepare listing keys", put_op(BUCKET, 1, "list-"), list_keys)
 
 
-def aims(
-    by_name: dict[str, PhaseResult], paced_p99s: list[float], disk_mb_per_s: float
-) -> list[Aim]:
-    """The issue's aims beside this run's results; the paced PUT's on the median of its runs."""
-    paced_p99 = statistics.median(paced_p99s)
-    small_put_p99 = by_name["put 4KiB"].p99_ms
-    # The ledger issue's bound with every bookie on one disk: each replica writes a byte
-    # twice (journal, then entry log), WQ=2 replicas; its aim is 70% of that.
-    replication_bound = disk_mb_per_s / (2 * 2)
-    large_put_aim = 0.7 * replication_bound
+def measure(
+    args: argparse.Namespace, targets: Sequence[Target], boto_clients: dict[str, s3_boto.BotoClient]
+) -> list[Run]:
+    by_name = {target.name: target for target in targets}
+    slots = alternation(PHASES, CLIENTS, list(by_name), args.rounds)
     return [
-        ("large GET >= 400 MB/s", by_name["get 16MiB"].mb_per_s, 400.0, "MB/s", None),
-        (
-            f"large PUT at the ledger's replication-bound aim ({large_put_aim:,.0f} MB/s = 70% "
-            f"of sequential write / (2 x WQ) = 0.7 x {replication_bound:,.0f})",
-            by_name["put 16MiB"].mb_per_s,
-            large_put_aim,
-            "MB/s",
-            None,
-        ),
-        ("4 KiB PUT >= 1,000/s", by_name["put 4KiB"].ops_per_s, 1000.0, "/s", None),
-        (
-            "4 KiB PUT >= 1,000/s, scattered keys",
-            by_name[SCATTERED_PUT].ops_per_s,
-            1000.0,
-            "/s",
-            None,
-        ),
-        (
-            "4 KiB PUT p99 <= 15 ms at 1,000/s offered, median of "
-            f"{len(paced_p99s)} runs ({', '.join(f'{p:.1f}' for p in paced_p99s)} ms) "
-            "(ratio = aim / measured)",
-            paced_p99,
-            15.0,
-            "ms",
-            15.0 / max(0.001, paced_p99),
-        ),
-        (
-            "4 KiB PUT p99 <= 15 ms at concurrency 16, saturated (ratio = aim / measured)",
-            small_put_p99,
-            15.0,
-            "ms",
-            15.0 / max(0.001, small_put_p99),
-        ),
-        ("4 KiB GET >= 3,000/s", by_name["get 4KiB"].ops_per_s, 3000.0, "/s", None),
+        run_slot(slot, by_name[slot.target], boto_clients[slot.target], args.duration)
+        for slot in slots
     ]
 
 
-def rgw_comparisons(by_name: dict[str, PhaseResult]) -> list[tuple[str, float, float]]:
-    """(phase, this run's figure, Ceph RGW's) in the unit of the RGW table."""
-    return [
-        ("put 4KiB", by_name["put 4KiB"].ops_per_s, 250.0),
-        (SCATTERED_PUT, by_name[SCATTERED_PUT].ops_per_s, 250.0),
-        ("get 4KiB", by_name["get 4KiB"].ops_per_s, 345.0),
-        ("put 16MiB", by_name["put 16MiB"].mb_per_s, 115.0),
-        ("get 16MiB", by_name["get 16MiB"].mb_per_s, 385.0),
-        ("multipart 256MiB", by_name["multipart 256MiB"].mb_per_s, 120.0),
-        ("get 1MiB range", by_name["get 1MiB range"].ops_per_s, 310.0),
-        ("list 5000 keys", 1000 * by_name["list 5000 keys"].ops_per_s, 12000.0),
-        ("delete-objects", 1000 * by_name["delete-objects"].ops_per_s, 400.0),
-    ]
+def boto_clients(targets: Sequence[Target]) -> tuple[dict[str, s3_boto.BotoClient], dict[str, str]]:
+    """A boto3 client per target, shared by all phases (pool for the largest concurrency),
+    warmed up, and how each sends a PutObject."""
+    clients: dict[str, s3_boto.BotoClient] = {}
+    modes: dict[str, str] = {}
+    pool = max(spec.concurrency for spec in PHASES)
+    for target in targets:
+        client = s3_boto.make_client(target.endpoint, target.access_key, target.secret_key, pool)
+        modes[target.name] = s3_boto.request_mode(client, BUCKET)
+        s3_boto.warm(client, BUCKET, object_key("small-", 0))
+        clients[target.name] = client
+    return clients, modes
 
 
 def run(args: argparse.Namespace) -> str:
+    load_before = os.getloadavg()
+    started = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M}"
     print("measuring machine limits", flush=True)
     probe_dir = Path(tempfile.mkdtemp(prefix="s3-bench-probe-"))
-    # The ledger benchmark's probe: the same "disk sequential bandwidth" in both aims.
-    numbers = {"fsync": fsync_rate(probe_dir), "disk": sequential_mb_per_s(probe_dir, 3.0)}
-    numbers["loopback"] = loopback_mb_s()
-    hashes = hashing_limits()
-    numbers.update(hashes)
-    limits: list[tuple[str, str, str]] = [
-        ("4 KiB write+fdatasync", f"{numbers['fsync']:,.0f} /s", "one thread, journal disk"),
-        (
-            "sequential write",
-            f"{numbers['disk']:,.0f} MB/s",
-            "4 MiB write + fdatasync for 3 s (as the ledger benchmark); the 3 bookies share "
-            "this disk",
-        ),
-        ("loopback TCP", f"{numbers['loopback']:,.0f} MB/s", "one connection"),
-        *round_trip_rows(),
-        *[(f"{name} one core", f"{value:,.0f} MB/s", "") for name, value in hashes],
-    ]
-    probe_dir.rmdir()
+    try:
+        limits, disk = machine_limits(probe_dir)
+    finally:
+        probe_dir.rmdir()
     for row in limits:
-        print(" ".join(row), flush=True)
+        print(" | ".join(row), flush=True)
     ceilings = [
-        measure_ceiling("put", 4 * KIB, 16, duration_s=min(args.duration, 4)),
-        measure_ceiling("get", 4 * KIB, 16, duration_s=min(args.duration, 4)),
-        measure_ceiling("get", 16 * MIB, 4, duration_s=min(args.duration, 4)),
+        measure_ceiling("put", SMALL_BYTES, 16, duration_s=2.0),
+        measure_ceiling("get", LARGE_BYTES, 4, duration_s=2.0),
     ]
-    for ceiling in ceilings:
-        print(f"{ceiling.name}: {ceiling.ops_per_s:.0f}/s {ceiling.mb_per_s:.0f} MB/s", flush=True)
-    compare = args.compare_workers if args.compare_workers != args.workers else 0
-    with Cluster(args.workers, compare) as cluster:
-        compared: list[Noted] = []
-        warm_up_s = WARM_UP_S
-        if compare:
-            print(f"gateway with workers={compare}, first", flush=True)
-            compared = run_workload(cluster.compare_endpoint, args.duration, warm_up_s, "bench-b")
-            warm_up_s = WARM_UP_AGAIN_S
-        print(f"gateway with workers={args.workers}", flush=True)
-        results = run_workload(cluster.endpoint, args.duration, warm_up_s)
-    return report(args, results, compared, ceilings, limits, numbers)
+    peer = peer_target(args)
+    with serving(args) as (ours, cluster_text):
+        targets = [ours] + ([peer] if peer is not None else [])
+        for target in targets:
+            prepare(target, args.list_keys, args.warm_up)
+        clients, modes = boto_clients(targets)
+        runs = measure(args, targets, clients)
+    setting = Setting(
+        started=started,
+        ours=ours,
+        peer=peer,
+        duration_s=args.duration,
+        rounds=args.rounds,
+        list_keys=args.list_keys,
+        boto_mode=modes,
+        load_before=load_before,
+        load_after=os.getloadavg(),
+        cluster=cluster_text,
+        note=args.note,
+    )
+    return report(setting, runs, limits, disk, ceilings)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=8.0, help="seconds per timed phase")
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="gateway worker processes (default 1, as `blobstore standalone` runs the gateway "
-        "on a host it shares with the bookies and ZooKeeper)",
+def peer_target(args: argparse.Namespace) -> Target | None:
+    if not args.peer:
+        return None
+    pids: list[int] = []
+    for path in sorted(glob.glob(args.peer_pid_files)) if args.peer_pid_files else []:
+        pids.append(int(Path(path).read_text().split()[0]))
+    return Target(
+        args.peer_name, args.peer, args.peer_access_key, args.peer_secret_key, tuple(pids)
     )
+
+
+@contextlib.contextmanager
+def serving(args: argparse.Namespace) -> Iterator[tuple[Target, str]]:
+    """The blobstore under test, and how it runs: an endpoint given on the command line, or
+    a local cluster started for the run (and stopped after it)."""
+    if args.endpoint:
+        target = Target("blobstore", args.endpoint, args.access_key, args.secret_key)
+        yield target, f"already running at {args.endpoint}"
+        return
+    with Cluster(args.workers) as cluster:
+        target = Target("blobstore", cluster.endpoint, ACCESS_KEY, SECRET_KEY, cluster.pids)
+        yield (
+            target,
+            (
+                "started for the run: ZooKeeper, 3 bookies, E/WQ/AQ 3/2/2, one gateway with "
+                f"workers={args.workers}, data under {tempfile.gettempdir()}"
+            ),
+        )
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=4.0, help="seconds per timed run")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each phase per target")
+    parser.add_argument("--warm-up", type=float, default=10.0, help="untimed PUT seconds")
+    parser.add_argument("--list-keys", type=int, default=5000, help="keys the listing walks")
+    parser.add_argument("--workers", type=int, default=1, help="gateway worker processes")
+    parser.add_argument("--endpoint", default="", help="an already running blobstore")
+    parser.add_argument("--access-key", default=ACCESS_KEY)
+    parser.add_argument("--secret-key", default=SECRET_KEY)
+    parser.add_argument("--peer", default="", help="a peer S3 endpoint, measured in turn")
+    parser.add_argument("--peer-name", default="peer")
+    parser.add_argument("--peer-access-key", default="")
+    parser.add_argument("--peer-secret-key", default="")
     parser.add_argument(
-        "--compare-workers",
-        type=int,
-        default=os.cpu_count() or 1,
-        help="also run the workload first through a second gateway on the same cluster with "
-        "this many workers (default: one per CPU, a dedicated gateway host's sizing; equal "
-        "to --workers: no second run)",
+        "--peer-pid-files", default="", help="a glob of the peer's pid files, for its CPU time"
     )
+    parser.add_argument("--note", default="", help="a sentence printed at the top")
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "s3.md"))
     parser.add_argument(
         "--serve", action="store_true", help="start the cluster, print the endpoint and wait"
     )
-    args = parser.parse_args()
+    return parser
+
+
+def usage_problem(args: argparse.Namespace) -> str | None:
+    if args.rounds < 1 or args.duration <= 0:
+        return "--rounds must be >= 1 and --duration > 0"
+    if args.peer and args.rounds < 2:
+        return "--peer needs --rounds >= 2 (the targets take turns, A B A B)"
+    if args.list_keys < PAGE_KEYS or args.list_keys % PAGE_KEYS:
+        return f"--list-keys must be a multiple of {PAGE_KEYS} (full pages)"
+    if args.peer and not (args.peer_access_key and args.peer_secret_key):
+        return "--peer needs --peer-access-key and --peer-secret-key"
+    if args.peer and args.peer_name == "blobstore":
+        return "--peer-name must differ from blobstore"
+    return None
+
+
+def serve(workers: int) -> int:
+    def stop(_signum: int, _frame: object) -> None:
+        # Once: a second signal must not cut the cleanup short (it would leave
+        # ZooKeeper running and the data behind).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    # also when started in the background, where SIGINT is ignored
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    with Cluster(workers) as cluster:
+        print(
+            json.dumps({"endpoint": cluster.endpoint, "gateway_pid": cluster.gateway_pid}),
+            flush=True,
+        )
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.serve:
-
-        def stop(_signum: int, _frame: object) -> None:
-            # Once: a second signal must not cut the cleanup short (it would leave
-            # ZooKeeper running and the data behind).
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            raise KeyboardInterrupt
-
-        # also when started in the background, where SIGINT is ignored
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        with Cluster(args.workers) as cluster:
-            print(
-                json.dumps({"endpoint": cluster.endpoint, "gateway_pid": cluster.gateway_pid}),
-                flush=True,
-            )
-            try:
-                while True:
-                    time.sleep(3600)
-            except KeyboardInterrupt:
-                return 0
+        return serve(args.workers)
+    problem = usage_problem(args)
+    if problem is not None:
+        parser.error(problem)
     text = run(args)
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(text)
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    previous = output.read_text() if output.exists() else ""
+    output.write_text(with_kept_analysis(text, previous))
     print(text)
     return 0
 

@@ -1,45 +1,143 @@
-"""The S3 benchmark's aims table judges the paced PUT latency aim on the median of its
-runs and names every run's p99 beside it."""
+"""The S3 benchmark's bookkeeping, on made-up phase results: the targets take turns round
+after round, a figure is the median of its rounds, the ratio is blobstore's median over the
+peer's, the report has no peer column without a peer, and hand-written analysis survives
+a regenerated report. No timing."""
 
 from __future__ import annotations
 
-from bench import s3_bench
+from bench import s3_bench, s3_boto
+from bench.s3_bench import BOTO3, GENERATOR, PHASES, Run, Setting, Slot, Target
 from bench.s3_load import PhaseResult
 
+PUT_LARGE, _, RANGE, LISTING, PUT_SMALL, _ = PHASES
+PEER = "Ceph RGW"
 
-def _result(name: str, p99_ms: float = 10.0, ops_per_s: float = 1000.0) -> PhaseResult:
+
+def _result(name: str, ops_per_s: float = 100.0, mb_per_s: float = 50.0) -> PhaseResult:
     return PhaseResult(
         name=name,
-        ops=int(ops_per_s * 8),
+        ops=int(ops_per_s * 4),
         bytes=0,
-        seconds=8.0,
+        seconds=4.0,
         ops_per_s=ops_per_s,
-        mb_per_s=100.0,
+        mb_per_s=mb_per_s,
         p50_ms=5.0,
-        p99_ms=p99_ms,
+        p99_ms=9.0,
         errors=0,
     )
 
 
-def test_paced_put_aim_is_the_median_of_its_runs() -> None:
-    names = [
-        "put 4KiB",
-        s3_bench.SCATTERED_PUT,
-        "get 4KiB",
-        "put 16MiB",
-        "get 16MiB",
-        "multipart 256MiB",
-        "get 1MiB range",
-        "list 5000 keys",
-        "delete-objects",
+def _setting(peer: Target | None) -> Setting:
+    return Setting(
+        started="2026-01-01 00:00",
+        ours=Target("blobstore", "http://127.0.0.1:9000", "k", "s"),
+        peer=peer,
+        duration_s=4.0,
+        rounds=3,
+        list_keys=5000,
+        boto_mode={"blobstore": "plain body"},
+        load_before=(1.0, 1.0, 1.0),
+        load_after=(2.0, 2.0, 2.0),
+        cluster="a test",
+    )
+
+
+def _runs(target: str, client: str, mb_per_s: tuple[float, ...]) -> list[Run]:
+    return [
+        Run(Slot(PUT_LARGE, client, index, target), _result(PUT_LARGE.name, mb_per_s=value))
+        for index, value in enumerate(mb_per_s, start=1)
     ]
-    results = [(_result(name), "") for name in names]
-    results += [
-        (_result(f"{s3_bench.PACED_PUT} {run}/3", p99_ms=p99), "")
-        for run, p99 in zip((1, 2, 3), (40.0, 12.0, 20.0), strict=True)
-    ]
-    ceilings = [_result("ceiling put"), _result("ceiling get")]
-    lines = s3_bench.verdicts(results, ceilings, {"disk": 400.0})
-    (row,) = [line for line in lines if "at 1,000/s offered" in line]
-    assert "median of 3 runs (40.0, 12.0, 20.0 ms)" in row
-    assert row.endswith("| 20.0 | 15.0 ms | 0.75 |"), row
+
+
+def test_targets_take_turns_round_after_round_within_each_phase_and_client() -> None:
+    slots = s3_bench.alternation(PHASES[:2], (BOTO3, GENERATOR), ("blobstore", PEER), 2)
+    assert len(slots) == 2 * 2 * 2 * 2
+    first = [(slot.round, slot.target) for slot in slots[:4]]
+    assert first == [(1, "blobstore"), (1, PEER), (2, "blobstore"), (2, PEER)]
+    assert {(slot.phase, slot.client) for slot in slots[:4]} == {(PHASES[0], BOTO3)}
+    assert [slot.client for slot in slots[4:8]] == [GENERATOR] * 4
+    assert [slot.phase for slot in slots[8:]] == [PHASES[1]] * 8
+
+
+def test_a_figure_is_the_median_of_its_rounds_and_the_ratio_is_median_over_median() -> None:
+    runs = _runs("blobstore", BOTO3, (30.0, 90.0, 60.0)) + _runs(PEER, BOTO3, (40.0, 10.0, 20.0))
+    by_key = s3_bench.cells(runs)
+    ours = by_key[(PUT_LARGE.name, BOTO3, "blobstore")]
+    theirs = by_key[(PUT_LARGE.name, BOTO3, PEER)]
+    assert ours.figures == (30.0, 90.0, 60.0)
+    assert (ours.median, theirs.median) == (60.0, 20.0)
+    assert s3_bench.ratio(ours, theirs) == 3.0
+    assert s3_bench.ratio(ours, None) is None
+
+
+def test_figures_are_in_each_phases_unit() -> None:
+    result = _result("x", ops_per_s=7.0, mb_per_s=112.0)
+    assert s3_bench.figure(PUT_LARGE, result) == 112.0
+    assert s3_bench.figure(RANGE, result) == 7.0
+    assert s3_bench.figure(PUT_SMALL, result) == 7.0
+    assert s3_bench.figure(LISTING, result) == 7.0 * s3_bench.PAGE_KEYS
+
+
+def test_the_report_compares_with_the_peer_of_this_run_only() -> None:
+    runs = _runs("blobstore", GENERATOR, (30.0, 90.0, 60.0))
+    runs += _runs(PEER, GENERATOR, (40.0, 10.0, 20.0))
+    peer = Target(PEER, "http://127.0.0.1:7480", "k", "s")
+    text = s3_bench.report(_setting(peer), runs, [], {"buffered": 100.0}, [])
+    (row,) = [line for line in text.splitlines() if line.startswith("| put 16MiB | 4 |")]
+    assert "**60.0** (30.0, 90.0, 60.0)" in row
+    assert "**20.0** (40.0, 10.0, 20.0)" in row
+    assert "**3.00**" in row
+    (aim,) = [line for line in text.splitlines() if line.startswith("| put 16MiB | generator")]
+    assert aim == "| put 16MiB | generator | 3.00 | >= 1.5 | yes |"
+
+
+def test_without_a_peer_there_is_no_peer_column() -> None:
+    runs = _runs("blobstore", GENERATOR, (30.0, 90.0))
+    text = s3_bench.report(_setting(None), runs, [], {"buffered": 100.0}, [])
+    assert PEER not in text and "ratio" not in text
+    (row,) = [line for line in text.splitlines() if line.startswith("| put 16MiB | 4 |")]
+    assert row.startswith("| put 16MiB | 4 | MiB/s | **60.0** (30.0, 90.0) | 5.0 / 9.0 |")
+
+
+def test_large_put_is_judged_against_each_measured_disk_mode() -> None:
+    runs = _runs("blobstore", BOTO3, (35.0,))
+    disk = {"buffered": 200.0, "O_DIRECT, 1 MiB blocks": 1000.0}
+    lines = s3_bench.disk_aim_rows(s3_bench.cells(runs), "blobstore", disk)
+    assert lines[2].endswith("| buffered (200 MiB/s) | 70.0 MiB/s | 0.50 |")
+    assert lines[3].endswith("| 350 MiB/s | 0.10 |")
+
+
+def test_a_regenerated_report_keeps_the_hand_written_analysis() -> None:
+    previous = f"# old tables\n\n{s3_bench.ANALYSIS_MARK}\n## Analysis\n\nprose\n"
+    text = s3_bench.with_kept_analysis("# new tables\n", previous)
+    assert text == f"# new tables\n\n{s3_bench.ANALYSIS_MARK}\n## Analysis\n\nprose\n"
+    assert s3_bench.with_kept_analysis("# new\n", "# no mark\n").endswith(
+        s3_bench.ANALYSIS_MARK + "\n"
+    )
+
+
+def test_the_boto3_request_mode_names_the_body_encoding_and_checksum() -> None:
+    plain = s3_boto.describe_request_mode(
+        {"x-amz-content-sha256": "a" * 64, "x-amz-checksum-crc32": "AAAAAA=="}
+    )
+    assert plain == (
+        "plain body, x-amz-content-sha256 the payload's SHA-256 (signed payload), "
+        "header x-amz-checksum-crc32"
+    )
+    chunked = s3_boto.describe_request_mode(
+        {
+            "content-encoding": "aws-chunked",
+            "x-amz-trailer": "x-amz-checksum-crc32",
+            "x-amz-content-sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+        }
+    )
+    assert chunked.startswith("aws-chunked body, trailer x-amz-checksum-crc32")
+
+
+def test_a_peer_needs_two_rounds_and_its_keys() -> None:
+    parser = s3_bench.build_parser()
+    peer = ["--peer", "http://127.0.0.1:7480", "--peer-access-key", "k", "--peer-secret-key", "s"]
+    assert s3_bench.usage_problem(parser.parse_args([*peer, "--rounds", "2"])) is None
+    assert "rounds" in (s3_bench.usage_problem(parser.parse_args([*peer, "--rounds", "1"])) or "")
+    assert s3_bench.usage_problem(parser.parse_args(["--peer", "http://127.0.0.1:7480"]))
+    assert s3_bench.usage_problem(parser.parse_args(["--list-keys", "1500"]))
