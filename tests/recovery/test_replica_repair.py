@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import rocksdict
 
 from blobstore.ledger import LedgerClient
@@ -172,8 +173,12 @@ def _assert_fsck(zk_connect: str, healthy: bool) -> dict[str, Any]:
 
 
 def test_scrub_repairs_flipped_bytes_on_a_running_bookie(
-    zk_connect: str, bookies: BookieFactory
+    zk_connect: str, bookies: BookieFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The reads below must meet the victim's bad copy: on a loaded machine its answer may
+    # take longer than the 50 ms after which a read asks the next replica too, and that
+    # replica's good answer would end the read before the bad one is seen.
+    monkeypatch.setenv("BLOBSTORE_LEDGER_SPECULATIVE_READ_TIMEOUT_MS", "10000")
     started = bookies(3, extra_args=BOOKIE_ARGS)
     bodies = asyncio.run(_write_objects(zk_connect, random.Random(37)))
     victim = started[0]
