@@ -560,30 +560,49 @@ def _noncurrent_actions(
     return actions
 
 
+def _noncurrent_past(
+    key: str,
+    versions: Sequence[Version],
+    rule_filter: Filter,
+    newer_kept: int,
+    days: int,
+    now: float,
+) -> dict[int, tuple[float, float]]:
+    """Index -> (noncurrent since, moment) of each noncurrent version the filter selects
+    that is past `days` of being noncurrent at `now`, the `newer_kept` newest selected
+    ones aside (NoncurrentVersionExpiration and -Transition count alike)."""
+    past = {}
+    newer_selected = 0  # noncurrent versions newer than this one that the filter selects
+    for index in range(1, len(versions)):
+        if not rule_filter.matches(key, versions[index]):
+            continue
+        kept = newer_selected < newer_kept
+        newer_selected += 1
+        if kept:
+            continue
+        noncurrent_since = versions[index - 1].last_modified  # its successor's creation
+        moment = transition_moment(noncurrent_since, days)
+        if now >= moment:
+            past[index] = (noncurrent_since, moment)
+    return past
+
+
 def _noncurrent_due(
     key: str, versions: Sequence[Version], rule: Rule, now: float
 ) -> dict[int, str]:
     """Index -> reason of each noncurrent version this rule expires at `now`."""
     assert rule.noncurrent_days is not None, rule
+    past = _noncurrent_past(
+        key, versions, rule.filter, rule.newer_noncurrent_versions, rule.noncurrent_days, now
+    )
     due = {}
-    newer_selected = 0  # noncurrent versions newer than this one that the rule selects
-    for index in range(1, len(versions)):
-        version = versions[index]
-        if not rule.filter.matches(key, version):
-            continue
-        kept = newer_selected < rule.newer_noncurrent_versions
-        newer_selected += 1
-        if kept:
-            continue
-        noncurrent_since = versions[index - 1].last_modified  # its successor's creation
-        moment = expiry_moment(noncurrent_since, rule.noncurrent_days)
-        if now >= moment:
-            what = "delete marker" if version.is_delete_marker else "version"
-            due[index] = (
-                f"NoncurrentVersionExpiration NoncurrentDays={rule.noncurrent_days}: {what}"
-                f" noncurrent since {_iso(noncurrent_since)}, expired at {_iso(moment)}"
-                f" ({rule.newer_noncurrent_versions} newer noncurrent versions kept)"
-            )
+    for index, (noncurrent_since, moment) in past.items():
+        what = "delete marker" if versions[index].is_delete_marker else "version"
+        due[index] = (
+            f"NoncurrentVersionExpiration NoncurrentDays={rule.noncurrent_days}: {what}"
+            f" noncurrent since {_iso(noncurrent_since)}, expired at {_iso(moment)}"
+            f" ({rule.newer_noncurrent_versions} newer noncurrent versions kept)"
+        )
     return due
 
 
@@ -662,25 +681,22 @@ def _noncurrent_transition_due(
     key: str, versions: Sequence[Version], rule: Rule, transition: NoncurrentTransition, now: float
 ) -> dict[int, str]:
     """Index -> reason of each noncurrent version this transition moves at `now`."""
-    due = {}
-    newer_selected = 0
-    for index in range(1, len(versions)):
-        version = versions[index]
-        if not rule.filter.matches(key, version):
-            continue
-        kept = newer_selected < transition.newer_noncurrent_versions
-        newer_selected += 1
-        if kept:
-            continue
-        noncurrent_since = versions[index - 1].last_modified
-        moment = transition_moment(noncurrent_since, transition.noncurrent_days)
-        if now >= moment:
-            due[index] = (
-                f"NoncurrentVersionTransition NoncurrentDays={transition.noncurrent_days} "
-                f"StorageClass={transition.storage_class}: noncurrent since "
-                f"{_iso(noncurrent_since)}, due at {_iso(moment)}"
-            )
-    return due
+    past = _noncurrent_past(
+        key,
+        versions,
+        rule.filter,
+        transition.newer_noncurrent_versions,
+        transition.noncurrent_days,
+        now,
+    )
+    return {
+        index: (
+            f"NoncurrentVersionTransition NoncurrentDays={transition.noncurrent_days} "
+            f"StorageClass={transition.storage_class}: noncurrent since "
+            f"{_iso(noncurrent_since)}, due at {_iso(moment)}"
+        )
+        for index, (noncurrent_since, moment) in past.items()
+    }
 
 
 def upload_action(upload: Upload, rules: Sequence[Rule], now: float) -> AbortUpload | None:
