@@ -233,17 +233,16 @@ def _describe(found: bytes | None, body: bytes) -> str:
 # ------------------------------------------------------------------ runs
 
 
-def run_killed(
-    cluster: MaintenanceCluster, kill: KillPoint, args: tuple[str, ...], log: Path
-) -> int:
-    """Start a run with the kill hook, wait for its driver to die, kill the rest of its
-    process group (the JVM and Python workers), and return the driver's exit status."""
-    process = start_run(cluster, args, {HOOKS_ENV: kill.hook}, log)
+def run_killed(cluster: MaintenanceCluster, hook: str, args: tuple[str, ...], log: Path) -> int:
+    """Start a run with the kill `hook` (`point=kill:N`), wait for its driver to die, kill
+    the rest of its process group (the JVM and Python workers), and return the driver's
+    exit status."""
+    process = start_run(cluster, args, {HOOKS_ENV: hook}, log)
     try:
         wait_until(
             lambda: process.poll() is not None,
             KILLED_RUN_TIMEOUT_S,
-            message=lambda: f"run with {kill.hook} still alive:\n{_tail(log)}",
+            message=lambda: f"run with {hook} still alive:\n{_tail(log)}",
         )
     finally:
         kill_group(process)

@@ -118,7 +118,7 @@ def _kill_then_rerun(
 ) -> None:
     ok_before = _ok_runs(zk)
     started = time.monotonic()
-    status = run_killed(cluster, kill, args, log)
+    status = run_killed(cluster, kill.hook, args, log)
     assert status == -signal.SIGKILL, f"{kill.hook}: the driver exited {status}, not killed"
     killed_run = lock_holder_run(zk)
     assert killed_run is not None, f"{kill.hook}: the lock went with the driver's session?"

@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 
-from blobstore.maintenance.hooks import HOOKS_ENV
 from tests.maintenance.conftest import MaintenanceCluster
-from tests.maintenance.killing import kill_group, rerun, start_run
+from tests.maintenance.killing import rerun, run_killed
 from tests.maintenance.test_tiering import (
     BUCKET,
     TIER_RULES,
@@ -28,7 +27,6 @@ from tests.maintenance.test_tiering import (
     later_text,
     start,
 )
-from tests.waiting import wait_until
 
 # (hook, the killed run's segments the rerun removes: those no record names)
 KILLS = (
@@ -38,7 +36,6 @@ KILLS = (
 )
 OBJECTS_PER_ROUND = 4
 DRIVER_SESSION_S = 4  # the least maintain takes: a killed run's lock frees soonest
-KILLED_RUN_TIMEOUT_S = 180.0
 
 
 def read_all(s3: Any, expected: dict[str, bytes]) -> dict[str, str]:
@@ -49,20 +46,6 @@ def read_all(s3: Any, expected: dict[str, bytes]) -> dict[str, str]:
         assert got["Body"].read() == body, key
         classes[key] = got.get("StorageClass", "STANDARD")
     return classes
-
-
-def run_killed(cluster: MaintenanceCluster, args: tuple[str, ...], hook: str, log: Path) -> None:
-    """A run that kills its driver at `hook`; returns once its whole group is gone."""
-    process = start_run(cluster, args, {HOOKS_ENV: hook}, log)
-    try:
-        wait_until(
-            lambda: process.poll() is not None,
-            KILLED_RUN_TIMEOUT_S,
-            message=lambda: f"run with {hook} still alive:\n{log.read_text()[-3000:]}",
-        )
-    finally:
-        kill_group(process)
-    assert process.returncode != 0, log.read_text()[-3000:]
 
 
 SEED = int(os.environ.get("BLOBSTORE_TEST_SEED", "20261129"))
@@ -100,7 +83,8 @@ def tiering_survives_kills(
             s3.put_object(Bucket=BUCKET, Key=key, Body=body)
             expected[key] = body
         log = tmp_path / f"killed-{round_index}.log"
-        run_killed(cluster, args, hook, log)
+        status = run_killed(cluster, hook, args, log)
+        assert status != 0, log.read_text()[-3000:]
         classes = read_all(s3, expected)
         new = [classes[f"r{round_index}/k{n}"] for n in range(OBJECTS_PER_ROUND)]
         swapped = 2 if hook.startswith("tier_swapped") else 0
