@@ -139,6 +139,7 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
     ("InvalidRequest", 400, "Invalid Request"),
     ("InvalidStorageClass", 400, "The storage class you specified is not valid"),
     ("InvalidTag", 400, "The TagSet is not valid."),
+    ("InvalidURI", 400, "Couldn't parse the specified URI."),
     ("KeyTooLongError", 400, "Your key is too long"),
     (
         "MalformedACLError",

@@ -81,7 +81,7 @@ def _decode(raw: bytes) -> str:
     try:
         return unquote_to_bytes(raw).decode("utf-8")
     except UnicodeDecodeError:
-        raise S3Error("InvalidArgument", "The path is not valid UTF-8") from None
+        raise S3Error("InvalidURI") from None  # S3's answer to a path not in UTF-8
 
 
 def resolve_address(host: str, raw_path: bytes, domain: str) -> tuple[str, str, bool]:

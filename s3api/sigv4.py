@@ -585,8 +585,6 @@ def _presigned_expires(text: str) -> int:
     expires = int(text)
     if expires < 0:
         raise S3Error(code, "X-Amz-Expires must be non-negative")
-    if expires < 1:
-        raise S3Error(code, "X-Amz-Expires must be at least 1 second")
     if expires > PRESIGN_EXPIRES_SECONDS_MAX:
         raise S3Error(
             code,

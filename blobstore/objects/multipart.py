@@ -7,7 +7,7 @@ import hashlib
 import time
 from collections.abc import Mapping, Sequence
 
-from blobstore.catalog.records import COMPOSITE, ObjectRecord, PartInfo, PartRecord, UploadRecord
+from blobstore.catalog.records import ObjectRecord, PartInfo, PartRecord, UploadRecord
 from blobstore.objects.config import PART_NUMBER_MAX
 from blobstore.objects.errors import (
     EntityTooSmallError,
@@ -100,18 +100,9 @@ def completed_record(
         checksums=checksums,
         storage_class=upload.storage_class,
         extents=tuple(extent for part in parts for extent in part.extents),
-        # A part's own checksums only for a COMPOSITE checksum (GetObject?partNumber
-        # returns them, as S3); a FULL_OBJECT one covers the object alone, and every
-        # byte of the record counts against record_bytes_max (the part count).
-        parts=tuple(
-            PartInfo(
-                p.part_number,
-                p.size,
-                p.etag,
-                dict(p.checksums) if checksums.get("type") == COMPOSITE else {},
-            )
-            for p in parts
-        ),
+        # Each part keeps its own checksums, COMPOSITE or FULL_OBJECT: a GET of one part
+        # (?partNumber) answers with them, so the reader can check the bytes it got.
+        parts=tuple(PartInfo(p.part_number, p.size, p.etag, dict(p.checksums)) for p in parts),
         owner=upload.owner,
         tags=dict(upload.tags),
         upload_id=upload_id,

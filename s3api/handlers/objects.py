@@ -164,12 +164,16 @@ def check_encryption(ctx: S3Context) -> None:
         )
 
 
-def written_object(ctx: S3Context, bucket: BucketRecord) -> tuple[str, dict[str, str]]:
+def written_object(
+    ctx: S3Context,
+    bucket: BucketRecord,
+    accepted: frozenset[str] = authorization.ENFORCED_ACLS,
+) -> tuple[str, dict[str, str]]:
     """(owner, system metadata holding its ACL) of the object this write creates
     (`authorization.written_object`; `BLOBSTORE_GATEWAY_ACLS=ignore` ignores ACLs where
-    they are disabled)."""
+    they are disabled; `accepted`: the canned ACLs a bucket without ACLs takes)."""
     return authorization.written_object(
-        ctx.headers, ctx.requester, bucket, ctx.authorizer, ctx.config.acls == "ignore"
+        ctx.headers, ctx.requester, bucket, ctx.authorizer, ctx.config.acls == "ignore", accepted
     )
 
 
@@ -523,17 +527,26 @@ def _part_read(
         )
     if record.parts:
         headers["x-amz-mp-parts-count"] = str(len(record.parts))
-        if checksum_mode and record.checksums.get("type") == COMPOSITE:
-            # A part's own checksum exists only under a COMPOSITE object checksum (a
-            # copy given a FULL_OBJECT one of another algorithm keeps old part lists),
-            # and S3 names it so.
-            part = next(p for p in record.parts if p.part_number == part_number)
-            headers.update(checksum_headers({**part.checksums, "type": COMPOSITE}))
+        own = _part_checksums(record, part_number)
+        if checksum_mode and own:
+            headers.update(checksum_headers(own))
         elif checksum_mode and last - first + 1 == record.size:
             headers.update(checksum_headers(record.checksums))  # the part is the object
     elif checksum_mode:
         headers.update(checksum_headers(record.checksums))
     return status, first, last
+
+
+def _part_checksums(record: ObjectRecord, part_number: int) -> dict[str, str]:
+    """A part's own checksum, of the bytes a GET of that part carries, under the object's
+    checksum type; none when the object's algorithm is another (a copy given a new one
+    keeps the old part list) or the part kept none (records from before FULL_OBJECT
+    uploads kept them)."""
+    part = next(p for p in record.parts if p.part_number == part_number)
+    algorithms = record.checksums.keys() - {"type"}
+    if not algorithms or algorithms != part.checksums.keys():
+        return {}
+    return {**part.checksums, "type": record.checksums.get("type", COMPOSITE)}
 
 
 async def _streamed_response(

@@ -4,7 +4,8 @@ requests and its dates, V2 requests with a wrong or malformed Authorization or w
 date, If-None-Match with an ETag, CreateBucket of one's own bucket, an empty continuation
 token, ListObjects' Prefix with encoding-type=url, HEAD of a deleted key, lifecycle rules
 without an ID, the order of tags, bytes past a body, a completion's malformed checksum,
-X-Amz-Expires out of range and a partNumber past the last part."""
+X-Amz-Expires out of range, a path not in UTF-8, a partNumber past the last part and a
+part's own checksum under FULL_OBJECT."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from botocore.auth import S3SigV4QueryAuth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from tests.cluster.gateway import ACCESS_KEY, SECRET_KEY, GatewayProcess
@@ -401,7 +405,8 @@ def test_completion_with_a_malformed_whole_object_checksum_is_bad_digest(
 
 def test_x_amz_expires_out_of_range_says_which_bound(s3: Any, bucket: str) -> None:
     """X-Amz-Expires below 0 or above a week is 400 AuthorizationQueryParametersError
-    with S3's message for each bound (checked before the signature); a week is valid."""
+    with S3's message for each bound (checked before the signature); a week is valid, and
+    0 is a URL expired as soon as it is signed (403)."""
     s3.put_object(Bucket=bucket, Key="k", Body=b"x")
     url = s3.generate_presigned_url(
         "get_object", Params={"Bucket": bucket, "Key": "k"}, ExpiresIn=60
@@ -423,6 +428,27 @@ def test_x_amz_expires_out_of_range_says_which_bound(s3: Any, bucket: str) -> No
         "get_object", Params={"Bucket": bucket, "Key": "k"}, ExpiresIn=604800
     )
     assert _answer(urllib.request.Request(week)) == (200, "x")
+    code, body = _answer(urllib.request.Request(_presigned_now(s3, f"/{bucket}/k", 0)))
+    assert (code, _element(body, "Message")) == (403, "Request has expired")
+
+
+def _presigned_now(s3: Any, path: str, expires: int) -> str:
+    """A GET of `path` presigned by botocore's own SigV4 query signer (which, unlike the
+    client's, signs any X-Amz-Expires)."""
+    request = AWSRequest(method="GET", url=s3.meta.endpoint_url + path)
+    S3SigV4QueryAuth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1", expires).add_auth(
+        request
+    )
+    return str(request.url)
+
+
+def test_a_path_not_in_utf8_is_an_invalid_uri(
+    s3: Any, bucket: str, gateway: GatewayProcess
+) -> None:
+    """S3 answers a path whose percent-decoded bytes are not UTF-8 with InvalidURI."""
+    code, body = _answer(urllib.request.Request(f"{gateway.endpoint}/{bucket}/%AE%8A-"))
+    assert (code, _element(body, "Code")) == (400, "InvalidURI")
+    assert _element(body, "Message") == "Couldn't parse the specified URI."
 
 
 # ---------------------------------------------------------------------- GetObject partNumber
@@ -455,3 +481,38 @@ def test_a_part_number_past_the_last_names_the_part_count(s3: Any, bucket: str) 
         s3.get_object(Bucket=bucket, Key="multi", PartNumber=3)
     assert (status(e), error_code(e)) == (416, "InvalidPartNumber")
     assert e.value.response["Error"]["ActualPartCount"] == "2"
+
+
+def test_a_part_of_a_full_object_checksum_upload_reads_with_its_own_checksum(
+    s3: Any, bucket: str
+) -> None:
+    """GET ?partNumber of a FULL_OBJECT upload answers the part's own checksum (of the
+    bytes it carries, so the client checks them) under the object's checksum type."""
+    upload_id = s3.create_multipart_upload(
+        Bucket=bucket, Key="full", ChecksumAlgorithm="CRC32", ChecksumType="FULL_OBJECT"
+    )["UploadId"]
+    bodies = (b"a" * 5 * 1024 * 1024, b"tail")
+    uploaded = [
+        s3.upload_part(
+            Bucket=bucket, Key="full", UploadId=upload_id, PartNumber=n, Body=body,
+            ChecksumAlgorithm="CRC32",
+        )
+        for n, body in enumerate(bodies, start=1)
+    ]  # fmt: skip
+    parts = [
+        {"PartNumber": n, "ETag": part["ETag"], "ChecksumCRC32": part["ChecksumCRC32"]}
+        for n, part in enumerate(uploaded, start=1)
+    ]
+    completed = s3.complete_multipart_upload(
+        Bucket=bucket, Key="full", UploadId=upload_id, MultipartUpload={"Parts": parts}
+    )
+    for n, (body, part) in enumerate(zip(bodies, uploaded, strict=True), start=1):
+        got = s3.get_object(Bucket=bucket, Key="full", PartNumber=n, ChecksumMode="ENABLED")
+        assert got["Body"].read() == body
+        assert (got["ChecksumType"], got["ChecksumCRC32"]) == ("FULL_OBJECT", part["ChecksumCRC32"])
+        assert got["ChecksumCRC32"] != completed["ChecksumCRC32"]
+    whole = s3.head_object(Bucket=bucket, Key="full", ChecksumMode="ENABLED")
+    assert (whole["ChecksumType"], whole["ChecksumCRC32"]) == (
+        "FULL_OBJECT",
+        completed["ChecksumCRC32"],
+    )
