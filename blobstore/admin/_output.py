@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from typing import Any, TypeVar
 
 import uvloop
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoAuthError, SessionClosedRequireSaslError
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -34,6 +34,7 @@ from rich.table import Table
 
 from blobstore.runtime.errors import UsageError
 from blobstore.runtime.zk import ZooKeeperClient, started_client
+from blobstore.runtime.zk_auth import DIGEST_FILE_ENV
 
 T = TypeVar("T")
 
@@ -85,6 +86,11 @@ def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
 def _as_usage_error(error: BaseException) -> UsageError:
     if isinstance(error, UsageError):
         return error
+    if isinstance(error, SessionClosedRequireSaslError | NoAuthError):
+        return UsageError(
+            "ZooKeeper refused this session: the ensemble wants the cluster's digest "
+            f"credential (set {DIGEST_FILE_ENV} to its file)"
+        )
     return UsageError(f"ZooKeeper request failed: {error!r}")
 
 

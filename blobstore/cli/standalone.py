@@ -57,7 +57,7 @@ import string
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -80,6 +80,7 @@ from blobstore.runtime.sealing import (
     load_cluster_key,
     write_cluster_key_file,
 )
+from blobstore.runtime.zk_auth import DIGEST_FILE_ENV, read_digest_file, write_digest_file
 
 READY_TIMEOUT_S = 90.0
 # How often the auditor checks the copies of closed ledgers (one cluster, one machine).
@@ -105,6 +106,7 @@ ZOOKEEPER_HEAP_MB = 256
 BOOKIES_MAX = 32
 # Set in every child's environment to this cluster's data directory (see _reap_leftovers).
 STANDALONE_ENV = "BLOBSTORE_STANDALONE_DATA_DIR"
+ZK_DIGEST_FILE = "zk.digest"  # DATA/zk.digest: the --zk-auth credential (zk_auth_settings)
 
 
 class _StopRequested(Exception):
@@ -322,6 +324,25 @@ def cluster_key_settings(data_dir: Path, environ: dict[str, str]) -> tuple[dict[
     return {CLUSTER_KEY_FILE_ENV: str(path)}, str(path)
 
 
+def zk_auth_settings(
+    data_dir: Path, requested: bool, environ: MutableMapping[str, str]
+) -> Path | None:
+    """The digest credential file of the cluster's ZooKeeper sessions, set in `environ`
+    for this process and every child (blobstore.runtime.zk_auth); None: no ZooKeeper
+    auth. BLOBSTORE_ZK_DIGEST_FILE when set, else DATA/zk.digest: created by the first
+    start with --zk-auth, then used by every later start (the znodes are ACL'd to it).
+    UsageError when it is malformed."""
+    given = environ.get(DIGEST_FILE_ENV)
+    path = Path(given) if given else data_dir / ZK_DIGEST_FILE
+    if not given and not path.exists():
+        if not requested:
+            return None
+        write_digest_file(path)
+    read_digest_file(path)  # checked now, not in every child
+    environ[DIGEST_FILE_ENV] = str(path)
+    return path
+
+
 class Child:
     """A supervised child process with a ready file (`supervision.SupervisedProcess`)."""
 
@@ -479,6 +500,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ready-file", type=Path, help="write JSON {endpoint, zk, access_key} here once serving"
     )
     parser.add_argument(
+        "--zk-auth",
+        action="store_true",
+        help="ZooKeeper digest authentication: ZooKeeper refuses sessions without the "
+        f"credential, every znode is ACL'd to it (DATA/{ZK_DIGEST_FILE}, made once and kept; "
+        f"or env {DIGEST_FILE_ENV})",
+    )
+    parser.add_argument(
         "--maintenance-interval",
         type=float,
         metavar="SECONDS",
@@ -622,19 +650,26 @@ def _run_locked(args: argparse.Namespace, data_dir: Path, schedule: MaintenanceS
     check_gateway_settings({**standalone_defaults(bookie_count), **os.environ})
     access_key, secret_key = load_or_create_credentials(data_dir, args.access_key, args.secret_key)
     key_env, key_place = cluster_key_settings(data_dir, dict(os.environ))
+    zk_digest = zk_auth_settings(data_dir, args.zk_auth, os.environ)
     _check_kept_ports(layout, bookie_count, data_dir)
     signals = _StopSignals()
     (data_dir / "logs").mkdir(exist_ok=True)
     cluster = _Cluster()
     maintenance: MaintenanceRunner | None = None
     try:
-        zk = cluster.start_zookeeper(data_dir, layout.zk_port)
+        zk = cluster.start_zookeeper(data_dir, layout.zk_port, enforce_auth=zk_digest is not None)
         env = {**_child_env(zk, access_key, secret_key, bookie_count), **key_env}
         cluster.start_bookies(layout, bookie_count, data_dir, zk, env)
         endpoint = cluster.start_gateway(args, data_dir, zk, env)
         maintenance = MaintenanceRunner(schedule, data_dir, zk, env)
         _print_banner(
-            endpoint, zk, (access_key, secret_key), key_place, data_dir, maintenance.describe()
+            endpoint,
+            zk,
+            (access_key, secret_key),
+            key_place,
+            data_dir,
+            maintenance.describe(),
+            zk_digest,
         )
         if args.ready_file:
             _write_json(args.ready_file.resolve(), cluster.ready_document(endpoint, zk, access_key))
@@ -717,11 +752,16 @@ class _Cluster:
         self.zookeeper: _ZooKeeperChild | None = None
         self.children: list[Child] = []
 
-    def start_zookeeper(self, data_dir: Path, zk_port: int) -> str:
-        """Start ZooKeeper; its connect string."""
+    def start_zookeeper(self, data_dir: Path, zk_port: int, enforce_auth: bool = False) -> str:
+        """Start ZooKeeper; its connect string. `enforce_auth`: it refuses sessions
+        without the digest credential (--zk-auth)."""
         print(f"starting ZooKeeper on 127.0.0.1:{zk_port} ...", flush=True)
         server = start_zookeeper(
-            data_dir / "zookeeper", zk_port, heap_mb=ZOOKEEPER_HEAP_MB, preexec_fn=_die_with_parent
+            data_dir / "zookeeper",
+            zk_port,
+            heap_mb=ZOOKEEPER_HEAP_MB,
+            preexec_fn=_die_with_parent,
+            enforce_auth=enforce_auth,
         )
         self.zookeeper = _ZooKeeperChild(server)
         return f"127.0.0.1:{zk_port}"
@@ -853,17 +893,26 @@ def _print_banner(
     cluster_key: str,
     data_dir: Path,
     maintenance: str,
+    zk_digest: Path | None = None,
 ) -> None:
     access_key, secret_key = credentials
     key_setting = (
         f"{CLUSTER_KEY_FILE_ENV}={cluster_key} " if not cluster_key.startswith("$") else ""
+    )
+    zk_setting = f"BLOBSTORE_ZK={zk}" + (
+        f" {DIGEST_FILE_ENV}={zk_digest}" if zk_digest is not None else ""
+    )
+    zk_line = f"{zk}      data: {data_dir}" + (
+        f"\n  ZooKeeper auth: digest, credential in {zk_digest} (every znode is ACL'd to it)"
+        if zk_digest is not None
+        else ""
     )
     print(
         f"""
 blobstore is serving S3 at {endpoint}
   access key:  {access_key}   (the admin user)
   secret key:  {secret_key}
-  ZooKeeper:   {zk}      data: {data_dir}
+  ZooKeeper:   {zk_line}
   cluster key: {cluster_key}   (users' secret keys are sealed under it: keep it)
 
 boto3:
@@ -877,9 +926,9 @@ AWS CLI:
   aws --endpoint-url {endpoint} s3 mb s3://demo && aws --endpoint-url {endpoint} s3 ls
 
 operator:
-  BLOBSTORE_ZK={zk} blobstore admin bookies
-  BLOBSTORE_ZK={zk} blobstore admin maintenance status
-  BLOBSTORE_ZK={zk} {key_setting}blobstore admin user add alice --policy readwrite
+  {zk_setting} blobstore admin bookies
+  {zk_setting} blobstore admin maintenance status
+  {zk_setting} {key_setting}blobstore admin user add alice --policy readwrite
 
 {maintenance}
 

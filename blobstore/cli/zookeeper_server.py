@@ -31,6 +31,7 @@ from pathlib import Path
 
 from blobstore.runtime.errors import UsageError
 from blobstore.runtime.pdeathsig import die_with_parent
+from blobstore.runtime.zk_auth import ENFORCE_CONFIG_LINES, digest_from_env, znode_acl
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +132,13 @@ class ZooKeeperServer:
         there. A bookie or gateway given a chroot needs it to exist."""
         from kazoo.client import KazooClient  # only the callers that make chroots need it
 
-        client = KazooClient(hosts=self.connect_string, timeout=timeout_s)
+        digest = digest_from_env()
+        client = KazooClient(
+            hosts=self.connect_string,
+            timeout=timeout_s,
+            auth_data=[("digest", digest.credential.decode())] if digest else None,
+            default_acl=znode_acl(digest),
+        )
         client.start(timeout=timeout_s)
         try:
             client.ensure_path(path)
@@ -169,7 +176,9 @@ class ZooKeeperServer:
             self.process.send_signal(signum)
 
 
-def write_config(data_dir: Path, host: str, port: int) -> Path:
+def write_config(data_dir: Path, host: str, port: int, enforce_auth: bool = False) -> Path:
+    """zoo.cfg (and log4j.properties) in `data_dir`; `enforce_auth`: sessions that do not
+    authenticate with a digest credential are refused (blobstore.runtime.zk_auth)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "data").mkdir(exist_ok=True)
     config = data_dir / "zoo.cfg"
@@ -189,6 +198,7 @@ def write_config(data_dir: Path, host: str, port: int) -> Path:
                 "autopurge.purgeInterval=1",
                 # Catalog pages are kept well below this; the margin is for multi() batches.
                 "jute.maxbuffer=4194304",
+                *(ENFORCE_CONFIG_LINES if enforce_auth else ()),
                 "",
             ]
         )
@@ -217,6 +227,7 @@ def start_zookeeper(
     ready_timeout_s: float = READY_TIMEOUT_S,
     preexec_fn: Callable[[], None] | None = None,
     own_session: bool | None = None,
+    enforce_auth: bool = False,
 ) -> ZooKeeperServer:
     """Start ZooKeeper and return once it answers `ruok`; raises UsageError on failure.
 
@@ -230,7 +241,7 @@ def start_zookeeper(
     if not port_is_free(host, port):
         raise UsageError(f"port {host}:{port} for ZooKeeper is already in use")
     data_dir = data_dir.resolve()
-    config = write_config(data_dir, host, port)
+    config = write_config(data_dir, host, port, enforce_auth)
     log_path = data_dir / "zookeeper.log"
     with open(log_path, "ab") as log_file:
         process = subprocess.Popen(

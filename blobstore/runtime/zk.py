@@ -26,7 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.serialization import (
@@ -41,12 +41,12 @@ from kazoo.protocol.serialization import (
     Transaction,
 )
 from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
-from kazoo.security import OPEN_ACL_UNSAFE
 from prometheus_client import Counter, Histogram
 
 from blobstore.runtime.aio import wait_shielded
 from blobstore.runtime.batched_metrics import batched_counter, batched_histogram
 from blobstore.runtime.errors import UsageError
+from blobstore.runtime.zk_auth import ZooKeeperDigest, digest_from_env, znode_acl
 from blobstore.runtime.zk_session import ZooKeeperSession
 
 logger = logging.getLogger(__name__)
@@ -101,12 +101,18 @@ class ZooKeeperClient:
         session_timeout_s: float = SESSION_TIMEOUT_S_DEFAULT,
         operation_timeout_s: float = OPERATION_TIMEOUT_S_DEFAULT,
         request_bytes_max: int | None = None,
+        digest: ZooKeeperDigest | None | Literal["env"] = "env",
     ) -> None:
         """`request_bytes_max`: longest request sent (None: BLOBSTORE_ZK_REQUEST_BYTES_MAX
-        or 4 MiB); a longer one fails alone with ZooKeeperRequestTooLargeError."""
+        or 4 MiB); a longer one fails alone with ZooKeeperRequestTooLargeError.
+        `digest`: the credential to authenticate with and ACL new znodes to ("env":
+        BLOBSTORE_ZK_DIGEST_FILE's, if set; blobstore.runtime.zk_auth)."""
         self.hosts = hosts
         self.operation_timeout_s = operation_timeout_s
-        self._session = ZooKeeperSession(hosts, session_timeout_s, request_bytes_max)
+        if digest == "env":
+            digest = digest_from_env()
+        self._acl = znode_acl(digest)
+        self._session = ZooKeeperSession(hosts, session_timeout_s, request_bytes_max, digest=digest)
         self._state_listeners: list[Callable[[KazooState], None]] = []
         self._session.add_listener(self._state_changed)
         # fresh_view(): the sync sent in this turn of the loop (shared by its callers),
@@ -232,7 +238,7 @@ class ZooKeeperClient:
     ) -> str:
         """Create a znode and return its path (with the sequence suffix, if any)."""
         flags = (1 if ephemeral else 0) | (2 if sequence else 0)
-        request = Create(self._path(path), value, OPEN_ACL_UNSAFE, flags)
+        request = Create(self._path(path), value, self._acl, flags)
         try:
             return await self._call(request)  # type: ignore[no-any-return]
         except NoNodeError:
@@ -379,9 +385,9 @@ class ZooKeeperClient:
             path, rest = self._path(args[0]), args[1:]
             if kind == "create":
                 value = rest[0] if rest else b""
-                requests.append(Create(path, value, OPEN_ACL_UNSAFE, 0))
+                requests.append(Create(path, value, self._acl, 0))
             elif kind == "create_ephemeral":
-                requests.append(Create(path, rest[0] if rest else b"", OPEN_ACL_UNSAFE, 1))
+                requests.append(Create(path, rest[0] if rest else b"", self._acl, 1))
             elif kind == "set":
                 requests.append(SetData(path, rest[0], rest[1] if len(rest) > 1 else -1))
             elif kind == "delete":

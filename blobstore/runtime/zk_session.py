@@ -48,6 +48,7 @@ from typing import Any, NoReturn, cast
 
 from kazoo.exceptions import (
     EXCEPTIONS,
+    AuthFailedError,
     ConnectionClosedError,
     ConnectionLoss,
     NoNodeError,
@@ -56,6 +57,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import (
+    Auth,
     Close,
     Connect,
     Create,
@@ -72,6 +74,7 @@ from kazoo.protocol.states import EventType, KazooState, KeeperState, WatchedEve
 from prometheus_client import Counter
 
 from blobstore.runtime.errors import UsageError
+from blobstore.runtime.zk_auth import ZooKeeperDigest
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +147,7 @@ CLOSE_TIMEOUT_S = 2.0
 
 WATCH_XID = -1
 PING_XID = -2
+AUTH_XID = -4
 SET_WATCHES_XID = -8
 SET_WATCHES_TYPE = 101
 REMOVE_WATCHES_TYPE = 18  # ZooKeeper 3.5+
@@ -280,6 +284,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.handshake: asyncio.Future[Connect] = asyncio.get_running_loop().create_future()
+        # The error code of the answer to the digest authentication (0: accepted).
+        self.authenticated: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.pending: deque[_Pending] = deque()
         # Paths with a watching request sent on this connection and not yet answered:
@@ -329,9 +335,10 @@ class _Connection(asyncio.Protocol):
         self.session._resume(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.handshake.done():
-            self.handshake.set_exception(ConnectionLoss("connection closed during handshake"))
-            self.handshake.exception()
+        for opening in (self.handshake, self.authenticated):
+            if not opening.done():
+                opening.set_exception(ConnectionLoss("connection closed during handshake"))
+                opening.exception()
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -406,6 +413,8 @@ class _Connection(asyncio.Protocol):
         if xid == WATCH_XID:
             watch, _ = Watch.deserialize(frame, _REPLY_HEADER.size)
             self.session._watch_event(watch)
+        elif xid == AUTH_XID and not self.authenticated.done():
+            self.authenticated.set_result(err)
         elif xid in (PING_XID, SET_WATCHES_XID):
             if err:
                 logger.warning("zookeeper xid %d answered with error %d", xid, err)
@@ -430,9 +439,14 @@ class ZooKeeperSession:
     """A ZooKeeper session for the running event loop (see the module docstring)."""
 
     def __init__(
-        self, hosts: str, session_timeout_s: float, request_bytes_max: int | None = None
+        self,
+        hosts: str,
+        session_timeout_s: float,
+        request_bytes_max: int | None = None,
+        digest: ZooKeeperDigest | None = None,
     ) -> None:
         self.hosts = hosts
+        self.digest = digest  # sent on every connection (blobstore.runtime.zk_auth)
         self.request_bytes_max = (
             request_bytes_max_from_env() if request_bytes_max is None else request_bytes_max
         )
@@ -769,7 +783,7 @@ class ZooKeeperSession:
                     self._expired()
                     delay = RECONNECT_DELAY_S
                     break  # a new session, at once
-                except (OSError, TimeoutError, ConnectionLoss) as e:
+                except (OSError, TimeoutError, ConnectionLoss, AuthFailedError) as e:
                     self._log_unreachable(host, port, e)
                     continue
                 except Exception:  # a bug must not end the session's reconnecting
@@ -826,10 +840,30 @@ class ZooKeeperSession:
             connection.abort()  # expired (or, against the protocol, another session)
             raise SessionExpiredError()
         connection.established = True
+        if self.digest is not None:
+            await self._authenticate(connection, timeout_s)
         self.session_id = reply.session_id
         self._password = reply.passwd
         self.negotiated_timeout_s = reply.time_out / 1000.0
         return connection
+
+    async def _authenticate(self, connection: _Connection, timeout_s: float) -> None:
+        """Send the digest credential and wait for its answer, before any request: a
+        refusal is AuthFailedError (the server closes the connection after it)."""
+        assert self.digest is not None and connection.transport is not None
+        body = Auth(0, "digest", self.digest.credential.decode()).serialize()
+        connection.transport.write(_REQUEST_HEADER.pack(len(body) + 8, AUTH_XID, Auth.type) + body)
+        try:
+            async with asyncio.timeout(timeout_s):
+                err = await connection.authenticated
+        except BaseException:
+            connection.abort()
+            raise
+        if err:
+            connection.abort()
+            raise AuthFailedError(
+                f"ZooKeeper refused the digest credential of user {self.digest.user!r} (error {err})"
+            )
 
     async def _serve(self, connection: _Connection) -> None:
         """Run one established connection until it closes."""
