@@ -14,9 +14,8 @@ object ownership controls, and bucket and object ACLs (their state lives where
   ACL grants anyone but its owner (InvalidBucketAclWithObjectOwnership), as S3 asks for
   the ACL to be reset first.
 - ACLs: where ownership is BucketOwnerEnforced, GETs show the owner's FULL_CONTROL and
-  PUTs accept only an ACL saying so, by `bucket-owner-full-control` or written out
-  (AccessControlListNotSupported otherwise, `private` included, unless the gateway
-  ignores ACLs); elsewhere Put*Acl stores the ACL of x-amz-acl, x-amz-grant-* or
+  PUTs accept only an ACL saying so (AccessControlListNotSupported otherwise, unless the
+  gateway ignores ACLs); elsewhere Put*Acl stores the ACL of x-amz-acl, x-amz-grant-* or
   the AccessControlPolicy body (exactly one of them), refused when public under
   BlockPublicAcls.
 """
@@ -207,13 +206,11 @@ async def _requested_acl(ctx: S3Context, owner: str, bucket_owner: str) -> Acces
 
 
 def _accepted(ctx: S3Context, bucket: BucketRecord, acl: AccessControlList) -> bool:
-    """Whether the ACL is to be stored: where ACLs are disabled, one beyond the owner's,
-    or a canned ACL but `bucket-owner-full-control`, is refused
-    (AccessControlListNotSupported) unless the gateway ignores ACLs, and none is stored."""
+    """Whether the ACL is to be stored: where ACLs are disabled, one beyond the owner's
+    is refused (AccessControlListNotSupported) unless the gateway ignores ACLs, and none
+    is stored."""
     if not authz.acls_enabled(bucket):
-        canned = ctx.headers.get("x-amz-acl")
-        refused = canned is not None and canned.strip() not in authz.ENFORCED_ACLS
-        if (refused or not _only_owner(acl)) and ctx.config.acls != "ignore":
+        if not _only_owner(acl) and ctx.config.acls != "ignore":
             raise S3Error("AccessControlListNotSupported")
         return False
     authz.check_grants(acl, ctx.authorizer, authz.effective_block(bucket, ctx.authorizer))

@@ -208,12 +208,8 @@ def _stored_bucket_policy(record: BucketRecord) -> Policy | None:
 # ---------------------------------------------------------------------- ACLs of writes
 
 
-# Canned ACLs that say only what ACLs disabled mean: the owner's full control. A
-# CreateBucket asking for BucketOwnerEnforced accepts either; a write or an ACL put into a
-# bucket whose ACLs are disabled accepts only `bucket-owner-full-control` (or no ACL, or
-# the owner's full control written out), as S3 documents: `private` is refused there.
+# Canned ACLs that say only what ACLs disabled mean: the owner's full control.
 OWNER_ONLY_ACLS = frozenset({"private", "bucket-owner-full-control"})
-ENFORCED_ACLS = frozenset({"bucket-owner-full-control"})
 
 
 def acls_enabled(record: BucketRecord) -> bool:
@@ -224,13 +220,10 @@ def names_acl(headers: Mapping[str, str]) -> bool:
     return "x-amz-acl" in headers or any(name in headers for name in GRANT_HEADERS)
 
 
-def names_foreign_acl(
-    headers: Mapping[str, str], accepted: frozenset[str] = OWNER_ONLY_ACLS
-) -> bool:
-    """Whether the headers ask for more than the owner's full control: a canned ACL not
-    in `accepted`, or any x-amz-grant-* header."""
+def names_foreign_acl(headers: Mapping[str, str]) -> bool:
+    """Whether the headers ask for more than the owner's full control."""
     canned = headers.get("x-amz-acl")
-    foreign_canned = canned is not None and canned.strip() not in accepted
+    foreign_canned = canned is not None and canned.strip() not in OWNER_ONLY_ACLS
     return foreign_canned or any(name in headers for name in GRANT_HEADERS)
 
 
@@ -273,17 +266,15 @@ def written_object(
     record: BucketRecord,
     authorizer: Authorizer,
     ignore_acls: bool,
-    accepted: frozenset[str] = ENFORCED_ACLS,
 ) -> tuple[str, dict[str, str]]:
     """(owner, system metadata holding its ACL) of an object a write creates in the
     bucket of `record`. With ACLs disabled, an ACL beyond the owner's full control is
     refused as S3 refuses it (AccessControlListNotSupported), rather than ignored, unless
-    the gateway ignores ACLs (`ignore_acls`), and so is a canned ACL not in `accepted`;
-    with ACLs enabled, it is the object's."""
+    the gateway ignores ACLs (`ignore_acls`); with ACLs enabled, it is the object's."""
     canned = headers.get("x-amz-acl")
     owner = object_owner(record, writer, canned.strip() if canned else None)
     if not acls_enabled(record):
-        if names_foreign_acl(headers, accepted) and not ignore_acls:
+        if names_foreign_acl(headers) and not ignore_acls:
             raise S3Error("AccessControlListNotSupported")
         return owner, {}
     acl = requested_acl(headers, owner, record.owner)

@@ -164,16 +164,12 @@ def check_encryption(ctx: S3Context) -> None:
         )
 
 
-def written_object(
-    ctx: S3Context,
-    bucket: BucketRecord,
-    accepted: frozenset[str] = authorization.ENFORCED_ACLS,
-) -> tuple[str, dict[str, str]]:
+def written_object(ctx: S3Context, bucket: BucketRecord) -> tuple[str, dict[str, str]]:
     """(owner, system metadata holding its ACL) of the object this write creates
     (`authorization.written_object`; `BLOBSTORE_GATEWAY_ACLS=ignore` ignores ACLs where
-    they are disabled; `accepted`: the canned ACLs a bucket without ACLs takes)."""
+    they are disabled)."""
     return authorization.written_object(
-        ctx.headers, ctx.requester, bucket, ctx.authorizer, ctx.config.acls == "ignore", accepted
+        ctx.headers, ctx.requester, bucket, ctx.authorizer, ctx.config.acls == "ignore"
     )
 
 

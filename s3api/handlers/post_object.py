@@ -53,7 +53,7 @@ from s3api.checksums import ALGORITHMS, DEFAULT_ALGORITHM, header_name
 from s3api.config import GatewayConfig
 from s3api.errors import S3Error
 from s3api.handlers._private import quote_etag, written_version_headers
-from s3api.handlers.authorization import OWNER_ONLY_ACLS, Authorizer
+from s3api.handlers.authorization import Authorizer
 from s3api.handlers.context import GatewayRequest, S3Context
 from s3api.handlers.objects import (
     body_checksums,
@@ -447,9 +447,7 @@ async def post_object(form: FormRequest) -> Response:
     validate_key(key)
     check_encryption(ctx)
     bucket = await ctx.authorized_bucket(cached=True)  # the commit checks the owner again
-    # A form's `acl=private` is taken where ACLs are disabled: browser forms carry it
-    # by habit, and it asks for nothing beyond the owner's control.
-    owner, acl = written_object(ctx, bucket, OWNER_ONLY_ACLS)
+    owner, acl = written_object(ctx, bucket)
     template = replace(
         _template(ctx, fields), owner=owner, system_metadata=system_metadata(ctx) | acl
     )
