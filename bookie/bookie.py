@@ -33,6 +33,7 @@ from typing import Any
 
 from blobstore.runtime.errors import UsageError
 from blobstore.runtime.gc_pauses import freeze_after_startup
+from blobstore.runtime.ledger_tls import server_context_from_env
 from blobstore.runtime.loop_lag import LoopLagMonitor
 from blobstore.runtime.zk import ZooKeeperClient
 from bookie import cookie, ledger_dirs_monitor
@@ -185,7 +186,9 @@ class Bookie:
         journal = await self._open_journal(storage)
         server = self._make_server(storage, journal)
         await self.check_disk()
-        tcp_server = await loop.create_server(server.new_connection, sock=sock)
+        tcp_server = await loop.create_server(
+            server.new_connection, sock=sock, ssl=server_context_from_env()
+        )
         gc = GarbageCollector(zk, storage, config, lambda: self.read_only)
         scrubber = Scrubber(
             zk,

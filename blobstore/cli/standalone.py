@@ -73,6 +73,7 @@ from blobstore.cli.supervision import Supervisor
 from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, port_is_free, start_zookeeper
 from blobstore.objects.config import ObjectStoreConfig
 from blobstore.runtime.errors import UsageError, check_ready_file
+from blobstore.runtime.ledger_tls import LEDGER_TLS_DIR_ENV, ledger_tls_from_env, write_cluster_tls
 from blobstore.runtime.pdeathsig import die_with_parent
 from blobstore.runtime.sealing import (
     CLUSTER_KEY_ENV,
@@ -106,6 +107,7 @@ ZOOKEEPER_HEAP_MB = 256
 BOOKIES_MAX = 32
 # Set in every child's environment to this cluster's data directory (see _reap_leftovers).
 STANDALONE_ENV = "BLOBSTORE_STANDALONE_DATA_DIR"
+LEDGER_TLS_DIR = "ledger-tls"  # DATA/ledger-tls: the --ledger-tls CA and certificate
 ZK_DIGEST_FILE = "zk.digest"  # DATA/zk.digest: the --zk-auth credential (zk_auth_settings)
 
 
@@ -343,6 +345,26 @@ def zk_auth_settings(
     return path
 
 
+def ledger_tls_settings(
+    data_dir: Path, requested: bool, environ: MutableMapping[str, str]
+) -> Path | None:
+    """The mutual-TLS directory of the ledger traffic (blobstore.runtime.ledger_tls), set
+    in `environ` for this process and every child; None: plain TCP. BLOBSTORE_LEDGER_TLS_DIR
+    when set, else DATA/ledger-tls: made by the first start with --ledger-tls (a CA and
+    one certificate for every process), then used by every later start."""
+    given = environ.get(LEDGER_TLS_DIR_ENV)
+    path = Path(given) if given else data_dir / LEDGER_TLS_DIR
+    if not given and not (path / "ca.crt").exists():
+        if not requested:
+            return None
+        write_cluster_tls(path)
+    environ[LEDGER_TLS_DIR_ENV] = str(path)
+    tls = ledger_tls_from_env(environ)
+    assert tls is not None
+    tls.server_context()  # checked now, not in every child
+    return path
+
+
 class Child:
     """A supervised child process with a ready file (`supervision.SupervisedProcess`)."""
 
@@ -507,6 +529,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"or env {DIGEST_FILE_ENV})",
     )
     parser.add_argument(
+        "--ledger-tls",
+        action="store_true",
+        help="mutual TLS between the ledger client and the bookies, with a CA and "
+        f"certificate made once in DATA/{LEDGER_TLS_DIR} and kept (or env {LEDGER_TLS_DIR_ENV})",
+    )
+    parser.add_argument(
         "--maintenance-interval",
         type=float,
         metavar="SECONDS",
@@ -651,6 +679,7 @@ def _run_locked(args: argparse.Namespace, data_dir: Path, schedule: MaintenanceS
     access_key, secret_key = load_or_create_credentials(data_dir, args.access_key, args.secret_key)
     key_env, key_place = cluster_key_settings(data_dir, dict(os.environ))
     zk_digest = zk_auth_settings(data_dir, args.zk_auth, os.environ)
+    ledger_tls = ledger_tls_settings(data_dir, args.ledger_tls, os.environ)
     _check_kept_ports(layout, bookie_count, data_dir)
     signals = _StopSignals()
     (data_dir / "logs").mkdir(exist_ok=True)
@@ -670,6 +699,7 @@ def _run_locked(args: argparse.Namespace, data_dir: Path, schedule: MaintenanceS
             data_dir,
             maintenance.describe(),
             zk_digest,
+            ledger_tls,
         )
         if args.ready_file:
             _write_json(args.ready_file.resolve(), cluster.ready_document(endpoint, zk, access_key))
@@ -894,6 +924,7 @@ def _print_banner(
     data_dir: Path,
     maintenance: str,
     zk_digest: Path | None = None,
+    ledger_tls: Path | None = None,
 ) -> None:
     access_key, secret_key = credentials
     key_setting = (
@@ -907,6 +938,9 @@ def _print_banner(
         if zk_digest is not None
         else ""
     )
+    if ledger_tls is not None:
+        zk_line += f"\n  ledger TLS:  mutual, CA and certificate in {ledger_tls}"
+        zk_setting += f" {LEDGER_TLS_DIR_ENV}={ledger_tls}"
     print(
         f"""
 blobstore is serving S3 at {endpoint}

@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import itertools
 import json
 import logging
+import os
 import random
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -44,6 +47,7 @@ from blobstore.runtime.batched_metrics import (
     batched_counter,
     batched_histogram,
 )
+from blobstore.runtime.ledger_tls import LEDGER_TLS_DIR_ENV, ledger_tls_from_env
 from blobstore.runtime.sampled_gauge import SampledGauge
 from blobstore.wire import protocol
 from blobstore.wire.protocol import STATUS_NAMES, Op, Status
@@ -356,6 +360,21 @@ class _AnswerProtocol(asyncio.BufferedProtocol):
         return self.transport is not None and not self.transport.is_closing()
 
 
+def _tls_context() -> ssl.SSLContext | None:
+    """The client side of mutual TLS to bookies (BLOBSTORE_LEDGER_TLS_DIR), made once
+    per directory; None: plain TCP."""
+    return _tls_context_of(os.environ.get(LEDGER_TLS_DIR_ENV) or None)
+
+
+@functools.cache
+def _tls_context_of(directory: str | None) -> ssl.SSLContext | None:
+    if directory is None:
+        return None
+    tls = ledger_tls_from_env({LEDGER_TLS_DIR_ENV: directory})
+    assert tls is not None
+    return tls.client_context()
+
+
 class _BookieConnection:
     """One TCP connection to one bookie, with the requests awaiting an answer on it."""
 
@@ -423,7 +442,9 @@ class _BookieConnection:
             loop = asyncio.get_running_loop()
             try:
                 _, answers = await asyncio.wait_for(
-                    loop.create_connection(lambda: _AnswerProtocol(self), self.host, self.port),
+                    loop.create_connection(
+                        lambda: _AnswerProtocol(self), self.host, self.port, ssl=_tls_context()
+                    ),
                     self._connect_timeout_s,
                 )
             except (TimeoutError, OSError) as e:
