@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from blobstore.runtime.errors import UsageError
+from blobstore.runtime.secret_files import write_new_file
 
 LEDGER_TLS_DIR_ENV = "BLOBSTORE_LEDGER_TLS_DIR"
 CA_FILE = "ca.crt"
@@ -124,10 +125,11 @@ def write_cluster_tls(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "l
         .add_extension(x509.SubjectAlternativeName([_general_name(h) for h in hosts]), False)
         .sign(ca_key, hashes.SHA256())
     )
-    _write(directory / CA_KEY_FILE, _key_pem(ca_key), 0o600)
-    _write(directory / KEY_FILE, _key_pem(node_key), 0o600)
-    _write(directory / CERT_FILE, node_cert.public_bytes(serialization.Encoding.PEM), 0o644)
-    _write(directory / CA_FILE, ca_cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    write_new_file(directory / CA_KEY_FILE, _key_pem(ca_key))
+    write_new_file(directory / KEY_FILE, _key_pem(node_key))
+    write_new_file(directory / CERT_FILE, node_cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    # The CA last: a directory holding it is whole (write_cluster_tls refuses to redo it).
+    write_new_file(directory / CA_FILE, ca_cert.public_bytes(serialization.Encoding.PEM), 0o644)
 
 
 def _builder(
@@ -158,12 +160,3 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-
-
-def _write(path: Path, data: bytes, mode: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)

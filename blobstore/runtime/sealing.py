@@ -44,6 +44,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from blobstore.runtime.errors import UsageError
+from blobstore.runtime.secret_files import read_small_file, write_new_file
 
 CLUSTER_KEY_ENV = "BLOBSTORE_CLUSTER_KEY"
 CLUSTER_KEY_FILE_ENV = "BLOBSTORE_CLUSTER_KEY_FILE"
@@ -105,13 +106,7 @@ def parse_cluster_key(text: str, source: str) -> ClusterKey:
 def read_cluster_key_file(path: str | os.PathLike[str]) -> ClusterKey:
     """The key kept in a file; UsageError when it is missing, unreadable or malformed."""
     source = f"cluster key file {os.fspath(path)}"
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(KEY_FILE_BYTES_MAX + 1)
-    except OSError as e:
-        raise UsageError(f"{source}: {e.strerror or e}") from None
-    if len(raw) > KEY_FILE_BYTES_MAX:
-        raise UsageError(f"{source}: longer than {KEY_FILE_BYTES_MAX} bytes; not a key file")
+    raw = read_small_file(path, KEY_FILE_BYTES_MAX, source)
     try:
         text = raw.decode("ascii")
     except UnicodeDecodeError:
@@ -153,17 +148,7 @@ def write_cluster_key_file(path: Path) -> None:
     """Create a key file with a new key (mode 0600, fsync'd with its directory);
     FileExistsError when there is one already (a key is never replaced by accident:
     every secret sealed under it would stop opening)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, (generate_cluster_key() + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_new_file(path, (generate_cluster_key() + "\n").encode())
 
 
 def _associated_data(user: str, access_key: str) -> bytes:

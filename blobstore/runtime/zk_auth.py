@@ -30,6 +30,7 @@ from pathlib import Path
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_digest_acl
 
 from blobstore.runtime.errors import UsageError
+from blobstore.runtime.secret_files import read_small_file, write_new_file
 
 DIGEST_FILE_ENV = "BLOBSTORE_ZK_DIGEST_FILE"
 DIGEST_FILE_BYTES_MAX = 1024
@@ -77,13 +78,7 @@ def digest_from_env(environ: Mapping[str, str] | None = None) -> ZooKeeperDigest
 
 def read_digest_file(path: Path) -> ZooKeeperDigest:
     source = f"{DIGEST_FILE_ENV}={path}"
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(DIGEST_FILE_BYTES_MAX + 1)
-    except OSError as e:
-        raise UsageError(f"{source}: {e.strerror}") from None
-    if len(raw) > DIGEST_FILE_BYTES_MAX:
-        raise UsageError(f"{source}: longer than {DIGEST_FILE_BYTES_MAX} bytes")
+    raw = read_small_file(path, DIGEST_FILE_BYTES_MAX, source)
     try:
         return parse_digest(raw.decode("utf-8"), source)
     except UnicodeDecodeError:
@@ -94,12 +89,7 @@ def write_digest_file(path: Path, user: str = DEFAULT_USER) -> ZooKeeperDigest:
     """A new credential with a random password, in a new file (mode 0600, fsync'd);
     FileExistsError when there is one (znodes are ACL'd to it: never replaced)."""
     digest = ZooKeeperDigest(user, secrets.token_urlsafe(24))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, digest.credential + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_new_file(path, digest.credential + b"\n")
     return digest
 
 
