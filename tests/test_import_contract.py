@@ -31,6 +31,7 @@ ACCESS = "blobstore.access"
 ADMIN = "blobstore.admin"
 CLI = "blobstore.cli"
 TIER = "blobstore.tier"
+KMS = "blobstore.kms"
 
 # What each package may import besides itself (third-party libraries are free).
 ALLOWED: dict[str, set[str]] = {
@@ -43,10 +44,23 @@ ALLOWED: dict[str, set[str]] = {
     MAINTENANCE: {CATALOG, LEDGER, OBJECTS, RECOVERY, TIER, WIRE, RUNTIME},
     ACCESS: {CATALOG, RUNTIME},
     TIER: {RUNTIME},
-    ADMIN: {ACCESS, CATALOG, LEDGER, MAINTENANCE, OBJECTS, RECOVERY, TIER, WIRE, RUNTIME},
-    CLI: {ACCESS, ADMIN, CATALOG, LEDGER, MAINTENANCE, OBJECTS, RECOVERY, TIER, WIRE, RUNTIME},
+    KMS: {RUNTIME},
+    ADMIN: {ACCESS, CATALOG, KMS, LEDGER, MAINTENANCE, OBJECTS, RECOVERY, TIER, WIRE, RUNTIME},
+    CLI: {
+        ACCESS,
+        ADMIN,
+        CATALOG,
+        KMS,
+        LEDGER,
+        MAINTENANCE,
+        OBJECTS,
+        RECOVERY,
+        TIER,
+        WIRE,
+        RUNTIME,
+    },
     "bookie": {WIRE, RUNTIME},
-    "s3api": {ACCESS, CATALOG, LEDGER, OBJECTS, TIER, RUNTIME},
+    "s3api": {ACCESS, CATALOG, KMS, LEDGER, OBJECTS, TIER, RUNTIME},
 }
 
 

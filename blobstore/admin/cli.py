@@ -47,6 +47,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "blobstore.admin.tiers",
         "cold tiers lifecycle rules move objects to: add, ls, rm",
     ),
+    "kms": (
+        "blobstore.admin.kms",
+        "master keys of the built-in key service: key create, key ls, key rotate",
+    ),
     "public-access-block": (
         "blobstore.admin.public_access",
         "the cluster's public access block, over every bucket's: show, set, rm",

@@ -1,0 +1,1 @@
+"""Key service for server-side encryption (blobstore.kms.keys)."""
