@@ -1,0 +1,181 @@
+"""Server-side encryption's data format: an object's (or a part's) bytes encrypted in
+chunks under its own data key, so a range read decrypts only the chunks it touches.
+
+- **Chunks**: the plaintext is cut into chunks of `CHUNK_BYTES` (64 KiB; the last may be
+  shorter, and an empty body is one empty chunk). Each is sealed with AES-256-GCM:
+  ciphertext of the same length, then a 16-byte tag. Stored size = plaintext size +
+  16 x chunks (`ciphertext_size`); the catalog keeps the plaintext size and ETag.
+- **Nonces**: 96 bits, a random 4-byte prefix chosen per object or part, then the chunk's
+  index (8 bytes). A data key encrypts one object or part, so no nonce repeats under it.
+- **Associated data** binds each chunk to its place: the caller's label (the object's
+  identity and part number), the chunk's index, and whether it is the last. Chunks
+  swapped, dropped, moved to another object or cut at the end do not open
+  (`SseCorruptError`), and a truncated object is told from a whole one.
+- **Ranges**: `chunk_span` maps plaintext bytes first..last to the chunks holding them
+  and their ciphertext bytes; `decrypt_range` opens those chunks and cuts the bytes out.
+
+The data key itself never is stored in the clear: it is wrapped by the key service
+(blobstore/kms) or, for SSE-C, not stored at all (only a salted HMAC of the
+customer's key, to check the key given on reads).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import struct
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+CHUNK_BYTES = 64 * 1024
+TAG_BYTES = 16
+KEY_BYTES = 32
+NONCE_PREFIX_BYTES = 4
+_NONCE_COUNTER = struct.Struct(">Q")
+_AAD = struct.Struct(">QB")
+
+
+class SseCorruptError(Exception):
+    """A chunk that does not open: tampered, misplaced, truncated, or the wrong key."""
+
+
+def chunk_count(plain_size: int) -> int:
+    assert plain_size >= 0, plain_size
+    return max(1, -(-plain_size // CHUNK_BYTES))
+
+
+def ciphertext_size(plain_size: int) -> int:
+    return plain_size + TAG_BYTES * chunk_count(plain_size)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkSpan:
+    """The chunks first_chunk..last_chunk, stored at cipher_first..cipher_last, and where
+    the bytes asked for start in the first chunk's plaintext."""
+
+    first_chunk: int
+    last_chunk: int
+    cipher_first: int
+    cipher_last: int
+    skip: int
+
+
+def chunk_span(plain_size: int, first: int, last: int) -> ChunkSpan:
+    """Which stored bytes hold plaintext bytes first..last (inclusive, within the size)."""
+    assert 0 <= first <= last < plain_size, (first, last, plain_size)
+    first_chunk, last_chunk = first // CHUNK_BYTES, last // CHUNK_BYTES
+    stored = CHUNK_BYTES + TAG_BYTES
+    cipher_last = min((last_chunk + 1) * stored, ciphertext_size(plain_size)) - 1
+    return ChunkSpan(
+        first_chunk,
+        last_chunk,
+        first_chunk * stored,
+        cipher_last,
+        first - first_chunk * CHUNK_BYTES,
+    )
+
+
+def new_data_key() -> bytes:
+    return secrets.token_bytes(KEY_BYTES)
+
+
+def new_nonce_prefix() -> bytes:
+    return secrets.token_bytes(NONCE_PREFIX_BYTES)
+
+
+def _nonce(prefix: bytes, index: int) -> bytes:
+    return prefix + _NONCE_COUNTER.pack(index)
+
+
+def _aad(label: bytes, index: int, last: bool) -> bytes:
+    return label + _AAD.pack(index, 1 if last else 0)
+
+
+class ChunkEncryptor:
+    """Encrypts a body fed in pieces of any size; yields whole sealed chunks as they fill,
+    and the last (possibly short or empty) at `finish`."""
+
+    def __init__(self, data_key: bytes, nonce_prefix: bytes, label: bytes) -> None:
+        assert len(data_key) == KEY_BYTES and len(nonce_prefix) == NONCE_PREFIX_BYTES
+        self._aead = AESGCM(data_key)
+        self._prefix = nonce_prefix
+        self._label = label
+        self._pending = bytearray()
+        self._index = 0
+        self.plain_bytes = 0
+
+    def feed(self, piece: bytes | memoryview) -> list[bytes]:
+        """Sealed chunks completed by `piece`. A full chunk is held back until more bytes
+        come, since only `finish` knows which chunk is the last."""
+        pending = self._pending
+        pending += piece
+        self.plain_bytes += len(piece)
+        sealed = []
+        start = 0
+        while len(pending) - start > CHUNK_BYTES:
+            sealed.append(self._seal(bytes(pending[start : start + CHUNK_BYTES]), last=False))
+            start += CHUNK_BYTES
+        del pending[:start]
+        return sealed
+
+    def finish(self) -> bytes:
+        """The last chunk (an empty body's only one)."""
+        chunk = self._seal(bytes(self._pending), last=True)
+        self._pending.clear()
+        return chunk
+
+    def _seal(self, plain: bytes, last: bool) -> bytes:
+        sealed = self._aead.encrypt(
+            _nonce(self._prefix, self._index), plain, _aad(self._label, self._index, last)
+        )
+        self._index += 1
+        return sealed
+
+
+def encrypt(data_key: bytes, nonce_prefix: bytes, label: bytes, plain: bytes) -> bytes:
+    """A whole body, sealed (`ChunkEncryptor` in one call)."""
+    encryptor = ChunkEncryptor(data_key, nonce_prefix, label)
+    return b"".join([*encryptor.feed(plain), encryptor.finish()])
+
+
+def decrypt_range(
+    data_key: bytes,
+    nonce_prefix: bytes,
+    label: bytes,
+    plain_size: int,
+    span: ChunkSpan,
+    stored: bytes | memoryview,
+    length: int,
+) -> bytes:
+    """Plaintext bytes of `span` (its stored bytes in `stored`), `length` of them from
+    `span.skip` on; SseCorruptError when a chunk does not open."""
+    aead = AESGCM(data_key)
+    view = memoryview(stored)
+    stride = CHUNK_BYTES + TAG_BYTES
+    last_index = chunk_count(plain_size) - 1
+    out = []
+    for offset, index in zip(
+        range(0, len(view), stride), range(span.first_chunk, span.last_chunk + 1), strict=True
+    ):
+        try:
+            out.append(
+                aead.decrypt(
+                    _nonce(nonce_prefix, index),
+                    view[offset : offset + stride],
+                    _aad(label, index, index == last_index),
+                )
+            )
+        except InvalidTag:
+            raise SseCorruptError(
+                f"chunk {index} does not open (tampered, moved or wrong key)"
+            ) from None
+    return b"".join(out)[span.skip : span.skip + length]
+
+
+def customer_key_check(customer_key: bytes, salt: bytes) -> str:
+    """What an SSE-C object keeps to check the key given on reads: a salted HMAC, not the
+    key, nor its MD5 (which a client sends, but which is no secret)."""
+    return hmac.new(salt, customer_key, hashlib.sha256).hexdigest()
