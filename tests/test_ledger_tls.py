@@ -1,8 +1,8 @@
-"""Mutual TLS between the ledger client and the bookies (blobstore.runtime.ledger_tls):
-the files `blobstore standalone --ledger-tls` makes, a cluster serving S3 over it (bookie
-kill and restart included), and bookies refusing every client that does not present a
-certificate of the cluster's CA: plain TCP, TLS without a certificate, and TLS with a
-certificate of another CA."""
+"""Mutual TLS between the ledger client and the bookies, and to ZooKeeper
+(blobstore.runtime.ledger_tls): the files `blobstore standalone --ledger-tls --zk-tls`
+makes, a cluster serving S3 over both (bookie kill and restart included), and bookies and
+ZooKeeper refusing every client that does not present a certificate of the cluster's
+CA: plain TCP, TLS without a certificate, and TLS with a certificate of another CA."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from blobstore.runtime.ledger_tls import (
     CA_KEY_FILE,
     KEY_FILE,
     LEDGER_TLS_DIR_ENV,
+    ZK_TLS_DIR_ENV,
     LedgerTls,
     ledger_tls_from_env,
     write_cluster_tls,
@@ -50,14 +51,14 @@ def test_the_cluster_files_are_made_once_with_private_keys(tmp_path: Path) -> No
         ledger_tls_from_env({LEDGER_TLS_DIR_ENV: str(directory)})
 
 
-def _answer(port: int, context: ssl.SSLContext) -> bytes:
+def _answer(port: int, context: ssl.SSLContext, request: bytes | None = None) -> bytes:
     """A TLS connection to a bookie, one request sent: the answer's first bytes, b"" when
     the bookie refuses (a TLS 1.3 server refuses a client certificate after the client's
     side of the handshake is over: an alert, or the connection closed)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as raw:
             with context.wrap_socket(raw) as tls:
-                tls.sendall(_lac_request())
+                tls.sendall(request or _lac_request())
                 return tls.recv(64)
     except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
         return b""
@@ -68,22 +69,26 @@ def _lac_request() -> bytes:
     return protocol.encode_frame(protocol.Op.READ_LAC, 0, 1, body)
 
 
-def _plain_answer(port: int) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as sock:
-        sock.sendall(_lac_request())
+def _plain_answer(port: int, request: bytes | None = None, timeout_s: float = TIMEOUT_S) -> bytes:
+    """The first bytes answered to a request sent without TLS: b"" when the connection is
+    closed, or when nothing comes back within `timeout_s` (a TLS server waiting for the
+    rest of a handshake that never comes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        sock.sendall(request or _lac_request())
         try:
             return sock.recv(64)
-        except ConnectionResetError:
+        except (ConnectionResetError, TimeoutError):
             return b""
 
 
 def test_standalone_over_mutual_tls_serves_and_bookies_refuse_strangers(
     tmp_path: Path, reaper: ProcessReaper
 ) -> None:
-    cluster = Standalone(tmp_path / "data", free_port(), reaper, ("--ledger-tls",)).start()
-    tls_dir = tmp_path / "data" / "ledger-tls"
+    flags = ("--ledger-tls", "--zk-tls")
+    cluster = Standalone(tmp_path / "data", free_port(), reaper, flags).start()
+    tls_dir = tmp_path / "data" / "tls"
     banner = cluster.managed.log_tail(80) if cluster.managed else ""
-    assert f"{LEDGER_TLS_DIR_ENV}={tls_dir}" in banner
+    assert f"{LEDGER_TLS_DIR_ENV}={tls_dir}" in banner and f"{ZK_TLS_DIR_ENV}={tls_dir}" in banner
     s3 = cluster.s3()
     s3.create_bucket(Bucket="tls")
     bodies = {"small": b"s" * 100, "large": os.urandom(3 * 1024 * 1024 + 17)}
@@ -106,6 +111,13 @@ def test_standalone_over_mutual_tls_serves_and_bookies_refuse_strangers(
     # A client that trusts another CA does not take the bookie's certificate either.
     impostor_check = LedgerTls(tmp_path / "other" / "ca.crt", cluster_tls.cert, cluster_tls.key)
     assert _answer(bookie_port, impostor_check.client_context()) == b""
+
+    # ZooKeeper's port speaks TLS only, to clients with a certificate of the CA.
+    zk_port = int(cluster.layout()["zk_port"])
+    assert _answer(zk_port, cluster_tls.client_context(), b"ruok") == b"imok"
+    assert _plain_answer(zk_port, b"ruok", timeout_s=2.0) == b""
+    assert _answer(zk_port, no_certificate, b"ruok") == b""
+    assert _answer(zk_port, stranger.client_context(), b"ruok") == b""
 
     # A bookie killed -9 and restarted by the supervisor: the clients reconnect over TLS.
     port_arg = b"\0--port\0%d\0" % bookie_port

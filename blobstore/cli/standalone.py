@@ -73,7 +73,12 @@ from blobstore.cli.supervision import Supervisor
 from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, port_is_free, start_zookeeper
 from blobstore.objects.config import ObjectStoreConfig
 from blobstore.runtime.errors import UsageError, check_ready_file
-from blobstore.runtime.ledger_tls import LEDGER_TLS_DIR_ENV, ledger_tls_from_env, write_cluster_tls
+from blobstore.runtime.ledger_tls import (
+    LEDGER_TLS_DIR_ENV,
+    ZK_TLS_DIR_ENV,
+    ledger_tls_from_env,
+    write_cluster_tls,
+)
 from blobstore.runtime.pdeathsig import die_with_parent
 from blobstore.runtime.sealing import (
     CLUSTER_KEY_ENV,
@@ -107,7 +112,7 @@ ZOOKEEPER_HEAP_MB = 256
 BOOKIES_MAX = 32
 # Set in every child's environment to this cluster's data directory (see _reap_leftovers).
 STANDALONE_ENV = "BLOBSTORE_STANDALONE_DATA_DIR"
-LEDGER_TLS_DIR = "ledger-tls"  # DATA/ledger-tls: the --ledger-tls CA and certificate
+TLS_DIR = "tls"  # DATA/tls: the CA and certificate of --ledger-tls and --zk-tls
 ZK_DIGEST_FILE = "zk.digest"  # DATA/zk.digest: the --zk-auth credential (zk_auth_settings)
 
 
@@ -345,21 +350,23 @@ def zk_auth_settings(
     return path
 
 
-def ledger_tls_settings(
-    data_dir: Path, requested: bool, environ: MutableMapping[str, str]
+def tls_settings(
+    data_dir: Path, requested: bool, variable: str, environ: MutableMapping[str, str]
 ) -> Path | None:
-    """The mutual-TLS directory of the ledger traffic (blobstore.runtime.ledger_tls), set
-    in `environ` for this process and every child; None: plain TCP. BLOBSTORE_LEDGER_TLS_DIR
-    when set, else DATA/ledger-tls: made by the first start with --ledger-tls (a CA and
-    one certificate for every process), then used by every later start."""
-    given = environ.get(LEDGER_TLS_DIR_ENV)
-    path = Path(given) if given else data_dir / LEDGER_TLS_DIR
+    """The mutual-TLS files (blobstore.runtime.ledger_tls) of the traffic `variable` names
+    (BLOBSTORE_LEDGER_TLS_DIR: ledger client <-> bookies; BLOBSTORE_ZK_TLS_DIR: sessions
+    <-> ZooKeeper), set in `environ` for this process and every child; None: plain TCP.
+    The variable's directory when set, else DATA/tls when asked for (--ledger-tls,
+    --zk-tls): a CA and one certificate for every process, made by the first start that
+    asks and kept."""
+    given = environ.get(variable)
+    if not given and not requested:
+        return None
+    path = Path(given) if given else data_dir / TLS_DIR
     if not given and not (path / "ca.crt").exists():
-        if not requested:
-            return None
         write_cluster_tls(path)
-    environ[LEDGER_TLS_DIR_ENV] = str(path)
-    tls = ledger_tls_from_env(environ)
+    environ[variable] = str(path)
+    tls = ledger_tls_from_env(environ, variable)
     assert tls is not None
     tls.server_context()  # checked now, not in every child
     return path
@@ -532,7 +539,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ledger-tls",
         action="store_true",
         help="mutual TLS between the ledger client and the bookies, with a CA and "
-        f"certificate made once in DATA/{LEDGER_TLS_DIR} and kept (or env {LEDGER_TLS_DIR_ENV})",
+        f"certificate made once in DATA/{TLS_DIR} and kept (or env {LEDGER_TLS_DIR_ENV})",
+    )
+    parser.add_argument(
+        "--zk-tls",
+        action="store_true",
+        help="ZooKeeper serves mutual TLS only, with the certificate of DATA/"
+        f"{TLS_DIR} (or env {ZK_TLS_DIR_ENV})",
     )
     parser.add_argument(
         "--maintenance-interval",
@@ -679,14 +692,17 @@ def _run_locked(args: argparse.Namespace, data_dir: Path, schedule: MaintenanceS
     access_key, secret_key = load_or_create_credentials(data_dir, args.access_key, args.secret_key)
     key_env, key_place = cluster_key_settings(data_dir, dict(os.environ))
     zk_digest = zk_auth_settings(data_dir, args.zk_auth, os.environ)
-    ledger_tls = ledger_tls_settings(data_dir, args.ledger_tls, os.environ)
+    ledger_tls = tls_settings(data_dir, args.ledger_tls, LEDGER_TLS_DIR_ENV, os.environ)
+    zk_tls = tls_settings(data_dir, args.zk_tls, ZK_TLS_DIR_ENV, os.environ)
     _check_kept_ports(layout, bookie_count, data_dir)
     signals = _StopSignals()
     (data_dir / "logs").mkdir(exist_ok=True)
     cluster = _Cluster()
     maintenance: MaintenanceRunner | None = None
     try:
-        zk = cluster.start_zookeeper(data_dir, layout.zk_port, enforce_auth=zk_digest is not None)
+        zk = cluster.start_zookeeper(
+            data_dir, layout.zk_port, enforce_auth=zk_digest is not None, tls=zk_tls
+        )
         env = {**_child_env(zk, access_key, secret_key, bookie_count), **key_env}
         cluster.start_bookies(layout, bookie_count, data_dir, zk, env)
         endpoint = cluster.start_gateway(args, data_dir, zk, env)
@@ -699,7 +715,7 @@ def _run_locked(args: argparse.Namespace, data_dir: Path, schedule: MaintenanceS
             data_dir,
             maintenance.describe(),
             zk_digest,
-            ledger_tls,
+            (ledger_tls, zk_tls),
         )
         if args.ready_file:
             _write_json(args.ready_file.resolve(), cluster.ready_document(endpoint, zk, access_key))
@@ -782,9 +798,12 @@ class _Cluster:
         self.zookeeper: _ZooKeeperChild | None = None
         self.children: list[Child] = []
 
-    def start_zookeeper(self, data_dir: Path, zk_port: int, enforce_auth: bool = False) -> str:
+    def start_zookeeper(
+        self, data_dir: Path, zk_port: int, enforce_auth: bool = False, tls: Path | None = None
+    ) -> str:
         """Start ZooKeeper; its connect string. `enforce_auth`: it refuses sessions
-        without the digest credential (--zk-auth)."""
+        without the digest credential (--zk-auth); `tls`: it serves mutual TLS only, with
+        the files of that directory (--zk-tls)."""
         print(f"starting ZooKeeper on 127.0.0.1:{zk_port} ...", flush=True)
         server = start_zookeeper(
             data_dir / "zookeeper",
@@ -792,6 +811,9 @@ class _Cluster:
             heap_mb=ZOOKEEPER_HEAP_MB,
             preexec_fn=_die_with_parent,
             enforce_auth=enforce_auth,
+            tls=None
+            if tls is None
+            else ledger_tls_from_env({ZK_TLS_DIR_ENV: str(tls)}, ZK_TLS_DIR_ENV),
         )
         self.zookeeper = _ZooKeeperChild(server)
         return f"127.0.0.1:{zk_port}"
@@ -924,7 +946,7 @@ def _print_banner(
     data_dir: Path,
     maintenance: str,
     zk_digest: Path | None = None,
-    ledger_tls: Path | None = None,
+    tls: tuple[Path | None, Path | None] = (None, None),
 ) -> None:
     access_key, secret_key = credentials
     key_setting = (
@@ -938,9 +960,12 @@ def _print_banner(
         if zk_digest is not None
         else ""
     )
-    if ledger_tls is not None:
-        zk_line += f"\n  ledger TLS:  mutual, CA and certificate in {ledger_tls}"
-        zk_setting += f" {LEDGER_TLS_DIR_ENV}={ledger_tls}"
+    for name, variable, path in zip(
+        ("ledger", "ZooKeeper"), (LEDGER_TLS_DIR_ENV, ZK_TLS_DIR_ENV), tls, strict=True
+    ):
+        if path is not None:
+            zk_line += f"\n  {name} TLS: mutual, CA and certificate in {path}"
+            zk_setting += f" {variable}={path}"
     print(
         f"""
 blobstore is serving S3 at {endpoint}

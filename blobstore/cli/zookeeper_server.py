@@ -16,6 +16,7 @@ halved the server's CPU per request here (0.155 -> 0.066 ms per 4 KiB GET).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import logging
 import os
@@ -30,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blobstore.runtime.errors import UsageError
+from blobstore.runtime.ledger_tls import LedgerTls
 from blobstore.runtime.pdeathsig import die_with_parent
+from blobstore.runtime.secret_files import write_new_file
 from blobstore.runtime.zk_auth import ENFORCE_CONFIG_LINES, digest_from_env, znode_acl
 
 logger = logging.getLogger(__name__)
@@ -38,6 +41,7 @@ logger = logging.getLogger(__name__)
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 HEAP_MB_DEFAULT = 512
+NETTY_CODEC_JAR = "/usr/share/java/netty-codec.jar"
 
 
 def find_java() -> str:
@@ -74,8 +78,13 @@ def zookeeper_classpath() -> str:
     return "/usr/share/java/*"
 
 
-def four_letter_word(host: str, port: int, word: bytes, timeout_s: float = 2.0) -> bytes:
-    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+def four_letter_word(
+    host: str, port: int, word: bytes, timeout_s: float = 2.0, tls: LedgerTls | None = None
+) -> bytes:
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection((host, port), timeout=timeout_s))
+        if tls is not None:
+            sock = stack.enter_context(tls.client_context().wrap_socket(sock))
         sock.sendall(word)
         chunks = []
         while True:
@@ -88,9 +97,9 @@ def four_letter_word(host: str, port: int, word: bytes, timeout_s: float = 2.0) 
         return b"".join(chunks)
 
 
-def is_serving(host: str, port: int) -> bool:
+def is_serving(host: str, port: int, tls: LedgerTls | None = None) -> bool:
     try:
-        return four_letter_word(host, port, b"ruok", timeout_s=1.0) == b"imok"
+        return four_letter_word(host, port, b"ruok", timeout_s=1.0, tls=tls) == b"imok"
     except OSError:
         return False
 
@@ -122,6 +131,7 @@ class ZooKeeperServer:
     port: int
     data_dir: Path
     own_group: bool = True
+    tls: LedgerTls | None = None  # its clients' files, when it serves TLS only
 
     @property
     def connect_string(self) -> str:
@@ -133,11 +143,23 @@ class ZooKeeperServer:
         from kazoo.client import KazooClient  # only the callers that make chroots need it
 
         digest = digest_from_env()
+        tls = self.tls
         client = KazooClient(
             hosts=self.connect_string,
             timeout=timeout_s,
             auth_data=[("digest", digest.credential.decode())] if digest else None,
             default_acl=znode_acl(digest),
+            **(
+                {
+                    "use_ssl": True,
+                    "ca": str(tls.ca),
+                    "certfile": str(tls.cert),
+                    "keyfile": str(tls.key),
+                    "check_hostname": False,
+                }
+                if tls is not None
+                else {}
+            ),
         )
         client.start(timeout=timeout_s)
         try:
@@ -176,9 +198,12 @@ class ZooKeeperServer:
             self.process.send_signal(signum)
 
 
-def write_config(data_dir: Path, host: str, port: int, enforce_auth: bool = False) -> Path:
+def write_config(
+    data_dir: Path, host: str, port: int, enforce_auth: bool = False, tls: LedgerTls | None = None
+) -> Path:
     """zoo.cfg (and log4j.properties) in `data_dir`; `enforce_auth`: sessions that do not
-    authenticate with a digest credential are refused (blobstore.runtime.zk_auth)."""
+    authenticate with a digest credential are refused (blobstore.runtime.zk_auth); `tls`:
+    the port serves TLS only, and a client certificate of its CA is required."""
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "data").mkdir(exist_ok=True)
     config = data_dir / "zoo.cfg"
@@ -189,8 +214,7 @@ def write_config(data_dir: Path, host: str, port: int, enforce_auth: bool = Fals
                 "initLimit=10",
                 "syncLimit=5",
                 f"dataDir={data_dir / 'data'}",
-                f"clientPort={port}",
-                f"clientPortAddress={host}",
+                *_port_lines(data_dir, host, port, tls),
                 "maxClientCnxns=0",
                 "4lw.commands.whitelist=ruok,stat,mntr,srvr",
                 "admin.enableServer=false",
@@ -219,6 +243,27 @@ def write_config(data_dir: Path, host: str, port: int, enforce_auth: bool = Fals
     return config
 
 
+def _port_lines(data_dir: Path, host: str, port: int, tls: LedgerTls | None) -> list[str]:
+    """The client port's lines: plain, or TLS only (Netty, PEM files, client certificates
+    required; the server's key and certificate joined in one file, mode 0600)."""
+    if tls is None:
+        return [f"clientPort={port}", f"clientPortAddress={host}"]
+    keystore = data_dir / "server-tls.pem"
+    keystore.unlink(missing_ok=True)
+    write_new_file(keystore, tls.key.read_bytes() + tls.cert.read_bytes())
+    return [
+        f"secureClientPort={port}",
+        f"secureClientPortAddress={host}",
+        f"ssl.keyStore.location={keystore}",
+        "ssl.keyStore.type=PEM",
+        f"ssl.trustStore.location={tls.ca}",
+        "ssl.trustStore.type=PEM",
+        "ssl.clientAuth=need",
+        # Peers are known by address; the CA is the trust (blobstore.runtime.ledger_tls).
+        "ssl.hostnameVerification=false",
+    ]
+
+
 def start_zookeeper(
     data_dir: Path,
     port: int,
@@ -228,6 +273,7 @@ def start_zookeeper(
     preexec_fn: Callable[[], None] | None = None,
     own_session: bool | None = None,
     enforce_auth: bool = False,
+    tls: LedgerTls | None = None,
 ) -> ZooKeeperServer:
     """Start ZooKeeper and return once it answers `ruok`; raises UsageError on failure.
 
@@ -241,18 +287,18 @@ def start_zookeeper(
     if not port_is_free(host, port):
         raise UsageError(f"port {host}:{port} for ZooKeeper is already in use")
     data_dir = data_dir.resolve()
-    config = write_config(data_dir, host, port, enforce_auth)
+    config = write_config(data_dir, host, port, enforce_auth, tls)
     log_path = data_dir / "zookeeper.log"
     with open(log_path, "ab") as log_file:
         process = subprocess.Popen(
-            _server_command(java, classpath, heap_mb, data_dir, config),
+            _server_command(java, classpath, heap_mb, data_dir, config, tls is not None),
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=own_session,
             preexec_fn=preexec_fn,  # noqa: PLW1509 - only prctl
         )
-    server = ZooKeeperServer(process, host, port, data_dir, own_group=own_session)
+    server = ZooKeeperServer(process, host, port, data_dir, own_group=own_session, tls=tls)
     try:
         _wait_serving(server, log_path, ready_timeout_s)
     except BaseException:
@@ -263,12 +309,22 @@ def start_zookeeper(
 
 
 def _server_command(
-    java: str, classpath: str, heap_mb: int, data_dir: Path, config: Path
+    java: str, classpath: str, heap_mb: int, data_dir: Path, config: Path, tls: bool = False
 ) -> list[str]:
+    # TLS is served by the Netty connection factory, whose codec jar zookeeper.jar's
+    # manifest does not name.
+    netty = (
+        ["-Dzookeeper.serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory"]
+        if tls
+        else []
+    )
+    if tls and os.path.exists(NETTY_CODEC_JAR):
+        classpath = os.pathsep.join([classpath, NETTY_CODEC_JAR])
     return [
         java,
         f"-Xmx{heap_mb}m",
         "-XX:+UseSerialGC",
+        *netty,
         "-Dzookeeper.nio.numWorkerThreads=0",
         f"-Dzookeeper.log.dir={data_dir}",
         "-Dzookeeper.root.logger=INFO,CONSOLE",
@@ -292,7 +348,7 @@ def _wait_serving(server: ZooKeeperServer, log_path: Path, ready_timeout_s: floa
                 f"ZooKeeper exited with code {process.returncode}; see {log_path}: "
                 + " | ".join(tail)
             )
-        if is_serving(host, port):
+        if is_serving(host, port, server.tls):
             logger.info("zookeeper ready address=%s:%d data_dir=%s", host, port, server.data_dir)
             return
         time.sleep(0.1)

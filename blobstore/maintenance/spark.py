@@ -24,7 +24,7 @@ from typing import Any
 from blobstore.maintenance import hooks, lifecycle, scan
 from blobstore.maintenance.options import MaintainOptions
 from blobstore.runtime.errors import UsageError
-from blobstore.runtime.ledger_tls import LEDGER_TLS_DIR_ENV
+from blobstore.runtime.ledger_tls import LEDGER_TLS_DIR_ENV, ZK_TLS_DIR_ENV
 from blobstore.runtime.zk_auth import DIGEST_FILE_ENV
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,13 @@ def _start(options: MaintainOptions) -> tuple[Any, str | None]:
     # The executors' ZooKeeper sessions authenticate, and their ledger connections use
     # TLS, as the driver's do: the files must be at the same paths on them (mounted
     # Secrets on Kubernetes).
-    for name in (hooks.HOOKS_ENV, hooks.DRIVER_PID_ENV, DIGEST_FILE_ENV, LEDGER_TLS_DIR_ENV):
+    for name in (
+        hooks.HOOKS_ENV,
+        hooks.DRIVER_PID_ENV,
+        DIGEST_FILE_ENV,
+        LEDGER_TLS_DIR_ENV,
+        ZK_TLS_DIR_ENV,
+    ):
         if name in os.environ:
             builder = builder.config(f"spark.executorEnv.{name}", os.environ[name])
     try:

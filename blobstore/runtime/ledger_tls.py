@@ -1,4 +1,5 @@
-"""Mutual TLS between the ledger client and the bookies.
+"""Mutual TLS between the ledger client and the bookies (and, with the same files, to
+ZooKeeper: `BLOBSTORE_ZK_TLS_DIR`, used by blobstore.runtime.zk_session).
 
 Off by default (bookies on a private network, as today). On, every bookie and every
 process that reads or writes ledgers (gateways, the maintenance job and its executors,
@@ -37,6 +38,8 @@ from blobstore.runtime.errors import UsageError
 from blobstore.runtime.secret_files import write_new_file
 
 LEDGER_TLS_DIR_ENV = "BLOBSTORE_LEDGER_TLS_DIR"
+# The same layout, for the sessions to ZooKeeper (blobstore.runtime.zk_session).
+ZK_TLS_DIR_ENV = "BLOBSTORE_ZK_TLS_DIR"
 CA_FILE = "ca.crt"
 CERT_FILE = "tls.crt"
 KEY_FILE = "tls.key"
@@ -73,20 +76,23 @@ class LedgerTls:
             context.load_cert_chain(self.cert, self.key)
             context.load_verify_locations(cafile=self.ca)
         except (OSError, ssl.SSLError) as e:
-            raise UsageError(f"{LEDGER_TLS_DIR_ENV}={self.ca.parent}: {e}") from None
+            raise UsageError(f"TLS files in {self.ca.parent}: {e}") from None
 
 
-def ledger_tls_from_env(environ: Mapping[str, str] | None = None) -> LedgerTls | None:
-    """The files of BLOBSTORE_LEDGER_TLS_DIR; None when it is not set. UsageError naming
-    the first missing file."""
+def ledger_tls_from_env(
+    environ: Mapping[str, str] | None = None, variable: str = LEDGER_TLS_DIR_ENV
+) -> LedgerTls | None:
+    """The files of the directory `variable` names (BLOBSTORE_LEDGER_TLS_DIR, or
+    BLOBSTORE_ZK_TLS_DIR for ZooKeeper's); None when it is not set. UsageError naming the
+    first missing file."""
     env = os.environ if environ is None else environ
-    directory = env.get(LEDGER_TLS_DIR_ENV)
+    directory = env.get(variable)
     if not directory:
         return None
     tls = LedgerTls(*(Path(directory) / name for name in (CA_FILE, CERT_FILE, KEY_FILE)))
     for path in (tls.ca, tls.cert, tls.key):
         if not path.is_file():
-            raise UsageError(f"{LEDGER_TLS_DIR_ENV}={directory}: no {path.name} there")
+            raise UsageError(f"{variable}={directory}: no {path.name} there")
     return tls
 
 

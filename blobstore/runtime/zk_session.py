@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import random
+import ssl
 import struct
 import time
 from collections import Counter as Tally
@@ -74,6 +76,7 @@ from kazoo.protocol.states import EventType, KazooState, KeeperState, WatchedEve
 from prometheus_client import Counter
 
 from blobstore.runtime.errors import UsageError
+from blobstore.runtime.ledger_tls import ZK_TLS_DIR_ENV, ledger_tls_from_env
 from blobstore.runtime.zk_auth import ZooKeeperDigest
 
 logger = logging.getLogger(__name__)
@@ -435,6 +438,21 @@ class _Connection(asyncio.Protocol):
             self.watching[path] -= 1
 
 
+def zk_tls_context() -> ssl.SSLContext | None:
+    """The client side of TLS to ZooKeeper (BLOBSTORE_ZK_TLS_DIR), made once per
+    directory; None: plain TCP."""
+    return _zk_tls_context_of(os.environ.get(ZK_TLS_DIR_ENV) or None)
+
+
+@functools.cache
+def _zk_tls_context_of(directory: str | None) -> ssl.SSLContext | None:
+    if directory is None:
+        return None
+    tls = ledger_tls_from_env({ZK_TLS_DIR_ENV: directory}, ZK_TLS_DIR_ENV)
+    assert tls is not None
+    return tls.client_context()
+
+
 class ZooKeeperSession:
     """A ZooKeeper session for the running event loop (see the module docstring)."""
 
@@ -447,6 +465,8 @@ class ZooKeeperSession:
     ) -> None:
         self.hosts = hosts
         self.digest = digest  # sent on every connection (blobstore.runtime.zk_auth)
+        # TLS to the servers, with this process's certificate (BLOBSTORE_ZK_TLS_DIR).
+        self.tls = zk_tls_context()
         self.request_bytes_max = (
             request_bytes_max_from_env() if request_bytes_max is None else request_bytes_max
         )
@@ -819,7 +839,9 @@ class ZooKeeperSession:
         loop = asyncio.get_running_loop()
         timeout_s = min(self.session_timeout_s, CONNECT_ATTEMPT_TIMEOUT_S_MAX)
         async with asyncio.timeout(timeout_s):
-            _, connection = await loop.create_connection(lambda: _Connection(self), host, port)
+            _, connection = await loop.create_connection(
+                lambda: _Connection(self), host, port, ssl=self.tls
+            )
             try:
                 request = Connect(
                     0,
