@@ -21,6 +21,7 @@ from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from blobstore.catalog import errors as catalog_errors
 from blobstore.ledger import errors as ledger_errors
 from blobstore.objects import errors as object_errors
+from blobstore.objects.lock import ObjectLockedError
 from blobstore.objects.writer_pool import WriterPoolExhaustedError
 from blobstore.runtime.zk_session import ZooKeeperRequestTooLargeError
 from blobstore.tier.fs import TierUnavailableError
@@ -138,6 +139,7 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
     ),
     ("InvalidRequest", 400, "Invalid Request"),
     ("InvalidStorageClass", 400, "The storage class you specified is not valid"),
+    ("InvalidRetentionPeriod", 400, "The retention period must be a positive integer."),
     ("InvalidTag", 400, "The TagSet is not valid."),
     ("InvalidURI", 400, "Couldn't parse the specified URI."),
     ("KeyTooLongError", 400, "Your key is too long"),
@@ -206,6 +208,11 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
     ("NoSuchCORSConfiguration", 404, "The CORS configuration does not exist"),
     ("NoSuchKey", 404, "The specified key does not exist."),
     ("NoSuchLifecycleConfiguration", 404, "The lifecycle configuration does not exist"),
+    (
+        "NoSuchObjectLockConfiguration",
+        404,
+        "The specified object does not have a ObjectLock configuration",
+    ),
     ("NoSuchTagSet", 404, "The TagSet does not exist"),
     (
         "NoSuchUpload",
@@ -353,6 +360,7 @@ DOMAIN_ERROR_CODES: dict[type[BaseException], str] = {
     object_errors.ObjectUnavailableError: "ServiceUnavailable",
     TierUnavailableError: "ServiceUnavailable",
     object_errors.RestoreNotAllowedError: "InvalidObjectState",
+    ObjectLockedError: "AccessDenied",
     # ZooKeeper and timeouts escaping a bounded wait (ConnectionClosedError is a
     # SessionExpiredError)
     ZooKeeperRequestTooLargeError: "InvalidRequest",
@@ -458,6 +466,11 @@ def _restore_not_allowed_answer(
     return S3Error(code, "Restore is not allowed for the object's current storage class")
 
 
+def _object_locked_answer(exc: ObjectLockedError, code: str, requester: str | None) -> S3Error:
+    """As S3 words it; the fields name nothing (AccessDenied never does)."""
+    return S3Error(code, "Access Denied because object protected by object lock.")
+
+
 # Domain errors whose answer is not just the code and the fields the exception carries:
 # a message made from its data, a header, the requester, fewer fields.
 _DOMAIN_ANSWERS: dict[type[BaseException], Callable[[Any, str, str | None], S3Error]] = {
@@ -468,6 +481,7 @@ _DOMAIN_ANSWERS: dict[type[BaseException], Callable[[Any, str, str | None], S3Er
     ledger_errors.NotEnoughBookiesError: _not_enough_bookies_answer,
     TierUnavailableError: _tier_unavailable_answer,
     object_errors.RestoreNotAllowedError: _restore_not_allowed_answer,
+    ObjectLockedError: _object_locked_answer,
 }
 assert _DOMAIN_ANSWERS.keys() <= DOMAIN_ERROR_CODES.keys(), "an answer for an unmapped error"
 

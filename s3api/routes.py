@@ -31,7 +31,6 @@ UNSUPPORTED_SUBRESOURCES = frozenset(
         "encryption",
         "intelligent-tiering",
         "inventory",
-        "legal-hold",
         "logging",
         "metadataAnnotationTable",
         "metadataConfiguration",
@@ -40,11 +39,9 @@ UNSUPPORTED_SUBRESOURCES = frozenset(
         "metadataTable",
         "metrics",
         "notification",
-        "object-lock",
         "renameObject",
         "replication",
         "requestPayment",
-        "retention",
         "select",
         "session",
         "torrent",
@@ -63,6 +60,10 @@ ACCESS_SUBRESOURCES: dict[str, tuple[str, ...]] = {
     "publicAccessBlock": ("GET", "PUT", "DELETE"),
     "ownershipControls": ("GET", "PUT", "DELETE"),
 }
+
+# Object Lock subresources: on a bucket (False) or an object (True), GET and PUT only. Any
+# other use is no operation (a DELETE ?retention must never read as DeleteObject).
+LOCK_SUBRESOURCES: dict[str, bool] = {"object-lock": False, "retention": True, "legal-hold": True}
 
 # The operation of a request naming a subresource this gateway does not implement.
 NOT_IMPLEMENTED = "NotImplemented"
@@ -105,7 +106,6 @@ FIXED_BUCKET_SETTINGS = {
     "encryption": "GetBucketEncryption",
     "website": "GetBucketWebsite",
     "replication": "GetBucketReplication",
-    "object-lock": "GetObjectLockConfiguration",
     "logging": "GetBucketLogging",
     "notification": "GetBucketNotificationConfiguration",
     "accelerate": "GetBucketAccelerateConfiguration",
@@ -120,6 +120,8 @@ def resolve_operation(
     if method != "OPTIONS" and not UNSUPPORTED_SUBRESOURCES.isdisjoint(query):
         return _fixed_setting(method, bucket, key, query) or NOT_IMPLEMENTED
     if method != "OPTIONS" and bucket and not _access_subresource_fits(method, key, query):
+        return NOT_IMPLEMENTED
+    if method != "OPTIONS" and bucket and not _lock_subresource_fits(method, key, query):
         return NOT_IMPLEMENTED
     if method == "OPTIONS":
         if not bucket:
@@ -154,6 +156,7 @@ _BUCKET_OPERATIONS: dict[str, _Choices] = {
             ("tagging", "GetBucketTagging"),
             ("cors", "GetBucketCors"),
             ("lifecycle", "GetBucketLifecycleConfiguration"),
+            ("object-lock", "GetObjectLockConfiguration"),
             ("versions", "ListObjectVersions"),
             ("uploads", "ListMultipartUploads"),
         ),
@@ -170,6 +173,7 @@ _BUCKET_OPERATIONS: dict[str, _Choices] = {
             ("tagging", "PutBucketTagging"),
             ("cors", "PutBucketCors"),
             ("lifecycle", "PutBucketLifecycleConfiguration"),
+            ("object-lock", "PutObjectLockConfiguration"),
         ),
         "CreateBucket",
     ),
@@ -191,6 +195,8 @@ _OBJECT_OPERATIONS: dict[str, _Choices] = {
             ("acl", "GetObjectAcl"),
             ("tagging", "GetObjectTagging"),
             ("attributes", "GetObjectAttributes"),
+            ("retention", "GetObjectRetention"),
+            ("legal-hold", "GetObjectLegalHold"),
             ("uploadId", "ListParts"),
         ),
         "GetObject",
@@ -255,6 +261,10 @@ def _object_put(query: Mapping[str, str], headers: Mapping[str, str]) -> str:
         return NOT_IMPLEMENTED if "uploadId" in query or "partNumber" in query else "PutObjectAcl"
     if "tagging" in query:
         return "PutObjectTagging"
+    if "retention" in query:
+        return "PutObjectRetention"
+    if "legal-hold" in query:
+        return "PutObjectLegalHold"
     copy = "x-amz-copy-source" in headers
     if "uploadId" in query or "partNumber" in query:
         return "UploadPartCopy" if copy else "UploadPart"
@@ -293,10 +303,27 @@ def _access_subresource_fits(method: str, key: str, query: Mapping[str, str]) ->
     return len(named) == 1 and others.isdisjoint(query)
 
 
+def _lock_subresource_fits(method: str, key: str, query: Mapping[str, str]) -> bool:
+    """Whether the Object Lock subresources `query` names (if any) have an operation
+    for this method and target: one of them, alone, with GET or PUT on its target."""
+    named = [name for name in query if name in LOCK_SUBRESOURCES]
+    if not named:
+        return True
+    name = named[0]
+    others = _OPERATION_PARAMETERS - {name}
+    return (
+        len(named) == 1
+        and method in ("GET", "PUT")
+        and LOCK_SUBRESOURCES[name] == bool(key)
+        and others.isdisjoint(query)
+    )
+
+
 # Query parameters that name an operation of their own.
 _OPERATION_PARAMETERS = frozenset(
     {"uploadId", "partNumber", "uploads", "versions", "list-type", "delete", "tagging",
-     "attributes", "versioning", "location", "cors", "lifecycle"}
+     "attributes", "versioning", "location", "cors", "lifecycle", "object-lock", "retention",
+     "legal-hold"}
 )  # fmt: skip
 
 
@@ -304,6 +331,12 @@ def unsupported_subresource(query: Mapping[str, str]) -> str:
     """The first subresource of `query` this gateway does not implement ("" if none),
     or an access subresource used with a method that has no operation for it."""
     return next(
-        (name for name in query if name in UNSUPPORTED_SUBRESOURCES or name in ACCESS_SUBRESOURCES),
+        (
+            name
+            for name in query
+            if name in UNSUPPORTED_SUBRESOURCES
+            or name in ACCESS_SUBRESOURCES
+            or name in LOCK_SUBRESOURCES
+        ),
         "",
     )

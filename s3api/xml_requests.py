@@ -20,6 +20,14 @@ from xml.etree.ElementTree import Element, ParseError
 import defusedxml.ElementTree as defused_element_tree
 from defusedxml import DefusedXmlException
 
+from blobstore.objects.lock import (
+    DEFAULT_RETENTION_DAYS_MAX,
+    DEFAULT_RETENTION_YEARS_MAX,
+    MODES,
+    BucketLock,
+    DefaultRetention,
+    Retention,
+)
 from blobstore.tier.tiers import TIER_NAME
 from s3api.errors import S3Error
 from s3api.limits import (
@@ -42,7 +50,10 @@ __all__ = [
     "parse_create_bucket_configuration",
     "parse_access_control_policy",
     "parse_delete",
+    "parse_legal_hold",
     "parse_lifecycle_configuration",
+    "parse_object_lock_configuration",
+    "parse_retention",
     "parse_ownership_controls",
     "parse_public_access_block",
     "parse_tagging",
@@ -686,3 +697,81 @@ def parse_ownership_controls(body: bytes) -> str:
         raise _malformed()
     assert value is not None
     return value
+
+
+# ---------------------------------------------------------------------- Object Lock
+
+
+def parse_iso8601(text: str) -> float | None:
+    """An ISO 8601 date and time (a zone, or UTC without one) as epoch seconds; None
+    when it is not one."""
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
+
+
+def parse_object_lock_configuration(body: bytes) -> BucketLock:
+    """PutObjectLockConfiguration: ObjectLockEnabled=Enabled and an optional Rule with
+    a DefaultRetention (Mode, and Days or Years). A period that is not a positive
+    whole number is InvalidRetentionPeriod; anything else S3 would not take is
+    MalformedXML."""
+    element = _parse(body, "ObjectLockConfiguration")
+    if _child_text(element, "ObjectLockEnabled") != "Enabled":
+        raise _malformed()
+    rule = _child(element, "Rule")
+    if rule is None:
+        return BucketLock()
+    default = _child(rule, "DefaultRetention")
+    if default is None:
+        raise _malformed()
+    mode = _child_text(default, "Mode", required=True)
+    days_text = _child_text(default, "Days")
+    years_text = _child_text(default, "Years")
+    if mode not in MODES or (days_text is None) == (years_text is None):
+        raise _malformed()
+    if days_text is not None:
+        return BucketLock(
+            DefaultRetention(mode, days=_period(days_text, DEFAULT_RETENTION_DAYS_MAX))
+        )
+    assert years_text is not None
+    return BucketLock(
+        DefaultRetention(mode, years=_period(years_text, DEFAULT_RETENTION_YEARS_MAX))
+    )
+
+
+def _period(text: str, most: int) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise _malformed() from None
+    if not 0 < value <= most:
+        raise S3Error("InvalidRetentionPeriod", f"The retention period must be 1 to {most}")
+    return value
+
+
+def parse_retention(body: bytes) -> Retention | None:
+    """PutObjectRetention: a Mode and a RetainUntilDate, or neither (the retention
+    removed). The date's being in the future is the caller's to check."""
+    element = _parse(body, "Retention")
+    mode = _child_text(element, "Mode")
+    until_text = _child_text(element, "RetainUntilDate")
+    if mode is None and until_text is None:
+        return None
+    if mode not in MODES or until_text is None:
+        raise _malformed()
+    until = parse_iso8601(until_text)
+    if until is None:
+        raise _malformed()
+    return Retention(mode, until)
+
+
+def parse_legal_hold(body: bytes) -> bool:
+    """PutObjectLegalHold: Status ON (True) or OFF (False)."""
+    status = _child_text(_parse(body, "LegalHold"), "Status")
+    if status not in ("ON", "OFF"):
+        raise _malformed()
+    return status == "ON"

@@ -765,3 +765,33 @@ def ownership_controls(ownership: str) -> bytes:
     doc.add("ObjectOwnership", ownership)
     doc.close("Rule")
     return doc.done("OwnershipControls")
+
+
+def object_lock_configuration(default: tuple[str, int, int] | None) -> bytes:
+    """GetObjectLockConfiguration of a bucket with Object Lock: its default retention
+    as (mode, days, years), one of days and years 0; None for none."""
+    doc = _Doc("ObjectLockConfiguration")
+    doc.add("ObjectLockEnabled", "Enabled")
+    if default is not None:
+        mode, days, years = default
+        doc.open("Rule")
+        doc.open("DefaultRetention")
+        doc.add("Mode", mode)
+        doc.add("Days", days or None)
+        doc.add("Years", years or None)
+        doc.close("DefaultRetention")
+        doc.close("Rule")
+    return doc.done("ObjectLockConfiguration")
+
+
+def retention(mode: str, until: float) -> bytes:
+    doc = _Doc("Retention")
+    doc.add("Mode", mode)
+    doc.add("RetainUntilDate", iso_timestamp(until))
+    return doc.done("Retention")
+
+
+def legal_hold(on: bool) -> bytes:
+    doc = _Doc("LegalHold")
+    doc.add("Status", "ON" if on else "OFF")
+    return doc.done("LegalHold")

@@ -12,6 +12,8 @@ and condition keys for Amazon S3":
     PutObject with x-amz-acl       -> s3:PutObject + s3:PutObjectAcl on the object
     DeleteObjects b [k1, k2@v]     -> s3:DeleteObject on b/k1, s3:DeleteObjectVersion on b/k2
     ListBuckets                    -> s3:ListAllMyBuckets on *
+    PutObjectRetention b/k         -> s3:PutObjectRetention on arn:aws:s3:::b/k
+                                      (+ s3:BypassGovernanceRetention: object_lock_accesses)
 
 Each `Access` also names the bucket whose owner, policy and ACLs decide it ("" for the
 account-level actions). `S3_ACTIONS` is the catalog of S3's action names with the kind of
@@ -236,6 +238,27 @@ def _delete_objects(request: OperationRequest) -> tuple[Access, ...]:
         _access("DeleteObject", request.bucket, key, version_id)
         for key, version_id in request.objects
     )
+
+
+def object_lock_accesses(
+    bucket: str,
+    key: str,
+    *,
+    retention: bool = False,
+    legal_hold: bool = False,
+    bypass: bool = False,
+) -> tuple[Access, ...]:
+    """What Object Lock asks beside an operation's own accesses: a write setting the new
+    version's retention or legal hold (x-amz-object-lock-*) needs s3:PutObjectRetention
+    or s3:PutObjectLegalHold on it, and a request bypassing GOVERNANCE retention
+    (x-amz-bypass-governance-retention) s3:BypassGovernanceRetention."""
+    resource = object_arn(bucket, key)
+    wanted = (
+        (retention, "s3:PutObjectRetention"),
+        (legal_hold, "s3:PutObjectLegalHold"),
+        (bypass, "s3:BypassGovernanceRetention"),
+    )
+    return tuple(Access(action, resource, bucket, key) for asked, action in wanted if asked)
 
 
 def required_accesses(request: OperationRequest) -> tuple[Access, ...]:

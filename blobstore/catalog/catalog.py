@@ -53,6 +53,7 @@ from blobstore.catalog.page_batch import ApplyFunction, Mutation
 from blobstore.catalog.page_commit_queue import ExtraOperationsFailedError
 from blobstore.catalog.records import (
     NULL_VERSION_ID,
+    VERSIONING_ENABLED,
     BucketRecord,
     CommitResult,
     DeleteResult,
@@ -84,6 +85,25 @@ def _delete_target_gone(
     if version_id is not None:
         return all(d["v"] != version_id for d in versions)
     return not bucket_versioning and not versions
+
+
+def _removed_for_good(
+    versions: versioning.VersionList,
+    bucket: str,
+    key: str,
+    version_id: str | None,
+    bucket_versioning: str,
+) -> list[ObjectRecord]:
+    """The versions (not delete markers) a delete removes for good: the one named by
+    id, or the null version a plain delete replaces where versioning is not Enabled."""
+    if version_id is None and bucket_versioning == VERSIONING_ENABLED:
+        return []
+    wanted = NULL_VERSION_ID if version_id is None else version_id
+    return [
+        ObjectRecord.from_dict(bucket, key, d)
+        for d in versions
+        if d["v"] == wanted and not d.get("dm", False)
+    ]
 
 
 def _existing_bucket_name(name: str) -> str:
@@ -120,20 +140,26 @@ def _completion(
     candidate: ObjectRecord,
     candidate_dict: dict[str, Any],
     unused: list[ObjectRecord],
-    if_match: str | None,
-    if_none_match: str | None,
+    conditions: tuple[str | None, str | None],
+    completed: Callable[[BucketRecord, ObjectRecord], ObjectRecord] | None,
 ) -> ApplyFunction:
     """The mutation that puts a completed upload's object: its result holds the
-    versions it replaced and the unused parts as garbage."""
+    versions it replaced and the unused parts as garbage. `conditions`: If-Match and
+    If-None-Match."""
+    if_match, if_none_match = conditions
 
     def apply(versions: versioning.VersionList, bucket_record: BucketRecord) -> tuple[Any, Any]:
+        put, put_dict = candidate, candidate_dict
+        if completed is not None:
+            put = completed(bucket_record, candidate)
+            put_dict = candidate_dict if put is candidate else put.to_dict()
         outcome = versioning.apply_put(
             versions,
-            candidate,
+            put,
             bucket_record.versioning,
             if_match=if_match,
             if_none_match=if_none_match,
-            record_dict=candidate_dict,
+            record_dict=put_dict,
         )
         assert outcome.record is not None
         return (
@@ -169,9 +195,25 @@ class Catalog:
 
     # ================================================================== buckets
 
-    async def create_bucket(self, name: str, owner: str, region: str = "us-east-1") -> BucketRecord:
+    async def create_bucket(
+        self,
+        name: str,
+        owner: str,
+        region: str = "us-east-1",
+        *,
+        object_lock: dict[str, Any] | None = None,
+    ) -> BucketRecord:
+        """A new, empty bucket; with `object_lock` (its Object Lock configuration) one
+        whose versioning is Enabled from the start."""
         validate_bucket_name(name)
-        record = BucketRecord(name=name, owner=owner, created=time.time(), region=region)
+        record = BucketRecord(
+            name=name,
+            owner=owner,
+            created=time.time(),
+            region=region,
+            versioning=VERSIONING_ENABLED if object_lock is not None else "",
+            object_lock=object_lock,
+        )
         page = IndexPage(new_page_id(), "", None, [], [])
         shard = PageMap(("",), (page.page_id,), shard_id=new_page_id())
         root = RootMap(("",), (shard.shard_id,))
@@ -380,11 +422,14 @@ class Catalog:
         if_match: str | None = None,
         if_none_match: str | None = None,
         owner: str | None = None,
+        completed: Callable[[BucketRecord, ObjectRecord], ObjectRecord] | None = None,
     ) -> CommitResult:
         """Commit `record` as the key's newest version. With `owner`, only while the
         bucket belongs to that owner (BucketOwnerChangedError otherwise), checked against
         the bucket record whose version the commit's multi holds: a caller may then
-        authorize on a cached bucket record, without a sync."""
+        authorize on a cached bucket record, without a sync. `completed` gives the record
+        as the bucket's record at the commit completes it (its default Object Lock
+        retention), in each attempt; it must answer the same for the same bucket."""
         _existing_bucket_name(record.bucket)
         validate_key(record.key)
         candidate = replace(
@@ -398,13 +443,17 @@ class Catalog:
         def apply(versions: versioning.VersionList, bucket: BucketRecord) -> tuple[Any, Any]:
             if owner is not None and bucket.owner != owner:
                 raise BucketOwnerChangedError(f"bucket {bucket.name!r} has another owner")
+            put, put_dict = candidate, candidate_dict
+            if completed is not None:
+                put = completed(bucket, candidate)
+                put_dict = candidate_dict if put is candidate else put.to_dict()
             outcome = versioning.apply_put(
                 versions,
-                candidate,
+                put,
                 bucket.versioning,
                 if_match=if_match,
                 if_none_match=if_none_match,
-                record_dict=candidate_dict,
+                record_dict=put_dict,
             )
             assert outcome.record is not None
             return (
@@ -424,6 +473,7 @@ class Catalog:
         owner: str = "",
         if_match: str | None = None,
         expected_mtime: float | None = None,
+        guard: Callable[[ObjectRecord], None] | None = None,
     ) -> DeleteResult:
         """Delete one version, or the key (a delete marker where versioning keeps them,
         owned by `owner`: the requester, as ListObjectVersions shows it). With `if_match`
@@ -431,7 +481,11 @@ class Catalog:
         same compare-and-set as the delete: PreconditionFailedError, or NoSuchKeyError
         when the key has no current version. With `expected_mtime` (lifecycle), only if
         the version named (or the current one) was written at that time: a version
-        rewritten since it was judged is left alone (PreconditionFailedError)."""
+        rewritten since it was judged is left alone (PreconditionFailedError). `guard`
+        (Object Lock) is called with each version the delete would remove for good, as
+        committed, inside the same compare-and-set: whatever it raises (a CatalogError)
+        refuses the delete, so a change of that version between a caller's check and
+        this commit cannot slip past it."""
         _existing_bucket_name(bucket)
         validate_key(key)
         marker_version_id = versioning.new_version_id()
@@ -453,6 +507,11 @@ class Catalog:
                 return (None, held[-1])
             if expected_mtime is not None:
                 _check_written_at(versions, key, version_id, expected_mtime)
+            if guard is not None:
+                for removed in _removed_for_good(
+                    versions, bucket, key, version_id, bucket_record.versioning
+                ):
+                    guard(removed)
             outcome = versioning.apply_delete(
                 versions,
                 bucket,
@@ -711,8 +770,10 @@ class Catalog:
         *,
         if_match: str | None = None,
         if_none_match: str | None = None,
+        completed: Callable[[BucketRecord, ObjectRecord], ObjectRecord] | None = None,
     ) -> CommitResult:
-        """Commit the object and remove the upload and its parts in one multi.
+        """Commit the object and remove the upload and its parts in one multi
+        (`completed` as for `put_object`).
 
         `record.parts` names the parts used; their ETags must match the stored parts.
         Parts uploaded but not used come back in `garbage` (as records holding their
@@ -748,7 +809,9 @@ class Catalog:
             operations = tuple(
                 self.uploads.cleanup_operations(bucket, upload_id, upload_version, parts)
             )
-            apply = _completion(candidate, candidate_dict, unused, if_match, if_none_match)
+            apply = _completion(
+                candidate, candidate_dict, unused, (if_match, if_none_match), completed
+            )
             attempted = True
             try:
                 result: CommitResult = await self.index.submit(

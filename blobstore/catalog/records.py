@@ -110,11 +110,24 @@ class BucketRecord:
     cors: list[Any] | None = None  # JSON-able rules
     lifecycle: list[Any] | None = None  # JSON-able rules
     settings: dict[str, Any] = field(default_factory=dict)  # other JSON-able bucket settings
+    # Object Lock: None when never enabled (and then absent from the encoding, so older
+    # records read as before); else {"enabled": True} with the default retention, if
+    # any, as `blobstore.objects.lock.BucketLock` writes it.
+    object_lock: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         assert self.versioning in VERSIONING_STATES, self.versioning
+        assert self.object_lock is None or self.versioning == VERSIONING_ENABLED, (
+            "Object Lock needs versioning Enabled"
+        )
 
     def to_dict(self) -> dict[str, Any]:
+        d = self._base_dict()
+        if self.object_lock is not None:
+            d["object_lock"] = self.object_lock
+        return d
+
+    def _base_dict(self) -> dict[str, Any]:
         return {
             "format_version": FORMAT_VERSION,
             "name": self.name,
@@ -144,6 +157,7 @@ class BucketRecord:
             cors=d.get("cors"),
             lifecycle=d.get("lifecycle"),
             settings=dict(d.get("settings") or {}),
+            object_lock=d.get("object_lock"),
         )
 
 
@@ -180,6 +194,12 @@ class ObjectRecord:
     # The multipart upload whose completion made this version ("" otherwise): a repeated
     # CompleteMultipartUpload (a client's retry after a lost answer) is answered from it.
     upload_id: str = ""
+    # Object Lock of this version (blobstore.objects.lock): a retention mode
+    # ("GOVERNANCE" | "COMPLIANCE", "" for none) and its retain-until moment (epoch
+    # seconds), and the legal hold. Absent from the compact form when unset.
+    lock_mode: str = ""
+    lock_until: float = 0.0
+    legal_hold: bool = False
     is_latest: bool = False  # filled by reads and listings, never stored
 
     def __post_init__(self) -> None:
@@ -223,6 +243,11 @@ class ObjectRecord:
             d["tier"] = self.tier_location
         if self.upload_id:
             d["up"] = self.upload_id
+        if self.lock_mode:
+            d["lm"] = self.lock_mode
+            d["lu"] = self.lock_until
+        if self.legal_hold:
+            d["lh"] = True
         return d
 
     def _put_bytes_location(self, d: dict[str, Any]) -> None:
@@ -278,6 +303,9 @@ class ObjectRecord:
         )
         _set_field(record, "manifest_ledgers", tuple(get("mfl", ())))
         _set_field(record, "upload_id", get("up", ""))
+        _set_field(record, "lock_mode", get("lm", ""))
+        _set_field(record, "lock_until", get("lu", 0.0))
+        _set_field(record, "legal_hold", get("lh", False))
         _set_field(record, "is_latest", is_latest)
         record.__post_init__()
         return record
@@ -308,7 +336,7 @@ class ObjectRecord:
         )
 
 
-assert len(fields(ObjectRecord)) == 21, "ObjectRecord.from_dict sets every field: update it"
+assert len(fields(ObjectRecord)) == 24, "ObjectRecord.from_dict sets every field: update it"
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,8 +355,22 @@ class UploadRecord:
     checksum_algorithm: str = ""
     checksum_type: str = ""
     tags: dict[str, str] = field(default_factory=dict)
+    # The Object Lock the completed version gets (as ObjectRecord's); stored only when
+    # set, so older records read as before.
+    lock_mode: str = ""
+    lock_until: float = 0.0
+    legal_hold: bool = False
 
     def to_dict(self) -> dict[str, Any]:
+        d = self._base_dict()
+        if self.lock_mode:
+            d["lock_mode"] = self.lock_mode
+            d["lock_until"] = self.lock_until
+        if self.legal_hold:
+            d["legal_hold"] = True
+        return d
+
+    def _base_dict(self) -> dict[str, Any]:
         return {
             "format_version": FORMAT_VERSION,
             "bucket": self.bucket,
@@ -528,6 +570,18 @@ class VersionRefs:
     @property
     def system_metadata(self) -> dict[str, str]:
         return self._d.get("sys") or {}
+
+    @property
+    def lock_mode(self) -> str:
+        return str(self._d.get("lm", ""))
+
+    @property
+    def lock_until(self) -> float:
+        return float(self._d.get("lu", 0.0))
+
+    @property
+    def legal_hold(self) -> bool:
+        return bool(self._d.get("lh", False))
 
     def record(self, bucket: str, key: str, is_latest: bool = False) -> ObjectRecord:
         return ObjectRecord.from_dict(bucket, key, self._d, is_latest)

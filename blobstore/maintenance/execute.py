@@ -14,7 +14,13 @@ new ledgers: killed, its session ends, and the sweeper of any gateway closes wha
 left open.
 
 **Lifecycle** actions are conditional: a version is deleted, or a delete marker put on
-top of it, only if it is still the version judged (`expected_mtime`).
+top of it, only if it is still the version judged (`expected_mtime`), and never while
+Object Lock keeps what the delete would remove: the lock is checked again inside the
+delete's compare-and-set (`Catalog.delete_object(guard=...)`), so a retention or legal
+hold set after the scan is honoured. An action the scan found locked already
+(SKIP_LOCKED) opens no session: it is reported skipped, "locked", as a refused one is.
+Compaction and tiering swap a record for the same record with its bytes elsewhere
+(`dataclasses.replace`): its Object Lock fields go with it.
 
 Each task yields one result row per holder swapped or skipped, per action done or
 skipped, and per ledger copied.
@@ -48,6 +54,7 @@ from blobstore.ledger.errors import LedgerError, NotEnoughBookiesError
 from blobstore.maintenance import hooks
 from blobstore.maintenance.lifecycle import ActionKind
 from blobstore.maintenance.scan import ABORT_UPLOAD, RESTORE_EXPIRED, Session
+from blobstore.objects.lock import ObjectLockedError, check_removal
 from blobstore.objects.read_object_op import ShortEntryError
 from blobstore.objects.restore import unrestored
 from blobstore.recovery.sweeper import GatewayRegistration
@@ -61,6 +68,7 @@ RESULT_DONE = "done"
 RESULT_FAILED = "failed"
 RESULT_DEFERRED = "deferred"
 RESULT_COLUMNS = "result ledger_id bucket key version_id bytes detail".split()
+LOCKED = "locked"  # the detail of a lifecycle action Object Lock refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,9 +257,17 @@ def lifecycle_partition(
     session: Session, actions: Iterable[tuple[Any, ...]]
 ) -> Iterator[tuple[Any, ...]]:
     actions = list(actions)
-    if not actions:
-        return iter(())
-    return iter(asyncio.run(_act_all(session, actions)))
+    locked = [a for a in actions if a[0] == ActionKind.SKIP_LOCKED]
+    rows = [(RESULT_SKIPPED, -1, *a[1:4], 0, LOCKED) for a in locked]
+    acting = [a for a in actions if a[0] != ActionKind.SKIP_LOCKED]
+    if acting:
+        rows += asyncio.run(_act_all(session, acting))
+    return iter(rows)
+
+
+def _unlocked(record: ObjectRecord) -> None:
+    """The guard of lifecycle's deletes: nothing bypasses Object Lock."""
+    check_removal(record, time.time(), bypass_governance=False)
 
 
 async def _act_all(session: Session, actions: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -278,9 +294,11 @@ async def _act(
         if kind == ABORT_UPLOAD:
             await catalog.abort_upload(bucket, version_id)
         elif kind == ActionKind.DELETE_VERSION:
-            await catalog.delete_object(bucket, key, version_id, expected_mtime=mtime)
+            await catalog.delete_object(
+                bucket, key, version_id, expected_mtime=mtime, guard=_unlocked
+            )
         elif kind == ActionKind.ADD_DELETE_MARKER:
-            await catalog.delete_object(bucket, key, expected_mtime=mtime)
+            await catalog.delete_object(bucket, key, expected_mtime=mtime, guard=_unlocked)
         elif kind == RESTORE_EXPIRED:
             if not await _drop_restored_copy(catalog, bucket, key, version_id, mtime):
                 return (RESULT_SKIPPED, -1, *where, 0, "changed")
@@ -288,6 +306,8 @@ async def _act(
             return (RESULT_SKIPPED, -1, *where, 0, f"unknown action {kind}")
     except (PreconditionFailedError, NoSuchKeyError, NoSuchVersionError, NoSuchUploadError):
         return (RESULT_SKIPPED, -1, *where, 0, "changed")
+    except ObjectLockedError:
+        return (RESULT_SKIPPED, -1, *where, 0, LOCKED)
     except CatalogError as e:
         return (RESULT_SKIPPED, -1, *where, 0, type(e).__name__)
     return (RESULT_DONE, -1, *where, 0, f"{kind} {rule_id}")

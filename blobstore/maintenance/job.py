@@ -461,6 +461,7 @@ def _count_lifecycle(state: Run, rows: list[tuple[Any, ...]]) -> None:
     for result, _ledger, bucket, key, version_id, _bytes, detail in rows:
         if result != execute.RESULT_DONE:
             the_report.actions_skipped += 1
+            the_report.versions_skipped_locked += detail == execute.LOCKED
             continue
         kind = detail.split(" ", 1)[0]
         if kind == lifecycle.ActionKind.DELETE_VERSION:

@@ -45,6 +45,12 @@ How S3 counts, and the choices made where its documentation is silent:
   a version expired, or made noncurrent by a marker, in this run is not moved. Of a
   rule's transitions due, the one due last (the coldest reached) names the class; per
   version the first rule in stored order with one due wins.
+- Object Lock. A version locked at `now` (its retention's retain-until moment not
+  reached, or its legal hold ON) is never removed: where an expiration would remove it
+  (a noncurrent version, or the null version of a bucket never versioned) the action
+  is SKIP_LOCKED instead, which changes nothing and is counted. Adding a delete marker
+  on a locked current version is allowed (it removes nothing), and so is a transition
+  (the bytes move, the version stays): a version skipped as locked may still move.
 - Multipart uploads. AbortIncompleteMultipartUpload aborts an upload DaysAfterInitiation
   after it was initiated, when the rule's prefix selects its key. An upload has no final
   size yet, so size bounds are not judged; it has no tags either, so a filter with a tag
@@ -102,10 +108,16 @@ class Version:
     is_delete_marker: bool = False
     tags: Mapping[str, str] = field(default_factory=dict)
     tiered: bool = False  # its bytes are on a cold tier already
+    retain_until: float = 0.0  # Object Lock retention: locked before this moment
+    legal_hold: bool = False  # Object Lock legal hold: locked while ON
 
     def __post_init__(self) -> None:
         assert self.version_id, "a version has an id (the null version's is 'null')"
         assert self.size >= 0, self.size
+
+    def locked(self, now: float) -> bool:
+        """Whether Object Lock keeps the version at `now` (blobstore.objects.lock)."""
+        return self.legal_hold or self.retain_until > now
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +203,7 @@ class ActionKind(enum.StrEnum):
     DELETE_VERSION = "delete_version"  # remove the version for good
     ADD_DELETE_MARKER = "add_delete_marker"  # the catalog's plain DELETE of the key
     TRANSITION = "transition"  # move the version's bytes to a cold tier
+    SKIP_LOCKED = "skip_locked"  # an expiration due on a version Object Lock keeps: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,16 +479,30 @@ def key_actions(
         return []
     enabled = [rule for rule in rules if rule.enabled]
     current = _current_action(key, versions, enabled, versioning, now)
-    actions = ([current] if current else []) + _noncurrent_actions(key, versions, enabled, now)
-    acted = {action.version_id for action in actions}
+    expirations = ([current] if current else []) + _noncurrent_actions(key, versions, enabled, now)
+    actions = [_unless_locked(action, versions, now) for action in expirations]
+    acted = {action.version_id for action in actions if action.kind != ActionKind.SKIP_LOCKED}
     actions += _transition_actions(key, versions, enabled, now, acted)
     for action in actions:
         if action.kind is ActionKind.DELETE_VERSION and action.version_id == ids[0]:
             assert versioning == "" or (versions[0].is_delete_marker and len(versions) == 1), (
                 f"would delete the current version of {key!r}: {action}"
             )
-    assert len({action.version_id for action in actions}) == len(actions), actions
+    changing = [action.version_id for action in actions if action.kind != ActionKind.SKIP_LOCKED]
+    assert len(set(changing)) == len(changing), actions
     return actions
+
+
+def _unless_locked(action: Action, versions: Sequence[Version], now: float) -> Action:
+    """The action, or SKIP_LOCKED where it would remove a version Object Lock keeps."""
+    if action.kind is not ActionKind.DELETE_VERSION:
+        return action
+    version = next(v for v in versions if v.version_id == action.version_id)
+    if not version.locked(now):
+        return action
+    what = "legal hold ON" if version.legal_hold else f"retained until {_iso(version.retain_until)}"
+    reason = f"{action.reason}; kept by Object Lock ({what})"
+    return Action(ActionKind.SKIP_LOCKED, action.key, action.version_id, action.rule_id, reason)
 
 
 def _expiration_moment(rule: Rule, version: Version) -> float | None:

@@ -61,6 +61,7 @@ class Report:
     delete_markers_added: int = 0
     uploads_aborted: int = 0
     actions_skipped: int = 0
+    versions_skipped_locked: int = 0  # expirations Object Lock refused (in actions_skipped too)
     orphans_recovered: int = 0  # OPEN ledgers of gone writers, closed by this run
     objects_tiered: int = 0  # versions moved to a cold tier
     tier_bytes_written: int = 0  # bytes of the segments written (and verified)
@@ -198,6 +199,7 @@ GAUGES = {
     "tier_bytes_written": "Bytes of the segments the last run wrote to cold tiers",
     "tier_bytes_freed": "Bytes of the segments the last run removed from cold tiers",
     "uploads_aborted": "Multipart uploads the last run's lifecycle rules aborted",
+    "versions_skipped_locked": "Versions the last run's lifecycle rules kept: Object Lock",
     "condemned": "Ledgers the last run condemned",
     "duration_s": "Duration of the last run in seconds",
 }

@@ -317,6 +317,8 @@ def key_lifecycle(
             v.is_delete_marker,
             v.tags,
             tiered=v.tier_location is not None,
+            retain_until=v.lock_until if v.lock_mode else 0.0,
+            legal_hold=v.legal_hold,
         )
         for v in versions
     ]

@@ -27,6 +27,7 @@ from kazoo.protocol.states import KazooState
 
 from blobstore.catalog import Catalog
 from blobstore.catalog.records import (
+    BucketRecord,
     CommitResult,
     ObjectRecord,
     PartRecord,
@@ -97,6 +98,9 @@ class VerifiedBody:
 # finish(written) -> VerifiedBody; raises to refuse the commit.
 WriteFinish = Callable[[WrittenData], Awaitable[VerifiedBody]]
 CompleteFinish = Callable[[UploadRecord, list[PartRecord]], Awaitable[dict[str, str]]]
+# A new version's record as its bucket's record at the commit completes it (Object Lock's
+# default retention: `Catalog.put_object`).
+RecordCompletion = Callable[[BucketRecord, ObjectRecord], ObjectRecord]
 
 
 class ObjectStore:
@@ -251,10 +255,12 @@ class ObjectStore:
         if_match: str | None = None,
         if_none_match: str | None = None,
         owner: str | None = None,
+        completed: RecordCompletion | None = None,
     ) -> CommitResult:
         """Store a body under template's bucket and key, with template's metadata.
         `finish` runs after every entry is acknowledged and before the commit; `owner`:
-        commit only while the bucket belongs to it (`Catalog.put_object`)."""
+        commit only while the bucket belongs to it; `completed`: the record as the
+        bucket at the commit completes it (`Catalog.put_object`)."""
         data, verdict = await self._verified(body, size_max, finish, compute_md5)
         record = replace(
             template,
@@ -268,7 +274,11 @@ class ObjectStore:
             is_delete_marker=False,
         )
         result = await self.catalog.put_object(
-            record, if_match=if_match, if_none_match=if_none_match, owner=owner
+            record,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            owner=owner,
+            completed=completed,
         )
         PUT_COMMITS.inc()
         self._log_garbage(result)
@@ -282,9 +292,10 @@ class ObjectStore:
         checksums: dict[str, str] | None = None,
         if_match: str | None = None,
         if_none_match: str | None = None,
+        completed: RecordCompletion | None = None,
     ) -> CommitResult:
         """A new object sharing source's entries (no byte is copied), with source's
-        checksums or the given ones (of the same bytes)."""
+        checksums or the given ones (of the same bytes); `completed` as for put_object."""
         if source.tier_location is not None and not source.extents and source.size:
             raise ObjectUnavailableError(f"object {source.key!r} lives in a tier")
         record = replace(
@@ -301,7 +312,7 @@ class ObjectStore:
             is_delete_marker=False,
         )
         result = await self.catalog.put_object(
-            record, if_match=if_match, if_none_match=if_none_match
+            record, if_match=if_match, if_none_match=if_none_match, completed=completed
         )
         COPY_COMMITS.inc()
         self._log_garbage(result)
@@ -503,8 +514,10 @@ class ObjectStore:
         finish: CompleteFinish | None = None,
         if_match: str | None = None,
         if_none_match: str | None = None,
+        completed: RecordCompletion | None = None,
     ) -> CommitResult:
-        """Stitch the named parts' extents into the object record: no byte is copied."""
+        """Stitch the named parts' extents into the object record: no byte is copied.
+        `completed` as for put_object."""
         upload = await self.catalog.get_upload(bucket, upload_id)
         uploaded = {p.part_number: p for p in await self.catalog.get_parts(bucket, upload_id)}
         try:
@@ -513,14 +526,19 @@ class ObjectStore:
             e.details = {"UploadId": upload_id, **e.details}  # as S3 names them
             raise
         checksums = await finish(upload, parts) if finish is not None else {}
-        record = completed_record(upload_id, bucket, upload, parts, checksums)
+        record = replace(
+            completed_record(upload_id, bucket, upload, parts, checksums),
+            lock_mode=upload.lock_mode,  # the Object Lock asked for at its creation
+            lock_until=upload.lock_until,
+            legal_hold=upload.legal_hold,
+        )
         stored = record.without_part_etags()  # as the catalog keeps it
         if part_list_bytes(stored) > min(
             self.config.manifest_bytes_min, self.catalog.config.record_bytes_max // 2
         ):
             record = await self._with_manifest(record, encode_manifest(stored))
         result = await self._commit_completion(
-            upload_id, record, if_match=if_match, if_none_match=if_none_match
+            upload_id, record, (if_match, if_none_match), completed
         )
         COMPLETE_COMMITS.inc()
         self._log_garbage(result)
@@ -530,15 +548,21 @@ class ObjectStore:
         self,
         upload_id: str,
         record: ObjectRecord,
-        *,
-        if_match: str | None,
-        if_none_match: str | None,
+        conditions: tuple[str | None, str | None],
+        completed: RecordCompletion | None,
     ) -> CommitResult:
-        """Commit the completed object in the catalog. A manifest written for a commit
-        that fails is garbage, like an abandoned write."""
+        """Commit the completed object in the catalog (`conditions`: If-Match and
+        If-None-Match). A manifest written for a commit that fails is garbage, like an
+        abandoned write."""
+        if_match, if_none_match = conditions
         try:
             return await self.catalog.complete_upload(
-                record.bucket, upload_id, record, if_match=if_match, if_none_match=if_none_match
+                record.bucket,
+                upload_id,
+                record,
+                if_match=if_match,
+                if_none_match=if_none_match,
+                completed=completed,
             )
         except BaseException as e:
             if record.manifest:

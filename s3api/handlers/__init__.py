@@ -13,6 +13,7 @@ from s3api.handlers import (
     cors,
     default_settings,
     multipart,
+    object_lock,
     objects,
     post_object,
 )
@@ -86,6 +87,12 @@ HANDLERS: dict[str, Handler] = {
     "GetBucketOwnershipControls": access.get_bucket_ownership_controls,
     "PutBucketOwnershipControls": access.put_bucket_ownership_controls,
     "DeleteBucketOwnershipControls": access.delete_bucket_ownership_controls,
+    "GetObjectLockConfiguration": object_lock.get_object_lock_configuration,
+    "PutObjectLockConfiguration": object_lock.put_object_lock_configuration,
+    "GetObjectRetention": object_lock.get_object_retention,
+    "PutObjectRetention": object_lock.put_object_retention,
+    "GetObjectLegalHold": object_lock.get_object_legal_hold,
+    "PutObjectLegalHold": object_lock.put_object_legal_hold,
     **{
         operation: default_settings.get_unset_configuration
         for operation in default_settings.UNSET_CONFIGURATION_OPERATIONS

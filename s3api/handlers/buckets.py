@@ -17,10 +17,11 @@ from blobstore.access.decision import BUCKET_OWNER_ENFORCED, OBJECT_WRITER, OWNE
 from blobstore.catalog.errors import BucketAlreadyExistsError
 from blobstore.catalog.records import BucketRecord, ListResult
 from blobstore.catalog.versioning import well_formed_version_id
+from blobstore.objects.lock import BucketLock
 from blobstore.tier.tiers import TierStore, resolve_storage_class
 from s3api import xml_requests, xml_responses
 from s3api.errors import S3Error, log_server_error, to_s3_error
-from s3api.handlers import authorization
+from s3api.handlers import authorization, object_lock
 from s3api.handlers._private import xml_response
 from s3api.handlers.context import S3Context
 from s3api.limits import parse_max_count, validate_bucket_name
@@ -90,8 +91,7 @@ async def list_buckets(ctx: S3Context) -> Response:
 
 async def create_bucket(ctx: S3Context) -> Response:
     validate_bucket_name(ctx.bucket)
-    if ctx.headers.get("x-amz-bucket-object-lock-enabled", "").lower() == "true":
-        raise S3Error("NotImplemented", "Object Lock is not implemented")
+    locked = ctx.headers.get("x-amz-bucket-object-lock-enabled", "").strip().lower() == "true"
     owner = ctx.requester
     if owner is None:
         ctx.authorize(None)  # AccessDenied: never allowed to anonymous requests
@@ -104,7 +104,10 @@ async def create_bucket(ctx: S3Context) -> Response:
         xml_requests.parse_create_bucket_configuration(await ctx.small_body()) or ctx.config.region
     )
     try:
-        await ctx.store.catalog.create_bucket(ctx.bucket, owner, region)
+        # With Object Lock: versioning Enabled from the start, for good.
+        await ctx.store.catalog.create_bucket(
+            ctx.bucket, owner, region, object_lock=BucketLock().to_dict() if locked else None
+        )
     except BucketAlreadyExistsError as exc:
         if exc.existing_owner != owner or region != LEGACY_REGION:
             raise
@@ -191,7 +194,12 @@ async def get_bucket_versioning(ctx: S3Context) -> Response:
 async def put_bucket_versioning(ctx: S3Context) -> Response:
     await ctx.authorized_bucket()
     status = xml_requests.parse_versioning_configuration(await ctx.small_body())
-    await ctx.store.catalog.update_bucket(ctx.bucket, lambda b: replace(b, versioning=status))
+
+    def versioned(bucket: BucketRecord) -> BucketRecord:
+        object_lock.refuse_suspending(bucket, status)
+        return replace(bucket, versioning=status)
+
+    await ctx.store.catalog.update_bucket(ctx.bucket, versioned)
     return Response(b"")
 
 
@@ -437,6 +445,7 @@ async def _delete_one(
                 item.version_id,
                 owner=ctx.requester or bucket.owner,
                 if_match=item.etag,
+                guard=object_lock.removal_guard(ctx, bucket, item.key),
             )
         except Exception as e:  # noqa: BLE001 - reported per key, as S3 does
             return delete_error(e, item, request_id=ctx.request_id, bucket=ctx.bucket)

@@ -1,5 +1,5 @@
 """Bucket configurations the gateway has no way to set (encryption, website, replication,
-Object Lock, logging, notifications, transfer acceleration, requester pays): their GETs
+logging, notifications, transfer acceleration, requester pays): their GETs
 answer as S3 does for a bucket without them (a 404 with the configuration's own code,
 or the empty document). Tools that read a bucket's whole state (Terraform's
 aws_s3_bucket, s3cmd info, backup tools) then work; setting any of them stays
@@ -22,7 +22,6 @@ UNSET_CONFIGURATION_ERRORS: dict[str, str] = {
     "GetBucketEncryption": "ServerSideEncryptionConfigurationNotFoundError",
     "GetBucketWebsite": "NoSuchWebsiteConfiguration",
     "GetBucketReplication": "ReplicationConfigurationNotFoundError",
-    "GetObjectLockConfiguration": "ObjectLockConfigurationNotFoundError",
 }
 # ... or the document S3 returns with nothing set.
 UNSET_CONFIGURATION_DOCUMENTS: dict[str, bytes] = {

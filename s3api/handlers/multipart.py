@@ -25,6 +25,7 @@ from blobstore.catalog.records import (
 )
 from blobstore.objects import VerifiedBody, WrittenData
 from blobstore.objects.errors import InvalidPartListError
+from blobstore.objects.lock import with_default_retention
 from s3api import xml_requests, xml_responses
 from s3api.checksums import (
     ALGORITHMS,
@@ -42,6 +43,7 @@ from s3api.checksums import (
 )
 from s3api.conditions import parse_write_conditions
 from s3api.errors import S3Error, to_s3_error
+from s3api.handlers import object_lock
 from s3api.handlers._private import quote_etag, written_version_headers, xml_response
 from s3api.handlers.context import S3Context
 from s3api.handlers.objects import (
@@ -85,6 +87,9 @@ async def create_multipart_upload(ctx: S3Context) -> Response:
     algorithm_text = ctx.headers.get("x-amz-checksum-algorithm")
     algorithm = parse_algorithm(algorithm_text) if algorithm_text else None
     checksum_type = parse_checksum_type(algorithm, ctx.headers.get("x-amz-checksum-type"))
+    lock = object_lock.parse_lock_headers(ctx.headers, time.time())
+    object_lock.check_lock_request(ctx, bucket, lock, None)
+    retention = lock.retention
     upload = await ctx.store.catalog.create_upload(
         UploadRecord(
             bucket=ctx.bucket,
@@ -98,6 +103,9 @@ async def create_multipart_upload(ctx: S3Context) -> Response:
             checksum_algorithm=algorithm or "",
             checksum_type=checksum_type or "",
             tags=parse_tagging_header(ctx.headers.get("x-amz-tagging")),
+            lock_mode=retention.mode if retention is not None else "",
+            lock_until=retention.until if retention is not None else 0.0,
+            legal_hold=bool(lock.legal_hold),
         )
     )
     headers = {}
@@ -213,6 +221,7 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
             finish=finish,
             if_match=if_match,
             if_none_match=if_none_match,
+            completed=with_default_retention,
         )
     except NoSuchUploadError:
         # Completed (or aborted) by another request since this one found the upload.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import parse_qsl, unquote
@@ -16,6 +17,7 @@ from blobstore.catalog import versioning
 from blobstore.catalog.errors import DeleteMarkerError, NoSuchKeyError, NoSuchVersionError
 from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, BucketRecord, ObjectRecord
 from blobstore.objects import VerifiedBody, WrittenData
+from blobstore.objects.lock import with_default_retention
 from s3api import xml_requests, xml_responses
 from s3api.aws_chunked import PayloadReader, strip_aws_chunked
 from s3api.checksums import (
@@ -33,7 +35,7 @@ from s3api.conditions import (
     parse_write_conditions,
 )
 from s3api.errors import S3Error
-from s3api.handlers import authorization
+from s3api.handlers import authorization, object_lock
 from s3api.handlers._private import (
     quote_etag,
     version_headers,
@@ -324,6 +326,9 @@ async def put_object(ctx: S3Context) -> Response:
     # No sync: the commit checks the owner and the bucket's version again.
     bucket = await ctx.authorized_bucket(cached=True)
     owner, acl = written_object(ctx, bucket)
+    lock = object_lock.parse_lock_headers(ctx.headers, time.time())
+    if lock.named and bucket.object_lock is None:
+        bucket = await ctx.authorized_bucket()  # the newest record, before refusing
     template = ObjectRecord(
         bucket=ctx.bucket,
         key=ctx.key,
@@ -334,9 +339,11 @@ async def put_object(ctx: S3Context) -> Response:
         owner=owner,
         tags=parse_tagging_header(ctx.headers.get("x-amz-tagging")),
     )
+    template = lock.applied(template)
     if_match, if_none_match = parse_write_conditions(ctx.headers)
     # An object uploaded without a checksum gets S3's default one.
     reader = ctx.payload(PUT_OBJECT_SIZE_MAX, default_algorithm=DEFAULT_ALGORITHM)
+    object_lock.check_lock_request(ctx, bucket, lock, reader.expect)
 
     async def finish(data: WrittenData) -> VerifiedBody:
         return body_checksums(reader)
@@ -350,6 +357,7 @@ async def put_object(ctx: S3Context) -> Response:
         if_match=if_match,
         if_none_match=if_none_match,
         owner=bucket.owner,
+        completed=with_default_retention,
     )
     record = result.record
     headers = {"ETag": quote_etag(record.etag)}
@@ -396,6 +404,7 @@ def object_headers(ctx: S3Context, record: ObjectRecord, versioning: str) -> dic
     if record.tags:
         headers["x-amz-tagging-count"] = str(len(record.tags))
     headers.update(version_headers(record.version_id, versioning))
+    headers.update(object_lock.lock_headers(record))
     for parameter, header in RESPONSE_OVERRIDES.items():
         if parameter in ctx.query:
             headers[header] = ctx.query[parameter]
@@ -608,7 +617,12 @@ async def delete_object(ctx: S3Context) -> Response:
     headers: dict[str, str] = {}
     # Deleting what is not there succeeds (no error); NoSuchKey only from If-Match.
     result = await ctx.store.catalog.delete_object(
-        ctx.bucket, ctx.key, version_id, owner=ctx.requester or bucket.owner, if_match=if_match
+        ctx.bucket,
+        ctx.key,
+        version_id,
+        owner=ctx.requester or bucket.owner,
+        if_match=if_match,
+        guard=object_lock.removal_guard(ctx, bucket, ctx.key),
     )
     if result.delete_marker:
         headers["x-amz-delete-marker"] = "true"
@@ -643,9 +657,12 @@ async def copy_object(ctx: S3Context) -> Response:
             "or encryption attributes.",
         )
     template = _copy_template(ctx, record, (metadata_directive, tagging_directive), new_class)
+    lock = object_lock.parse_lock_headers(ctx.headers, time.time())
+    object_lock.check_lock_request(ctx, bucket, lock, None)
     template = replace(
         template, owner=written[0], system_metadata=template.system_metadata | written[1]
     )
+    template = lock.applied(template)
     if_match, if_none_match = parse_write_conditions(ctx.headers)
     algorithm_text = ctx.headers.get("x-amz-checksum-algorithm")
     if (if_match is not None or if_none_match) and _copy_reads_source(record, algorithm_text):
@@ -653,7 +670,12 @@ async def copy_object(ctx: S3Context) -> Response:
         await _check_destination_conditions(ctx, if_match, if_none_match)
     checksums = await _copy_checksums(ctx, record, algorithm_text)
     result = await ctx.store.copy_object(
-        record, template, checksums=checksums, if_match=if_match, if_none_match=if_none_match
+        record,
+        template,
+        checksums=checksums,
+        if_match=if_match,
+        if_none_match=if_none_match,
+        completed=with_default_retention,
     )
     copied = result.record
     headers = written_version_headers(copied.version_id)

@@ -195,6 +195,26 @@ def _noncurrent(s3: Any, m: Moments) -> Case:
     return Case(VERSIONED, "nc/", rules, before, before, kept)
 
 
+def _locked(s3: Any, m: Moments) -> Case:
+    """NoncurrentVersionExpiration of versions Object Lock keeps (a retention, a legal
+    hold): both due, both skipped and counted so, both kept."""
+    conf = {"ObjectLockEnabled": "Enabled"}
+    s3.put_object_lock_configuration(Bucket=VERSIONED, ObjectLockConfiguration=conf)
+    rules = [enabled("locked", "lock/", NoncurrentVersionExpiration={"NoncurrentDays": 1})]
+    retained = s3.put_object(
+        Bucket=VERSIONED,
+        Key="lock/k",
+        Body=b"r",
+        ObjectLockMode="COMPLIANCE",
+        ObjectLockRetainUntilDate=datetime.datetime(2099, 1, 1, tzinfo=datetime.UTC),
+    )["VersionId"]
+    held = s3.put_object(Bucket=VERSIONED, Key="lock/k", Body=b"h", ObjectLockLegalHoldStatus="ON")
+    latest = put(s3, VERSIONED, "lock/k")
+    kept = {("lock/k", retained, False), ("lock/k", held["VersionId"], False)}
+    kept.add(("lock/k", latest, True))
+    return Case(VERSIONED, "lock/", rules, kept, kept, kept)
+
+
 def _markers(s3: Any, m: Moments) -> Case:
     """ExpiredObjectDeleteMarker: a delete marker that is its key's only version goes at
     once; one that still hides a version stays."""
@@ -322,6 +342,7 @@ FILLERS: tuple[Filler, ...] = (
     _days_suspended,
     _date,
     _noncurrent,
+    _locked,
     _markers,
     _uploads,
     _prefix,
@@ -338,12 +359,14 @@ FIRST_RUN_COUNTS = {
     "delete_markers_added": 0,
     "uploads_aborted": 0,
     "actions_skipped": 0,
+    "versions_skipped_locked": 0,
 }
 SECOND_RUN_COUNTS = {
     "versions_expired": 5,  # days/a, date/later/a, nc/k's two oldest, big/a
     "delete_markers_added": 2,  # expire/a (versioned), a (suspended)
     "uploads_aborted": 1,  # uploads/tmp/u
-    "actions_skipped": 0,
+    "actions_skipped": 2,  # lock/k's two noncurrent versions, kept by Object Lock
+    "versions_skipped_locked": 2,
 }
 
 

@@ -77,7 +77,7 @@ def test_resolve_operation(
     assert resolve_operation(method, bucket, key, query, headers) == operation
 
 
-@pytest.mark.parametrize("subresource", ["retention", "legal-hold", "inventory", "torrent"])
+@pytest.mark.parametrize("subresource", ["analytics", "metrics", "inventory", "torrent"])
 def test_unsupported_subresources(subresource: str) -> None:
     for method, key in (("GET", ""), ("PUT", ""), ("GET", "k"), ("DELETE", "k")):
         query = {"versionId": "x", subresource: ""}
