@@ -44,6 +44,7 @@ KEY_READERS = {
     "blobstore/admin/users.py": "admin",  # `kubectl exec` in a gateway pod
     "blobstore/admin/tiers.py": "admin",
     "blobstore/admin/du.py": "admin",
+    "blobstore/admin/kms.py": "admin",
     "blobstore/cli/standalone.py": "standalone",  # not on Kubernetes: its own key file
 }
 # The blobstore commands (and Spark's executor) whose containers get the key.

@@ -97,9 +97,13 @@ arrive as floats), booleans as true/false. */}}
       memory: 64Mi
     limits:
       memory: 128Mi
+  {{- with include "blobstore.credentialsEnv" (dict "root" . "ledger" false "indent" 4) }}
+  env: {{- . }}
+  {{- end }}
   volumeMounts:
     - name: scripts
       mountPath: /opt/blobstore/scripts
+    {{- include "blobstore.credentialsMounts" (dict "root" . "ledger" false "indent" 4) }}
 {{- end -}}
 
 {{/* Volumes every blobstore pod mounts: the chart's scripts and a writable /tmp. */}}
@@ -186,6 +190,106 @@ group read for fsGroup, the pods' group). */}}
     items:
       - key: {{ .Values.clusterKey.fileKey }}
         path: {{ .Values.clusterKey.fileKey }}
+{{- end -}}
+
+{{/* The Secret holding the ZooKeeper digest credential (zookeeper.auth). */}}
+{{- define "blobstore.zkAuthSecret" -}}
+{{- .Values.zookeeper.auth.existingSecret | default (include "blobstore.componentName" (dict "root" . "component" "zk-auth")) -}}
+{{- end -}}
+
+{{/* The Secret holding the ledger CA, certificate and key (ledgerTls). */}}
+{{- define "blobstore.ledgerTlsSecret" -}}
+{{- .Values.ledgerTls.existingSecret | default (include "blobstore.componentName" (dict "root" . "component" "ledger-tls")) -}}
+{{- end -}}
+
+{{/* The files of a kubernetes.io/tls Secret with its CA that BLOBSTORE_LEDGER_TLS_DIR
+holds (blobstore.runtime.ledger_tls). */}}
+{{- define "blobstore.ledgerTlsFiles" -}}
+{{- list "ca.crt" "tls.crt" "tls.key" | toJson -}}
+{{- end -}}
+
+{{/* `text` indented by `indent` on a new line, or nothing for blank text. */}}
+{{- define "blobstore.indented" -}}
+{{- with .text | trim }}
+{{ . | indent $.indent }}
+{{- end }}
+{{- end -}}
+
+{{/* The variables naming the cluster's credentials that are turned on: the ZooKeeper
+digest file (every process that opens a session) and, with `ledger`, the ledger TLS
+directory (bookies and ledger clients): (dict "root" $ "ledger" true "indent" 12). */}}
+{{- define "blobstore.credentialsEnv" -}}
+{{- include "blobstore.indented" (dict "text" (include "blobstore.credentialsEnvText" .) "indent" .indent) -}}
+{{- end -}}
+
+{{- define "blobstore.credentialsEnvText" -}}
+{{- $v := .root.Values }}
+{{- if $v.zookeeper.auth.enabled }}
+- name: BLOBSTORE_ZK_DIGEST_FILE
+  value: {{ printf "%s/%s" (include "blobstore.zkAuthDir" .root) $v.zookeeper.auth.fileKey | quote }}
+{{- end }}
+{{- if and .ledger $v.ledgerTls.enabled }}
+- name: BLOBSTORE_LEDGER_TLS_DIR
+  value: {{ include "blobstore.ledgerTlsDir" .root | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Their read-only mounts, same arguments. */}}
+{{- define "blobstore.credentialsMounts" -}}
+{{- include "blobstore.indented" (dict "text" (include "blobstore.credentialsMountsText" .) "indent" .indent) -}}
+{{- end -}}
+
+{{- define "blobstore.credentialsMountsText" -}}
+{{- $v := .root.Values }}
+{{- if $v.zookeeper.auth.enabled }}
+- name: zk-auth
+  mountPath: {{ include "blobstore.zkAuthDir" .root }}
+  readOnly: true
+{{- end }}
+{{- if and .ledger $v.ledgerTls.enabled }}
+- name: ledger-tls
+  mountPath: {{ include "blobstore.ledgerTlsDir" .root }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* Their volumes: the Secrets' files alone, mode 0400 (the kubelet adds group read for
+fsGroup, the pods' group): (dict "root" $ "ledger" true "indent" 8). */}}
+{{- define "blobstore.credentialsVolumes" -}}
+{{- include "blobstore.indented" (dict "text" (include "blobstore.credentialsVolumesText" .) "indent" .indent) -}}
+{{- end -}}
+
+{{- define "blobstore.credentialsVolumesText" -}}
+{{- $v := .root.Values }}
+{{- if $v.zookeeper.auth.enabled }}
+- name: zk-auth
+  secret:
+    secretName: {{ include "blobstore.zkAuthSecret" .root }}
+    defaultMode: 0400
+    items:
+      - key: {{ $v.zookeeper.auth.fileKey }}
+        path: {{ $v.zookeeper.auth.fileKey }}
+{{- end }}
+{{- if and .ledger $v.ledgerTls.enabled }}
+- name: ledger-tls
+  secret:
+    secretName: {{ include "blobstore.ledgerTlsSecret" .root }}
+    defaultMode: 0400
+    items:
+    {{- range include "blobstore.ledgerTlsFiles" .root | fromJsonArray }}
+      - key: {{ . }}
+        path: {{ . }}
+    {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Where the pods find the ZooKeeper credential and the ledger TLS files. */}}
+{{- define "blobstore.zkAuthDir" -}}
+/etc/blobstore/zk-auth
+{{- end -}}
+
+{{- define "blobstore.ledgerTlsDir" -}}
+/etc/blobstore/ledger-tls
 {{- end -}}
 
 {{/* Checks across values that a JSON schema cannot express: one clear line each. */}}
