@@ -154,11 +154,12 @@ def test_multipart_with_a_copied_part_gets_the_default_checksum(
     )
     head = plain_s3.head_object(Bucket=plain_bucket, Key="mixed", ChecksumMode="ENABLED")
     assert head["ChecksumCRC64NVME"] == crc64nvme(source + b"tail")
-    # FULL_OBJECT: a part read by number carries no checksum of its own (as S3).
+    # A part read by number carries its own checksum (the copied bytes'), as FULL_OBJECT.
     part = plain_s3.head_object(
         Bucket=plain_bucket, Key="mixed", PartNumber=1, ChecksumMode="ENABLED"
     )
-    assert "ChecksumCRC64NVME" not in part
+    assert part["ChecksumCRC64NVME"] == crc64nvme(source)
+    assert part["ChecksumType"] == "FULL_OBJECT"
     got = plain_s3.get_object(Bucket=plain_bucket, Key="mixed")["Body"].read()
     assert got == source + b"tail"
 

@@ -707,7 +707,9 @@ def _assert_stored_in_parts(s3: Any, bucket: str, key: str, body: bytes) -> list
         start = sum(map(len, parts))
         data = body[start : start + part["ContentLength"]]
         assert part["PartsCount"] == count
-        assert "ChecksumCRC64NVME" not in part, number  # FULL_OBJECT: the object's only
+        # Each part carries its own checksum, of its bytes, as FULL_OBJECT.
+        assert part["ChecksumCRC64NVME"] == crc64nvme(data), number
+        assert part["ChecksumType"] == "FULL_OBJECT", number
         parts.append(data)
     assert b"".join(parts) == body
     assert head["ETag"].strip('"') == multipart_etag(parts)
