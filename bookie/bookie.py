@@ -39,6 +39,8 @@ from blobstore.runtime.zk import ZooKeeperClient
 from bookie import cookie, ledger_dirs_monitor
 from bookie.bookie_server import BookieServer
 from bookie.config import BookieConfig
+from bookie.direct_adds import DirectAdds
+from bookie.direct_entry_log import DirectEntryLog
 from bookie.garbage_collector import GarbageCollector
 from bookie.http_admin import HttpAdmin
 from bookie.journal import Journal, JournalUnavailableError
@@ -96,6 +98,7 @@ class Bookie:
         self.server: BookieServer | None = None
         self.registration: Registration | None = None
         self.journal: Journal | None = None
+        self.direct_adds: DirectAdds | None = None
         self.scrubber: Scrubber | None = None
 
     # ------------------------------------------------------------------ state shown to others
@@ -268,6 +271,15 @@ class Bookie:
         self.journal = journal
         storage.journal = journal
         journal.start()
+        if config.direct_write_min_bytes > 0:
+            self.direct_adds = DirectAdds(
+                DirectEntryLog(storage.entry_logger, o_direct=config.direct_write_o_direct),
+                storage,
+                journal,
+                min_bytes=config.direct_write_min_bytes,
+                queue_items_max=config.journal_queue_entries_max,
+            )
+            self.direct_adds.start()
         METRICS.ledgers.set(len(storage.states))
         return journal
 
@@ -286,6 +298,7 @@ class Bookie:
             frame_stall_timeout_s=config.frame_stall_timeout_s,
             info=self.info,
             checkpoint_soon=self.checkpoint_soon,
+            direct_adds=self.direct_adds,
         )
         return self.server
 
@@ -345,7 +358,8 @@ class Bookie:
     ) -> None:
         """Stop in the reverse order of startup: finish in-flight requests (bounded),
         unregister (bounded), stop background tasks, close the journal, checkpoint
-        (unless the journal failed), close the HTTP admin, then storage."""
+        (unless the journal failed), close the HTTP admin, then storage. The direct
+        write path closes before the journal: its last groups' records go there."""
         await server.drain(self.config.shutdown_timeout_s)
         await registration.unregister()
         for task in list(self.tasks):
@@ -353,6 +367,8 @@ class Bookie:
         await asyncio.gather(*self.tasks, return_exceptions=True)
         if self.scrubber is not None:
             await self.scrubber.close()  # no scrub read left when storage closes
+        if self.direct_adds is not None:
+            await self.direct_adds.close()  # its last records go to the journal first
         await journal.close()
         if journal.failure is None:
             try:

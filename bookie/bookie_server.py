@@ -33,6 +33,7 @@ from blobstore.runtime.batched_metrics import BatchedCounter, BatchedHistogram, 
 from blobstore.wire import protocol
 from blobstore.wire.protocol import STATUS_NAMES, Op, Status
 from blobstore.wire.receive_buffer import ReceiveBuffer
+from bookie.direct_adds import DirectAdd, DirectAdds
 from bookie.journal import Journal, JournalUnavailableError, RecordKind, encode_parts
 from bookie.ledger_storage import LedgerState, LedgerStorage, ReadWouldWait
 from bookie.metrics import METRICS
@@ -57,9 +58,10 @@ READ_SECONDS = BatchedHistogram(METRICS.read_seconds)
 
 
 class AddBatch:
-    """Valid adds parsed from one read of a connection, journaled together."""
+    """Valid adds parsed from one read of a connection, journaled together; the large
+    ones (`direct`) written to a direct entry log first (bookie/direct_adds.py)."""
 
-    __slots__ = ("records", "pieces", "nbytes", "entry_bytes")
+    __slots__ = ("records", "pieces", "nbytes", "entry_bytes", "direct", "direct_bytes")
 
     def __init__(self) -> None:
         # (ledger_id, entry_id, master_key, entry, lac, request_id, received_at)
@@ -67,6 +69,8 @@ class AddBatch:
         self.pieces: list[bytes] = []
         self.nbytes = 0
         self.entry_bytes = 0
+        self.direct: list[DirectAdd] = []
+        self.direct_bytes = 0
 
 
 # Plain ints: `int & IntFlag` builds a flag object, a measurable cost per request.
@@ -140,10 +144,12 @@ class BookieServer:
         frame_stall_timeout_s: float,
         info: Callable[[], dict[str, Any]],
         checkpoint_soon: Callable[[], None],
+        direct_adds: DirectAdds | None = None,
     ) -> None:
         self.bookie_id = bookie_id
         self.storage = storage
         self.journal = journal
+        self.direct_adds = direct_adds
         self.connections_max = connections_max
         self.connection_in_flight_max = connection_in_flight_max
         # Reads hold whole entries until the socket takes them: fewer of them at once.
@@ -426,7 +432,7 @@ class BookieConnection(asyncio.BufferedProtocol):
     def _processed(self, adds: AddBatch, pos: int) -> None:
         """After a pass over the buffer: journal its adds, drop the frames handled (up
         to `pos`), and pause or resume reading."""
-        if adds.records:
+        if adds.records or adds.direct:
             self._submit_adds(adds)
         if not self.closed:
             self.buffer.consume_to(pos)
@@ -549,28 +555,50 @@ class BookieConnection(asyncio.BufferedProtocol):
             self.respond_add(status, request_id, ledger_id, entry_id)
             return True
         self.server.storage.state_for(ledger_id, master_key)
-        prefix, _ = encode_parts(RecordKind.ADD, ledger_id, entry_id, master_key, entry)
-        adds.records.append((ledger_id, entry_id, master_key, entry, lac, request_id, received))
-        adds.pieces.append(prefix)
-        adds.pieces.append(entry)
-        adds.nbytes += len(prefix) + len(entry)
-        adds.entry_bytes += len(entry)
+        record = (ledger_id, entry_id, master_key, entry, lac, request_id, received)
+        direct_adds = self.server.direct_adds
+        if direct_adds is not None and direct_adds.wants(len(entry) - protocol.ENTRY_HEADER_BYTES):
+            adds.direct.append(record)
+            adds.direct_bytes += len(entry)
+        else:
+            prefix, _ = encode_parts(RecordKind.ADD, ledger_id, entry_id, master_key, entry)
+            adds.records.append(record)
+            adds.pieces.append(prefix)
+            adds.pieces.append(entry)
+            adds.nbytes += len(prefix) + len(entry)
+            adds.entry_bytes += len(entry)
         self._started()
         self.server.in_flight_bytes += len(entry)
         return True
 
     def _submit_adds(self, adds: AddBatch) -> None:
         """Journal the adds parsed from one read as one queue item: one apply and one
-        completion for all of them (the per-add cost is what bounds small adds)."""
+        completion for all of them (the per-add cost is what bounds small adds). Large
+        ones go to the direct write path, which journals their records once their
+        entries are on disk; the small ones never wait for it."""
         server = self.server
         storage = server.storage
         records = adds.records
-        entry_bytes = adds.entry_bytes
+        if records:
 
-        def apply() -> None:
-            apply_add = storage.apply_add
-            for ledger_id, entry_id, master_key, entry, lac, _, _ in records:
-                apply_add(ledger_id, entry_id, master_key, entry, lac)
+            def apply() -> None:
+                apply_add = storage.apply_add
+                for ledger_id, entry_id, master_key, entry, lac, _, _ in records:
+                    apply_add(ledger_id, entry_id, master_key, entry, lac)
+
+            done = self._adds_done(records, adds.entry_bytes)
+            server.journal.submit(adds.pieces, adds.nbytes, apply, done)
+        if adds.direct:
+            assert server.direct_adds is not None
+            server.direct_adds.submit(adds.direct, self._adds_done(adds.direct, adds.direct_bytes))
+
+    def _adds_done(
+        self, records: list[DirectAdd], entry_bytes: int
+    ) -> Callable[[BaseException | None], None]:
+        """The completion of adds journaled together: answer each (OK once durable,
+        READ_ONLY when a write failed), release their bytes and requests."""
+        server = self.server
+        storage = server.storage
 
         def done(error: BaseException | None) -> None:
             try:
@@ -593,7 +621,7 @@ class BookieConnection(asyncio.BufferedProtocol):
                 if storage.write_cache_full():
                     server.checkpoint_soon()
 
-        server.journal.submit(adds.pieces, adds.nbytes, apply, done)
+        return done
 
     def _check_add(self, flags: int, ledger_id: int, master_key: bytes, entry: bytes) -> Status:
         if len(entry) > ENTRY_BYTES_MAX:

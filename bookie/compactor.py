@@ -19,7 +19,10 @@ logger abandons its current log, `entry_logger.py`; nothing is indexed or counte
 after 3 and before 4 the old log is garbage and is collected on the next round (its
 byte counts are zero). Entries are never lost.
 Compaction does not need the bookie to be writable: it is how a full (read-only)
-bookie gets space back.
+bookie gets space back. A pinned log (a direct entry log being written, or holding
+entries whose locations a checkpoint has not indexed yet: `entry_logger.LogPins`) is
+left alone: its unindexed entries would look like garbage. Its padding (records of a
+direct log start on 4096-byte boundaries) counts as garbage like any dead record.
 """
 
 from __future__ import annotations
@@ -55,9 +58,13 @@ class CompactionResult:
 
 
 def live_ratios(storage: LedgerStorage) -> dict[int, tuple[int, int]]:
-    """log id -> (live bytes, total record bytes), for every log on disk."""
+    """log id -> (live bytes, total record bytes), for every log on disk but the pinned
+    ones (a direct entry log being written, or holding entries not indexed yet)."""
     result = {}
+    pinned = storage.entry_logger.pins.pinned()
     for log_id in storage.entry_logger.list_logs():
+        if log_id in pinned:
+            continue
         total = storage.entry_logger.log_bytes(log_id) - LOG_HEADER_BYTES
         live = sum(storage.log_ledger_bytes.get(log_id, {}).values())
         result[log_id] = (live, max(total, 0))
@@ -70,6 +77,8 @@ def compact_log(storage: LedgerStorage, log_id: int, kind: str) -> CompactionRes
     Rolls first when asked to compact the current log (nothing is done when that log is
     still empty).
     """
+    if log_id in storage.entry_logger.pins.pinned():
+        return CompactionResult()  # its entries are not all indexed yet
     if log_id == storage.entry_logger.current_log_id:
         storage.entry_logger.roll_if_used()
         if log_id == storage.entry_logger.current_log_id:

@@ -51,6 +51,13 @@ class BookieConfig:
     # busy: at Python's 5 ms that wait sits in every acknowledgement's tail.
     thread_switch_interval_ms: float = 0.5
     entry_log_bytes_max: int = 1 * GIB
+    # Adds whose payload has at least this many bytes are written once, to a direct
+    # entry log (O_DIRECT, fdatasync'd), and journaled as a small record naming them
+    # (bookie/direct_adds.py); smaller ones are journaled whole. 0 = never.
+    direct_write_min_bytes: int = 256 * KIB
+    # Write direct entry logs with O_DIRECT (false: through the page cache, fdatasync'd
+    # all the same; reads of recent large entries then find them in memory).
+    direct_write_o_direct: bool = True
     write_cache_bytes_max: int = 64 * MIB
     read_cache_bytes_max: int = 32 * MIB
     checkpoint_interval_s: float = 10.0
@@ -145,6 +152,14 @@ _STORAGE_RULES: tuple[Rule, ...] = (
         "entry_log_bytes_max",
         lambda c: 12 * MIB <= c.entry_log_bytes_max <= 4 * GIB - 1,
         "in [12 MiB, 4 GiB) so a log holds two maximal entries and offsets fit 32 bits",
+    ),
+    (
+        "direct_write_min_bytes",
+        lambda c: (
+            c.direct_write_min_bytes == 0
+            or 4 * KIB <= c.direct_write_min_bytes <= protocol.ENTRY_PAYLOAD_BYTES_MAX
+        ),
+        f"0 (off) or in [4 KiB, {protocol.ENTRY_PAYLOAD_BYTES_MAX}] (the largest payload)",
     ),
     ("write_cache_bytes_max", lambda c: c.write_cache_bytes_max >= 8 * MIB, ">= 8 MiB"),
     ("read_cache_bytes_max", lambda c: c.read_cache_bytes_max >= 0, ">= 0"),

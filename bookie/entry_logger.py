@@ -7,6 +7,12 @@ On-disk format
     header: b"BKEL" | u16 version (1) | u16 reserved | u32 log_id | u32 reserved   (16 bytes)
     record: u32 entry_length | entry bytes (as the writer built them: ledger id, entry id,
             LAC, length and CRC32C header, then the payload)
+    padding: u32 0 | zeros up to the next multiple of 4096 bytes (direct entry logs only)
+
+A direct entry log (`bookie/direct_entry_log.py`) has the same header and records, but
+each record starts on a 4096-byte boundary (it is written with O_DIRECT): zeros fill the
+rest of the block before it, and a scan reads a zero length as "skip to the next
+boundary". Log ids are shared: both kinds live in one directory and one id sequence.
 
 An entry's location is ``log_id << 32 | offset`` of its record; the location index maps
 (ledger, entry) to it. Logs roll at ``entry_log_bytes_max``; a new log is started on every
@@ -36,6 +42,7 @@ Faults tolerated
 from __future__ import annotations
 
 import bisect
+import collections
 import ctypes
 import ctypes.util
 import errno
@@ -44,7 +51,7 @@ import logging
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import cast
 
 from blobstore.wire import protocol
@@ -59,6 +66,8 @@ LOG_HEADER_BYTES = LOG_HEADER.size
 RECORD_LENGTH = struct.Struct(">I")
 WRITE_BUFFER_BYTES = 4 << 20
 LOG_SUFFIX = ".log"
+# Records of a direct entry log start on multiples of this (a zero length pads to it).
+BLOCK_BYTES = 4096
 
 assert LOG_HEADER_BYTES == 16
 
@@ -94,6 +103,11 @@ def start_writeback(fd: int, offset: int, length: int) -> bool:
             return False
         raise OSError(code, f"sync_file_range: {os.strerror(code)}")
     return True
+
+
+def next_block(offset: int) -> int:
+    """The first multiple of BLOCK_BYTES at or after `offset`."""
+    return -(-offset // BLOCK_BYTES) * BLOCK_BYTES
 
 
 def location(log_id: int, offset: int) -> int:
@@ -140,6 +154,33 @@ class FileWrites:
 FILE_WRITES = FileWrites()
 
 
+class LogPins:
+    """Logs compaction must leave alone, counted (any thread): a direct entry log while
+    it is written, and while it holds entries whose journal records a checkpoint has not
+    yet covered (their locations are not in the index, so a compaction would take them
+    for garbage, and a replay after a crash reads them there)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: collections.Counter[int] = collections.Counter()
+
+    def pin(self, log_id: int, count: int = 1) -> None:
+        with self._lock:
+            self._counts[log_id] += count
+
+    def unpin(self, log_ids: Iterable[int]) -> None:
+        with self._lock:
+            for log_id in log_ids:
+                self._counts[log_id] -= 1
+                assert self._counts[log_id] >= 0, log_id
+                if not self._counts[log_id]:
+                    del self._counts[log_id]
+
+    def pinned(self) -> frozenset[int]:
+        with self._lock:
+            return frozenset(self._counts)
+
+
 class EntryLogMissingError(Exception):
     """The log a location named was deleted (compaction moved the entry)."""
 
@@ -155,6 +196,8 @@ class EntryLogger:
         self._read_fds: dict[int, int] = {}
         self._retired_fds: list[int] = []
         self._lock = threading.Lock()
+        self._last_log_id = 0  # the highest id handed out (under `_lock`)
+        self.pins = LogPins()
         self._write_fd = -1
         self.current_log_id = 0
         # Offsets in the current log, in order: synced <= written out <= flushed <= position.
@@ -187,6 +230,19 @@ class EntryLogger:
                     continue
         return sorted(ids)
 
+    def allocate_log_id(self) -> int:
+        """A fresh log id, after every log on disk and every id handed out (the direct
+        entry log's writer thread and the storage thread both create logs)."""
+        existing = self.list_logs()
+        with self._lock:
+            self._last_log_id = max([*existing, self._last_log_id, self.current_log_id]) + 1
+            assert self._last_log_id < 1 << 32, self._last_log_id
+            return self._last_log_id
+
+    def open_for_read(self, log_id: int) -> None:
+        """Serve reads of a log another writer created (a direct entry log)."""
+        self._open_for_read(log_id)
+
     def _open_for_read(self, log_id: int) -> None:
         fd = os.open(self.path(log_id), os.O_RDONLY)
         header = os.pread(fd, LOG_HEADER_BYTES, 0)
@@ -202,9 +258,7 @@ class EntryLogger:
         """Create the next log (header written and synced, directory synced) and make it
         current. A failure removes the half-made file and leaves the current log as it
         was (a failed log stays marked for a roll)."""
-        existing = self.list_logs()
-        log_id = max([*existing, self.current_log_id]) + 1
-        assert log_id < 1 << 32, log_id
+        log_id = self.allocate_log_id()
         path = self.path(log_id)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -469,6 +523,10 @@ class EntryLogger:
                 if len(head) < RECORD_LENGTH.size:
                     return
                 (length,) = RECORD_LENGTH.unpack(head)
+                if length == 0:  # padding (direct entry logs): the next record is aligned
+                    offset = next_block(offset + 1)
+                    f.seek(offset)
+                    continue
                 if length < protocol.ENTRY_HEADER_BYTES or length > protocol.FRAME_BYTES_MAX:
                     logger.warning(
                         "entry log scan stopped log_id=%d offset=%d length=%d",

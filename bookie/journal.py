@@ -9,10 +9,16 @@ starts with a 16-byte header and is followed by records::
     header: b"BKJN" | u16 version (1) | u16 reserved (0) | u64 journal_id
     record: u32 body_length | u32 crc32c(body) | body
     body:   u8 kind | u64 ledger_id | i64 value | 20s master_key | entry bytes (ADD only)
+            | u64 location | u32 entry_length | u32 crc32c(entry) (DIRECT_ADD only)
 
 ``kind`` is ADD (value = entry id, followed by the entry bytes as the writer built them),
-FENCE (value unused) or LAC (value = the explicit LAC). Every record carries the ledger's
-master key, so replay restores it together with the entry, fence or LAC.
+FENCE (value unused), LAC (value = the explicit LAC) or DIRECT_ADD (value = entry id): an
+entry written, and fdatasync'd, to a direct entry log before this record was queued
+(`bookie/direct_entry_log.py`); the record names where, and replay checks those bytes
+against the length and CRC32C it carries. Every record carries the ledger's master key,
+so replay restores it together with the entry, fence or LAC. Files of version 2 may hold
+DIRECT_ADD records; version 1 files (written before them) are read as well, and a bookie
+that knows only version 1 refuses a version 2 file instead of dropping its records.
 
 The LastLogMark ``(journal_id, offset)`` stored with the location index says how far a
 checkpoint has made the journal redundant: replay starts there. Files wholly before it are
@@ -99,13 +105,16 @@ BATCH_BYTES = BatchedHistogram(METRICS.journal_batch_bytes)
 
 
 FILE_MAGIC = b"BKJN"
-FILE_VERSION = 1
+FILE_VERSION = 2
+FILE_VERSIONS_READ = frozenset({1, 2})
 FILE_HEADER = struct.Struct(">4sHHQ")
 FILE_HEADER_BYTES = FILE_HEADER.size
 RECORD_HEADER = struct.Struct(">II")
 RECORD_BODY = struct.Struct(f">BQq{protocol.MASTER_KEY_BYTES}s")
 RECORD_PREFIX = struct.Struct(f">IIBQq{protocol.MASTER_KEY_BYTES}s")
 RECORD_BODY_BYTES_MAX = RECORD_BODY.size + protocol.FRAME_BYTES_MAX
+# A DIRECT_ADD record's payload: where its entry is, and what the bytes there must be.
+DIRECT_DESCRIPTOR = struct.Struct(">QII")
 PAGE_BYTES = 4096
 
 # Zero-ahead writes zeros in chunks of a quarter of its window, at most this much.
@@ -131,6 +140,29 @@ class RecordKind(enum.IntEnum):
     ADD = 1
     FENCE = 2
     LAC = 3
+    DIRECT_ADD = 4
+
+
+# Kinds whose value is an entry id; kinds that carry a payload after the fixed body.
+ENTRY_KINDS = frozenset({RecordKind.ADD, RecordKind.DIRECT_ADD})
+
+
+@dataclass(frozen=True, slots=True)
+class DirectDescriptor:
+    """What a DIRECT_ADD record says of its entry: its location in a direct entry log,
+    its length and the CRC32C of its bytes."""
+
+    location: int
+    entry_length: int
+    crc: int
+
+    def encode(self) -> bytes:
+        return DIRECT_DESCRIPTOR.pack(self.location, self.entry_length, self.crc)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> Self:
+        location, entry_length, crc = DIRECT_DESCRIPTOR.unpack(payload)
+        return cls(location, entry_length, crc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,12 +171,17 @@ class JournalRecord:
     ledger_id: int
     value: int  # ADD: entry id; LAC: the explicit LAC; FENCE: -1
     master_key: bytes
-    entry: bytes = b""
+    entry: bytes = b""  # ADD: the entry; DIRECT_ADD: its encoded DirectDescriptor
 
     def __post_init__(self) -> None:
         assert len(self.master_key) == protocol.MASTER_KEY_BYTES, len(self.master_key)
-        assert self.kind == RecordKind.ADD or not self.entry, self.kind
-        assert self.kind != RecordKind.ADD or self.value >= 0, self.value
+        assert self.kind in ENTRY_KINDS or not self.entry, self.kind
+        assert self.kind not in ENTRY_KINDS or self.value >= 0, self.value
+        assert self.kind != RecordKind.DIRECT_ADD or len(self.entry) == DIRECT_DESCRIPTOR.size
+
+    def direct(self) -> DirectDescriptor:
+        assert self.kind == RecordKind.DIRECT_ADD, self.kind
+        return DirectDescriptor.decode(self.entry)
 
     def encode(self) -> bytes:
         return b"".join(
@@ -171,8 +208,12 @@ class JournalRecord:
         except ValueError:
             raise ValueError(f"unknown record kind {kind}") from None
         entry = bytes(body[RECORD_BODY.size :])
-        if kind != RecordKind.ADD and entry:
+        if kind not in ENTRY_KINDS and entry:
             raise ValueError("non-add record with an entry")
+        if kind == RecordKind.DIRECT_ADD and len(entry) != DIRECT_DESCRIPTOR.size:
+            raise ValueError(f"direct add record with a {len(entry)}-byte descriptor")
+        if kind in ENTRY_KINDS and value < 0:
+            raise ValueError(f"add record with entry id {value}")
         return cls(kind, ledger_id, value, key, entry), end
 
 
@@ -323,7 +364,7 @@ def _remove_short_file(directory: str, path: str, journal_id: int, size: int, ne
 
 def _check_file_header(path: str, data: bytes, journal_id: int) -> None:
     magic, version, _, header_id = FILE_HEADER.unpack_from(data, 0)
-    if magic != FILE_MAGIC or version != FILE_VERSION or header_id != journal_id:
+    if magic != FILE_MAGIC or version not in FILE_VERSIONS_READ or header_id != journal_id:
         raise JournalCorruptError(
             f"journal file {path} has a bad header: {magic!r} v{version} id={header_id}"
         )

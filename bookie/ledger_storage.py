@@ -40,6 +40,20 @@ Faults tolerated
   swapped cache or the index at every instant (all swaps happen on the event loop).
 - Entry log writes, compaction and ledger deletion run on one storage thread, and a
   checkpoint holds the storage lock across its slices, so they never interleave.
+
+Direct adds
+-----------
+A large add's entry is in a direct entry log before its journal record is written
+(`direct_entry_log.py`, `direct_adds.py`); applying the record notes its location in
+`direct` (`direct_locations.py`), not its bytes in the write cache. A checkpoint swaps
+those locations with the write cache and indexes them with the slices' (after the log's
+fsync, in the same batches), so the LastLogMark moves past a DIRECT_ADD record only once
+its location is durable in the index, exactly as for an ADD. Until then the location is
+pinned (`entry_logger.LogPins`): compaction leaves its log alone, and a replay after a
+crash finds the bytes where the record says. Replay reads them back and checks their length
+and CRC32C against the record: the record was written only after those bytes were
+fdatasync'd, so a mismatch is damage to an acknowledged entry and the bookie does not
+start (`DirectEntryCorruptError`, exit code 4 as for a damaged journal).
 """
 
 from __future__ import annotations
@@ -53,10 +67,25 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import crc32c
+
 from blobstore.wire import protocol
+from bookie.direct_locations import DirectLocations
 from bookie.entry_location_index import EntryLocationIndex, LedgerStateRecord
-from bookie.entry_logger import EntryLogger, EntryLogMissingError, FileWrites
-from bookie.journal import Journal, JournalRecord, RecordKind, replay
+from bookie.entry_logger import (
+    EntryLogger,
+    EntryLogMissingError,
+    FileWrites,
+    split_location,
+)
+from bookie.journal import (
+    Journal,
+    JournalCorruptError,
+    JournalRecord,
+    RecordKind,
+    file_name,
+    replay,
+)
 from bookie.metrics import METRICS
 
 logger = logging.getLogger(__name__)
@@ -128,6 +157,11 @@ class CheckpointWrites:
 class StorageWriteError(Exception):
     """The entry logs or the index cannot be written (a full or failing disk). The
     journal still holds every entry not checkpointed."""
+
+
+class DirectEntryCorruptError(JournalCorruptError):
+    """A DIRECT_ADD record names bytes that are not its entry: the record was written
+    only after they were fdatasync'd, so this is damage to an acknowledged entry."""
 
 
 class ReadWouldWait(Exception):
@@ -270,6 +304,8 @@ class LedgerStorage:
         self.flushing: WriteCache = {}
         self.flushing_bytes = 0
         self.dirty: set[int] = set()
+        # Direct adds whose locations the index does not hold yet.
+        self.direct = DirectLocations(self.entry_logger.pins, FLUSH_SLICE_ENTRIES)
         self.read_cache = ReadCache(read_cache_bytes_max)
         self.storage_executor = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="storage"
@@ -289,7 +325,10 @@ class LedgerStorage:
         position = self.mark
         try:
             for record, position in replay(journal_dir, self.mark):
-                self.apply_record(record)
+                if record.kind == RecordKind.DIRECT_ADD:
+                    self._replay_direct_add(record, position)
+                else:
+                    self.apply_record(record)
                 count += 1
                 if self.active_bytes >= self.write_cache_bytes_max // 2:
                     self._checkpoint_sync(position)
@@ -303,11 +342,37 @@ class LedgerStorage:
         logger.info("journal replayed records=%d mark=%s", count, self.mark)
         return count
 
+    def _replay_direct_add(self, record: JournalRecord, position: tuple[int, int]) -> None:
+        """Apply a DIRECT_ADD record once the bytes it names are its entry (else
+        DirectEntryCorruptError: the class docstring)."""
+        direct = record.direct()
+        log_id, offset = split_location(direct.location)
+        try:
+            entry = self.entry_logger.read(direct.location, record.ledger_id, record.value)
+            if len(entry) != direct.entry_length:
+                raise ValueError(f"{len(entry)} bytes, the record says {direct.entry_length}")
+            if crc32c.crc32c(entry) != direct.crc:
+                raise ValueError("CRC32C mismatch")
+        except (OSError, ValueError, EntryLogMissingError) as e:
+            raise DirectEntryCorruptError(
+                f"journal file {file_name(position[0])} holds, before offset {position[1]}, "
+                f"a direct add of ledger_id={record.ledger_id} entry_id={record.value} whose "
+                f"bytes in entry log {log_id:08x} at offset {offset} are not that entry "
+                f"({type(e).__name__}: {e}); they were fdatasync'd before the record was "
+                "written, so an acknowledged entry is damaged"
+            ) from None
+        self.entry_logger.pins.pin(log_id)  # taken over by apply_direct_add
+        _, _, lac = protocol.entry_ids(entry)
+        self.apply_direct_add(
+            record.ledger_id, record.value, record.master_key, direct.location, len(entry), lac
+        )
+
     def _checkpoint_sync(self, mark: tuple[int, int]) -> None:
         """A whole checkpoint on this thread (replay, before serving), in the steps and
         with the failure handling of `checkpoint`."""
         states = self._swap()
         writes = CheckpointWrites()
+        self._add_direct_writes(writes)
         try:
             for piece in flush_slices(self.flushing):
                 self._flush_slice(piece, writes)
@@ -320,6 +385,7 @@ class LedgerStorage:
             raise
         self.flushing = {}
         self.flushing_bytes = 0
+        self.direct.indexed()
         self.mark = mark
 
     def apply_record(self, record: JournalRecord) -> None:
@@ -353,6 +419,8 @@ class LedgerStorage:
         if cached is None:
             cached = self.active[ledger_id] = {}
         old = cached.get(entry_id)
+        if self.direct.active:
+            self.direct.drop((ledger_id, entry_id))
         if old is not None:
             self.active_bytes -= len(old)
         elif self.read_cache.bytes:
@@ -365,6 +433,35 @@ class LedgerStorage:
             state.last_entry_id = entry_id
         if lac is None:
             _, _, lac = protocol.entry_ids(entry)
+        state.raise_lac(lac)
+        self.dirty.add(ledger_id)
+
+    def apply_direct_add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        loc: int,
+        entry_bytes: int,
+        lac: int,
+        entry: bytes | None = None,
+    ) -> None:
+        """A DIRECT_ADD record is durable: the entry, already in a direct entry log at
+        `loc` (pinned there by the caller; the pin is this storage's from now on),
+        becomes readable. `entry`, when given, goes to the read cache: the log was
+        written around the page cache."""
+        state = self.state_for(ledger_id, master_key)
+        cached = self.active.get(ledger_id)
+        if cached is not None:
+            old = cached.pop(entry_id, None)
+            if old is not None:
+                self.active_bytes -= len(old)
+        self.direct.add((ledger_id, entry_id), loc, entry_bytes)
+        self.read_cache.discard((ledger_id, entry_id))
+        if entry is not None:
+            self.read_cache.put((ledger_id, entry_id), entry)
+        if entry_id > state.last_entry_id:
+            state.last_entry_id = entry_id
         state.raise_lac(lac)
         self.dirty.add(ledger_id)
 
@@ -434,6 +531,14 @@ class LedgerStorage:
             self.read_cache.put(key, data)
         return data
 
+    def _location(self, ledger_id: int, entry_id: int) -> int | None:
+        """Where the entry is: a direct add not yet indexed, or the index (any thread:
+        `direct_locations.py` says why a location is always in one of them)."""
+        loc = self.direct.get((ledger_id, entry_id))
+        if loc is not None:
+            return loc
+        return self.index.get_location(ledger_id, entry_id)
+
     def _read_inline(self, ledger_id: int, entry_id: int) -> bytes | None:
         """The entry (or None: not stored) when memory holds everything needed to find
         and read it, else ReadWouldWait. Runs on the event loop: a hand-off to the read pool
@@ -445,7 +550,7 @@ class LedgerStorage:
         now = time.monotonic()
         if now < self._inline_index_after:
             raise ReadWouldWait
-        loc = self.index.get_location(ledger_id, entry_id)
+        loc = self._location(ledger_id, entry_id)
         took = time.monotonic() - now
         if took > INLINE_INDEX_SLOW_S:
             self._inline_index_after = now + INLINE_INDEX_BACKOFF_S
@@ -462,7 +567,7 @@ class LedgerStorage:
 
     def _read_from_log(self, ledger_id: int, entry_id: int) -> bytes | None:
         for _ in range(3):
-            loc = self.index.get_location(ledger_id, entry_id)
+            loc = self._location(ledger_id, entry_id)
             if loc is None:
                 return None
             try:
@@ -482,6 +587,7 @@ class LedgerStorage:
             ledger_id: entries for ledger_id, entries in swapped.items() if ledger_id in self.states
         }
         self.flushing_bytes, self.active_bytes = self.active_bytes, 0
+        self.direct.swap(self.states)
         states = {
             ledger_id: self.states[ledger_id].to_record()
             for ledger_id in self.dirty
@@ -489,6 +595,14 @@ class LedgerStorage:
         }
         self.dirty = set()
         return states
+
+    def _add_direct_writes(self, writes: CheckpointWrites) -> None:
+        """The swapped direct adds' locations join the checkpoint's (indexed after the
+        log's fsync, in slices) and their record bytes its per-log counts."""
+        slices, added = self.direct.checkpoint_writes()
+        writes.locations += slices
+        for key, size in added.items():
+            writes.added_bytes[key] = writes.added_bytes.get(key, 0) + size
 
     async def in_storage_thread(self, fn: Callable[..., T], *args: object) -> T:
         """Run `fn(*args)` on the storage thread, never inside a checkpoint."""
@@ -520,6 +634,7 @@ class LedgerStorage:
             METRICS.write_cache_bytes.set(self.active_bytes + self.flushing_bytes)
             loop = asyncio.get_running_loop()
             writes = CheckpointWrites()
+            self._add_direct_writes(writes)
             try:
                 entries = await self._write_slices(writes, started, arrived_per_s, paced)
                 written = time.monotonic()
@@ -533,6 +648,7 @@ class LedgerStorage:
                 self._unswap(states)
                 raise
             synced = time.monotonic()
+            self.direct.indexed()
             self._end_flushing()
             self.mark = mark
             await loop.run_in_executor(
@@ -599,6 +715,7 @@ class LedgerStorage:
             len(data) for cached in self.active.values() for data in cached.values()
         )
         self.dirty.update(states)
+        self.direct.unswap()
         self._end_flushing()
 
     def _end_flushing(self) -> None:
@@ -660,6 +777,7 @@ class LedgerStorage:
         cached = self.active.pop(ledger_id, None)
         if cached:
             self.active_bytes -= sum(len(data) for data in cached.values())
+        self.direct.drop_ledger(ledger_id)
         self.read_cache.drop_ledger(ledger_id)
         self.dirty.discard(ledger_id)
         await self.in_storage_thread(self._delete_ledger, ledger_id)

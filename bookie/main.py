@@ -7,7 +7,7 @@ Every tunable is also read from BLOBSTORE_BOOKIE_<NAME>; see docs/bookie.md.
 Startup: bind, check the cookie, replay the journal, serve, register in ZooKeeper, then
 write the ready file. SIGTERM/SIGINT: stop accepting, finish in-flight requests,
 unregister (bounded), close the journal, checkpoint, exit 0. Exit codes: 2 usage, 3 cookie
-mismatch, 4 corrupt journal, 5 the entry logs or index cannot be written (at start or
+mismatch, 4 corrupt journal (or a damaged large entry one of its records names), 5 the entry logs or index cannot be written (at start or
 after repeated failed checkpoints), 6 the journal cannot be written (at start, or a write
 or fsync failed other than on a full disk); see docs/bookie.md.
 """
@@ -22,7 +22,7 @@ from bookie import config as bookie_config
 from bookie import cookie
 from bookie.bookie import EXIT_JOURNAL_FAILED, EXIT_STORAGE_FAILED, Bookie
 from bookie.journal import JournalCorruptError, JournalUnavailableError
-from bookie.ledger_storage import StorageWriteError
+from bookie.ledger_storage import DirectEntryCorruptError, StorageWriteError
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +52,15 @@ def run(args: argparse.Namespace) -> int:
     except cookie.CookieMismatchError as e:
         print(f"blobstore: error: {e}", file=sys.stderr)
         return EXIT_COOKIE_MISMATCH
+    except DirectEntryCorruptError as e:
+        print(
+            f"blobstore: error: {e}. The bookie does not start: check the disk; move that "
+            "journal file out of the journal directory to start without the entries it "
+            "holds (the other replicas of those entries still hold them); see "
+            "docs/bookie.md.",
+            file=sys.stderr,
+        )
+        return EXIT_JOURNAL_CORRUPT
     except JournalCorruptError as e:
         print(
             f"blobstore: error: {e}. The bookie does not start: move the damaged file out "

@@ -98,6 +98,18 @@ class BookieMetrics:
             ["reason"],
             registry=r,
         )
+        self.direct_write_seconds = Histogram(
+            "bookie_direct_write_latency_seconds",
+            "direct entry log write + fdatasync of one group of large entries",
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.direct_write_bytes = Counter(
+            "bookie_direct_write_bytes",
+            "record bytes (padding included) written to direct entry logs, by I/O mode",
+            ["mode"],
+            registry=r,
+        )
 
     def _define_cache_metrics(self, r: CollectorRegistry) -> None:
         self.write_cache = Counter(
