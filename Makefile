@@ -13,7 +13,7 @@ run: setup
 	$(VENV)/bin/blobstore standalone --data-dir ./data
 
 test: setup
-	$(PY) -m pytest -m "not soak" --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not soak" --durations=40 $(PYTEST_ARGS)
 
 soak: setup
 	$(PY) -m pytest -m soak $(PYTEST_ARGS)
