@@ -72,6 +72,9 @@ class GatewayConfig:
     # A request whose header section (its field lines) is larger is refused before it
     # is handled: 400 RequestHeaderSectionTooLarge, S3's answer past its own 8 KiB.
     max_header_bytes: int = REQUEST_HEADER_SECTION_BYTES_DEFAULT
+    # SSE-C over plain HTTP: S3 refuses it (the customer's key would cross the network in
+    # clear); "1" takes it anyway, for tests and for a gateway behind a TLS proxy.
+    sse_c_over_http: bool = False
     objects: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
 
     def __post_init__(self) -> None:
@@ -219,5 +222,7 @@ def config_from_args(args: Any, environ: Mapping[str, str] | None = None) -> Gat
             environ.get("BLOBSTORE_GATEWAY_OBJECT_OWNERSHIP") or BUCKET_OWNER_ENFORCED
         ),
         max_header_bytes=getattr(args, "max_header_bytes", REQUEST_HEADER_SECTION_BYTES_DEFAULT),
+        sse_c_over_http=environ.get("BLOBSTORE_GATEWAY_SSE_C_OVER_HTTP", "0").lower()
+        in ("1", "true", "yes"),
         objects=ObjectStoreConfig.from_env(environ),
     )

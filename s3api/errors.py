@@ -138,6 +138,7 @@ ERROR_SPECS: dict[str, ErrorSpec] = _specs(
         "The website redirect location must have a prefix of 'http://' or 'https://' or '/'.",
     ),
     ("InvalidRequest", 400, "Invalid Request"),
+    ("KMS.NotFoundException", 400, "Invalid keyId"),
     ("InvalidStorageClass", 400, "The storage class you specified is not valid"),
     ("InvalidRetentionPeriod", 400, "The retention period must be a positive integer."),
     ("InvalidTag", 400, "The TagSet is not valid."),
@@ -361,6 +362,10 @@ DOMAIN_ERROR_CODES: dict[type[BaseException], str] = {
     TierUnavailableError: "ServiceUnavailable",
     object_errors.RestoreNotAllowedError: "InvalidObjectState",
     ObjectLockedError: "AccessDenied",
+    object_errors.SseKeyRequiredError: "InvalidRequest",
+    object_errors.SseNotApplicableError: "InvalidRequest",
+    object_errors.SseKeyMismatchError: "AccessDenied",
+    object_errors.SseKmsError: "NotImplemented",
     # ZooKeeper and timeouts escaping a bounded wait (ConnectionClosedError is a
     # SessionExpiredError)
     ZooKeeperRequestTooLargeError: "InvalidRequest",
@@ -471,6 +476,18 @@ def _object_locked_answer(exc: ObjectLockedError, code: str, requester: str | No
     return S3Error(code, "Access Denied because object protected by object lock.")
 
 
+def _sse_answer(exc: object_errors.ObjectLayerError, code: str, requester: str | None) -> S3Error:
+    """The object layer's words: which key is missing, wrong or not applicable (never
+    the key itself)."""
+    return S3Error(code, str(exc))
+
+
+def _kms_answer(exc: object_errors.SseKmsError, code: str, requester: str | None) -> S3Error:
+    """A key that is not there is the client's mistake (400); a gateway without the
+    cluster key cannot encrypt at all (501, saying why)."""
+    return S3Error("KMS.NotFoundException" if exc.not_found else code, str(exc))
+
+
 # Domain errors whose answer is not just the code and the fields the exception carries:
 # a message made from its data, a header, the requester, fewer fields.
 _DOMAIN_ANSWERS: dict[type[BaseException], Callable[[Any, str, str | None], S3Error]] = {
@@ -482,6 +499,10 @@ _DOMAIN_ANSWERS: dict[type[BaseException], Callable[[Any, str, str | None], S3Er
     TierUnavailableError: _tier_unavailable_answer,
     object_errors.RestoreNotAllowedError: _restore_not_allowed_answer,
     ObjectLockedError: _object_locked_answer,
+    object_errors.SseKeyRequiredError: _sse_answer,
+    object_errors.SseNotApplicableError: _sse_answer,
+    object_errors.SseKeyMismatchError: _sse_answer,
+    object_errors.SseKmsError: _kms_answer,
 }
 assert _DOMAIN_ANSWERS.keys() <= DOMAIN_ERROR_CODES.keys(), "an answer for an unmapped error"
 

@@ -28,7 +28,6 @@ UNSUPPORTED_SUBRESOURCES = frozenset(
         "accelerate",
         "analytics",
         "annotation",
-        "encryption",
         "intelligent-tiering",
         "inventory",
         "logging",
@@ -48,6 +47,11 @@ UNSUPPORTED_SUBRESOURCES = frozenset(
         "website",
     }
 )
+
+
+# Subresources with operations on a bucket but none here on an object: PUT ?encryption on
+# a key is UpdateObjectEncryption, never a PutObject of the XML body.
+BUCKET_ONLY_SUBRESOURCES = frozenset({"encryption"})
 
 
 # Access subresources, and the methods (on a bucket; on an object too for `acl`) that
@@ -103,7 +107,6 @@ def resolve_address(host: str, raw_path: bytes, domain: str) -> tuple[str, str, 
 # Bucket settings nothing here can change, whose GET answers as S3 does for a bucket that
 # has the default (s3api/handlers/default_settings.py); setting them stays NotImplemented.
 FIXED_BUCKET_SETTINGS = {
-    "encryption": "GetBucketEncryption",
     "website": "GetBucketWebsite",
     "replication": "GetBucketReplication",
     "logging": "GetBucketLogging",
@@ -119,6 +122,8 @@ def resolve_operation(
     """The S3 operation name (as in the API reference) for a request."""
     if method != "OPTIONS" and not UNSUPPORTED_SUBRESOURCES.isdisjoint(query):
         return _fixed_setting(method, bucket, key, query) or NOT_IMPLEMENTED
+    if method != "OPTIONS" and key and not BUCKET_ONLY_SUBRESOURCES.isdisjoint(query):
+        return NOT_IMPLEMENTED
     if method != "OPTIONS" and bucket and not _access_subresource_fits(method, key, query):
         return NOT_IMPLEMENTED
     if method != "OPTIONS" and bucket and not _lock_subresource_fits(method, key, query):
@@ -157,6 +162,7 @@ _BUCKET_OPERATIONS: dict[str, _Choices] = {
             ("cors", "GetBucketCors"),
             ("lifecycle", "GetBucketLifecycleConfiguration"),
             ("object-lock", "GetObjectLockConfiguration"),
+            ("encryption", "GetBucketEncryption"),
             ("versions", "ListObjectVersions"),
             ("uploads", "ListMultipartUploads"),
         ),
@@ -174,6 +180,7 @@ _BUCKET_OPERATIONS: dict[str, _Choices] = {
             ("cors", "PutBucketCors"),
             ("lifecycle", "PutBucketLifecycleConfiguration"),
             ("object-lock", "PutObjectLockConfiguration"),
+            ("encryption", "PutBucketEncryption"),
         ),
         "CreateBucket",
     ),
@@ -185,6 +192,7 @@ _BUCKET_OPERATIONS: dict[str, _Choices] = {
             ("tagging", "DeleteBucketTagging"),
             ("cors", "DeleteBucketCors"),
             ("lifecycle", "DeleteBucketLifecycle"),
+            ("encryption", "DeleteBucketEncryption"),
         ),
         "DeleteBucket",
     ),

@@ -118,7 +118,11 @@ def parse_customer_key(
 ) -> SseRequest | None:
     """The SSE-C key of the request (`prefix` "") or of its copy source
     (COPY_SOURCE_PREFIX); None when none of its three headers is there."""
-    names = [prefix + name for name in (CUSTOMER_ALGORITHM, CUSTOMER_KEY, CUSTOMER_KEY_MD5)]
+    # x-amz-server-side-encryption-customer-key, x-amz-copy-source-server-side-...
+    names = [
+        prefix + name.removeprefix("x-amz-") if prefix else name
+        for name in (CUSTOMER_ALGORITHM, CUSTOMER_KEY, CUSTOMER_KEY_MD5)
+    ]
     algorithm, key_b64, md5_b64 = (headers.get(name) for name in names)
     if algorithm is None and key_b64 is None and md5_b64 is None:
         return None

@@ -775,3 +775,32 @@ def parse_legal_hold(body: bytes) -> bool:
     if status not in ("ON", "OFF"):
         raise _malformed()
     return status == "ON"
+
+
+SSE_ALGORITHMS = ("AES256", "aws:kms", "aws:kms:dsse")
+
+
+def parse_bucket_encryption(body: bytes) -> tuple[str, str, bool]:
+    """PutBucketEncryption: one Rule whose ApplyServerSideEncryptionByDefault names an
+    SSEAlgorithm (AES256 or aws:kms) and, for aws:kms only, an optional KMSMasterKeyID;
+    and BucketKeyEnabled. Returns (algorithm, key id, bucket key enabled)."""
+    element = _parse(body, "ServerSideEncryptionConfiguration")
+    rules = _children(element, "Rule")
+    if len(rules) != 1:
+        raise _malformed()
+    default = _child(rules[0], "ApplyServerSideEncryptionByDefault")
+    if default is None:
+        raise _malformed()
+    algorithm = _child_text(default, "SSEAlgorithm", required=True)
+    key_id = _child_text(default, "KMSMasterKeyID") or ""
+    if algorithm not in SSE_ALGORITHMS:
+        raise S3Error("InvalidArgument", "The encryption method specified is not supported")
+    if key_id and algorithm == "AES256":
+        raise S3Error(
+            "InvalidArgument",
+            "a KMSMasterKeyID is not applicable if the default sse algorithm is not aws:kms",
+        )
+    bucket_key = (_child_text(rules[0], "BucketKeyEnabled") or "false").strip().lower()
+    if bucket_key not in ("true", "false"):
+        raise _malformed()
+    return ("aws:kms" if algorithm != "AES256" else algorithm), key_id, bucket_key == "true"

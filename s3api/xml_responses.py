@@ -795,3 +795,16 @@ def legal_hold(on: bool) -> bytes:
     doc = _Doc("LegalHold")
     doc.add("Status", "ON" if on else "OFF")
     return doc.done("LegalHold")
+
+
+def bucket_encryption(algorithm: str, key_id: str, bucket_key: bool) -> bytes:
+    """GetBucketEncryption: the bucket's one default encryption rule."""
+    doc = _Doc("ServerSideEncryptionConfiguration")
+    doc.open("Rule")
+    doc.open("ApplyServerSideEncryptionByDefault")
+    doc.add("SSEAlgorithm", algorithm)
+    doc.add("KMSMasterKeyID", key_id or None)
+    doc.close("ApplyServerSideEncryptionByDefault")
+    doc.add("BucketKeyEnabled", "true" if bucket_key else "false")
+    doc.close("Rule")
+    return doc.done("ServerSideEncryptionConfiguration")

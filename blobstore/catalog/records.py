@@ -88,15 +88,26 @@ class PartInfo:
     size: int
     etag: str
     checksums: dict[str, str] = field(default_factory=dict)
+    # The part's own salt (hex) when the object is encrypted (blobstore.objects.
+    # encryption): its bytes are sealed under a key derived from the object's and this.
+    sse_salt: str = ""
 
     def to_list(self) -> list[Any]:
+        if self.sse_salt:
+            return [self.part_number, self.size, self.etag, self.checksums, self.sse_salt]
         if self.checksums:
             return [self.part_number, self.size, self.etag, self.checksums]
         return [self.part_number, self.size, self.etag]
 
     @classmethod
     def from_list(cls, value: list[Any]) -> Self:
-        return cls(value[0], value[1], value[2], dict(value[3]) if len(value) > 3 else {})
+        return cls(
+            value[0],
+            value[1],
+            value[2],
+            dict(value[3]) if len(value) > 3 else {},
+            value[4] if len(value) > 4 else "",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +211,10 @@ class ObjectRecord:
     lock_mode: str = ""
     lock_until: float = 0.0
     legal_hold: bool = False
+    # Server-side encryption of this version's bytes (blobstore.objects.encryption:
+    # the mode, the wrapped data key or the customer key's check, the salt); None when
+    # they are stored in clear.
+    sse: dict[str, Any] | None = None
     is_latest: bool = False  # filled by reads and listings, never stored
 
     def __post_init__(self) -> None:
@@ -243,12 +258,18 @@ class ObjectRecord:
             d["tier"] = self.tier_location
         if self.upload_id:
             d["up"] = self.upload_id
+        self._put_protection(d)
+        return d
+
+    def _put_protection(self, d: dict[str, Any]) -> None:
+        """Add the Object Lock and the encryption to the compact form, when set."""
         if self.lock_mode:
             d["lm"] = self.lock_mode
             d["lu"] = self.lock_until
         if self.legal_hold:
             d["lh"] = True
-        return d
+        if self.sse is not None:
+            d["se"] = self.sse
 
     def _put_bytes_location(self, d: dict[str, Any]) -> None:
         """Add where the object's bytes live to its compact form: the manifest, or the
@@ -306,6 +327,7 @@ class ObjectRecord:
         _set_field(record, "lock_mode", get("lm", ""))
         _set_field(record, "lock_until", get("lu", 0.0))
         _set_field(record, "legal_hold", get("lh", False))
+        _set_field(record, "sse", get("se"))
         _set_field(record, "is_latest", is_latest)
         record.__post_init__()
         return record
@@ -336,7 +358,7 @@ class ObjectRecord:
         )
 
 
-assert len(fields(ObjectRecord)) == 24, "ObjectRecord.from_dict sets every field: update it"
+assert len(fields(ObjectRecord)) == 25, "ObjectRecord.from_dict sets every field: update it"
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +382,9 @@ class UploadRecord:
     lock_mode: str = ""
     lock_until: float = 0.0
     legal_hold: bool = False
+    # The encryption every part is sealed with, and the completed version keeps (as
+    # ObjectRecord's `sse`); stored only when set.
+    sse: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = self._base_dict()
@@ -368,6 +393,8 @@ class UploadRecord:
             d["lock_until"] = self.lock_until
         if self.legal_hold:
             d["legal_hold"] = True
+        if self.sse is not None:
+            d["sse"] = self.sse
         return d
 
     def _base_dict(self) -> dict[str, Any]:
@@ -407,23 +434,25 @@ class PartRecord:
     last_modified: float = 0.0
     checksums: dict[str, str] = field(default_factory=dict)
     extents: tuple[Extent, ...] = ()
+    sse_salt: str = ""  # as PartInfo's: set when the upload is encrypted
 
     def __post_init__(self) -> None:
         assert 1 <= self.part_number <= 10_000, self.part_number
         assert self.size >= 0, self.size
 
     def encode(self) -> bytes:
-        return _dumps(
-            {
-                "format_version": FORMAT_VERSION,
-                "part_number": self.part_number,
-                "size": self.size,
-                "etag": self.etag,
-                "last_modified": self.last_modified,
-                "checksums": self.checksums,
-                "extents": [e.to_list() for e in self.extents],
-            }
-        )
+        d = {
+            "format_version": FORMAT_VERSION,
+            "part_number": self.part_number,
+            "size": self.size,
+            "etag": self.etag,
+            "last_modified": self.last_modified,
+            "checksums": self.checksums,
+            "extents": [e.to_list() for e in self.extents],
+        }
+        if self.sse_salt:
+            d["sse_salt"] = self.sse_salt
+        return _dumps(d)
 
     @classmethod
     def decode(cls, buf: bytes) -> Self:
@@ -435,6 +464,7 @@ class PartRecord:
             last_modified=d.get("last_modified", 0.0),
             checksums=dict(d.get("checksums") or {}),
             extents=tuple(Extent.from_list(e) for e in d.get("extents", ())),
+            sse_salt=d.get("sse_salt", ""),
         )
 
 

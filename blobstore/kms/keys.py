@@ -221,9 +221,21 @@ def unwrap(
 class KeyStore:
     """The built-in `KeyService`, over ZooKeeper; material opens with `cluster_key`."""
 
-    def __init__(self, zk: ZooKeeperClient, cluster_key: ClusterKey | None) -> None:
+    def __init__(
+        self,
+        zk: ZooKeeperClient,
+        cluster_key: ClusterKey | None,
+        *,
+        cache_s: float = 0.0,
+    ) -> None:
+        """`cache_s`: how long a master key read is reused for data keys (a gateway's
+        every encrypted PUT and GET would read ZooKeeper otherwise); a rotation shows in
+        new data keys after at most that long. Opened material is kept as long."""
         self._zk = zk
         self._cluster_key = cluster_key
+        self._cache_s = cache_s
+        self._cached: dict[str, tuple[float, MasterKey]] = {}
+        self._materials: dict[tuple[str, int], bytes] = {}
 
     def _key(self) -> ClusterKey:
         if self._cluster_key is None:
@@ -305,13 +317,38 @@ class KeyStore:
     async def generate_data_key(
         self, key_ref: str, context: Mapping[str, str]
     ) -> tuple[bytes, str]:
-        key = await self.get(key_ref)
-        material = open_material(self._key(), key, key.primary)
+        key = await self._recent(key_ref, version=None)
+        material = self._material(key, key.primary)
         data_key = secrets.token_bytes(KEY_BYTES)
         return data_key, wrap(material, key.key_id, key.primary, data_key, context)
 
     async def decrypt_data_key(self, wrapped: str, context: Mapping[str, str]) -> bytes:
         key_id, version, raw = parse_wrapped(wrapped)
-        key = await self.get(key_id)
-        material = open_material(self._key(), key, version)
-        return unwrap(material, key_id, version, raw, context)
+        key = await self._recent(key_id, version=version)
+        return unwrap(self._material(key, version), key_id, version, raw, context)
+
+    async def _recent(self, key_ref: str, *, version: int | None) -> MasterKey:
+        """The key `key_ref` names, read at most `cache_s` ago (and holding `version`)."""
+        now = time.monotonic()
+        cached = self._cached.get(key_ref)
+        if cached is not None and now - cached[0] < self._cache_s:
+            key = cached[1]
+            if version is None or any(v.version == version for v in key.versions):
+                return key
+        key = await self.get(key_ref)
+        if self._cache_s > 0:
+            if len(self._cached) >= KEYS_MAX:
+                self._cached.clear()
+            self._cached[key_ref] = (now, key)
+        return key
+
+    def _material(self, key: MasterKey, version: int) -> bytes:
+        if self._cache_s <= 0:
+            return open_material(self._key(), key, version)
+        material = self._materials.get((key.key_id, version))
+        if material is None:
+            if len(self._materials) >= KEYS_MAX:
+                self._materials.clear()
+            material = open_material(self._key(), key, version)
+            self._materials[(key.key_id, version)] = material
+        return material

@@ -43,6 +43,7 @@ from blobstore.maintenance.execute import (
 )
 from blobstore.maintenance.scan import Session
 from blobstore.objects.config import READ_WINDOW_ENTRIES_MAX
+from blobstore.objects.encryption import stored_size
 from blobstore.objects.extents import plan_read
 from blobstore.objects.manifest import ManifestError, ManifestReader
 from blobstore.objects.read_object_op import ReadHandleCache, ShortEntryError, iter_spans
@@ -231,8 +232,10 @@ async def _current(catalog: Catalog, move: Move) -> tuple[ObjectRecord | None, s
 
 
 async def _ledger_bytes(handles: ReadHandleCache, record: ObjectRecord) -> AsyncIterator[bytes]:
-    if record.size:
-        spans = plan_read(record.extents, 0, record.size - 1)
+    """The version's stored bytes as they are (an encrypted one's stay sealed)."""
+    size = stored_size(record)
+    if size:
+        spans = plan_read(record.extents, 0, size - 1)
         async for piece in iter_spans(handles, spans, READ_WINDOW_ENTRIES_MAX):
             yield piece
 
@@ -276,8 +279,8 @@ async def _append(
         if buffered.pending_bytes >= WRITE_BUFFER_BYTES:
             await asyncio.to_thread(buffered.flush)
     item = writer.end()
-    if item.length != record.size:
-        raise ShortEntryError(f"{record.key}: read {item.length} of {record.size} bytes")
+    if item.length != stored_size(record):
+        raise ShortEntryError(f"{record.key}: read {item.length} of {stored_size(record)} bytes")
     return item
 
 

@@ -47,3 +47,26 @@ class RestoreNotAllowedError(ObjectLayerError):
 
 class ObjectChangedError(ObjectLayerError):
     """The object was replaced while it was being read (the response is cut short)."""
+
+
+class SseKeyRequiredError(ObjectLayerError):
+    """An object stored with a customer's key (SSE-C) read or copied without it."""
+
+
+class SseKeyMismatchError(ObjectLayerError):
+    """The customer's key given does not open the object (S3: 403 AccessDenied)."""
+
+
+class SseNotApplicableError(ObjectLayerError):
+    """A customer's key given for an object that is not stored with one."""
+
+
+class SseKmsError(ObjectLayerError):
+    """The key service refused: no such key, no cluster key, a wrapped key that does not
+    open (S3: KMS.NotFoundException for a key that is not there)."""
+
+    not_found = False
+
+    def __init__(self, message: str, *, not_found: bool = False) -> None:
+        super().__init__(message)
+        self.not_found = not_found

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import orjson
 
 from blobstore.catalog.records import Extent, ObjectRecord, PartInfo
+from blobstore.objects.encryption import part_stored_size
 from blobstore.objects.errors import ObjectLayerError
 from blobstore.objects.extents import plan_read, total_length
 from blobstore.objects.metrics import MANIFEST_OPS
@@ -92,7 +93,8 @@ def decode_manifest(buf: bytes) -> Manifest:
             tuple(PartInfo.from_list(p) for p in d["parts"]),
         )
         if not manifest.parts or not (
-            total_length(manifest.extents) == manifest.size == sum(p.size for p in manifest.parts)
+            total_length(manifest.extents) == sum(part_stored_size(p) for p in manifest.parts)
+            and manifest.size == sum(p.size for p in manifest.parts)
         ):
             raise ManifestError(
                 f"a manifest whose extents and parts do not add up to {manifest.size} bytes"

@@ -102,7 +102,9 @@ def completed_record(
         extents=tuple(extent for part in parts for extent in part.extents),
         # Each part keeps its own checksums, COMPOSITE or FULL_OBJECT: a GET of one part
         # (?partNumber) answers with them, so the reader can check the bytes it got.
-        parts=tuple(PartInfo(p.part_number, p.size, p.etag, dict(p.checksums)) for p in parts),
+        parts=tuple(
+            PartInfo(p.part_number, p.size, p.etag, dict(p.checksums), p.sse_salt) for p in parts
+        ),
         owner=upload.owner,
         tags=dict(upload.tags),
         upload_id=upload_id,

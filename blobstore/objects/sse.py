@@ -28,12 +28,16 @@ import struct
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 CHUNK_BYTES = 64 * 1024
 TAG_BYTES = 16
 KEY_BYTES = 32
 NONCE_PREFIX_BYTES = 4
+SALT_BYTES = 16
+_UNIT_INFO = b"blobstore-sse-unit-v1"
 _NONCE_COUNTER = struct.Struct(">Q")
 _AAD = struct.Struct(">QB")
 
@@ -84,6 +88,18 @@ def new_data_key() -> bytes:
 
 def new_nonce_prefix() -> bytes:
     return secrets.token_bytes(NONCE_PREFIX_BYTES)
+
+
+def new_salt() -> bytes:
+    return secrets.token_bytes(SALT_BYTES)
+
+
+def unit_key(base_key: bytes, salt: bytes) -> bytes:
+    """The key one object or part is sealed with: HKDF-SHA256 of the object's base key
+    (its data key, or the customer's key) and the unit's own random salt, so no two
+    units share a key, whatever their nonces."""
+    assert len(salt) == SALT_BYTES, len(salt)
+    return HKDF(hashes.SHA256(), KEY_BYTES, salt, _UNIT_INFO).derive(base_key)
 
 
 def _nonce(prefix: bytes, index: int) -> bytes:
@@ -173,6 +189,71 @@ def decrypt_range(
                 f"chunk {index} does not open (tampered, moved or wrong key)"
             ) from None
     return b"".join(out)[span.skip : span.skip + length]
+
+
+class ChunkDecryptor:
+    """Opens the stored bytes of `span` fed in pieces of any size, yielding plaintext as
+    each chunk completes: `length` bytes from `span.skip` on, no more."""
+
+    def __init__(
+        self,
+        data_key: bytes,
+        nonce_prefix: bytes,
+        label: bytes,
+        plain_size: int,
+        span: ChunkSpan,
+        length: int,
+    ) -> None:
+        self._aead = AESGCM(data_key)
+        self._prefix = nonce_prefix
+        self._label = label
+        self._last_index = chunk_count(plain_size) - 1
+        self._index = span.first_chunk
+        self._end_index = span.last_chunk
+        self._skip = span.skip
+        self._remaining = length
+        self._pending = bytearray()
+
+    def feed(self, piece: bytes | memoryview) -> list[bytes]:
+        pending = self._pending
+        pending += piece
+        stride = CHUNK_BYTES + TAG_BYTES
+        out = []
+        start = 0
+        while len(pending) - start >= stride and self._index <= self._end_index:
+            out.append(self._open(memoryview(pending)[start : start + stride]))
+            start += stride
+        del pending[:start]
+        return out
+
+    def finish(self) -> bytes:
+        """The span's last chunk (stored shorter than a full one when it ends the unit);
+        SseCorruptError when bytes are missing."""
+        tail = self._open(bytes(self._pending)) if self._index <= self._end_index else b""
+        self._pending.clear()
+        if self._remaining or self._index <= self._end_index:
+            raise SseCorruptError(f"encrypted bytes end short of chunk {self._index}")
+        return tail
+
+    def _open(self, sealed: bytes | memoryview) -> bytes:
+        index = self._index
+        try:
+            plain = self._aead.decrypt(
+                _nonce(self._prefix, index),
+                sealed,
+                _aad(self._label, index, index == self._last_index),
+            )
+        except InvalidTag:
+            raise SseCorruptError(
+                f"chunk {index} does not open (tampered, moved or wrong key)"
+            ) from None
+        self._index += 1
+        if self._skip:
+            plain = plain[self._skip :]
+            self._skip = 0
+        plain = plain[: self._remaining]
+        self._remaining -= len(plain)
+        return plain
 
 
 def customer_key_check(customer_key: bytes, salt: bytes) -> str:

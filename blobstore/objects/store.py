@@ -15,6 +15,7 @@ while the ledger is still open in some writer pool, since writers only append.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
@@ -22,6 +23,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kazoo.protocol.states import KazooState
 
@@ -33,6 +35,7 @@ from blobstore.catalog.records import (
     PartRecord,
     UploadRecord,
 )
+from blobstore.kms.keys import KeyStore, KmsError
 from blobstore.ledger import LedgerClient
 from blobstore.ledger.errors import NoSuchLedgerError
 from blobstore.objects.append_object_op import AppendObjectOp, WrittenData
@@ -40,6 +43,20 @@ from blobstore.objects.config import (
     ENTRY_CACHE_PAYLOAD_BYTES_MAX,
     PART_BYTES_MAX,
     ObjectStoreConfig,
+)
+from blobstore.objects.encryption import (
+    SSE_C,
+    SSE_S3_ALIAS,
+    SSE_S3_KEY,
+    ObjectKeys,
+    SealedBody,
+    SseSpec,
+    decryptor,
+    plain_pieces,
+    same_sealing,
+    sealed,
+    stored_size,
+    units,
 )
 from blobstore.objects.errors import (
     EntityTooSmallError,
@@ -73,6 +90,7 @@ from blobstore.objects.read_object_op import (
     span_piece,
 )
 from blobstore.objects.restore import restore_expiry, restored_metadata
+from blobstore.objects.sse import ciphertext_size, new_salt
 from blobstore.objects.writer_pool import LedgerWriterPool
 from blobstore.recovery.auditor import BookieAuditor
 from blobstore.recovery.sweeper import GatewayRegistration, LedgerSweeper
@@ -84,6 +102,17 @@ logger = logging.getLogger(__name__)
 
 READ_RECORD_RETRIES_MAX = 2
 HASH_THREADS = 2
+KMS_CACHE_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Sealing:
+    """How one unit is sealed as it is written: the object's base key, the unit's salt
+    and part number (0 for a single-part object)."""
+
+    base_key: bytes
+    salt: bytes
+    part_number: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +154,9 @@ class ObjectStore:
         self._sweeper: LedgerSweeper | None = None
         self._auditor: BookieAuditor | None = None
         self._hash_executor = ThreadPoolExecutor(HASH_THREADS, thread_name_prefix="md5")
+        self._kms: KeyStore | None = None
+        self._keys = ObjectKeys(None)
+        self._sse_s3_key_ready = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -143,7 +175,11 @@ class ObjectStore:
         self._pool.start()
         self.zk.add_state_listener(self._session_state_changed)
         self._read_handles = ReadHandleCache(self._ledgers, self.config.read_handles_max)
-        self._tier_reader = TierReader(self.zk, load_cluster_key(required=False))
+        cluster_key = load_cluster_key(required=False)
+        self._tier_reader = TierReader(self.zk, cluster_key)
+        if cluster_key is not None:
+            self._kms = KeyStore(self.zk, cluster_key, cache_s=KMS_CACHE_S)
+            self._keys = ObjectKeys(self._kms, self._ensure_sse_s3_key)
         self._entry_cache = EntryCache(self.config.entry_cache_bytes, ENTRY_CACHE_PAYLOAD_BYTES_MAX)
         self._manifests = ManifestReader(self._read_handles, self.config.read_window_entries)
         self._sweeper = LedgerSweeper(
@@ -236,13 +272,47 @@ class ObjectStore:
         size_max: int,
         finish: WriteFinish | None,
         compute_md5: bool,
-    ) -> tuple[WrittenData, VerifiedBody]:
-        data = await self.write_data(body, size_max, compute_md5=compute_md5)
+        sealing: Sealing | None = None,
+    ) -> tuple[WrittenData, VerifiedBody, int]:
+        """Write and verify a body, sealed as `sealing` says when it is given; returns
+        the entries, the verdict and the plaintext's size."""
+        if sealing is None:
+            data = await self.write_data(body, size_max, compute_md5=compute_md5)
+            plain_size, md5 = data.size, data.md5
+        else:
+            counter = SealedBody(hashlib.md5() if compute_md5 else None)
+            stored = sealed(body, sealing.base_key, sealing.salt, sealing.part_number, counter)
+            data = await self.write_data(stored, ciphertext_size(size_max), compute_md5=False)
+            plain_size, md5 = counter.plain_bytes, counter.digest()
         verdict = await finish(data) if finish is not None else VerifiedBody({})
         if not verdict.md5_hex:
-            assert data.md5, "nobody computed the body's MD5"
-            verdict = VerifiedBody(verdict.checksums, data.md5.hex())
-        return data, verdict
+            assert md5, "nobody computed the body's MD5"
+            verdict = VerifiedBody(verdict.checksums, md5.hex())
+        return data, verdict, plain_size
+
+    async def _ensure_sse_s3_key(self) -> None:
+        """The key service key SSE-S3 wraps data keys under, made on first use."""
+        if self._sse_s3_key_ready:
+            return
+        assert self._kms is not None
+        try:
+            await self._kms.get(SSE_S3_KEY)
+        except KmsError:
+            with contextlib.suppress(KmsError):  # another gateway made it meanwhile
+                await self._kms.create(SSE_S3_ALIAS, "data keys of SSE-S3 objects")
+            await self._kms.get(SSE_S3_KEY)
+            logger.info("event=sse_s3_key_created alias=%s", SSE_S3_ALIAS)
+        self._sse_s3_key_ready = True
+
+    async def new_sse(self, spec: SseSpec, bucket: str, key: str) -> tuple[dict[str, Any], bytes]:
+        """(the `sse` of a new object or upload, without its unit salt; its base key)."""
+        return await self._keys.new(spec, bucket, key)
+
+    async def open_sse(self, sse: dict[str, Any] | None, customer_key: bytes = b"") -> bytes:
+        """The base key of bytes sealed as `sse` (b"" for bytes in clear), checking the
+        customer's key (SSE-C). Readers call it before answering, so a missing or wrong
+        key is refused before any byte is sent."""
+        return await self._keys.open(sse, customer_key)
 
     async def put_object(
         self,
@@ -256,15 +326,24 @@ class ObjectStore:
         if_none_match: str | None = None,
         owner: str | None = None,
         completed: RecordCompletion | None = None,
+        sse: SseSpec | None = None,
     ) -> CommitResult:
         """Store a body under template's bucket and key, with template's metadata.
         `finish` runs after every entry is acknowledged and before the commit; `owner`:
         commit only while the bucket belongs to it; `completed`: the record as the
-        bucket at the commit completes it (`Catalog.put_object`)."""
-        data, verdict = await self._verified(body, size_max, finish, compute_md5)
+        bucket at the commit completes it (`Catalog.put_object`); `sse`: the
+        encryption asked for."""
+        sealing, sse_record = None, None
+        if sse is not None and sse.mode:
+            sse_record, base_key = await self.new_sse(sse, template.bucket, template.key)
+            sealing = Sealing(base_key, new_salt())
+            sse_record["s"] = sealing.salt.hex()
+        data, verdict, plain_size = await self._verified(
+            body, size_max, finish, compute_md5, sealing
+        )
         record = replace(
             template,
-            size=data.size,
+            size=plain_size,
             etag=verdict.md5_hex,
             extents=data.extents,
             parts=(),
@@ -272,6 +351,7 @@ class ObjectStore:
             checksums=verdict.checksums,
             last_modified=time.time(),
             is_delete_marker=False,
+            sse=sse_record,
         )
         result = await self.catalog.put_object(
             record,
@@ -293,9 +373,27 @@ class ObjectStore:
         if_match: str | None = None,
         if_none_match: str | None = None,
         completed: RecordCompletion | None = None,
+        sse: SseSpec | None = None,
+        source_customer_key: bytes = b"",
     ) -> CommitResult:
         """A new object sharing source's entries (no byte is copied), with source's
-        checksums or the given ones (of the same bytes); `completed` as for put_object."""
+        checksums or the given ones (of the same bytes); `completed` as for put_object.
+        When the copy asks (`sse`) for another encryption than the source's, the bytes
+        are read, opened (`source_customer_key`: an SSE-C source's key) and sealed
+        anew instead."""
+        spec = sse or SseSpec()
+        if not same_sealing(source.sse, spec) or (
+            spec.mode == SSE_C and spec.customer_key != source_customer_key
+        ):
+            return await self._copy_sealed_anew(
+                source,
+                template,
+                spec,
+                source_customer_key,
+                checksums,
+                (if_match, if_none_match),
+                completed,
+            )
         if source.tier_location is not None and not source.extents and source.size:
             raise ObjectUnavailableError(f"object {source.key!r} lives in a tier")
         record = replace(
@@ -310,6 +408,7 @@ class ObjectStore:
             tier_location=source.tier_location,
             last_modified=time.time(),
             is_delete_marker=False,
+            sse=source.sse,  # the same sealed entries, opened by the same key
         )
         result = await self.catalog.put_object(
             record, if_match=if_match, if_none_match=if_none_match, completed=completed
@@ -317,6 +416,38 @@ class ObjectStore:
         COPY_COMMITS.inc()
         self._log_garbage(result)
         return result
+
+    async def _copy_sealed_anew(
+        self,
+        source: ObjectRecord,
+        template: ObjectRecord,
+        spec: SseSpec,
+        source_customer_key: bytes,
+        checksums: dict[str, str] | None,
+        conditions: tuple[str | None, str | None],
+        completed: RecordCompletion | None,
+    ) -> CommitResult:
+        """A copy whose bytes are read, opened and sealed as `spec` asks (one part)."""
+        source = await self.resolve(source)
+        source_key = await self.open_sse(source.sse, source_customer_key)
+        kept = dict(source.checksums if checksums is None else checksums)
+        if source.parts:  # a per-part checksum does not describe the one-part copy
+            kept = {a: v for a, v in kept.items() if kept.get("type") == "FULL_OBJECT"}
+
+        async def finish(data: WrittenData) -> VerifiedBody:
+            return VerifiedBody(kept)
+
+        if_match, if_none_match = conditions
+        return await self.put_object(
+            template,
+            self.read(source, 0, source.size - 1, key=source_key),
+            size_max=source.size + 1,
+            finish=finish,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            completed=completed,
+            sse=spec,
+        )
 
     # ------------------------------------------------------------------ reads
 
@@ -335,11 +466,12 @@ class ObjectStore:
         if restored:
             new = replace(record, system_metadata=restored_metadata(record, expiry))
         else:
+            stored = stored_size(await self.resolve(record))  # sealed bytes stay sealed
             data = (
                 await self.write_data(
-                    self.read(record, 0, record.size - 1), record.size + 1, compute_md5=False
+                    self._read_stored(record, 0, stored - 1), stored + 1, compute_md5=False
                 )
-                if record.size
+                if stored
                 else WrittenData((), 0, b"")
             )
             new = replace(
@@ -364,12 +496,29 @@ class ObjectStore:
         assert self._manifests is not None, "ObjectStore not started"
         return await self._manifests.resolve(record)
 
-    async def read_whole(self, record: ObjectRecord, start: int, end: int) -> bytes:
+    async def read_whole(
+        self, record: ObjectRecord, start: int, end: int, *, key: bytes | None = None
+    ) -> bytes:
         """Bytes start..end (inclusive) of the object in one piece, for a body small
-        enough to hold. Bytes within one entry (every small object's case) are read in
-        place: `read`'s generators cost a 4 KiB GET more than the read itself. Anything
-        else, and a ledger that vanished under the reader, goes through `read`. A small
-        entry read here is kept in the entry cache and read from there next time."""
+        enough to hold (`key`: its base key from `open_sse`, opened here when None). An
+        object of one unit is read as its stored bytes in one piece and opened at once."""
+        if record.sse is None or end < start:
+            return await self._read_whole_stored(record, start, end)
+        if key is None:
+            key = await self.open_sse(record.sse)
+        if record.parts or record.unresolved:
+            return b"".join([piece async for piece in self.read(record, start, end, key=key)])
+        (unit,) = units(record)
+        stored_first, stored_last, opener = decryptor(key, unit, start, end)
+        stored = await self._read_whole_stored(record, stored_first, stored_last)
+        return b"".join([*opener.feed(stored), opener.finish()])
+
+    async def _read_whole_stored(self, record: ObjectRecord, start: int, end: int) -> bytes:
+        """Stored bytes start..end in one piece. Bytes within one entry (every small
+        object's case) are read in place: `read`'s generators cost a 4 KiB GET more than
+        the read itself. Anything else, and a ledger that vanished under the reader, goes
+        through `_read_stored`. A small entry read here is kept in the entry cache and
+        read from there next time."""
         if end >= start and not record.unresolved and record.extents:
             spans = plan_read(record.extents, start, end)
             if len(spans) == 1 and spans[0].first_entry == spans[0].last_entry:
@@ -388,11 +537,37 @@ class ObjectStore:
                         self._entry_cache.put(span.ledger_id, entry_id, payload)
                 if payload is not None:
                     return span_piece(span, entry_id, payload, span.byte_count)
-        return b"".join([piece async for piece in self.read(record, start, end)])
+        return b"".join([piece async for piece in self._read_stored(record, start, end)])
 
-    async def read(self, record: ObjectRecord, start: int, end: int) -> AsyncGenerator[bytes, None]:
-        """Bytes start..end (inclusive) of the object. When a ledger vanished under the
-        reader (compaction moved the object), re-read the record and go on from there."""
+    async def read(
+        self, record: ObjectRecord, start: int, end: int, *, key: bytes | None = None
+    ) -> AsyncGenerator[bytes, None]:
+        """Bytes start..end (inclusive) of the object, opened when it is encrypted
+        (`key`: its base key from `open_sse`; opened here when None, which only an
+        SSE-S3 or SSE-KMS object allows)."""
+        if end < start:
+            return
+        if record.sse is None:
+            async for piece in self._read_stored(record, start, end):
+                yield piece
+            return
+        if record.unresolved:
+            record = await self.resolve(record)
+        if key is None:
+            key = await self.open_sse(record.sse)
+        for unit, first, last in plain_pieces(record, start, end):
+            stored_first, stored_last, opener = decryptor(key, unit, first, last)
+            async for piece in self._read_stored(record, stored_first, stored_last):
+                for plain in opener.feed(piece):
+                    yield plain
+            yield opener.finish()
+
+    async def _read_stored(
+        self, record: ObjectRecord, start: int, end: int
+    ) -> AsyncGenerator[bytes, None]:
+        """Stored bytes start..end (inclusive) of the object, as they lie on the bookies
+        or the tier. When a ledger vanished under the reader (compaction moved the
+        object), re-read the record and go on from there."""
         assert self._read_handles is not None, "ObjectStore not started"
         if end < start:
             return
@@ -442,16 +617,23 @@ class ObjectStore:
         *,
         finish: WriteFinish | None = None,
         compute_md5: bool = True,
+        customer_key: bytes = b"",
     ) -> PartRecord:
-        await self.catalog.get_upload(bucket, upload_id)
-        data, verdict = await self._verified(body, PART_BYTES_MAX, finish, compute_md5)
+        """A part, sealed as its upload asks (`customer_key`: an SSE-C upload's key)."""
+        sealing = await self._part_sealing(
+            await self.catalog.get_upload(bucket, upload_id), part_number, customer_key
+        )
+        data, verdict, plain_size = await self._verified(
+            body, PART_BYTES_MAX, finish, compute_md5, sealing
+        )
         part = PartRecord(
             part_number=part_number,
-            size=data.size,
+            size=plain_size,
             etag=verdict.md5_hex,
             last_modified=time.time(),
             checksums=verdict.checksums,
             extents=data.extents,
+            sse_salt=sealing.salt.hex() if sealing is not None else "",
         )
         self._log_replaced(await self.catalog.put_part(bucket, upload_id, part), upload_id)
         return part
@@ -467,40 +649,61 @@ class ObjectStore:
         *,
         observe: Callable[[bytes], None] | None = None,
         finish: WriteFinish | None = None,
+        customer_key: bytes = b"",
+        source_customer_key: bytes = b"",
     ) -> PartRecord:
         """A part holding bytes start..end of source: shares its entries when the cuts
-        fall on entry boundaries, else copies the bytes. `observe` sees every byte."""
-        await self.catalog.get_upload(bucket, upload_id)
+        fall on entry boundaries and neither side is encrypted, else copies the bytes
+        (opened with the source's key, sealed with the upload's). `observe` sees every
+        byte."""
+        upload = await self.catalog.get_upload(bucket, upload_id)
         source = await self.resolve(source)
-        shared = slice_extents(source.extents, start, end) if source.extents else None
-        if shared is not None:
-            md5 = hashlib.md5()
-            size = 0
-            async for piece in self.read(source, start, end):
-                md5.update(piece)
-                size += len(piece)
+        source_key = await self.open_sse(source.sse, source_customer_key)
+        sealing = await self._part_sealing(upload, part_number, customer_key)
+        in_clear = source.sse is None and sealing is None
+        shared = slice_extents(source.extents, start, end) if source.extents and in_clear else None
+
+        async def observed() -> AsyncIterator[bytes]:
+            async for piece in self.read(source, start, end, key=source_key):
                 if observe is not None:
                     observe(piece)
-            data = WrittenData(extents=shared, size=size, md5=md5.digest())
-            PART_COPIES.labels(mode="shared").inc()
-        else:
+                yield piece
 
-            async def observed() -> AsyncIterator[bytes]:
-                async for piece in self.read(source, start, end):
-                    if observe is not None:
-                        observe(piece)
-                    yield piece
-
-            data = await self.write_data(observed(), PART_BYTES_MAX)
+        if shared is None:
+            data, verdict, size = await self._verified(
+                observed(), PART_BYTES_MAX, finish, True, sealing
+            )
             PART_COPIES.labels(mode="copied").inc()
-        verdict = await finish(data) if finish is not None else VerifiedBody({})
+        else:
+            md5 = hashlib.md5()
+            size = 0
+            async for piece in observed():
+                md5.update(piece)
+                size += len(piece)
+            data = WrittenData(extents=shared, size=size, md5=md5.digest())
+            checked = await finish(data) if finish is not None else VerifiedBody({})
+            verdict = VerifiedBody(checked.checksums, md5.hexdigest())
+            PART_COPIES.labels(mode="shared").inc()
+        return await self._put_part(bucket, upload_id, part_number, data, verdict, size, sealing)
+
+    async def _put_part(
+        self,
+        bucket: str,
+        upload_id: str,
+        part_number: int,
+        data: WrittenData,
+        verdict: VerifiedBody,
+        plain_size: int,
+        sealing: Sealing | None,
+    ) -> PartRecord:
         part = PartRecord(
             part_number=part_number,
-            size=data.size,
-            etag=data.md5.hex(),
+            size=plain_size,
+            etag=verdict.md5_hex,
             last_modified=time.time(),
             checksums=verdict.checksums,
             extents=data.extents,
+            sse_salt=sealing.salt.hex() if sealing is not None else "",
         )
         self._log_replaced(await self.catalog.put_part(bucket, upload_id, part), upload_id)
         return part
@@ -531,6 +734,7 @@ class ObjectStore:
             lock_mode=upload.lock_mode,  # the Object Lock asked for at its creation
             lock_until=upload.lock_until,
             legal_hold=upload.legal_hold,
+            sse=upload.sse,  # each part sealed under it, with its own salt
         )
         stored = record.without_part_etags()  # as the catalog keeps it
         if part_list_bytes(stored) > min(
@@ -575,6 +779,16 @@ class ObjectStore:
                     e,
                 )
             raise
+
+    async def _part_sealing(
+        self, upload: UploadRecord, part_number: int, customer_key: bytes
+    ) -> Sealing | None:
+        """How a part of `upload` is sealed (None: in clear); refuses a missing or wrong
+        customer key before any byte is read."""
+        if upload.sse is None and not customer_key:
+            return None
+        base_key = await self.open_sse(upload.sse, customer_key)
+        return Sealing(base_key, new_salt(), part_number)
 
     # ------------------------------------------------------------------ internals
 

@@ -1,4 +1,4 @@
-"""Bucket configurations the gateway has no way to set (encryption, website, replication,
+"""Bucket configurations the gateway has no way to set (website, replication,
 logging, notifications, transfer acceleration, requester pays): their GETs
 answer as S3 does for a bucket without them (a 404 with the configuration's own code,
 or the empty document). Tools that read a bucket's whole state (Terraform's
@@ -19,7 +19,6 @@ from s3api.handlers.context import S3Context
 
 # GET ?<subresource> on a bucket -> the S3 error that says it is not configured.
 UNSET_CONFIGURATION_ERRORS: dict[str, str] = {
-    "GetBucketEncryption": "ServerSideEncryptionConfigurationNotFoundError",
     "GetBucketWebsite": "NoSuchWebsiteConfiguration",
     "GetBucketReplication": "ReplicationConfigurationNotFoundError",
 }

@@ -43,12 +43,11 @@ from s3api.checksums import (
 )
 from s3api.conditions import parse_write_conditions
 from s3api.errors import S3Error, to_s3_error
-from s3api.handlers import object_lock
+from s3api.handlers import encryption, object_lock
 from s3api.handlers._private import quote_etag, written_version_headers, xml_response
 from s3api.handlers.context import S3Context
 from s3api.handlers.objects import (
     body_checksums,
-    check_encryption,
     checksum_headers,
     load_copy_source,
     parse_tagging_header,
@@ -81,9 +80,10 @@ async def _upload(ctx: S3Context) -> UploadRecord:
 
 async def create_multipart_upload(ctx: S3Context) -> Response:
     validate_key(ctx.key)
-    check_encryption(ctx)
     bucket = await ctx.authorized_bucket()
     owner, acl = written_object(ctx, bucket)
+    spec = encryption.write_spec(ctx, bucket)
+    sse = (await ctx.store.new_sse(spec, ctx.bucket, ctx.key))[0] if spec.mode else None
     algorithm_text = ctx.headers.get("x-amz-checksum-algorithm")
     algorithm = parse_algorithm(algorithm_text) if algorithm_text else None
     checksum_type = parse_checksum_type(algorithm, ctx.headers.get("x-amz-checksum-type"))
@@ -106,9 +106,10 @@ async def create_multipart_upload(ctx: S3Context) -> Response:
             lock_mode=retention.mode if retention is not None else "",
             lock_until=retention.until if retention is not None else 0.0,
             legal_hold=bool(lock.legal_hold),
+            sse=sse,
         )
     )
-    headers = {}
+    headers = encryption.spec_headers(spec)
     if algorithm:
         headers["x-amz-checksum-algorithm"] = algorithm
         headers["x-amz-checksum-type"] = checksum_type or COMPOSITE
@@ -137,11 +138,19 @@ async def upload_part(ctx: S3Context) -> Response:
         checksums = {a: v for a, v in verdict.checksums.items() if a != "type"}
         return VerifiedBody(checksums, verdict.md5_hex)
 
+    given_key = encryption.customer_key(ctx)
     part = await ctx.store.upload_part(
-        ctx.bucket, upload.upload_id, part_number, aiter(reader), finish=finish, compute_md5=False
+        ctx.bucket,
+        upload.upload_id,
+        part_number,
+        aiter(reader),
+        finish=finish,
+        compute_md5=False,
+        customer_key=given_key,
     )
     headers = {"ETag": quote_etag(part.etag)}
     headers.update(checksum_headers(part.checksums))
+    headers.update(encryption.response_headers(upload.sse, given_key))
     return Response(b"", headers=headers)
 
 
@@ -182,8 +191,10 @@ async def upload_part_copy(ctx: S3Context) -> Response:
             last,
             observe=checksum.update,
             finish=finish,
+            customer_key=encryption.customer_key(ctx),
+            source_customer_key=encryption.customer_key(ctx, source=True),
         )
-    headers = {}
+    headers = encryption.response_headers(upload.sse, encryption.customer_key(ctx))
     if source.version_id != "null":
         headers["x-amz-copy-source-version-id"] = source.version_id
     return xml_response(
@@ -381,7 +392,8 @@ def _completed_response(ctx: S3Context, record: ObjectRecord) -> Response:
         xml_responses.complete_multipart_upload_result(
             location, ctx.bucket, ctx.key, record.etag, record.checksums
         ),
-        headers=written_version_headers(record.version_id),
+        headers=written_version_headers(record.version_id)
+        | encryption.response_headers(record.sse, encryption.customer_key(ctx)),
     )
 
 

@@ -35,7 +35,7 @@ from s3api.conditions import (
     parse_write_conditions,
 )
 from s3api.errors import S3Error
-from s3api.handlers import authorization, object_lock
+from s3api.handlers import authorization, encryption, object_lock
 from s3api.handlers._private import (
     quote_etag,
     version_headers,
@@ -150,20 +150,6 @@ def storage_class(ctx: S3Context) -> str:
     if value not in STORAGE_CLASSES:
         raise S3Error("InvalidStorageClass", StorageClassRequested=value)
     return value
-
-
-def check_encryption(ctx: S3Context) -> None:
-    # Refused rather than echoed: answering "AES256" would tell the client its data is
-    # encrypted at rest, which this store does not do.
-    if "x-amz-server-side-encryption" in ctx.headers:
-        raise S3Error(
-            "NotImplemented",
-            "Server-side encryption is not implemented: objects are stored unencrypted",
-        )
-    if "x-amz-server-side-encryption-customer-algorithm" in ctx.headers:
-        raise S3Error(
-            "NotImplemented", "Server-side encryption with customer keys is not implemented"
-        )
 
 
 def written_object(ctx: S3Context, bucket: BucketRecord) -> tuple[str, dict[str, str]]:
@@ -321,11 +307,11 @@ def check_version_id(version_id: str | None) -> None:
 
 async def put_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
-    check_encryption(ctx)
     require_length(ctx)
     # No sync: the commit checks the owner and the bucket's version again.
     bucket = await ctx.authorized_bucket(cached=True)
     owner, acl = written_object(ctx, bucket)
+    sse = encryption.write_spec(ctx, bucket)
     lock = object_lock.parse_lock_headers(ctx.headers, time.time())
     if lock.named and bucket.object_lock is None:
         bucket = await ctx.authorized_bucket()  # the newest record, before refusing
@@ -358,10 +344,12 @@ async def put_object(ctx: S3Context) -> Response:
         if_none_match=if_none_match,
         owner=bucket.owner,
         completed=with_default_retention,
+        sse=sse,
     )
     record = result.record
     headers = {"ETag": quote_etag(record.etag)}
     headers.update(checksum_headers(record.checksums))
+    headers.update(encryption.response_headers(record.sse, sse.customer_key))
     headers.update(written_version_headers(record.version_id))
     return Response(b"", headers=headers)
 
@@ -473,7 +461,11 @@ async def get_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
     bucket, record = await authorized_bucket_and_version(ctx)
     check_read_conditions(ctx.headers, record.etag, record.last_modified)
+    encryption.refuse_write_headers_on_read(ctx)
+    given_key = encryption.customer_key(ctx)
+    key = await encryption.read_key(ctx, record, given_key)
     headers = object_headers(ctx, record, bucket.versioning)
+    headers.update(encryption.response_headers(record.sse, given_key))
     part_number_text = ctx.query.get("partNumber")
     checksum_mode = ctx.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
     if part_number_text is None:
@@ -494,11 +486,11 @@ async def get_object(ctx: S3Context) -> Response:
         # Small bodies are read whole and sent as a plain response, without the
         # streaming machinery (a task group watching for disconnects, generators) that
         # costs more than the bytes themselves.
-        body_bytes = await ctx.store.read_whole(record, first, last)
+        body_bytes = await ctx.store.read_whole(record, first, last, key=key)
         if len(body_bytes) != length:
             raise AssertionError(f"{len(body_bytes)} bytes for {length} bytes of {record.key!r}")
         return Response(body_bytes, status_code=status, headers=headers, media_type=None)
-    return await _streamed_response(ctx, record, first, last, status, headers)
+    return await _streamed_response(ctx, (record, key), first, last, status, headers)
 
 
 def _range_read(
@@ -556,15 +548,17 @@ def _part_checksums(record: ObjectRecord, part_number: int) -> dict[str, str]:
 
 async def _streamed_response(
     ctx: S3Context,
-    record: ObjectRecord,
+    opened: tuple[ObjectRecord, bytes | None],
     first: int,
     last: int,
     status: int,
     headers: dict[str, str],
 ) -> StreamingResponse:
     """The bytes first..last of a large body, streamed; its first piece is read before
-    the answer starts, so a read that fails at once is an error response."""
-    pieces = ctx.store.read(record, first, last)
+    the answer starts, so a read that fails at once is an error response. `opened`: the
+    record and its key (`encryption.read_key`)."""
+    record, key = opened
+    pieces = ctx.store.read(record, first, last, key=key)
     try:
         head = await anext(pieces)
     except StopAsyncIteration:
@@ -636,10 +630,11 @@ async def delete_object(ctx: S3Context) -> Response:
 
 async def copy_object(ctx: S3Context) -> Response:
     validate_key(ctx.key)
-    check_encryption(ctx)
     bucket = await ctx.authorized_bucket()
     written = written_object(ctx, bucket)
+    sse = encryption.write_spec(ctx, bucket)
     source, record = await load_copy_source(ctx)
+    source_key = encryption.customer_key(ctx, source=True)
     if record.size > PUT_OBJECT_SIZE_MAX:
         raise S3Error(
             "InvalidRequest",
@@ -648,7 +643,9 @@ async def copy_object(ctx: S3Context) -> Response:
     metadata_directive, tagging_directive = _copy_directives(ctx)
     # Without the header the copy is STANDARD, whatever the source's class (as S3).
     new_class = storage_class(ctx) if "x-amz-storage-class" in ctx.headers else "STANDARD"
-    unchanged = _copies_to_itself_unchanged(ctx, source, record, metadata_directive, new_class)
+    unchanged = _copies_to_itself_unchanged(
+        ctx, source, record, metadata_directive, new_class
+    ) and encryption.same_encryption(record, sse)
     if unchanged and bucket.versioning != "Enabled":
         raise S3Error(
             "InvalidRequest",
@@ -668,7 +665,7 @@ async def copy_object(ctx: S3Context) -> Response:
     if (if_match is not None or if_none_match) and _copy_reads_source(record, algorithm_text):
         # The commit checks these again; here they spare a doomed copy its source's read.
         await _check_destination_conditions(ctx, if_match, if_none_match)
-    checksums = await _copy_checksums(ctx, record, algorithm_text)
+    checksums = await _copy_checksums(ctx, record, algorithm_text, source_key)
     result = await ctx.store.copy_object(
         record,
         template,
@@ -676,9 +673,12 @@ async def copy_object(ctx: S3Context) -> Response:
         if_match=if_match,
         if_none_match=if_none_match,
         completed=with_default_retention,
+        sse=sse,
+        source_customer_key=source_key,
     )
     copied = result.record
     headers = written_version_headers(copied.version_id)
+    headers.update(encryption.response_headers(copied.sse, sse.customer_key))
     if source.version_id or record.version_id != "null":
         headers["x-amz-copy-source-version-id"] = record.version_id
     body = xml_responses.copy_object_result(copied.etag, copied.last_modified, copied.checksums)
@@ -788,7 +788,7 @@ async def _check_destination_conditions(
 
 
 async def _copy_checksums(
-    ctx: S3Context, source: ObjectRecord, algorithm_text: str | None
+    ctx: S3Context, source: ObjectRecord, algorithm_text: str | None, source_key: bytes
 ) -> dict[str, str]:
     """The copy's checksums, as S3 gives them: the source's, unless another algorithm is
     asked for (x-amz-checksum-algorithm) or the source has none (S3's default is added);
@@ -802,7 +802,9 @@ async def _copy_checksums(
         return dict(source.checksums)
     checksum = new_checksum(algorithm)  # hashed as it streams, as a PUT's body is
     if source.size:
-        async with contextlib.aclosing(ctx.store.read(source, 0, source.size - 1)) as pieces:
+        key = await ctx.store.open_sse(source.sse, source_key)
+        pieces_read = ctx.store.read(source, 0, source.size - 1, key=key)
+        async with contextlib.aclosing(pieces_read) as pieces:
             async for piece in pieces:
                 checksum.update(piece)
     return {algorithm: checksum.b64(), "type": FULL_OBJECT}

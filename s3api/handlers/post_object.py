@@ -52,12 +52,12 @@ from s3api.aws_chunked import PayloadReader
 from s3api.checksums import ALGORITHMS, DEFAULT_ALGORITHM, header_name
 from s3api.config import GatewayConfig
 from s3api.errors import S3Error
+from s3api.handlers import encryption
 from s3api.handlers._private import quote_etag, written_version_headers
 from s3api.handlers.authorization import Authorizer
 from s3api.handlers.context import GatewayRequest, S3Context
 from s3api.handlers.objects import (
     body_checksums,
-    check_encryption,
     checksum_headers,
     storage_class,
     system_metadata,
@@ -445,9 +445,9 @@ async def post_object(form: FormRequest) -> Response:
     ctx.key = key = object_key(fields, body.filename)
     policy = checked_policy(fields, ctx.bucket, key, time.time()) if "policy" in fields else None
     validate_key(key)
-    check_encryption(ctx)
     bucket = await ctx.authorized_bucket(cached=True)  # the commit checks the owner again
     owner, acl = written_object(ctx, bucket)
+    sse = encryption.write_spec(ctx, bucket)
     template = replace(
         _template(ctx, fields), owner=owner, system_metadata=system_metadata(ctx) | acl
     )
@@ -465,7 +465,8 @@ async def post_object(form: FormRequest) -> Response:
 
     async def finish(data: WrittenData) -> VerifiedBody:
         if policy is not None:
-            check_size(policy, data.size, complete=True)
+            assert reader.digest is not None, "the body was not read to its end"
+            check_size(policy, reader.digest.size, complete=True)  # the plaintext's
         return body_checksums(reader)
 
     result = await ctx.store.put_object(
@@ -475,15 +476,19 @@ async def post_object(form: FormRequest) -> Response:
         finish=finish,
         compute_md5=False,
         owner=bucket.owner,
+        sse=sse,
     )
-    return _answer(form, fields, result.record)
+    return _answer(form, fields, result.record, sse.customer_key)
 
 
-def _answer(form: FormRequest, fields: dict[str, str], record: ObjectRecord) -> Response:
+def _answer(
+    form: FormRequest, fields: dict[str, str], record: ObjectRecord, customer_key: bytes
+) -> Response:
     """The redirect or the status the form asks for (204 by default)."""
     etag = quote_etag(record.etag)
     headers = {"ETag": etag, "Location": _location(form, record.key)}
     headers.update(checksum_headers(record.checksums))
+    headers.update(encryption.response_headers(record.sse, customer_key))
     headers.update(written_version_headers(record.version_id))
     redirect = redirect_url(
         fields.get("success_action_redirect") or fields.get("redirect", ""),

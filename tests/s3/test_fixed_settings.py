@@ -21,7 +21,6 @@ def test_bucket_settings_read_as_unset(s3: Any, other_s3: Any, bucket: str) -> N
     unset = {
         s3.get_bucket_policy: "NoSuchBucketPolicy",
         s3.get_bucket_policy_status: "NoSuchBucketPolicy",
-        s3.get_bucket_encryption: "ServerSideEncryptionConfigurationNotFoundError",
         s3.get_bucket_website: "NoSuchWebsiteConfiguration",
         s3.get_bucket_replication: "ReplicationConfigurationNotFoundError",
         s3.get_object_lock_configuration: "ObjectLockConfigurationNotFoundError",
@@ -40,14 +39,14 @@ def test_bucket_settings_read_as_unset(s3: Any, other_s3: Any, bucket: str) -> N
     # Ownership first, as everywhere; an absent bucket is NoSuchBucket.
     assert _error(other_s3.get_bucket_policy, Bucket=bucket) == (403, "AccessDenied")
     assert _error(other_s3.get_bucket_logging, Bucket=bucket) == (403, "AccessDenied")
-    assert _error(s3.get_bucket_encryption, Bucket="no-such-bucket-here") == (404, "NoSuchBucket")
+    assert _error(s3.get_bucket_website, Bucket="no-such-bucket-here") == (404, "NoSuchBucket")
     # Setting any of them is not implemented.
     assert _error(
         s3.put_bucket_request_payment,
         Bucket=bucket,
         RequestPaymentConfiguration={"Payer": "Requester"},
     ) == (501, "NotImplemented")
-    assert _error(s3.delete_bucket_encryption, Bucket=bucket) == (501, "NotImplemented")
+    assert _error(s3.delete_bucket_website, Bucket=bucket) == (501, "NotImplemented")
 
 
 def test_acls_are_the_owners_alone(s3: Any, other_s3: Any, bucket: str) -> None:

@@ -299,16 +299,6 @@ def test_unsupported_subresource_is_not_implemented(s3: Any, bucket: str, gatewa
     assert b"<Code>AccessDenied</Code>" in anonymous.value.read()
 
 
-def test_server_side_encryption_is_refused_not_pretended(s3: Any, bucket: str) -> None:
-    for extra in ({"ServerSideEncryption": "AES256"}, {"ServerSideEncryption": "aws:kms"}):
-        with pytest.raises(ClientError) as raised:
-            s3.put_object(Bucket=bucket, Key="sse", Body=b"secret", **extra)
-        assert raised.value.response["Error"]["Code"] == "NotImplemented"
-    with pytest.raises(ClientError) as raised:
-        s3.head_object(Bucket=bucket, Key="sse")
-    assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
-
-
 def test_details_as_s3_answers_them(s3: Any, bucket: str) -> None:
     """Smaller points where S3's answer is the one clients are written against."""
     # If-Match on a key with no current version: NoSuchKey (404), not 412.

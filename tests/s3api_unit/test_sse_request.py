@@ -103,7 +103,8 @@ def test_customer_keys_follow_s3s_rules() -> None:
 
 
 def test_a_copy_sources_key_has_its_own_headers() -> None:
-    source = {COPY_SOURCE_PREFIX + k: v for k, v in SSE_C_HEADERS.items()}
+    source = {COPY_SOURCE_PREFIX + k.removeprefix("x-amz-"): v for k, v in SSE_C_HEADERS.items()}
+    assert "x-amz-copy-source-server-side-encryption-customer-key" in source
     got = parse_customer_key(source, COPY_SOURCE_PREFIX, secure=True, allow_insecure=False)
     assert got is not None and got.customer_key == KEY
     assert (
