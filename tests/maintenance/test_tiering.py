@@ -1,8 +1,9 @@
 """Lifecycle transitions to a file tier, end to end: boto3 through the real gateway, the
 real `blobstore maintain` (local Spark), the real `blobstore admin tier`.
 
-Objects of several sizes (one of many entries, a multipart one, an empty one) are
-moved to a tier named by an S3 class bound to it; then GET, HEAD, random range GETs and
+Objects of several sizes (one of many entries, a multipart one, an empty one; encrypted
+with SSE-S3 and SSE-C, whose sealed bytes the job moves without any key) are moved to a
+tier named by an S3 class bound to it; then GET, HEAD, random range GETs and
 listings show them unchanged but for their storage class, and the bookies no longer
 hold their ledgers. RestoreObject copies one back to the bookies; deleting the others
 makes the segment sparse: the next run drops the expired copy and rewrites the segment;
@@ -23,13 +24,23 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from blobstore.runtime.sealing import CLUSTER_KEY_FILE_ENV, write_cluster_key_file
 from tests.maintenance.conftest import ROOT, MaintenanceCluster
 from tests.waiting import wait_until
 
 DAY_S = 86_400
 BUCKET = "cold-data"
 PART_BYTES = 256 * 1024
-GATEWAY_ENV = {"BLOBSTORE_PART_BYTES_MIN": str(PART_BYTES), "BLOBSTORE_LEDGER_AGE_S_MAX": "1"}
+GATEWAY_ENV = {
+    "BLOBSTORE_PART_BYTES_MIN": str(PART_BYTES),
+    "BLOBSTORE_LEDGER_AGE_S_MAX": "1",
+    "BLOBSTORE_GATEWAY_SSE_C_OVER_HTTP": "1",
+}
+CUSTOMER_KEY = bytes(range(32))
+# What a read of each key must send besides bucket and key (an SSE-C object's key).
+READ_ARGS: dict[str, dict[str, Any]] = {
+    "secret": {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": CUSTOMER_KEY}
+}
 
 
 def admin(cluster: MaintenanceCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -42,9 +53,19 @@ def admin(cluster: MaintenanceCluster, *args: str) -> subprocess.CompletedProces
     )
 
 
-def start(cluster: MaintenanceCluster) -> Any:
+def key_env(cluster: MaintenanceCluster) -> dict[str, str]:
+    """The cluster key, for every process of a cluster that encrypts: the gateway opens
+    the key service's master keys with it, and every process derives the ledgers'
+    passwords from it (the maintenance job too)."""
+    key_file = cluster.root / "cluster.key"
+    if not key_file.exists():
+        write_cluster_key_file(key_file)
+    return {CLUSTER_KEY_FILE_ENV: str(key_file)}
+
+
+def start(cluster: MaintenanceCluster, *, cluster_key: bool = False) -> Any:
     cluster.bookies.extend(cluster.start_bookies(3))
-    cluster.start_gateway("gateway", GATEWAY_ENV)
+    cluster.start_gateway("gateway", {**GATEWAY_ENV, **(key_env(cluster) if cluster_key else {})})
     s3 = cluster.s3()
     s3.create_bucket(Bucket=BUCKET)
     return s3
@@ -58,9 +79,12 @@ def put_objects(s3: Any, rng: random.Random) -> dict[str, bytes]:
         "logs/a": rng.randbytes(5000),
     }
     for key, body in bodies.items():
-        s3.put_object(Bucket=BUCKET, Key=key, Body=body)
+        sealed = {"ServerSideEncryption": "AES256"} if key == "entries" else {}
+        s3.put_object(Bucket=BUCKET, Key=key, Body=body, **sealed)
+    bodies["secret"] = rng.randbytes(300_000)
+    s3.put_object(Bucket=BUCKET, Key="secret", Body=bodies["secret"], **READ_ARGS["secret"])
     parts = [rng.randbytes(PART_BYTES), rng.randbytes(PART_BYTES), rng.randbytes(1234)]
-    upload = s3.create_multipart_upload(Bucket=BUCKET, Key="multi")
+    upload = s3.create_multipart_upload(Bucket=BUCKET, Key="multi", ServerSideEncryption="AES256")
     done = [
         {
             "PartNumber": n,
@@ -78,7 +102,7 @@ def put_objects(s3: Any, rng: random.Random) -> dict[str, bytes]:
 
 
 def read(s3: Any, key: str) -> bytes:
-    body: bytes = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    body: bytes = s3.get_object(Bucket=BUCKET, Key=key, **READ_ARGS.get(key, {}))["Body"].read()
     return body
 
 
@@ -127,16 +151,17 @@ def check_tiered_reads(
 ) -> None:
     """GET, HEAD, random ranges and the listing: the same bytes and ETags, the new class."""
     for key, body in bodies.items():
-        got = s3.get_object(Bucket=BUCKET, Key=key)
+        args = READ_ARGS.get(key, {})
+        got = s3.get_object(Bucket=BUCKET, Key=key, **args)
         assert got["Body"].read() == body, key
         assert got["StorageClass"] == "GLACIER", key
-        head = s3.head_object(Bucket=BUCKET, Key=key)
+        head = s3.head_object(Bucket=BUCKET, Key=key, **args)
         assert head["ETag"] == heads[key]["ETag"], key
         assert head["StorageClass"] == "GLACIER", key
         for _ in range(3 if body else 0):
             first = rng.randrange(len(body))
             last = rng.randrange(first, len(body))
-            ranged = s3.get_object(Bucket=BUCKET, Key=key, Range=f"bytes={first}-{last}")
+            ranged = s3.get_object(Bucket=BUCKET, Key=key, Range=f"bytes={first}-{last}", **args)
             assert ranged["Body"].read() == body[first : last + 1], (key, first, last)
     listed = s3.list_objects_v2(Bucket=BUCKET)["Contents"]
     assert {o["Key"]: o["StorageClass"] for o in listed} == {k: "GLACIER" for k in bodies}
@@ -159,14 +184,17 @@ def test_transition_to_a_file_tier_and_back_out(
     cluster: MaintenanceCluster, tmp_path: Path
 ) -> None:
     rng = random.Random(20261129)
-    s3 = start(cluster)
+    s3 = start(cluster, cluster_key=True)
+    env = key_env(cluster)
     tier_dir = tmp_path / "cold"
     added = admin(
         cluster, "tier", "add", "COLD", f"file://{tier_dir}", "--storage-class", "GLACIER"
     )
     assert added.returncode == 0, added.stderr
     bodies = put_objects(s3, rng)
-    heads = {key: s3.head_object(Bucket=BUCKET, Key=key) for key in bodies}
+    heads = {
+        key: s3.head_object(Bucket=BUCKET, Key=key, **READ_ARGS.get(key, {})) for key in bodies
+    }
     s3.put_bucket_lifecycle_configuration(
         Bucket=BUCKET,
         LifecycleConfiguration={"Rules": TIER_RULES},
@@ -178,7 +206,7 @@ def test_transition_to_a_file_tier_and_back_out(
         message="writer ledgers closed",
     )
     now = later_text()
-    report = cluster.report("--grace", "0", "--now", now)
+    report = cluster.report("--grace", "0", "--now", now, env=env)
     assert report["objects_tiered"] == len(bodies), report
     assert report["segments_written"] == 1, report
     assert report["tier_bytes_written"] >= sum(len(b) for b in bodies.values())
@@ -199,7 +227,7 @@ def test_transition_to_a_file_tier_and_back_out(
     for key in bodies:
         if key != kept:
             s3.delete_object(Bucket=BUCKET, Key=key)
-    rewritten = cluster.report("--grace", "0", "--now", now)
+    rewritten = cluster.report("--grace", "0", "--now", now, env=env)
     assert rewritten["restores_expired"] == 1, rewritten
     assert rewritten["segments_rewritten"] == 1, rewritten
     assert rewritten["objects_rewritten"] == 1 and rewritten["objects_tiered"] == 0, rewritten
@@ -210,7 +238,7 @@ def test_transition_to_a_file_tier_and_back_out(
     # The last one deleted: the next run removes both segments (no record names them)
     # and its scan finds that the bookies hold none of the objects' bytes.
     s3.delete_object(Bucket=BUCKET, Key=kept)
-    freed = cluster.report("--grace", "0", "--now", now)
+    freed = cluster.report("--grace", "0", "--now", now, env=env)
     assert freed["ledger_bytes"] == 0, freed
     assert freed["segments_removed"] == 2, freed
     assert freed["tier_bytes_freed"] >= segment_bytes, freed
