@@ -14,6 +14,7 @@ from typing import Any
 
 from blobstore.admin._output import Output, add_common_arguments, admin_session, run_async
 from blobstore.ledger.bookie_client import parse_bookie_id
+from blobstore.ledger.passwords import LedgerPasswords
 from blobstore.recovery.decommission import LEDGER_CONCURRENCY_DEFAULT, DecommissionOp
 from blobstore.runtime.errors import UsageError
 from blobstore.wire.zk_layout import decommissioned_path
@@ -26,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--password",
         action="append",
         default=[],
-        help="a ledger password to try besides the object layer's (repeatable)",
+        help="a ledger password to try besides the object layer's (those derived from "
+        "the cluster key, BLOBSTORE_CLUSTER_KEY_FILE, and the fixed one) (repeatable)",
     )
     parser.add_argument(
         "--wait-open-s",
@@ -57,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     _check_arguments(args)
     output = Output(args.json)
-    passwords = [p.encode() for p in args.password]
+    passwords = LedgerPasswords.from_env(foreign=[p.encode() for p in args.password])
 
     async def main() -> DecommissionOp:
         async with admin_session(args.zk) as zk:

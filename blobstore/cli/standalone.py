@@ -972,7 +972,7 @@ blobstore is serving S3 at {endpoint}
   access key:  {access_key}   (the admin user)
   secret key:  {secret_key}
   ZooKeeper:   {zk_line}
-  cluster key: {cluster_key}   (users' secret keys are sealed under it: keep it)
+  cluster key: {cluster_key}   (keep it: ledger passwords, encryption and users' secrets depend on it)
 
 boto3:
   import boto3

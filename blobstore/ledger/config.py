@@ -14,9 +14,12 @@ from blobstore.ledger.errors import BadLedgerConfigError
 
 ENV_PREFIX = "BLOBSTORE_LEDGER_"
 
-# The password and purpose of the ledgers the gateways write objects to. Recovery (the
-# sweeper, the auditor, decommission) opens and copies them with this password, as
-# BookKeeper's autorecovery takes the clients' password from their shared settings.
+# The purpose of the ledgers the gateways write objects to, and their fixed password:
+# every object ledger's when the cluster has no cluster key (the weaker mode), and that
+# of ledgers written before it had one. With a key, each ledger gets its own password,
+# derived from the key and its id (`passwords.py`); recovery (the sweeper, the auditor,
+# decommission) derives the same, as BookKeeper's autorecovery takes the clients'
+# password from their shared settings.
 OBJECT_LEDGER_PASSWORD = b"blobstore-objects"
 OBJECT_LEDGER_PURPOSE = "objects"
 

@@ -2,12 +2,17 @@
 
 One client per process is enough: it shares one BookieClientPool (one connection per
 bookie) and one ZooKeeper session among all its ledger handles.
+
+A ledger's password is given as bytes, or as `LedgerPasswords` (object ledgers,
+`passwords.py`): a new ledger then gets the password of the id it is allocated, and
+opening takes the known password whose hash the metadata keeps.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 
 from blobstore.ledger.bookie_client import BookieClientPool
 from blobstore.ledger.config import LedgerConfig
@@ -22,6 +27,7 @@ from blobstore.ledger.ledger_metadata import (
     password_hash,
 )
 from blobstore.ledger.ledger_recovery_op import LedgerRecoveryOp
+from blobstore.ledger.passwords import LedgerPasswords
 from blobstore.ledger.read_repair import ReadRepairQueue
 from blobstore.runtime.zk import ZooKeeperClient
 
@@ -89,17 +95,19 @@ class LedgerClient:
         ensemble_size: int = 3,
         write_quorum: int = 2,
         ack_quorum: int = 2,
-        password: bytes = b"",
+        password: bytes | LedgerPasswords = b"",
         metadata: dict[str, str] | None = None,
         *,
         ack_quorum_min: int | None = None,
     ) -> LedgerHandle:
         """A new ledger on E writable bookies. With `ack_quorum_min`, fewer writable
         bookies than E (one of three down) shrink E, then WQ, then AQ to the bookies
-        there are, AQ never below `ack_quorum_min`; without it, E bookies or an error."""
+        there are, AQ never below `ack_quorum_min`; without it, E bookies or an error.
+        `password`: the ledger's, or LedgerPasswords (the one for the id allocated)."""
         check_quorums(ensemble_size, write_quorum, ack_quorum)
-        if not isinstance(password, bytes):
-            raise BadLedgerConfigError("password must be bytes")
+        if not isinstance(password, (bytes, LedgerPasswords)):
+            raise BadLedgerConfigError("password must be bytes or LedgerPasswords")
+        password_of = _password_function(password)
         candidates, unusable = await self.placement_candidates(refresh=False)
         quorums = Quorums(ensemble_size, write_quorum, ack_quorum)
         if ack_quorum_min is not None:
@@ -109,7 +117,12 @@ class LedgerClient:
         )
         versioned = await self.manager.create(
             lambda ledger_id: new_metadata(
-                ledger_id, ensemble, quorums.write_quorum, quorums.ack_quorum, password, metadata
+                ledger_id,
+                ensemble,
+                quorums.write_quorum,
+                quorums.ack_quorum,
+                password_of(ledger_id),
+                metadata,
             )
         )
         ledger_id = versioned.value.ledger_id
@@ -130,17 +143,16 @@ class LedgerClient:
                 quorums.ack_quorum,
                 ack_quorum,
             )
-        return LedgerHandle(self, versioned, password, writable=True)
+        return LedgerHandle(self, versioned, password_of(ledger_id), writable=True)
 
     async def open_ledger(
-        self, ledger_id: int, password: bytes = b"", *, recovery: bool = True
+        self, ledger_id: int, password: bytes | LedgerPasswords = b"", *, recovery: bool = True
     ) -> LedgerHandle:
-        """A read handle. With recovery, an OPEN ledger is fenced and closed first."""
+        """A read handle. With recovery, an OPEN ledger is fenced and closed first.
+        LedgerUnauthorizedError when the ledger's password is not `password` (not one
+        of those it knows, for LedgerPasswords)."""
         versioned = await self.manager.read(ledger_id)
-        if versioned.value.password_hash != password_hash(password):
-            raise LedgerUnauthorizedError(
-                f"ledger_id={ledger_id}: wrong password", ledger_id=ledger_id
-            )
+        password = _ledger_password(ledger_id, versioned.value.password_hash, password)
         if recovery and not versioned.value.closed:
             versioned = await LedgerRecoveryOp(self, ledger_id, password).run()
         handle = LedgerHandle(self, versioned, password, writable=False)
@@ -158,3 +170,30 @@ class LedgerClient:
 
     async def list_ledger_ids(self) -> list[int]:
         return await self.manager.list_ledger_ids()
+
+
+def _password_function(password: bytes | LedgerPasswords) -> Callable[[int], bytes]:
+    """Ledger id -> the password a new ledger of that id gets."""
+    if isinstance(password, LedgerPasswords):
+        return password.for_new_ledger
+    return lambda _ledger_id: password
+
+
+def _ledger_password(ledger_id: int, stored_hash: str, password: bytes | LedgerPasswords) -> bytes:
+    """The password whose hash the ledger's metadata keeps; LedgerUnauthorizedError
+    when it is not `password` (none of them)."""
+    if isinstance(password, bytes):
+        if stored_hash != password_hash(password):
+            raise LedgerUnauthorizedError(
+                f"ledger_id={ledger_id}: wrong password", ledger_id=ledger_id
+            )
+        return password
+    known = password.matching(ledger_id, stored_hash)
+    if known is None:
+        raise LedgerUnauthorizedError(
+            f"ledger_id={ledger_id}: wrong password: none of those known here "
+            f"({password.describe()}) is the ledger's; was it written under another "
+            "cluster key?",
+            ledger_id=ledger_id,
+        )
+    return known

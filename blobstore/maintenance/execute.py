@@ -49,8 +49,9 @@ from blobstore.catalog.errors import (
 )
 from blobstore.catalog.records import Extent, ObjectRecord
 from blobstore.ledger import LedgerClient, LedgerHandle
-from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD, OBJECT_LEDGER_PURPOSE
+from blobstore.ledger.config import OBJECT_LEDGER_PURPOSE
 from blobstore.ledger.errors import LedgerError, NotEnoughBookiesError
+from blobstore.ledger.passwords import LedgerPasswords
 from blobstore.maintenance import hooks
 from blobstore.maintenance.lifecycle import ActionKind
 from blobstore.maintenance.scan import ABORT_UPLOAD, RESTORE_EXPIRED, Session
@@ -152,10 +153,11 @@ async def _compact_all(
 ) -> list[tuple[Any, ...]]:
     rows: list[tuple[Any, ...]] = []
     limit = RateLimit(bytes_per_s)
+    passwords = LedgerPasswords.from_env()  # the executor's cluster key, as the gateways'
     async with writer_session(session) as (catalog, client, writer_id):
         for task in tasks:
             try:
-                rows.extend(await _compact_one(catalog, client, writer_id, task, limit))
+                rows.extend(await _compact_one(catalog, client, writer_id, task, limit, passwords))
             except NotEnoughBookiesError as e:
                 # No room to copy into (every bookie read-only, e.g. full): the ledger is
                 # compacted by a later run, once GC has freed the disks.
@@ -171,15 +173,20 @@ async def _compact_all(
 
 
 async def _compact_one(
-    catalog: Catalog, client: LedgerClient, writer_id: str, task: CompactTask, limit: RateLimit
+    catalog: Catalog,
+    client: LedgerClient,
+    writer_id: str,
+    task: CompactTask,
+    limit: RateLimit,
+    passwords: LedgerPasswords,
 ) -> list[tuple[Any, ...]]:
-    old = await client.open_ledger(task.ledger_id, OBJECT_LEDGER_PASSWORD, recovery=False)
+    old = await client.open_ledger(task.ledger_id, passwords, recovery=False)
     meta = old.metadata
     new = await client.create_ledger(
         meta.ensemble_size,
         meta.write_quorum,
         meta.ack_quorum,
-        OBJECT_LEDGER_PASSWORD,
+        passwords,
         metadata={
             "purpose": OBJECT_LEDGER_PURPOSE,
             "writer": writer_id,

@@ -35,8 +35,8 @@ from blobstore.catalog import Catalog
 from blobstore.catalog.condemned import CondemnedLedgers
 from blobstore.catalog.config import CatalogConfig
 from blobstore.ledger import LedgerClient
-from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD
 from blobstore.ledger.errors import LedgerError
+from blobstore.ledger.passwords import LedgerPasswords
 from blobstore.maintenance import (
     execute,
     gc,
@@ -398,13 +398,14 @@ async def _recover_orphans(state: Run, result: ScanResult) -> None:
     if not orphaned:
         return
     client = LedgerClient(state.zk)
+    passwords = LedgerPasswords.from_env()
     await client.start()
     try:
         for ledger_id in orphaned:
             if await state.zk.exists(gateway_path(result.stats[ledger_id].writer)) is not None:
                 continue  # its writer just came back
             try:
-                await client.open_ledger(ledger_id, OBJECT_LEDGER_PASSWORD, recovery=True)
+                await client.open_ledger(ledger_id, passwords, recovery=True)
             except LedgerError as e:
                 state.report.errors.append(f"recovery of orphaned ledger {ledger_id}: {e}")
                 continue

@@ -26,6 +26,7 @@ from cachetools import LRUCache
 
 from blobstore.ledger import LedgerClient, LedgerHandle
 from blobstore.ledger.errors import NoSuchLedgerError
+from blobstore.ledger.passwords import LedgerPasswords
 from blobstore.objects.extents import EntrySpan
 from blobstore.objects.metrics import (
     ENTRY_CACHE_BYTES,
@@ -33,7 +34,6 @@ from blobstore.objects.metrics import (
     OBJECT_BYTES_READ,
     READ_RETRIES,
 )
-from blobstore.objects.writer_pool import LEDGER_PASSWORD
 
 logger = logging.getLogger(__name__)
 
@@ -89,10 +89,14 @@ class EntryCache:
 
 class ReadHandleCache:
     """Open read handles by ledger id, least recently used dropped first. Handles are
-    opened without recovery: reading never disturbs a writer."""
+    opened without recovery: reading never disturbs a writer. `passwords`: the object
+    ledgers' (default: from the cluster key of the environment)."""
 
-    def __init__(self, client: LedgerClient, handles_max: int) -> None:
+    def __init__(
+        self, client: LedgerClient, handles_max: int, passwords: LedgerPasswords | None = None
+    ) -> None:
         self._client = client
+        self._passwords = LedgerPasswords.from_env() if passwords is None else passwords
         self._handles_max = handles_max
         self._handles: OrderedDict[int, asyncio.Task[LedgerHandle]] = OrderedDict()
 
@@ -101,7 +105,7 @@ class ReadHandleCache:
         if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
             task = asyncio.ensure_future(
                 asyncio.wait_for(
-                    self._client.open_ledger(ledger_id, LEDGER_PASSWORD, recovery=False),
+                    self._client.open_ledger(ledger_id, self._passwords, recovery=False),
                     OPEN_TIMEOUT_S,
                 )
             )

@@ -13,7 +13,9 @@ close fails it is opened with recovery, which fences and closes it. A process ki
 open ledgers leaves them to the sweeper of any other gateway (`ledger_sweeper.py`).
 
 Every ledger records its writer (this process's gateway id) in the metadata's custom
-field `writer`, and `purpose=objects`.
+field `writer`, and `purpose=objects`. Its password is derived from the cluster key and
+its id (`blobstore/ledger/passwords.py`); without a cluster key it is the fixed one,
+and the pool says so once, at WARNING, when it starts.
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ from dataclasses import dataclass
 from blobstore.ledger import LedgerClient, LedgerHandle
 from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD, OBJECT_LEDGER_PURPOSE
 from blobstore.ledger.ensemble_placement import BookieInfo
+from blobstore.ledger.passwords import LedgerPasswords
 from blobstore.objects.config import ObjectStoreConfig
 from blobstore.objects.metrics import WRITER_LEDGERS_OPEN, WRITER_LEDGERS_RETIRED
 
 logger = logging.getLogger(__name__)
 
+# The fixed password: every object ledger's without a cluster key, and those written
+# before the cluster had one (new ledgers take `LedgerPasswords`).
 LEDGER_PASSWORD = OBJECT_LEDGER_PASSWORD
 PURPOSE = OBJECT_LEDGER_PURPOSE
 CLOSE_TIMEOUT_S = 30.0
@@ -67,10 +72,20 @@ class LedgerWriterPool:
         config: ObjectStoreConfig,
         writer_id: str,
         clock: Callable[[], float] = time.monotonic,
+        passwords: LedgerPasswords | None = None,
     ) -> None:
+        """`passwords`: the object ledgers' (default: from the cluster key of the
+        environment, BLOBSTORE_CLUSTER_KEY_FILE)."""
         self._client = client
         self._config = config
         self._writer_id = writer_id
+        self._passwords = LedgerPasswords.from_env() if passwords is None else passwords
+        if not self._passwords.derived:
+            logger.warning(
+                "event=ledger_passwords_fixed: no cluster key (BLOBSTORE_CLUSTER_KEY_FILE), "
+                "so every object ledger gets the one fixed password; give the gateways "
+                "the cluster key for a password per ledger (docs/security.md)"
+            )
         self._clock = clock
         self._idle: list[WriterLedger] = []
         self._busy: set[int] = set()  # ledger ids taken by a caller or being closed
@@ -111,7 +126,7 @@ class LedgerWriterPool:
                 ensemble_size=self._config.ensemble_size,
                 write_quorum=self._config.write_quorum,
                 ack_quorum=self._config.ack_quorum,
-                password=LEDGER_PASSWORD,
+                password=self._passwords,
                 metadata={"writer": self._writer_id, "purpose": PURPOSE},
                 ack_quorum_min=self._config.ack_quorum_min,
             )
@@ -223,7 +238,7 @@ class LedgerWriterPool:
             )
         try:
             await asyncio.wait_for(
-                self._client.open_ledger(ledger_id, LEDGER_PASSWORD, recovery=True),
+                self._client.open_ledger(ledger_id, self._passwords, recovery=True),
                 CLOSE_TIMEOUT_S,
             )
             logger.info("event=writer_ledger_recovered ledger_id=%d", ledger_id)

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from blobstore.ledger.passwords import LedgerPasswords
 from blobstore.recovery.cluster_singleton import ClusterSingleton
 from blobstore.recovery.decommission import DecommissionOp
 from blobstore.recovery.metrics import AUDIT_PASSES, AUDIT_RECOVERIES, BOOKIES_MISSING
@@ -156,8 +157,12 @@ class BookieAuditor(ClusterSingleton):
         live_bookies_min: int = 3,
         recovery_rate_bytes_per_s: float = 0.0,
         replica_check: ReplicaCheckSettings | None = None,
+        passwords: LedgerPasswords | None = None,
     ) -> None:
+        """`passwords`: the object ledgers' (default: from the environment's cluster
+        key); recovery copies entries under their master keys."""
         super().__init__(zk, gateway_id, interval_s, AUDITOR_PATH, AUDITOR_LOCK_PATH)
+        self._passwords = LedgerPasswords.from_env() if passwords is None else passwords
         self._replica_check = replica_check or ReplicaCheckSettings.from_env()
         self._recovery_rate_bytes_per_s = recovery_rate_bytes_per_s
         self._gateway_id = gateway_id
@@ -213,6 +218,7 @@ class BookieAuditor(ClusterSingleton):
             self._zk,
             worker_id=self._gateway_id,
             rate_bytes_per_s=self._recovery_rate_bytes_per_s,
+            passwords=self._passwords,
         ).run_once()
 
     async def _claim(self) -> bool:
@@ -278,7 +284,7 @@ class BookieAuditor(ClusterSingleton):
         op = DecommissionOp(
             self._zk,
             bookie,
-            passwords=[],
+            passwords=self._passwords,
             wait_open_s=0.0,
             fence_open=False,
             concurrency=LEDGER_CONCURRENCY,

@@ -22,8 +22,9 @@ it anyway (safe: the writer's next append fails, so that PUT fails and is retrie
 client; nothing acknowledged is lost).
 
 Ledger passwords: metadata keeps only a hash; the master key is derived from the
-password, so the command tries the passwords the object layer uses and those given with
-`--password`, and picks the one whose hash matches.
+password, so the command tries the passwords the object layer uses (the one derived from
+the cluster key and the ledger id, the fixed one: `blobstore/ledger/passwords.py`), the
+empty one, and those given with `--password`, and picks the one whose hash matches.
 
 Progress lives in ZooKeeper: `/ledgers/decommissioning/<bookie>` while the command runs
 (with one child per ledger under way naming the chosen replacements), and
@@ -50,7 +51,6 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from blobstore.ledger import LedgerClient
 from blobstore.ledger.bookie_client import BookieError, BookieUnavailableError
-from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD
 from blobstore.ledger.distribution_schedule import write_set_bookies
 from blobstore.ledger.ensemble_placement import BookieInfo, choose_replacement
 from blobstore.ledger.errors import (
@@ -63,8 +63,8 @@ from blobstore.ledger.ledger_metadata import (
     LedgerMetadata,
     MetadataFormatError,
     Versioned,
-    password_hash,
 )
+from blobstore.ledger.passwords import LedgerPasswords
 from blobstore.ledger.replicas import OK, read_verified
 from blobstore.recovery.metrics import REREPLICATED_BYTES
 from blobstore.recovery.sweeper import GATEWAYS_PATH
@@ -88,7 +88,8 @@ logger = logging.getLogger(__name__)
 
 DECOMMISSIONING_PATH = zk_layout.DECOMMISSIONING_PATH
 DECOMMISSIONED_PATH = zk_layout.DECOMMISSIONED_PATH
-KNOWN_PASSWORDS = (OBJECT_LEDGER_PASSWORD, b"")
+# Besides the object ledgers' passwords, recovery moves ledgers made without one.
+NO_PASSWORD = b""
 CAS_ATTEMPTS_MAX = 16
 COPY_WINDOW_ENTRIES = 16
 LEDGER_CONCURRENCY_DEFAULT = 4
@@ -116,6 +117,11 @@ class LedgerOutcome:
         }
 
 
+def recovery_passwords(passwords: LedgerPasswords) -> LedgerPasswords:
+    """`passwords` and the empty one: what recovery tries on a ledger it moves."""
+    return dataclasses.replace(passwords, foreign=(*passwords.foreign, NO_PASSWORD))
+
+
 class SegmentCopyError(Exception):
     """A segment could not be copied (no good source copy, replacement refused)."""
 
@@ -126,7 +132,7 @@ class DecommissionOp:
         zk: ZooKeeperClient,
         bookie_id: str,
         *,
-        passwords: list[bytes],
+        passwords: LedgerPasswords,
         wait_open_s: float,
         fence_open: bool,
         concurrency: int,
@@ -142,7 +148,7 @@ class DecommissionOp:
         self._started_by = started_by
         self._progress = progress or no_progress
         self.bookie_id = bookie_id
-        self._passwords = {password_hash(p): p for p in [*passwords, *KNOWN_PASSWORDS]}
+        self._passwords = recovery_passwords(passwords)
         self._wait_open_s = wait_open_s
         self._fence_open = fence_open
         self._concurrency = concurrency
@@ -237,10 +243,14 @@ class DecommissionOp:
         if self.bookie_id not in versioned.value.all_bookies():
             return LedgerOutcome(ledger_id, "not_on_bookie")
         outcome = LedgerOutcome(ledger_id, "moved")
-        password = self._passwords.get(versioned.value.password_hash)
+        password = self._passwords.matching(ledger_id, versioned.value.password_hash)
         if password is None:
             return LedgerOutcome(
-                ledger_id, "skipped", "unknown ledger password (pass it with --password)"
+                ledger_id,
+                "skipped",
+                f"unknown ledger password: not {self._passwords.describe()}, nor the empty "
+                "one (written under another cluster key? another application's ledger: "
+                "give its password with --password)",
             )
         if not versioned.value.closed:
             closed = await self._close_open_ledger(versioned, password)

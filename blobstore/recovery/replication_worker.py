@@ -37,10 +37,11 @@ from blobstore.ledger import LedgerClient
 from blobstore.ledger.bookie_client import BookieError, BookieUnavailableError
 from blobstore.ledger.distribution_schedule import write_set_bookies
 from blobstore.ledger.errors import NoSuchLedgerError
-from blobstore.ledger.ledger_metadata import LedgerMetadata, password_hash
+from blobstore.ledger.ledger_metadata import LedgerMetadata
+from blobstore.ledger.passwords import LedgerPasswords
 from blobstore.ledger.replicas import OK, UNAVAILABLE, read_verified
 from blobstore.recovery import underreplication
-from blobstore.recovery.decommission import KNOWN_PASSWORDS
+from blobstore.recovery.decommission import recovery_passwords
 from blobstore.recovery.metrics import (
     REPLICA_REPAIRED_BYTES,
     REPLICA_REPAIRS,
@@ -124,12 +125,15 @@ class ReplicationWorker:
         *,
         worker_id: str,
         rate_bytes_per_s: float = 0.0,
-        passwords: list[bytes] | None = None,
+        passwords: LedgerPasswords | None = None,
     ) -> None:
-        """`rate_bytes_per_s`: the most entry bytes copied per second (0: no limit)."""
+        """`rate_bytes_per_s`: the most entry bytes copied per second (0: no limit).
+        `passwords`: the ledgers' (default: from the environment's cluster key)."""
         self._zk = zk
         self._worker_id = worker_id
-        self._passwords = {password_hash(p): p for p in [*(passwords or []), *KNOWN_PASSWORDS]}
+        self._passwords = recovery_passwords(
+            LedgerPasswords.from_env() if passwords is None else passwords
+        )
         self._limiter = AsyncLimiter(rate_bytes_per_s, 1.0) if rate_bytes_per_s > 0 else None
         self._client = LedgerClient(zk)  # a fresh one per pass (`run_once`)
         self._live: set[str] = set()
@@ -165,7 +169,7 @@ class ReplicationWorker:
             return LedgerRepair(ledger_id, "dropped")
         if not metadata.closed:
             return LedgerRepair(ledger_id, "open")
-        password = self._passwords.get(metadata.password_hash)
+        password = self._passwords.matching(ledger_id, metadata.password_hash)
         if password is None:
             logger.warning("event=replica_repair_skipped ledger_id=%d: unknown password", ledger_id)
             return LedgerRepair(ledger_id, "no_password")

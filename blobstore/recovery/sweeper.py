@@ -38,9 +38,9 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from blobstore.ledger import LedgerClient
-from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD as LEDGER_PASSWORD
 from blobstore.ledger.config import OBJECT_LEDGER_PURPOSE as PURPOSE
 from blobstore.ledger.errors import NoSuchLedgerError
+from blobstore.ledger.passwords import LedgerPasswords
 from blobstore.recovery.cluster_singleton import ClusterSingleton
 from blobstore.recovery.metrics import SWEEP_ROUNDS, SWEPT_LEDGERS
 from blobstore.runtime.zk import ZooKeeperClient
@@ -122,9 +122,12 @@ class LedgerSweeper(ClusterSingleton):
         gateway_id: str,
         interval_s: float,
         owned_ledger_ids: Callable[[], set[int]],
+        passwords: LedgerPasswords | None = None,
     ) -> None:
+        """`passwords`: the object ledgers' (default: from the environment's cluster key)."""
         super().__init__(zk, gateway_id, interval_s, SWEEPER_PATH, SWEEPER_LOCK_PATH)
         self._client = client
+        self._passwords = LedgerPasswords.from_env() if passwords is None else passwords
         self._gateway_id = gateway_id
         self._owned_ledger_ids = owned_ledger_ids
         # CLOSED is final: those ledgers' metadata is never read again.
@@ -186,7 +189,7 @@ class LedgerSweeper(ClusterSingleton):
                 continue
             try:
                 await asyncio.wait_for(
-                    self._client.open_ledger(ledger_id, LEDGER_PASSWORD, recovery=True),
+                    self._client.open_ledger(ledger_id, self._passwords, recovery=True),
                     RECOVER_TIMEOUT_S,
                 )
             except NoSuchLedgerError:

@@ -1,7 +1,8 @@
 """The cluster key on Kubernetes: the chart generates it once (random, kept by upgrades
 and by `helm uninstall`) or takes an operator's Secret, and every pod whose program opens
-sealed secrets mounts it read-only and finds it through BLOBSTORE_CLUSTER_KEY_FILE; no
-other pod gets it, and it is never an environment value."""
+sealed secrets or object ledgers (their passwords are derived from it) mounts it
+read-only and finds it through BLOBSTORE_CLUSTER_KEY_FILE; no other pod gets it, and it
+is never an environment value."""
 
 from __future__ import annotations
 
@@ -46,9 +47,12 @@ KEY_READERS = {
     "blobstore/admin/du.py": "admin",
     "blobstore/admin/kms.py": "admin",
     "blobstore/cli/standalone.py": "standalone",  # not on Kubernetes: its own key file
+    # Object ledgers' passwords: every process that opens object ledgers (the gateway,
+    # maintain and its executors, admin too); autorecovery only for them.
+    "blobstore/ledger/passwords.py": "autorecovery",
 }
 # The blobstore commands (and Spark's executor) whose containers get the key.
-KEY_COMMANDS = {"gateway", "maintain", "spark-executor"}
+KEY_COMMANDS = {"gateway", "maintain", "spark-executor", "autorecovery"}
 
 
 @pytest.fixture
@@ -145,7 +149,7 @@ def test_every_pod_that_reads_the_key_mounts_it_and_no_other(value_set: str) -> 
             assert CLUSTER_KEY_FILE_ENV not in names, invocation.where
             mounted = {m["name"] for m in c.get("volumeMounts", [])}
             assert "cluster-key" not in mounted, invocation.where
-    expected = {"gateway", "maintain"}
+    expected = {"gateway", "maintain", "autorecovery"}
     if values.get("maintenance", {}).get("spark", {}).get("mode") == "kubernetes":
         expected.add("spark-executor")
     assert readers == expected

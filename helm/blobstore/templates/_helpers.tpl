@@ -162,7 +162,7 @@ podAntiAffinity:
 {{- .Values.clusterKey.existingSecret | default (include "blobstore.componentName" (dict "root" . "component" "cluster-key")) -}}
 {{- end -}}
 
-{{/* Where the pods that open users' secrets find the cluster key. */}}
+{{/* Where the pods that open users' secrets or object ledgers find the cluster key. */}}
 {{- define "blobstore.clusterKeyDir" -}}
 /etc/blobstore/cluster-key
 {{- end -}}
