@@ -14,16 +14,28 @@ of STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER is signed the same way.
 Decoded data is handed out as it arrives, before the enclosing chunk's signature (or the
 body's checksum) is known to be good. Every check runs before the iteration ends: a
 caller that commits only when the iterator finishes normally never commits bad bytes.
-Parsing works on whole received buffers with find(); no per-byte Python loops.
+Parsing works on whole received buffers with find(); no per-byte Python loops. The
+per-byte work runs off the event loop for a large body: `PayloadReader` hands the MD5,
+the checksum, a declared SHA-256 and the signed chunks' SHA-256 and signature checks
+(deferred by the decoder, chained on the signatures as provided) to a thread, a batch
+at a time (`OffLoopHashing`), and awaits all of it before its iteration ends.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
+from concurrent.futures import Executor
 
-from s3api.checksums import BodyDigest, BodyHasher, RequestChecksums
+from s3api.checksums import (
+    BodyDigest,
+    BodyHasher,
+    OffLoopHashing,
+    RequestChecksums,
+    shared_hash_executor,
+)
 from s3api.errors import S3Error
 from s3api.limits import PUT_OBJECT_SIZE_MAX
 from s3api.sigv4 import (
@@ -97,6 +109,28 @@ def strip_aws_chunked(content_encoding: str | None) -> str | None:
     return ",".join(kept).strip(" \t,") or None
 
 
+def _checked_signature(auth: AuthContext | None, string_to_sign: bytes, provided: bytes) -> bytes:
+    """The signature of string_to_sign -> SignatureDoesNotMatch unless it is `provided`."""
+    assert auth is not None
+    expected = hmac.digest(auth.signing_key, string_to_sign, "sha256").hex().encode("ascii")
+    if not hmac.compare_digest(expected, provided):
+        raise S3Error(
+            "SignatureDoesNotMatch",
+            AWSAccessKeyId=auth.access_key,
+            StringToSign=string_to_sign.decode("ascii"),
+            SignatureProvided=provided.decode("ascii", "replace"),
+        )
+    return expected
+
+
+def _check_chunk(
+    auth: AuthContext | None, chunk_hash: hashlib._Hash, string_to_sign_head: bytes, provided: bytes
+) -> None:
+    """A deferred chunk check (`ChunkedDecoder.take_deferred`), once its data is hashed."""
+    string_to_sign = string_to_sign_head + chunk_hash.hexdigest().encode("ascii")
+    _checked_signature(auth, string_to_sign, provided)
+
+
 class ChunkedDecoder:
     """Incremental aws-chunked decoder: feed() received buffers, finish() at end of body.
 
@@ -124,6 +158,7 @@ class ChunkedDecoder:
         "_trailer_bytes",
         "_short_chunk_size",
         "_chunk_count",
+        "_deferred",
         "decoded_size",
         "trailers",
     )
@@ -136,6 +171,7 @@ class ChunkedDecoder:
         decoded_length: int | None,
         trailer_names: Iterable[str] = (),
         size_max: int = PUT_OBJECT_SIZE_MAX,
+        defer_chunk_checks: bool = False,
     ) -> None:
         assert mode in (STREAMING_SIGNED, STREAMING_SIGNED_TRAILER, STREAMING_UNSIGNED_TRAILER), (
             mode
@@ -163,6 +199,7 @@ class ChunkedDecoder:
         self._trailer_bytes = 0
         self._short_chunk_size = 0
         self._chunk_count = 0
+        self._deferred: list[Callable[[], object]] | None = [] if defer_chunk_checks else None
         self.decoded_size = 0
         self.trailers: dict[str, str] = {}
 
@@ -181,13 +218,13 @@ class ChunkedDecoder:
                 take = min(self._remaining, end - position)
                 piece = data if take == end else data[position : position + take]
                 if self._signed:
-                    self._chunk_hash.update(piece)
+                    self._hash_chunk_data(piece)
                 out.append(piece)
                 position += take
                 self._remaining -= take
                 if self._remaining == 0:
                     if self._signed:
-                        self._verify_chunk(self._chunk_hash.hexdigest())
+                        self._end_signed_chunk()
                     self._state = _DATA_END
                     self._crlf_seen = 0
             elif state == _DATA_END:
@@ -302,21 +339,43 @@ class ChunkedDecoder:
         ).encode("ascii")
 
     def _check_signature(self, string_to_sign: bytes, provided: bytes) -> None:
-        auth = self._auth
-        assert auth is not None
-        expected = hmac.digest(auth.signing_key, string_to_sign, "sha256").hex()
-        if not hmac.compare_digest(expected.encode("ascii"), provided):
-            raise S3Error(
-                "SignatureDoesNotMatch",
-                AWSAccessKeyId=auth.access_key,
-                StringToSign=string_to_sign.decode("ascii"),
-                SignatureProvided=provided.decode("ascii", "replace"),
-            )
-        self._previous_signature = expected.encode("ascii")
+        self._previous_signature = _checked_signature(self._auth, string_to_sign, provided)
 
     def _verify_chunk(self, data_hash: str) -> None:
         string_to_sign = self._string_to_sign("AWS4-HMAC-SHA256-PAYLOAD", EMPTY_SHA256, data_hash)
         self._check_signature(string_to_sign, self._chunk_signature)
+
+    def take_deferred(self) -> list[Callable[[], object]]:
+        """With defer_chunk_checks: the work fed buffers left to do, in order (hashing
+        signed chunks' data, then checking each chunk's signature; a check raises
+        SignatureDoesNotMatch). The caller runs all of it, in order, before it trusts
+        the body; anywhere (a thread will do), as it touches no decoder state."""
+        assert self._deferred is not None, "chunk checks are not deferred"
+        work, self._deferred = self._deferred, []
+        return work
+
+    def _hash_chunk_data(self, piece: bytes) -> None:
+        if self._deferred is None:
+            self._chunk_hash.update(piece)
+        else:
+            self._deferred.append(functools.partial(self._chunk_hash.update, piece))
+
+    def _end_signed_chunk(self) -> None:
+        if self._deferred is None:
+            self._verify_chunk(self._chunk_hash.hexdigest())
+            return
+        # The next chunk chains on this signature as provided: if it is not the one
+        # expected, this chunk's deferred check fails, and the body with it.
+        check = functools.partial(
+            _check_chunk,
+            self._auth,
+            self._chunk_hash,
+            # all of the string to sign but the chunk's hash, which ends it
+            self._string_to_sign("AWS4-HMAC-SHA256-PAYLOAD", EMPTY_SHA256, ""),
+            self._chunk_signature,
+        )
+        self._deferred.append(check)
+        self._previous_signature = self._chunk_signature
 
     def _trailer_line(self, line: bytes) -> None:
         self._trailer_bytes += len(line) + 2
@@ -377,6 +436,9 @@ class PayloadReader:
     headers is looked up with lowercase names (starlette Headers or a lowercase dict).
     extra_algorithms: checksums to compute although the request named none;
     default_algorithm: the one to compute when neither names any (`BodyHasher`).
+    A large body is hashed in `hash_executor` (the process's shared pool by default), a
+    batch at a time, while its pieces are handed on (`OffLoopHashing`); the iteration
+    still ends only after every byte was hashed and checked.
     """
 
     __slots__ = (
@@ -388,6 +450,7 @@ class PayloadReader:
         "_decoder",
         "_hasher",
         "_size_max",
+        "_hash_executor",
         "digest",
         "expect",
     )
@@ -401,10 +464,12 @@ class PayloadReader:
         size_max: int = PUT_OBJECT_SIZE_MAX,
         extra_algorithms: Iterable[str] = (),
         default_algorithm: str | None = None,
+        hash_executor: Executor | None = None,
     ) -> None:
         self._source = source
         self._auth = auth
         self._size_max = size_max
+        self._hash_executor = hash_executor or shared_hash_executor()
         self.expect = RequestChecksums.from_headers(headers)
         self._hasher = BodyHasher(
             self.expect, extra_algorithms=extra_algorithms, default_algorithm=default_algorithm
@@ -434,6 +499,7 @@ class PayloadReader:
                 decoded_length=parse_decoded_content_length(headers),
                 trailer_names=trailer.split(",") if trailer else (),
                 size_max=size_max,
+                defer_chunk_checks=True,
             )
             self._length = None
         else:
@@ -442,13 +508,18 @@ class PayloadReader:
                 raise S3Error("EntityTooLarge", ProposedSize=self._length, MaxSizeAllowed=size_max)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        if self._decoder is not None:
-            async for piece in self._decoder.decode(self._source):
-                self._hasher.update(piece)
+        hashing = OffLoopHashing((self._hasher.update,), self._hash_executor)
+        decoder = self._decoder
+        if decoder is not None:
+            async for piece in decoder.decode(self._source):
+                await hashing.update(piece, decoder.take_deferred())
                 yield piece
-            self.digest = self._hasher.finish(self._decoder.trailers)
+            await hashing.flush(decoder.take_deferred())
+            self.digest = self._hasher.finish(decoder.trailers)
             return
         sha256 = hashlib.sha256() if self._mode == PAYLOAD_SHA256 else None
+        if sha256 is not None:
+            hashing = OffLoopHashing((self._hasher.update, sha256.update), self._hash_executor)
         size = 0
         async for piece in self._source:
             if not piece:
@@ -458,12 +529,11 @@ class PayloadReader:
                 raise S3Error("EntityTooLarge", ProposedSize=size, MaxSizeAllowed=self._size_max)
             if self._length is not None and size > self._length:
                 raise S3Error("InvalidRequest", "The body is longer than Content-Length")
-            if sha256 is not None:
-                sha256.update(piece)
-            self._hasher.update(piece)
+            await hashing.update(piece)
             yield piece
         if self._length is not None and size != self._length:
             raise S3Error("IncompleteBody")
+        await hashing.flush()
         if sha256 is not None and sha256.hexdigest() != self._declared_hash:
             raise S3Error(
                 "XAmzContentSHA256Mismatch",

@@ -1,18 +1,27 @@
 """Object checksums as S3 speaks them: Content-MD5, x-amz-checksum-* and multipart forms.
 
-CRC32, CRC32C and CRC64NVME run in awscrt's C code, MD5/SHA1/SHA256 in hashlib, so the
-gateway hashes at memory speed. S3 shows every checksum as the base64 of its big-endian
-digest. A multipart object carries either a COMPOSITE checksum (the checksum of the
-concatenated part digests, suffixed "-N") or, for the CRCs, a FULL_OBJECT checksum
-combined from the part CRCs without reading the bytes again.
+CRC32C and CRC64NVME run in awscrt's C code, CRC32 in zlib's (the same CRC, about twice
+as fast here as awscrt's), MD5/SHA1/SHA256 in hashlib, so the gateway hashes at memory
+speed. A large body is hashed off the event loop (`OffLoopHashing`): a thread does one
+pass over each batch of pieces, MD5 and checksums together, while the loop goes on
+receiving and appending; hashlib and zlib release the GIL on large buffers.
+
+S3 shows every checksum as the base64 of its big-endian digest. A multipart object
+carries either a COMPOSITE checksum (the checksum of the concatenated part digests,
+suffixed "-N") or, for the CRCs, a FULL_OBJECT checksum combined from the part CRCs
+without reading the bytes again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
+import os
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from awscrt import checksums as crt
@@ -28,6 +37,8 @@ __all__ = [
     "COMPOSITE",
     "Checksum",
     "FULL_OBJECT",
+    "HASH_BATCH_BYTES",
+    "OffLoopHashing",
     "RequestChecksums",
     "combine_full_object",
     "composite_checksum",
@@ -39,6 +50,7 @@ __all__ = [
     "parse_algorithm",
     "parse_checksum_type",
     "parse_content_md5",
+    "shared_hash_executor",
 ]
 
 ALGORITHMS = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
@@ -47,7 +59,7 @@ ALGORITHMS = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
 DEFAULT_ALGORITHM = "CRC64NVME"
 _DIGEST_SIZES = {"CRC32": 4, "CRC32C": 4, "CRC64NVME": 8, "SHA1": 20, "SHA256": 32}
 _CRC_FUNCTIONS: dict[str, Callable[[bytes, int], int]] = {
-    "CRC32": crt.crc32,
+    "CRC32": zlib.crc32,
     "CRC32C": crt.crc32c,
     "CRC64NVME": crt.crc64nvme,
 }
@@ -65,6 +77,11 @@ _TYPES = {
     "SHA256": (COMPOSITE,),
 }
 assert set(_DIGEST_SIZES) == set(ALGORITHMS) == set(_TYPES)
+# A body is hashed in a thread a batch of this many bytes at a time (a thread hop costs
+# tens of microseconds, hashing a batch about a millisecond); a body shorter than one
+# batch is hashed on the loop, as a thread hop would cost it more than it saves.
+HASH_BATCH_BYTES = 512 * 1024
+HASH_THREADS = 2
 
 Buffer = bytes | bytearray | memoryview
 
@@ -340,6 +357,102 @@ class BodyHasher:
                 raise mismatch_error(checksum.algorithm)
             values[checksum.algorithm] = base64.b64encode(digest).decode("ascii")
         return BodyDigest(self._size, md5.hex(), values)
+
+
+_shared_executor: ThreadPoolExecutor | None = None
+
+
+def shared_hash_executor() -> Executor:
+    """The process's pool for hashing request bodies (made on first use; a forked child
+    makes its own, as the parent's threads are not in it)."""
+    global _shared_executor
+    if _shared_executor is None:
+        _shared_executor = ThreadPoolExecutor(HASH_THREADS, thread_name_prefix="body-hash")
+    return _shared_executor
+
+
+def _forget_shared_executor() -> None:
+    global _shared_executor
+    _shared_executor = None
+
+
+os.register_at_fork(after_in_child=_forget_shared_executor)
+
+
+def _retrieve(job: asyncio.Future[None]) -> None:
+    if not job.cancelled():
+        job.exception()
+
+
+class OffLoopHashing:
+    """Runs a body's hash updates in a thread, in order, a batch of pieces at a time.
+
+    `updates` are called on every piece, in piece order (MD5, checksums and a declared
+    SHA-256 in one pass over a piece while it is in the cache). At most one batch per
+    body is in the thread: the next one waits for it, so the updates keep their order
+    and a body's pieces are never hashed faster than one thread can. The pieces must
+    not change once given (bytes, as received). `work` given with a piece (the aws-chunked
+    decoder's chunk hashing and signature checks) runs in the same job, after the
+    batch's updates, in the order given; an exception it raises is raised by the next
+    `update` or by `flush`. A body that never fills a batch is hashed on the loop by
+    `flush`, which returns once every piece given is hashed and all work done.
+    """
+
+    __slots__ = ("_updates", "_executor", "_batch", "_batch_bytes", "_work", "_running")
+
+    def __init__(
+        self, updates: Sequence[Callable[[Buffer], object]], executor: Executor | None
+    ) -> None:
+        self._updates = tuple(updates)
+        self._executor = executor
+        self._batch: list[Buffer] = []
+        self._batch_bytes = 0
+        self._work: list[Callable[[], object]] = []
+        self._running: asyncio.Future[None] | None = None
+
+    async def update(self, piece: Buffer, work: Sequence[Callable[[], object]] = ()) -> None:
+        self._batch.append(piece)
+        self._batch_bytes += len(piece)
+        self._work.extend(work)
+        if self._batch_bytes >= HASH_BATCH_BYTES and self._executor is not None:
+            await self._submit()
+
+    async def flush(self, work: Sequence[Callable[[], object]] = ()) -> None:
+        self._work.extend(work)
+        if self._executor is None or (
+            self._running is None and self._batch_bytes < HASH_BATCH_BYTES
+        ):
+            self._hash(*self._take())  # small body: a thread hop would cost more
+            return
+        if self._batch or self._work:
+            await self._submit()
+        running, self._running = self._running, None
+        if running is not None:
+            await running
+
+    async def _submit(self) -> None:
+        if self._running is not None:
+            running, self._running = self._running, None
+            await running
+        loop = asyncio.get_running_loop()
+        self._running = loop.run_in_executor(self._executor, self._hash, *self._take())
+        # A body given up on (its request failed) never awaits its last job: whatever
+        # that job raised is retrieved here, not reported as never retrieved.
+        self._running.add_done_callback(_retrieve)
+
+    def _take(self) -> tuple[list[Buffer], list[Callable[[], object]]]:
+        batch, work = self._batch, self._work
+        self._batch, self._work = [], []
+        self._batch_bytes = 0
+        return batch, work
+
+    def _hash(self, batch: list[Buffer], work: list[Callable[[], object]]) -> None:
+        updates = self._updates
+        for piece in batch:
+            for update in updates:
+                update(piece)
+        for step in work:
+            step()
 
 
 def multipart_etag(part_md5_hexes: Sequence[str]) -> str:

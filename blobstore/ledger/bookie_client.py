@@ -264,6 +264,23 @@ def _call_answer(answer: Answer, frame: protocol.Frame | None, error: BaseExcept
         logger.exception("bookie answer callback failed")
 
 
+def _cut_frame(buffer: bytearray, start: int, end: int) -> protocol.Frame:
+    """The frame at buffer[start:end] (after its length prefix), its bytes copied once
+    out of the receive buffer, which is reused: the body, or for an OK READ_ENTRY
+    answer the entry alone, decoded in place (`Frame.read_response`)."""
+    version, op, status, request_id = protocol.FRAME_HEADER.unpack_from(buffer, start)
+    body_start = start + protocol.FRAME_HEADER_BYTES
+    with memoryview(buffer) as view, view[body_start:end] as body:
+        if (
+            op == Op.READ_ENTRY
+            and status == Status.OK
+            and len(body) >= protocol.READ_RESPONSE_HEADER_BYTES
+        ):
+            response = protocol.ReadResponse.decode(body)
+            return protocol.Frame(version, op, status, request_id, b"", response)
+        return protocol.Frame(version, op, status, request_id, bytes(body))
+
+
 class _AnswerProtocol(asyncio.BufferedProtocol):
     """The transport of one bookie connection: answer frames are cut from the bytes as
     they arrive, in the receive buffer the transport fills in place (the bookie's
@@ -294,7 +311,6 @@ class _AnswerProtocol(asyncio.BufferedProtocol):
         size = received.end
         position = received.start
         prefix = protocol.FRAME_LENGTH.size
-        header = prefix + protocol.FRAME_HEADER_BYTES
         answer_frame = self.connection._answer_frame
         while size - position >= prefix:
             (length,) = protocol.FRAME_LENGTH.unpack_from(buffer, position)
@@ -308,13 +324,9 @@ class _AnswerProtocol(asyncio.BufferedProtocol):
             end = position + prefix + length
             if size < end:
                 break
-            version, op, status, request_id = protocol.FRAME_HEADER.unpack_from(
-                buffer, position + prefix
-            )
-            with memoryview(buffer) as view:  # one copy (a bytearray slice is another)
-                body = bytes(view[position + header : end])
+            frame = _cut_frame(buffer, position + prefix, end)
             position = end
-            answer_frame(protocol.Frame(version, op, status, request_id, body))
+            answer_frame(frame)
         received.consume_to(position)
 
     def eof_received(self) -> bool:
@@ -920,8 +932,8 @@ class BookieClientPool:
 
     def _read_answer(self, frame: protocol.Frame, bookie_id: str) -> protocol.ReadResponse:
         """The READ_ENTRY answer in `frame`, or the error its status or body means."""
-        response: protocol.ReadResponse | None = None
-        if frame.body:
+        response = frame.read_response
+        if response is None and frame.body:
             try:
                 response = protocol.ReadResponse.decode(frame.body)
             except protocol.ProtocolError:

@@ -5,7 +5,9 @@ taken from the writer pool only once a full entry is buffered (or the body ended
 slow client does not hold a ledger while a small body trickles in. Appends are pipelined
 with at most `append_window_bytes` in flight. The MD5 (the S3 ETag) is computed while
 streaming, off the event loop for large chunks (unless the caller hashes the body
-itself, as the gateway does while verifying Content-MD5).
+itself, as the gateway does while verifying Content-MD5). The received pieces are
+gathered, not copied, until an entry's worth is here: each byte is copied once, into
+its entry.
 
 The result names the entries only after every one of them was acknowledged by an ack
 quorum; the caller commits a catalog record referencing them, or nothing. When anything
@@ -56,6 +58,26 @@ class WrittenData:
         assert len(self.md5) in (0, 16), self.md5
 
 
+def cut_entry(
+    pieces: list[bytes | memoryview], entry_size: int
+) -> tuple[bytes, list[bytes | memoryview]]:
+    """(the first entry_size bytes of pieces, the pieces of the rest): the entry is the
+    one copy of its bytes (a piece that crosses its end is split by memoryview, without
+    copying; one piece of exactly entry_size bytes is not copied at all)."""
+    assert sum(len(piece) for piece in pieces) >= entry_size, (len(pieces), entry_size)
+    index = 0
+    taken = len(pieces[0])
+    while taken < entry_size:
+        index += 1
+        taken += len(pieces[index])
+    over = taken - entry_size
+    if not over:
+        return b"".join(pieces[: index + 1]), pieces[index + 1 :]
+    view = memoryview(pieces[index])
+    head, tail = view[: len(view) - over], view[len(view) - over :]
+    return b"".join((*pieces[:index], head)), [tail, *pieces[index + 1 :]]
+
+
 class AppendObjectOp:
     def __init__(
         self,
@@ -81,7 +103,8 @@ class AppendObjectOp:
 
     async def run(self, body: AsyncIterator[bytes]) -> WrittenData:
         started_s = time.monotonic()
-        buffer = bytearray()
+        pieces: list[bytes | memoryview] = []  # of the next entry, received so far
+        pieces_bytes = 0
         size = 0
         try:
             async for chunk in body:
@@ -91,14 +114,14 @@ class AppendObjectOp:
                 if size > self._size_max:
                     raise EntityTooLargeError(self._size_max)
                 await self._hash(chunk)
-                buffer += chunk
-                while len(buffer) >= self._entry_size:
-                    with memoryview(buffer) as view:
-                        payload = bytes(view[: self._entry_size])  # the only copy
-                    del buffer[: self._entry_size]
+                pieces.append(chunk)
+                pieces_bytes += len(chunk)
+                while pieces_bytes >= self._entry_size:
+                    payload, pieces = cut_entry(pieces, self._entry_size)
+                    pieces_bytes -= len(payload)
                     await self._append(payload)
-            if buffer:
-                await self._append(bytes(buffer))
+            if pieces:
+                await self._append(b"".join(pieces))
             await self._drain()
         except BaseException:
             await self._abandon()

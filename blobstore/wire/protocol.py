@@ -138,13 +138,15 @@ class Entry:
 
     @classmethod
     def decode(cls, buf: bytes | memoryview) -> Self:
-        """Parse and verify stored entry bytes; raises CorruptEntryError on a bad digest."""
+        """Parse and verify stored entry bytes; raises CorruptEntryError on a bad digest.
+        The payload is the one copy made of `buf` (a memoryview is read in place)."""
         if len(buf) < ENTRY_HEADER_BYTES:
             raise CorruptEntryError(f"entry of {len(buf)} bytes is shorter than its header")
         ledger_id, entry_id, lac, length = ENTRY_HEADER.unpack_from(buf, 0)
         (digest,) = ENTRY_DIGEST.unpack_from(buf, ENTRY_HEADER.size)
-        payload = bytes(buf[ENTRY_HEADER_BYTES:])
-        expected = crc32c.crc32c(payload, crc32c.crc32c(bytes(buf[: ENTRY_HEADER.size])))
+        with memoryview(buf) as view:
+            payload = bytes(view[ENTRY_HEADER_BYTES:])  # the one copy
+            expected = crc32c.crc32c(payload, crc32c.crc32c(view[: ENTRY_HEADER.size]))
         if digest != expected:
             raise CorruptEntryError(
                 f"digest mismatch ledger_id={ledger_id} entry_id={entry_id} "
@@ -267,8 +269,12 @@ class ReadResponse:
 
     @classmethod
     def decode(cls, body: bytes | memoryview) -> Self:
+        """The entry is the one copy made of `body`: given a memoryview of a receive
+        buffer, it is copied from there once (`Frame.read_response`)."""
         ledger_id, entry_id, lac = _unpack(_READ_RESPONSE, body)
-        return cls(int(ledger_id), int(entry_id), int(lac), bytes(body[_READ_RESPONSE.size :]))  # type: ignore[call-overload]
+        with memoryview(body) as view:
+            entry = bytes(view[_READ_RESPONSE.size :])
+        return cls(int(ledger_id), int(entry_id), int(lac), entry)  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,13 +340,21 @@ def encode_frame(op: Op, flags_or_status: int, request_id: int, body: bytes = b"
     )
 
 
+READ_RESPONSE_HEADER_BYTES = _READ_RESPONSE.size
+
+
 @dataclass(frozen=True, slots=True)
 class Frame:
+    """A frame as read. read_response: an OK READ_ENTRY answer its reader decoded
+    straight from its receive buffer (the entry copied once, not the whole body first
+    and the entry out of it again); body is then empty."""
+
     version: int
     op: int
     flags_or_status: int
     request_id: int
     body: bytes
+    read_response: ReadResponse | None = None
 
 
 def frame_length_error(length: int, frame_bytes_max: int = FRAME_BYTES_MAX) -> ProtocolError | None:
