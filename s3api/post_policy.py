@@ -77,8 +77,8 @@ class Condition:
 
     def holds(self, fields: Mapping[str, str]) -> bool:
         value = fields.get(self.field)
-        if value is None:
-            return False
+        if value is None:  # absent: only `starts-with ""` (any value) lets it be
+            return self.operator == STARTS_WITH and not self.value
         if self.operator == EXACT:
             return value == self.value
         if self.field == "content-type":

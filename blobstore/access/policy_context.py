@@ -16,7 +16,7 @@ come from the principal, the connection, the query and the headers:
 | aws:PrincipalAccount, aws:PrincipalArn | the cluster's account, the user's ARN (users only) |
 | s3:prefix, s3:delimiter, s3:max-keys | the listing's query parameters, when given (also empty) |
 | s3:VersionId | the `versionId` query parameter, when given |
-| s3:x-amz-acl, s3:x-amz-content-sha256, s3:x-amz-server-side-encryption (and -aws-kms-key-id), s3:x-amz-copy-source, s3:x-amz-metadata-directive, s3:x-amz-storage-class, s3:x-amz-grant-* | the headers of those names, when sent |
+| s3:x-amz-acl, s3:x-amz-content-sha256, s3:x-amz-server-side-encryption (and -aws-kms-key-id, -customer-algorithm), s3:x-amz-copy-source, s3:x-amz-metadata-directive, s3:x-amz-storage-class, s3:x-amz-grant-* | the headers of those names, when sent |
 | s3:object-lock-mode, s3:object-lock-retain-until-date, s3:object-lock-legal-hold | the `x-amz-object-lock-*` headers, when sent |
 | s3:RequestObjectTag/<key>, s3:RequestObjectTagKeys | the tags of `x-amz-tagging` (or `request_object_tags`) |
 | s3:ExistingObjectTag/<key> | the stored object's tags, when the gateway read them |
@@ -42,6 +42,7 @@ _HEADER_KEYS = (
     "x-amz-content-sha256",
     "x-amz-server-side-encryption",
     "x-amz-server-side-encryption-aws-kms-key-id",
+    "x-amz-server-side-encryption-customer-algorithm",
     "x-amz-copy-source",
     "x-amz-metadata-directive",
     "x-amz-storage-class",

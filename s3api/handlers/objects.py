@@ -878,6 +878,8 @@ async def get_object_attributes(ctx: S3Context) -> Response:
         )
     bucket, record = await authorized_bucket_and_version(ctx)
     check_read_conditions(ctx.headers, record.etag, record.last_modified)
+    if record.sse is not None and record.sse["m"] == "SSE-C":  # as S3: its key, checked
+        await ctx.store.open_sse(record.sse, encryption.customer_key(ctx))
     max_parts = parse_max_count(ctx.headers.get("x-amz-max-parts"), name="max-parts")
     marker_text = ctx.headers.get("x-amz-part-number-marker", "0")
     marker = int(marker_text) if marker_text.isdigit() else 0

@@ -179,6 +179,14 @@ def test_sse_c_round_trip_and_key_errors(c3: Any, c3_bucket: str) -> None:
         403,
         "AccessDenied",
     )
+    attributes = {"Bucket": c3_bucket, "Key": "k", "ObjectAttributes": ["ObjectSize"]}
+    assert _error(c3.get_object_attributes, **attributes)[0] == 400
+    encoded = {  # boto3 encodes the key itself for GET and PUT, not here
+        "SSECustomerAlgorithm": "AES256",
+        "SSECustomerKey": base64.b64encode(KEY_A).decode(),
+        "SSECustomerKeyMD5": md5,
+    }
+    assert c3.get_object_attributes(**attributes, **encoded)["ObjectSize"] == len(body)
     c3.put_object(Bucket=c3_bucket, Key="plain", Body=b"in clear")
     assert _error(c3.get_object, Bucket=c3_bucket, Key="plain", **_customer(KEY_A)) == (
         400,

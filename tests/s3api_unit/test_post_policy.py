@@ -75,6 +75,7 @@ def test_expiration_is_checked_first() -> None:
         (["eq", "$key", "a"], "ab", '["eq", "$key", "a"]'),
         (["starts-with", "$key", "user/"], "users/x", '["starts-with", "$key", "user/"]'),
         (["eq", "$key", ""], None, '["eq", "$key", ""]'),  # a missing field fails
+        (["starts-with", "$key", "a"], None, '["starts-with", "$key", "a"]'),
     ],
 )
 def test_a_failed_condition_is_quoted(condition: Any, value: str | None, quoted: str) -> None:
@@ -235,3 +236,12 @@ def test_v2_forms_and_anonymous_forms() -> None:
             authenticate_form(unsigned, SECRETS.get)
         assert e.value.code == "InvalidArgument"
         assert e.value.fields["ArgumentName"] in ("signature", "AWSAccessKeyId")
+
+
+def test_starts_with_nothing_lets_a_field_be_absent() -> None:
+    """`["starts-with", "$f", ""]` allows any value of f, and its absence too."""
+    policy = parse_policy(
+        policy_of({"bucket": "photos"}, ["starts-with", "$x-amz-server-side-encryption", ""])
+    )
+    check_form(policy, {"bucket": "photos"}, NOW_S)
+    check_form(policy, {"bucket": "photos", "x-amz-server-side-encryption": "AES256"}, NOW_S)
