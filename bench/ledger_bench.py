@@ -2,7 +2,8 @@
 processes, E3/WQ2/AQ2 and E3/WQ3/AQ2, entries of 1 KiB and 1 MiB, beside the
 single-bookie rate (E1/WQ1/AQ1, same client path) and the machine's limits measured on
 the same disk in the same run (4 KiB write+fdatasync rate, sequential write+fdatasync
-bandwidth).
+bandwidth); then 1 KiB adds paced below saturation, alone and (one row) beside a stream
+of 1 MiB adds to another ledger: a mixed load's cost to small adds' latency.
 
     .venv/bin/python -m bench.ledger_bench [--seconds 10] [--output docs/benchmarks/ledger.md]
 
@@ -410,6 +411,47 @@ async def run_paced(
     )
 
 
+MIXED_LARGE_IN_FLIGHT = 4
+
+
+async def run_mixed(
+    client: LedgerClient, rate: float, seconds: float, http_ports: list[int]
+) -> Result:
+    """A paced 1 KiB row while another ledger takes 1 MiB adds as fast as
+    MIXED_LARGE_IN_FLIGHT in flight allow (written once, to the bookies' direct entry
+    logs): what large writes cost small adds' latency, beside the paced row at the same
+    rate alone."""
+    stop = asyncio.Event()
+    large = asyncio.ensure_future(large_stream(client, stop))
+    try:
+        result = await run_paced(client, (3, 2, 2), KIB, rate, seconds, http_ports)
+    finally:
+        stop.set()
+        large_mb_per_s = await large
+    result.label = f"paced {rate:,.0f}/s + 1 MiB adds at {large_mb_per_s:,.0f} MB/s"
+    return result
+
+
+async def large_stream(client: LedgerClient, stop: asyncio.Event) -> float:
+    """1 MiB adds to a ledger of their own until `stop`; returns their MB/s."""
+    handle = await client.create_ledger(3, 2, 2, b"bench")
+    payload = os.urandom(MIB)
+    in_flight: list[asyncio.Future[int]] = []
+    started = time.monotonic()
+    sent = 0
+    while not stop.is_set():
+        if len(in_flight) >= MIXED_LARGE_IN_FLIGHT:
+            await in_flight.pop(0)
+        in_flight.append(handle.append(payload))
+        sent += 1
+    for future in in_flight:
+        await future
+    elapsed = time.monotonic() - started
+    await handle.close()
+    await client.delete_ledger(handle.ledger_id)
+    return sent * MIB / elapsed / 1e6
+
+
 # time.monotonic(), not loop.time(): uvloop's clock moves in whole milliseconds.
 PACED_CLOCK = time.monotonic
 
@@ -481,10 +523,12 @@ async def run_all(zk_connect: str, seconds: float, http_ports: list[int]) -> lis
                 # saturated rate, before the 1 MiB rows leave gigabytes for the bookies'
                 # checkpoints to write to the disk the journals share.
                 saturated = next(r for r in results if r.ensemble == "E3/WQ2/AQ2")
-                for rate in paced_rates(saturated.adds_per_s):
+                rates = paced_rates(saturated.adds_per_s)
+                for rate in rates:
                     results.append(
                         await run_paced(client, (3, 2, 2), KIB, rate, seconds, http_ports)
                     )
+                results.append(await run_mixed(client, rates[1], seconds, http_ports))
     finally:
         await client.close()
         await zk.stop()
