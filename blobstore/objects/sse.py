@@ -125,16 +125,24 @@ class ChunkEncryptor:
 
     def feed(self, piece: bytes | memoryview) -> list[bytes]:
         """Sealed chunks completed by `piece`. A full chunk is held back until more bytes
-        come, since only `finish` knows which chunk is the last."""
+        come, since only `finish` knows which chunk is the last. Whole chunks are sealed
+        straight from `piece`: only a chunk cut across pieces is copied."""
+        view = memoryview(piece)
+        self.plain_bytes += len(view)
         pending = self._pending
-        pending += piece
-        self.plain_bytes += len(piece)
-        sealed = []
-        start = 0
-        while len(pending) - start > CHUNK_BYTES:
-            sealed.append(self._seal(bytes(pending[start : start + CHUNK_BYTES]), last=False))
-            start += CHUNK_BYTES
-        del pending[:start]
+        sealed: list[bytes] = []
+        if pending:
+            take = min(len(view), CHUNK_BYTES - len(pending))
+            pending += view[:take]
+            view = view[take:]
+            if not view:
+                return sealed  # full or not, more may come
+            sealed.append(self._seal(bytes(pending), last=False))
+            pending.clear()
+        while len(view) > CHUNK_BYTES:
+            sealed.append(self._seal(view[:CHUNK_BYTES], last=False))
+            view = view[CHUNK_BYTES:]
+        pending += view
         return sealed
 
     def finish(self) -> bytes:
@@ -143,7 +151,7 @@ class ChunkEncryptor:
         self._pending.clear()
         return chunk
 
-    def _seal(self, plain: bytes, last: bool) -> bytes:
+    def _seal(self, plain: bytes | memoryview, last: bool) -> bytes:
         sealed = self._aead.encrypt(
             _nonce(self._prefix, self._index), plain, _aad(self._label, self._index, last)
         )
@@ -215,15 +223,24 @@ class ChunkDecryptor:
         self._pending = bytearray()
 
     def feed(self, piece: bytes | memoryview) -> list[bytes]:
-        pending = self._pending
-        pending += piece
+        """Plaintext of the chunks `piece` completes; whole chunks are opened straight
+        from it, only a chunk cut across pieces is copied."""
         stride = CHUNK_BYTES + TAG_BYTES
-        out = []
-        start = 0
-        while len(pending) - start >= stride and self._index <= self._end_index:
-            out.append(self._open(memoryview(pending)[start : start + stride]))
-            start += stride
-        del pending[:start]
+        view = memoryview(piece)
+        pending = self._pending
+        out: list[bytes] = []
+        if pending:
+            take = min(len(view), stride - len(pending))
+            pending += view[:take]
+            view = view[take:]
+            if len(pending) < stride or self._index > self._end_index:
+                return out
+            out.append(self._open(bytes(pending)))
+            pending.clear()
+        while len(view) >= stride and self._index <= self._end_index:
+            out.append(self._open(view[:stride]))
+            view = view[stride:]
+        pending += view
         return out
 
     def finish(self) -> bytes:
