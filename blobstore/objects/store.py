@@ -382,6 +382,8 @@ class ObjectStore:
         are read, opened (`source_customer_key`: an SSE-C source's key) and sealed
         anew instead."""
         spec = sse or SseSpec()
+        if source_customer_key or (source.sse is not None and source.sse["m"] == SSE_C):
+            await self.open_sse(source.sse, source_customer_key)  # refused unless right
         if not same_sealing(source.sse, spec) or (
             spec.mode == SSE_C and spec.customer_key != source_customer_key
         ):

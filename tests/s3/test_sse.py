@@ -283,6 +283,15 @@ def test_copies_between_modes(c3: Any, c3_bucket: str, s3_cluster: S3Cluster) ->
         CopySource={"Bucket": c3_bucket, "Key": "c2"},
         **_copy_source_customer(KEY_A),
     ) == (403, "AccessDenied")
+    # The same wrong key for source and destination: refused, not shared.
+    assert _error(
+        c3.copy_object,
+        Bucket=c3_bucket,
+        Key="x",
+        CopySource={"Bucket": c3_bucket, "Key": "c2"},
+        **_customer(KEY_A),
+        **_copy_source_customer(KEY_A),
+    ) == (403, "AccessDenied")
     c3.copy_object(
         Bucket=c3_bucket,
         Key="back",
