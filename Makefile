@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup run test soak bench lint clean
+.PHONY: setup run test test-tls soak bench lint clean
 
 setup:
 	@bash scripts/setup.sh
@@ -14,6 +14,10 @@ run: setup
 
 test: setup
 	$(PY) -m pytest -m "not soak" --durations=40 $(PYTEST_ARGS)
+
+# The same suite with every test cluster over mutual TLS (tests/cluster/tls.py).
+test-tls: setup
+	BLOBSTORE_TEST_TLS=1 $(PY) -m pytest -m "not soak" --durations=40 $(PYTEST_ARGS)
 
 soak: setup
 	$(PY) -m pytest -m soak $(PYTEST_ARGS)

@@ -1,4 +1,6 @@
-"""Session-wide fixtures: a real ZooKeeper server, a chroot per test, a bookie factory."""
+"""Session-wide fixtures: a real ZooKeeper server, a chroot per test, a bookie factory.
+
+`BLOBSTORE_TEST_TLS=1` (`make test-tls`) runs them all over mutual TLS (tests/cluster/tls.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import pytest
 from kazoo.client import KazooClient
 
 from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, start_zookeeper
+from blobstore.runtime.ledger_tls import LedgerTls
 from blobstore.runtime.pdeathsig import die_with_parent
 from tests.cluster.processes import BookieProcess, ProcessReaper
+from tests.cluster.tls import kazoo_client, tls_switch_on, turn_on_cluster_tls, zk_tls
 
 ZK_TIMEOUT_S = 15.0
 
@@ -41,8 +45,26 @@ def _dies_with(run_pid: int) -> None:
     die_with_parent(signal.SIGKILL, run_pid)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cluster_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LedgerTls | None]:
+    """The TLS switch: with BLOBSTORE_TEST_TLS=1, one CA and certificate for the session,
+    named in the environment every process and client of the tests reads (the files);
+    None when off."""
+    if not tls_switch_on():
+        yield None
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        settings: dict[str, str] = {}
+        turn_on_cluster_tls(tmp_path_factory.mktemp("tls"), settings)
+        for name, value in settings.items():
+            patch.setenv(name, value)
+        yield zk_tls()
+
+
 @pytest.fixture(scope="session")
-def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+def zk_server(
+    tmp_path_factory: pytest.TempPathFactory, cluster_tls: LedgerTls | None
+) -> Iterator[ZooKeeperServer]:
     data_dir = tmp_path_factory.mktemp("zookeeper")
     run_pid = os.getpid()
     # The kernel kills the server with the run, even where the run stops before the
@@ -53,6 +75,7 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
         heap_mb=512,
         preexec_fn=lambda: _dies_with(run_pid),
         own_session=True,
+        tls=cluster_tls,  # TLS only, when the switch is on
     )
     yield server
     server.stop()
@@ -66,7 +89,7 @@ def zk_connect(zk_server: ZooKeeperServer) -> str:
 
 @pytest.fixture
 def zk_client(zk_connect: str) -> Iterator[KazooClient]:
-    client = KazooClient(hosts=zk_connect, timeout=ZK_TIMEOUT_S)
+    client = kazoo_client(zk_connect, ZK_TIMEOUT_S)
     client.start(timeout=ZK_TIMEOUT_S)
     yield client
     client.stop()

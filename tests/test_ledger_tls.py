@@ -82,8 +82,11 @@ def _plain_answer(port: int, request: bytes | None = None, timeout_s: float = TI
 
 
 def test_standalone_over_mutual_tls_serves_and_bookies_refuse_strangers(
-    tmp_path: Path, reaper: ProcessReaper
+    tmp_path: Path, reaper: ProcessReaper, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The files standalone makes itself, not the suite's (`make test-tls`).
+    monkeypatch.delenv(LEDGER_TLS_DIR_ENV, raising=False)
+    monkeypatch.delenv(ZK_TLS_DIR_ENV, raising=False)
     flags = ("--ledger-tls", "--zk-tls")
     cluster = Standalone(tmp_path / "data", free_port(), reaper, flags).start()
     tls_dir = tmp_path / "data" / "tls"

@@ -30,6 +30,7 @@ from blobstore.runtime.zk_auth import (
     write_digest_file,
 )
 from tests.cluster.processes import ProcessReaper
+from tests.cluster.tls import kazoo_client, zk_tls
 from tests.standalone.cluster import Standalone, blobstore_command
 
 TIMEOUT_S = 60.0
@@ -64,7 +65,9 @@ def test_the_credential_file_is_made_once_private_and_read_back(tmp_path: Path) 
 
 @pytest.fixture
 def enforcing_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
-    server = start_zookeeper(tmp_path / "zk", free_port(), heap_mb=256, enforce_auth=True)
+    server = start_zookeeper(
+        tmp_path / "zk", free_port(), heap_mb=256, enforce_auth=True, tls=zk_tls()
+    )
     try:
         yield server
     finally:
@@ -73,7 +76,7 @@ def enforcing_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
 
 def _kazoo(server: ZooKeeperServer, credential: str | None) -> KazooClient:
     auth = [("digest", credential)] if credential else None
-    client = KazooClient(hosts=server.connect_string, timeout=15, auth_data=auth)
+    client = kazoo_client(server.connect_string, 15, auth_data=auth)
     client.start(timeout=15)
     return client
 
@@ -89,7 +92,11 @@ def test_znodes_are_the_credentials_alone_and_sessions_without_it_are_refused(
             # The server restarts: the session reconnects and must authenticate again.
             enforcing_server.stop()
             restarted = start_zookeeper(
-                enforcing_server.data_dir, enforcing_server.port, heap_mb=256, enforce_auth=True
+                enforcing_server.data_dir,
+                enforcing_server.port,
+                heap_mb=256,
+                enforce_auth=True,
+                tls=zk_tls(),
             )
             enforcing_server.process = restarted.process
             assert await _get_once_reconnected(zk, "/catalog/page") == b"secret bytes"
@@ -172,7 +179,7 @@ def test_standalone_with_zk_auth_serves_and_its_znodes_are_closed(
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout)["outcome"] == "ok", run.stdout[-3000:]
 
-    stranger = KazooClient(hosts=zk, timeout=15, auth_data=[("digest", "blobstore:guess")])
+    stranger = kazoo_client(zk, 15, auth_data=[("digest", "blobstore:guess")])
     stranger.start(timeout=15)
     try:
         readable = [

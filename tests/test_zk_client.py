@@ -14,8 +14,10 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.protocol.states import EventType, KeeperState, WatchedEvent
 from prometheus_client import REGISTRY
 
+from blobstore.cli.zookeeper_server import four_letter_word
 from blobstore.runtime.zk import WatchedCache, ZooKeeperClient
 from tests.catalog.helpers import seed
+from tests.cluster.tls import zk_tls
 from tests.waiting import wait_until_async
 
 
@@ -265,14 +267,8 @@ def test_watched_cache_concurrent_misses_share_one_read(zk_connect: str) -> None
 
 def _server_watch_count(zk_connect: str) -> int:
     """`zk_watch_count` from the server's mntr: watches it holds for all sessions."""
-    import socket
-
     host, _, port = zk_connect.split("/", 1)[0].rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=10) as conn:
-        conn.sendall(b"mntr")
-        text = b""
-        while chunk := conn.recv(65536):
-            text += chunk
+    text = four_letter_word(host, int(port), b"mntr", timeout_s=10, tls=zk_tls())
     for line in text.decode().splitlines():
         name, _, value = line.partition("\t")
         if name == "zk_watch_count":

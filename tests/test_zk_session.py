@@ -27,6 +27,7 @@ from blobstore.runtime.zk_session import (
     parse_hosts,
     set_watches_batches,
 )
+from tests.cluster.tls import zk_tls
 from tests.waiting import wait_until_async
 
 TIMEOUT_S = 120.0
@@ -39,7 +40,7 @@ def _count(name: str) -> float:
 
 @pytest.fixture
 def own_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
-    server = start_zookeeper(tmp_path / "zk", free_port(), heap_mb=256)
+    server = start_zookeeper(tmp_path / "zk", free_port(), heap_mb=256, tls=zk_tls())
     try:
         yield server
     finally:
@@ -86,7 +87,7 @@ def test_server_killed_and_restarted_keeps_the_session_and_its_watches(
             during = asyncio.ensure_future(zk.create("/made-while-away", b"x"))
             await asyncio.sleep(0.5)
             assert not during.done()
-            server = start_zookeeper(server.data_dir, server.port, heap_mb=256)
+            server = start_zookeeper(server.data_dir, server.port, heap_mb=256, tls=zk_tls())
 
             assert await during == "/made-while-away"
             assert states[-1] == KazooState.CONNECTED
@@ -281,7 +282,7 @@ def test_more_watches_than_one_frame_holds_are_armed_again_after_a_restart(
             await wait_until_async(
                 lambda: KazooState.SUSPENDED in states, EVENT_WAIT_S, message="suspended"
             )
-            server = start_zookeeper(server.data_dir, server.port, heap_mb=256)
+            server = start_zookeeper(server.data_dir, server.port, heap_mb=256, tls=zk_tls())
             await wait_until_async(
                 lambda: states[-1] == KazooState.CONNECTED, EVENT_WAIT_S, message="reconnected"
             )
@@ -343,7 +344,9 @@ def test_a_server_that_stops_reading_does_not_grow_the_write_buffer() -> None:
                 received += len(chunk)
             writer.close()
 
-        server = await asyncio.start_server(peer, "127.0.0.1", 0)
+        tls = zk_tls()  # `make test-tls`: the session speaks TLS, so does this server
+        context = None if tls is None else tls.server_context()
+        server = await asyncio.start_server(peer, "127.0.0.1", 0, ssl=context)
         port = server.sockets[0].getsockname()[1]
         session = ZooKeeperSession(f"127.0.0.1:{port}", 30.0)
         try:
@@ -392,7 +395,9 @@ def test_an_unreachable_server_is_logged_once_then_its_return(
         )
         unreachable = [r for r in caplog.records if "unreachable" in r.getMessage()]
         assert len(unreachable) == 1, [r.getMessage() for r in unreachable]
-        server = await asyncio.to_thread(start_zookeeper, tmp_path / "zk", port, heap_mb=256)
+        server = await asyncio.to_thread(
+            start_zookeeper, tmp_path / "zk", port, heap_mb=256, tls=zk_tls()
+        )
         try:
             try:
                 await start

@@ -6,7 +6,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from blobstore.cli.zookeeper_server import free_port, is_serving
+from blobstore.cli.zookeeper_server import free_port, is_serving, start_zookeeper
 from tests.cluster.processes import ManagedProcess, blobstore_command
 from tests.waiting import wait_until
 
@@ -79,13 +79,19 @@ def test_zookeeper_port_in_use_is_one_clear_line(tmp_path: Path, zk_server) -> N
     assert "Traceback" not in result.stderr
 
 
-def test_zookeeper_serves_without_socket_worker_threads(zk_server, zk_client) -> None:  # type: ignore[no-untyped-def]
+def test_zookeeper_serves_without_socket_worker_threads(tmp_path: Path) -> None:
     """The launcher's JVM properties take effect: the selector thread does the socket I/O
-    (no NIOWorkerThread), and the server still answers (zk_client connected through it)."""
-    zk_client.ensure_path("/probe")
-    names = [
-        (task / "comm").read_text().strip()
-        for task in Path(f"/proc/{zk_server.process.pid}/task").iterdir()
-    ]
-    assert any(name.startswith("NIOServerCxnFa") for name in names), names
-    assert not [name for name in names if name.startswith("NIOWorker")], names
+    (no NIOWorkerThread), and the server still answers. A plain server of its own: the
+    session's serves TLS, through Netty, when the test TLS switch is on."""
+    port = free_port()
+    server = start_zookeeper(tmp_path / "zk", port)
+    try:
+        assert is_serving("127.0.0.1", port)
+        names = [
+            (task / "comm").read_text().strip()
+            for task in Path(f"/proc/{server.process.pid}/task").iterdir()
+        ]
+        assert any(name.startswith("NIOServerCxnFa") for name in names), names
+        assert not [name for name in names if name.startswith("NIOWorker")], names
+    finally:
+        server.stop()

@@ -461,8 +461,9 @@ class _ZooKeeperChild:
 
     name = "ZooKeeper"
 
-    def __init__(self, server: ZooKeeperServer) -> None:
+    def __init__(self, server: ZooKeeperServer, enforce_auth: bool = False) -> None:
         self.server = server
+        self.enforce_auth = enforce_auth  # a restart serves as the first start did
         self.log_path = server.data_dir / "zookeeper.log"
 
     def alive(self) -> bool:
@@ -485,6 +486,8 @@ class _ZooKeeperChild:
                 self.server.port,
                 heap_mb=ZOOKEEPER_HEAP_MB,
                 preexec_fn=_die_with_parent,
+                enforce_auth=self.enforce_auth,
+                tls=self.server.tls,
             )
         except UsageError as e:
             print(f"blobstore: warning: ZooKeeper did not start again: {e}", file=sys.stderr)
@@ -815,7 +818,7 @@ class _Cluster:
             if tls is None
             else ledger_tls_from_env({ZK_TLS_DIR_ENV: str(tls)}, ZK_TLS_DIR_ENV),
         )
-        self.zookeeper = _ZooKeeperChild(server)
+        self.zookeeper = _ZooKeeperChild(server, enforce_auth)
         return f"127.0.0.1:{zk_port}"
 
     def start_bookies(

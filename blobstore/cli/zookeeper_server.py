@@ -417,12 +417,15 @@ QUORUM_PORT = 2888
 ELECTION_PORT = 3888
 
 
-def write_ensemble_config(data_dir: Path, server_id: int, hosts: list[str], port: int) -> Path:
+def write_ensemble_config(
+    data_dir: Path, server_id: int, hosts: list[str], port: int, tls: LedgerTls | None = None
+) -> Path:
     """`zoo.cfg` and `myid` of member `server_id` (1-based) of the ensemble on `hosts`
-    (member N on hosts[N - 1]), each serving clients on `port` of its own address."""
+    (member N on hosts[N - 1]), each serving clients on `port` of its own address (TLS
+    only, with `tls`: as `write_config`; the quorum's own traffic stays plain)."""
     if not 1 <= server_id <= len(hosts):
         raise UsageError(f"server id {server_id} is not in 1..{len(hosts)}")
-    config = write_config(data_dir, hosts[server_id - 1], port)
+    config = write_config(data_dir, hosts[server_id - 1], port, tls=tls)
     servers = [
         f"server.{index}={host}:{QUORUM_PORT}:{ELECTION_PORT}"
         for index, host in enumerate(hosts, start=1)
@@ -433,7 +436,12 @@ def write_ensemble_config(data_dir: Path, server_id: int, hosts: list[str], port
     return config
 
 
-def server_command(data_dir: Path, config: Path, heap_mb: int = HEAP_MB_DEFAULT) -> list[str]:
+def server_command(
+    data_dir: Path, config: Path, heap_mb: int = HEAP_MB_DEFAULT, tls: bool = False
+) -> list[str]:
     """The command that runs the server of `config` in the foreground, for a caller that
-    starts it its own way (in another network namespace, say)."""
-    return _server_command(find_java(), zookeeper_classpath(), heap_mb, data_dir.resolve(), config)
+    starts it its own way (in another network namespace, say); `tls`: `config` serves
+    TLS (written with `tls`)."""
+    return _server_command(
+        find_java(), zookeeper_classpath(), heap_mb, data_dir.resolve(), config, tls
+    )

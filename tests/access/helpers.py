@@ -21,6 +21,7 @@ from blobstore.runtime.sealing import (
     parse_cluster_key,
 )
 from blobstore.runtime.zk import ZooKeeperClient
+from tests.cluster.tls import tls_environment
 
 T = TypeVar("T")
 TEST_TIMEOUT_S = 60.0
@@ -63,6 +64,7 @@ class Admin:
         self, *args: str, stdin: str | None = None, key: bool = True, ok: bool = True
     ) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("BLOBSTORE_")}
+        env.update(tls_environment())  # `make test-tls`: the cluster's TLS files
         env["BLOBSTORE_ZK"] = self.zk_connect
         if key:
             env[CLUSTER_KEY_FILE_ENV] = str(self.key_file)

@@ -21,6 +21,7 @@ from blobstore.runtime.sealing import (
     write_cluster_key_file,
 )
 from tests.access.helpers import Admin
+from tests.cluster.tls import tls_environment
 
 POLICY = {
     "Version": "2012-10-17",
@@ -142,6 +143,7 @@ def test_mistakes_are_one_clear_line(admin: Admin, tmp_path: Path) -> None:
 def test_an_environment_key_works_as_well_as_a_file(admin: Admin, zk_connect: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BLOBSTORE_")}
     env.update({"BLOBSTORE_ZK": zk_connect, CLUSTER_KEY_ENV: admin.key_file.read_text().strip()})
+    env.update(tls_environment())  # `make test-tls`
     result = subprocess.run(
         [sys.executable, "-m", "blobstore.cli", "admin", "user", "add", "carol", "--json"],
         capture_output=True,

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from blobstore.runtime.ledger_tls import client_context_from_env
 from blobstore.wire import protocol
 from blobstore.wire.protocol import AddFlag, Op, ReadFlag, Status
 
@@ -40,7 +41,10 @@ class RawBookie:
 
     @classmethod
     async def connect(cls, port: int, host: str = "127.0.0.1") -> RawBookie:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), TIMEOUT_S)
+        """Over mutual TLS when the process has BLOBSTORE_LEDGER_TLS_DIR, as the product
+        client (`make test-tls`)."""
+        connecting = asyncio.open_connection(host, port, ssl=client_context_from_env())
+        reader, writer = await asyncio.wait_for(connecting, TIMEOUT_S)
         return cls(reader, writer)
 
     async def _read_loop(self) -> None:

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from blobstore.cli.zookeeper_server import free_port, start_zookeeper
 from tests.cluster.processes import BookieProcess, ProcessReaper
+from tests.cluster.tls import zk_tls
 
 
 def test_a_bookie_stops_cleanly_while_zookeeper_is_unreachable(
     tmp_path: Path, reaper: ProcessReaper
 ) -> None:
-    server = start_zookeeper(tmp_path / "zk", free_port(), heap_mb=256)
+    server = start_zookeeper(tmp_path / "zk", free_port(), heap_mb=256, tls=zk_tls())
     try:
         bookie = BookieProcess(
             index=0, zk=server.connect_string, root=tmp_path / "bookie", reaper=reaper

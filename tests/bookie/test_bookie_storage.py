@@ -8,10 +8,12 @@ import os
 import random
 import signal
 import socket
+import ssl
 import struct
 
 import pytest
 
+from blobstore.runtime.ledger_tls import client_context_from_env
 from blobstore.wire import protocol
 from blobstore.wire.protocol import Op, Status
 from tests.bookie.raw_client import (
@@ -223,11 +225,21 @@ def test_fencing_and_master_key(bookies: BookieFactory) -> None:
     asyncio.run(after_restart())
 
 
+def bookie_socket(port: int) -> socket.socket:
+    """A connection to a bookie, over mutual TLS when the process has
+    BLOBSTORE_LEDGER_TLS_DIR (`make test-tls`)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
+    context = client_context_from_env()
+    return sock if context is None else context.wrap_socket(sock)
+
+
 def raw_exchange(port: int, data: bytes, close_write: bool = False) -> tuple[bytes, bool]:
     """Send raw bytes; return what came back and whether the bookie closed the socket."""
-    with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as sock:
+    with bookie_socket(port) as sock:
         sock.sendall(data)
-        if close_write:
+        if close_write and isinstance(sock, ssl.SSLSocket):
+            sock.unwrap().shutdown(socket.SHUT_WR)  # TLS's end of data, then TCP's
+        elif close_write:
             sock.shutdown(socket.SHUT_WR)
         received = b""
         sock.settimeout(10.0)
@@ -316,8 +328,8 @@ def test_stalled_partial_frame_is_closed_idle_connection_is_not(bookies: BookieF
         Op.ADD_ENTRY, 0, 5, protocol.AddRequest(9, 0, KEY, entry_bytes(9, 0, b"half")).encode()
     )
     with (
-        socket.create_connection(("127.0.0.1", bookie.port), timeout=WAIT_S) as stalled,
-        socket.create_connection(("127.0.0.1", bookie.port), timeout=WAIT_S) as idle,
+        bookie_socket(bookie.port) as stalled,
+        bookie_socket(bookie.port) as idle,
     ):
         stalled.sendall(frame[:7])
         stalled.settimeout(15.0)

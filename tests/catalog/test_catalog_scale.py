@@ -8,11 +8,10 @@ import asyncio
 import random
 from dataclasses import replace
 
-from kazoo.client import KazooClient
-
 from blobstore.catalog import Catalog, CatalogConfig
 from blobstore.catalog.records import ObjectRecord
 from tests.catalog.helpers import object_record, open_catalog, run_with_catalog, seed
+from tests.cluster.tls import kazoo_client
 
 KEY_COUNT = 100_000
 
@@ -87,7 +86,7 @@ def test_hundred_thousand_keys(zk_connect: str) -> None:
 
     run_with_catalog(zk_connect, body, config, timeout_s=200)
     # No page znode is over the split size.
-    client = KazooClient(hosts=zk_connect, timeout=15)
+    client = kazoo_client(zk_connect, 15)
     client.start(timeout=15)
     try:
         root = "/catalog/index/big-bucket/pages"

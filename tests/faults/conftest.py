@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from kazoo.client import KazooClient
 
 from tests.cluster.gateway import GatewayProcess
 from tests.cluster.ledgers import ledger_metadata as ledger_metadata_of
 from tests.cluster.processes import BookieProcess, ProcessReaper
+from tests.cluster.tls import kazoo_client
 from tests.conftest import BookieFactory
 
 ENTRY_SIZE_BYTES = 16 * 1024
@@ -101,7 +101,7 @@ def read_or_none(s3: Any, bucket: str, key: str) -> bytes | None:
 
 def ledger_metadata(zk_hosts: str) -> dict[int, dict[str, Any]]:
     """ledger id -> decoded metadata of every ledger (on a short-lived session)."""
-    zk = KazooClient(hosts=zk_hosts, timeout=15.0)
+    zk = kazoo_client(zk_hosts, 15.0)
     zk.start(timeout=15.0)
     try:
         return ledger_metadata_of(zk)

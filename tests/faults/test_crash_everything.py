@@ -21,6 +21,7 @@ from kazoo.client import KazooClient
 from tests.cluster.gateway import GatewayProcess
 from tests.cluster.ledgers import ledger_metadata, ledger_writer
 from tests.cluster.processes import BookieProcess
+from tests.cluster.tls import kazoo_client
 from tests.faults.conftest import FaultCluster
 from tests.faults.workload import Model, run_workers
 from tests.waiting import wait_until
@@ -81,7 +82,7 @@ def _crash_rounds(cluster: FaultCluster, rng: random.Random, rounds: int) -> Non
 
 def _wait_for_orphans_closed(cluster: FaultCluster) -> None:
     """Every object ledger whose writer is not a live gateway ends CLOSED (swept)."""
-    zk = KazooClient(hosts=cluster.zk, timeout=15.0)
+    zk = kazoo_client(cluster.zk, 15.0)
     zk.start(timeout=15.0)
     try:
         wait_until(

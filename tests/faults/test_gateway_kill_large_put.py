@@ -19,6 +19,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from tests.cluster.ledgers import ledger_metadata, ledger_writer
+from tests.cluster.tls import kazoo_client
 from tests.faults.conftest import ENTRY_SIZE_BYTES, FaultCluster
 from tests.waiting import wait_until
 
@@ -47,7 +48,7 @@ def _kill_mid_put(
     s3.create_bucket(Bucket=bucket)
     old = rng.randbytes(3 * entry_size_bytes + 17)
     s3.put_object(Bucket=bucket, Key="k", Body=old)
-    zk = KazooClient(hosts=cluster.zk, timeout=15.0)
+    zk = kazoo_client(cluster.zk, 15.0)
     zk.start(timeout=15.0)
     try:
         (first_id,) = zk.get_children("/gateways")

@@ -21,6 +21,7 @@ from kazoo.client import KazooClient
 
 from tests.cluster.gateway import GatewayProcess
 from tests.cluster.ledgers import wait_until_swept
+from tests.cluster.tls import kazoo_client
 from tests.faults.conftest import ENTRY_SIZE_BYTES, FaultCluster
 from tests.faults.workload import Model, run_workers
 from tests.waiting import wait_until
@@ -31,7 +32,7 @@ RESUME_DEADLINE_S = 60.0
 
 @contextmanager
 def _kazoo(hosts: str) -> Iterator[KazooClient]:
-    zk = KazooClient(hosts=hosts, timeout=15.0)
+    zk = kazoo_client(hosts, 15.0)
     zk.start(timeout=15.0)
     try:
         yield zk

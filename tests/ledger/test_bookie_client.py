@@ -23,6 +23,7 @@ from blobstore.ledger.bookie_client import (
 )
 from blobstore.ledger.errors import EntryNotFoundError
 from blobstore.ledger.pending_read_op import PendingReadOp
+from blobstore.runtime.ledger_tls import server_context_from_env
 from blobstore.wire import protocol
 from blobstore.wire.protocol import Op, Status
 from tests.waiting import wait_until_async
@@ -52,7 +53,9 @@ class FrameServer:
         self.writers: list[asyncio.StreamWriter] = []
 
     async def start(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.server = await asyncio.start_server(
+            self._serve, "127.0.0.1", 0, ssl=server_context_from_env()
+        )
         port = self.server.sockets[0].getsockname()[1]
         return f"127.0.0.1:{port}"
 
@@ -79,7 +82,9 @@ class FrameServer:
 
     def drop_connections(self) -> None:
         for writer in self.writers:
-            writer.transport.abort()
+            # A TLS transport already closed has nothing left to abort (and raises).
+            if not writer.transport.is_closing():
+                writer.transport.abort()
         self.writers.clear()
 
     async def stop(self) -> None:
@@ -294,7 +299,9 @@ def test_read_with_no_other_replica_connects_during_backoff() -> None:
             with pytest.raises(BookieUnavailableError):
                 await pool.read_lac(bookie_id, 7)
             assert pool.is_unreachable(bookie_id)
-            restarted = await asyncio.start_server(server._serve, "127.0.0.1", port)
+            restarted = await asyncio.start_server(
+                server._serve, "127.0.0.1", port, ssl=server_context_from_env()
+            )
             try:
                 read = PendingReadOp(pool, 7, 0, [bookie_id], speculative_read_timeout_s=1)
                 assert (await read.run()).payload == b"payload"
@@ -352,7 +359,9 @@ class RawAnswerServer:
         self.server: asyncio.Server | None = None
 
     async def start(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.server = await asyncio.start_server(
+            self._serve, "127.0.0.1", 0, ssl=server_context_from_env()
+        )
         return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

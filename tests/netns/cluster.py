@@ -23,6 +23,7 @@ from botocore.config import Config
 from blobstore.cli.zookeeper_server import four_letter_word, server_command, write_ensemble_config
 from tests.cluster.gateway import ACCESS_KEY, SECRET_KEY
 from tests.cluster.processes import ManagedProcess, ProcessReaper, blobstore_command
+from tests.cluster.tls import zk_tls
 from tests.netns.network import Host, Network
 from tests.waiting import wait_until
 
@@ -123,7 +124,7 @@ class Node:
 def zk_mode(address: str) -> str | None:
     """`leader`, `follower` or `standalone` while the member serves in a quorum."""
     try:
-        reply = four_letter_word(address, ZK_PORT, b"srvr", timeout_s=1.0).decode()
+        reply = four_letter_word(address, ZK_PORT, b"srvr", timeout_s=1.0, tls=zk_tls()).decode()
     except OSError:
         return None
     for line in reply.splitlines():
@@ -193,8 +194,10 @@ class NetnsCluster:
     def _zookeeper(self, host: Host, addresses: list[str]) -> Node:
         data_dir = (self.root / host.name / "zookeeper").resolve()
         server_id = addresses.index(host.address) + 1
-        config = write_ensemble_config(data_dir, server_id, addresses, ZK_PORT)
-        return self._add(ZOOKEEPER, host, server_command(data_dir, config, ZK_HEAP_MB), {})
+        tls = zk_tls()  # the ensemble serves TLS when the test session's switch is on
+        config = write_ensemble_config(data_dir, server_id, addresses, ZK_PORT, tls)
+        command = server_command(data_dir, config, ZK_HEAP_MB, tls is not None)
+        return self._add(ZOOKEEPER, host, command, {})
 
     def _bookie(self, host: Host) -> Node:
         disk = self.network.mount_disk(self.disk(host.name), BOOKIE_DISK_BYTES)

@@ -15,13 +15,14 @@ from kazoo.client import KazooClient
 
 from tests.cluster.ledgers import ledger_states_of
 from tests.cluster.processes import BookieProcess
+from tests.cluster.tls import kazoo_client
 from tests.s3.conftest import ENTRY_SIZE_BYTES, S3Cluster
 from tests.waiting import wait_until
 
 
 @pytest.fixture
 def zk(s3_cluster: S3Cluster) -> Iterator[KazooClient]:
-    client = KazooClient(hosts=s3_cluster.zk, timeout=15.0)
+    client = kazoo_client(s3_cluster.zk, 15.0)
     client.start(timeout=15.0)
     yield client
     client.stop()
