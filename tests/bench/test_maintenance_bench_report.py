@@ -69,6 +69,7 @@ def quick_report(tmp_path_factory: pytest.TempPathFactory) -> str:
     return output.read_text()
 
 
+@pytest.mark.soak  # a whole quick bench run: 1-2 minutes, `make soak`
 def test_quick_run_writes_every_section_with_well_formed_tables(quick_report: str) -> None:
     missing = [section for section in SECTIONS if section not in quick_report]
     assert not missing, missing
@@ -85,6 +86,7 @@ def test_quick_run_writes_every_section_with_well_formed_tables(quick_report: st
     assert not re.search(r"\b(nan|inf)\b", quick_report), "a figure was not measured"
 
 
+@pytest.mark.soak  # a whole quick bench run: 1-2 minutes, `make soak`
 def test_quick_run_scans_every_record_and_judges_the_five_aims(quick_report: str) -> None:
     records = f"{maintenance_bench.QUICK.records:,}"
     scan_table = next(t for t in tables(quick_report) if t[0].startswith("| pages per task"))
