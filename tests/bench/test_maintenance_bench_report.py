@@ -6,6 +6,7 @@ time as they should."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench import maintenance_bench
+from blobstore.runtime.ledger_tls import LEDGER_TLS_DIR_ENV, ZK_TLS_DIR_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK_TIMEOUT_S = 420.0
@@ -50,6 +52,8 @@ def quick_report(tmp_path_factory: pytest.TempPathFactory) -> str:
     bench = subprocess.Popen(
         [sys.executable, "-m", "bench.maintenance_bench", "--quick", "--output", str(output)],
         cwd=ROOT,
+        # The bench starts a plain cluster of its own, also under `make test-tls`.
+        env={k: v for k, v in os.environ.items() if k not in (LEDGER_TLS_DIR_ENV, ZK_TLS_DIR_ENV)},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
