@@ -560,9 +560,12 @@ class ObjectStore:
         for unit, first, last in plain_pieces(record, start, end):
             stored_first, stored_last, opener = decryptor(key, unit, first, last)
             async for piece in self._read_stored(record, stored_first, stored_last):
-                for plain in opener.feed(piece):
-                    yield plain
-            yield opener.finish()
+                opened = opener.feed(piece)
+                if opened:  # one piece per stored piece, not one per 64 KiB chunk
+                    yield opened[0] if len(opened) == 1 else b"".join(opened)
+            tail = opener.finish()
+            if tail:
+                yield tail
 
     async def _read_stored(
         self, record: ObjectRecord, start: int, end: int
