@@ -14,7 +14,10 @@ Without --endpoint it starts a local cluster (ZooKeeper, 3 bookies, one gateway)
 of the 16 MiB objects (8 in flight), flat ListObjectsV2 over --list-keys keys (one client,
 1000-key pages). Each phase runs through each client, and against blobstore and the peer in
 turn (A B A B ..., --rounds rounds); the report gives each phase's median over its rounds
-and, with a peer, the ratio blobstore/peer of the medians. Without --peer there is no peer
+and, with a peer, the ratio blobstore/peer of the medians. The 16 MiB and 4 KiB PUTs and
+GETs also run with SSE-S3 (`x-amz-server-side-encryption: AES256` on the PUT), against
+blobstore only, each next to the same phase in clear in every round; the report gives the
+ratio SSE/clear of their medians (--no-sse leaves them out). Without --peer there is no peer
 column: figures from another run are never used. The objects read are written untimed
 first; every timed PUT writes keys of its own. Writes docs/benchmarks/s3.md; the text after
 the ANALYSIS_MARK line of an existing report is kept (prose written by hand). Not a test:
@@ -24,6 +27,7 @@ no assertion on speed.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import datetime
 import glob
@@ -50,6 +54,7 @@ from pathlib import Path
 import boto3
 import crc32c
 from awscrt import checksums
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from bench import s3_boto
 from bench.ledger_bench import process_cpu_s, round_trip_rows, sequential_mb_per_s
@@ -68,6 +73,7 @@ from bench.s3_load import (
     run_phase,
 )
 from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, start_zookeeper
+from blobstore.runtime.sealing import CLUSTER_KEY_ENV, CLUSTER_KEY_FILE_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCESS_KEY = "bench-access-key"
@@ -92,12 +98,19 @@ ANALYSIS_MARK = "<!-- Written by hand below this line; kept when the report is r
 
 @dataclass(frozen=True)
 class PhaseSpec:
-    """A timed phase: its name, requests in flight, and the unit of its headline figure."""
+    """A timed phase: its name, requests in flight, and the unit of its headline figure;
+    an SSE-S3 phase names the phase in clear it is the twin of."""
 
     name: str
     concurrency: int
     unit: str  # "MiB/s", "/s" or "keys/s"
     note: str
+    clear: str = ""  # an SSE-S3 phase: its twin in clear
+
+    @property
+    def base(self) -> str:
+        """The phase in clear this one does (itself, or the twin of an SSE-S3 phase)."""
+        return self.clear or self.name
 
 
 PHASES = (
@@ -108,6 +121,19 @@ PHASES = (
     PhaseSpec("put 4KiB", 16, "/s", "PutObject of 4 KiB, new keys"),
     PhaseSpec("get 4KiB", 16, "/s", f"GETs of {SMALL_OBJECTS:,} objects of 4 KiB, at random"),
 )
+SSE_S3 = "SSE-S3"
+SSE_HEADERS = (("x-amz-server-side-encryption", "AES256"),)  # the generator's PUT
+SSE_BOTO = {"ServerSideEncryption": "AES256"}  # boto3's put_object
+SSE_PREFIX = "sse-"  # the SSE-S3 objects read: sse-large-..., sse-small-...
+# The twins of the phases in clear that SSE-S3 runs, against blobstore only.
+SSE_PHASES = {
+    spec.name: PhaseSpec(
+        f"{spec.name} {SSE_S3}", spec.concurrency, spec.unit, f"{spec.note}, SSE-S3", spec.name
+    )
+    for spec in PHASES
+    if spec.name in ("put 16MiB", "get 16MiB", "put 4KiB", "get 4KiB")
+}
+SSE_AIM = 0.85  # SSE-S3 at most 15 % slower than the same phase in clear
 
 
 @dataclass(frozen=True)
@@ -132,17 +158,28 @@ class Slot:
 
 
 def alternation(
-    phases: Sequence[PhaseSpec], clients: Sequence[str], targets: Sequence[str], rounds: int
+    phases: Sequence[PhaseSpec],
+    clients: Sequence[str],
+    targets: Sequence[str],
+    rounds: int,
+    twins: dict[str, PhaseSpec] | None = None,
 ) -> list[Slot]:
     """The timed runs in order: phase by phase, client by client, the targets taking turns
-    round after round (A B A B), so both see the same moment of a busy machine."""
-    return [
-        Slot(phase, client, round_index, target)
-        for phase in phases
-        for client in clients
-        for round_index in range(1, rounds + 1)
-        for target in targets
-    ]
+    round after round (A B A B), so both see the same moment of a busy machine. A phase's
+    SSE-S3 twin (`twins`, by the name of the phase in clear) runs in each round against the
+    first target only, next to that target's run in clear: after it in odd rounds, before
+    it in even ones (A A' B, A' A B), so neither always follows the other."""
+    slots: list[Slot] = []
+    for phase in phases:
+        twin = (twins or {}).get(phase.name)
+        for client in clients:
+            for round_index in range(1, rounds + 1):
+                turn = [Slot(phase, client, round_index, target) for target in targets]
+                if twin is not None:
+                    sse = Slot(twin, client, round_index, targets[0])
+                    turn.insert(1 if round_index % 2 else 0, sse)
+                slots += turn
+    return slots
 
 
 # --------------------------------------------------------------------------- figures
@@ -224,18 +261,23 @@ def latency_text(cell: Cell | None) -> str:
     return f"{p50:,.1f} / {p99:,.1f}"
 
 
-def cpu_text(cell: Cell | None) -> str:
-    """The server's and the client's CPU per request, medians over the rounds."""
-    if cell is None or not cell.runs:
-        return ""
-    client = statistics.median(run.result.client_cpu_us_per_op for run in cell.runs) / 1e3
+def server_cpu_ms(cell: Cell) -> float | None:
+    """The target's processes' CPU per request, median over the rounds (None unmeasured)."""
     servers = [
         run.server_cpu_s * 1e3 / run.result.ops
         for run in cell.runs
         if run.server_cpu_s is not None and run.result.ops
     ]
-    server = f"{statistics.median(servers):,.2f}" if servers else "-"
-    return f"{server} / {client:,.2f}"
+    return statistics.median(servers) if servers else None
+
+
+def cpu_text(cell: Cell | None) -> str:
+    """The server's and the client's CPU per request, medians over the rounds."""
+    if cell is None or not cell.runs:
+        return ""
+    client = statistics.median(run.result.client_cpu_us_per_op for run in cell.runs) / 1e3
+    server = server_cpu_ms(cell)
+    return f"{'-' if server is None else f'{server:,.2f}'} / {client:,.2f}"
 
 
 def client_table(
@@ -250,7 +292,7 @@ def client_table(
     head += " p50 / p99 ms | server / client CPU ms per request |"
     rule += "---|---|"
     lines = [head, rule]
-    for spec in PHASES:
+    for spec in (*PHASES, *SSE_PHASES.values()):
         mine = by_key.get((spec.name, client, ours))
         if mine is None:
             continue
@@ -261,11 +303,39 @@ def client_table(
             row += f" {cell_text(theirs)} | {'' if value is None else f'**{value:.2f}**'} |"
         latencies = latency_text(mine)
         cpus = cpu_text(mine)
-        if peer is not None:
+        if theirs is not None:
             latencies += f" ({peer}: {latency_text(theirs)})"
             cpus += f" ({peer}: {cpu_text(theirs)})"
         lines.append(f"{row} {latencies} | {cpus} |")
     return lines
+
+
+def sse_rows(by_key: dict[tuple[str, str, str], Cell], ours: str) -> list[str]:
+    """Each SSE-S3 phase against the same phase in clear, same client, same rounds."""
+    lines = [
+        "| phase | client | SSE-S3 median (rounds) | clear median (rounds) | ratio SSE / clear "
+        "| aim | met | server CPU ms per request, SSE / clear |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for client in CLIENTS:
+        for clear, spec in SSE_PHASES.items():
+            sse = by_key.get((spec.name, client, ours))
+            plain = by_key.get((clear, client, ours))
+            value = ratio(sse, plain)
+            if sse is None or plain is None or value is None:
+                continue
+            met = "yes" if value >= SSE_AIM else "no"
+            lines.append(
+                f"| {clear} ({spec.unit}) | {client} | {cell_text(sse)} | {cell_text(plain)} "
+                f"| **{value:.2f}** | >= {SSE_AIM:g} | {met} "
+                f"| {server_cpu_text(sse)} / {server_cpu_text(plain)} |"
+            )
+    return lines
+
+
+def server_cpu_text(cell: Cell) -> str:
+    value = server_cpu_ms(cell)
+    return "-" if value is None else f"{value:,.2f}"
 
 
 # An aim of the issue: (phase, clients, the ratio to reach against the peer).
@@ -369,6 +439,17 @@ def report_head(setting: Setting) -> list[str]:
     return lines
 
 
+def sse_text(peer: str | None) -> str:
+    skipped = f" ({peer} is not set up for SSE-S3: no SSE phase ran against it)" if peer else ""
+    return (
+        f"The SSE-S3 phases ran against blobstore only{skipped}: PUTs with "
+        "`x-amz-server-side-encryption: AES256` (boto3: `ServerSideEncryption='AES256'`), "
+        "GETs of objects written so (no header). Each ran in every round next to the same "
+        "phase in clear, through the same client, before it in even rounds and after it in "
+        f"odd ones. Aim: at most 15 % slower than in clear (ratio >= {SSE_AIM:g})."
+    )
+
+
 def server_processes(setting: Setting) -> str:
     ours = "gateway, bookies and ZooKeeper" if setting.ours.pids else "not measured"
     text = f"{setting.ours.name}: {ours}"
@@ -399,6 +480,9 @@ def report(
     if peer is not None:
         lines += [*peer_aim_rows(by_key, ours, peer), ""]
     lines += [*disk_aim_rows(by_key, ours, disk), ""]
+    if any(spec.name == key[0] for spec in SSE_PHASES.values() for key in by_key):
+        lines += ["## Server-side encryption (SSE-S3) cost", "", sse_text(peer), ""]
+        lines += [*sse_rows(by_key, ours), ""]
     lines += ["## Machine limits, same run", "", "| limit | value | notes |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in limits]
     lines += ["", *ceiling_rows(ceilings), ""]
@@ -463,12 +547,27 @@ def hashing_limits() -> list[tuple[str, float]]:
         state["crc64"] = checksums.crc64nvme(block, state["crc64"])
 
     return [
+        ("AES-256-GCM, 64 KiB chunks", hash_mb_s(aes_gcm_update())),
         ("MD5", hash_mb_s(md5.update)),
         ("SHA256", hash_mb_s(sha.update)),
         ("CRC32 (zlib)", hash_mb_s(crc32_update)),
         ("CRC32C", hash_mb_s(crc32c_update)),
         ("CRC64NVME", hash_mb_s(crc64_update)),
     ]
+
+
+def aes_gcm_update() -> Callable[[bytes], object]:
+    """Seals a block in 64 KiB AES-256-GCM chunks, as SSE-S3 stores an object."""
+    sealer = AESGCM(AESGCM.generate_key(bit_length=256))
+    nonce = os.urandom(12)
+    chunk = 64 * KIB
+
+    def update(block: bytes) -> None:
+        view = memoryview(block)
+        for start in range(0, len(block), chunk):
+            sealer.encrypt(nonce, view[start : start + chunk], None)
+
+    return update
 
 
 def loopback_mb_s(total_mib: int = 512) -> float:
@@ -615,6 +714,9 @@ class Cluster:
     def __enter__(self) -> Cluster:
         env = dict(os.environ)
         env.update({"BLOBSTORE_ACCESS_KEY": ACCESS_KEY, "BLOBSTORE_SECRET_KEY": SECRET_KEY})
+        if not (env.get(CLUSTER_KEY_ENV) or env.get(CLUSTER_KEY_FILE_ENV)):
+            # SSE-S3 wraps data keys under master keys sealed with it
+            env[CLUSTER_KEY_ENV] = base64.b64encode(os.urandom(32)).decode()
         self.zookeeper = start_zookeeper(self.work / "zookeeper", free_port(), heap_mb=512)
         try:
             zk = self.zookeeper.connect_string
@@ -700,28 +802,30 @@ def server_cpu_s(pids: Sequence[int]) -> float | None:
 
 def generator_factory(slot: Slot) -> OpFactory:
     """The generator's operation for a slot's phase (objects as `prepare` wrote them)."""
-    name = slot.phase.name
+    name = slot.phase.base
+    sse = SSE_PREFIX if slot.phase.clear else ""
     if name.startswith("put"):
         size = LARGE_BYTES if name == "put 16MiB" else SMALL_BYTES
-        return put_op(BUCKET, size, put_prefix(slot))
+        return put_op(BUCKET, size, put_prefix(slot), headers=SSE_HEADERS if sse else ())
     if name == "get 16MiB":
-        return get_op(BUCKET, LARGE_OBJECTS, "large-", random_seed=RANDOM_SEED)
+        return get_op(BUCKET, LARGE_OBJECTS, f"{sse}large-", random_seed=RANDOM_SEED)
     if name == "get 4KiB":
-        return get_op(BUCKET, SMALL_OBJECTS, "small-", random_seed=RANDOM_SEED)
+        return get_op(BUCKET, SMALL_OBJECTS, f"{sse}small-", random_seed=RANDOM_SEED)
     if name == "get 1MiB range":
         return ranged_get_op()
     return list_op(BUCKET, "list-", PAGE_KEYS)
 
 
 def boto_factory(slot: Slot) -> s3_boto.BotoOpFactory:
-    name = slot.phase.name
+    name = slot.phase.base
+    sse = SSE_PREFIX if slot.phase.clear else ""
     if name.startswith("put"):
         size = LARGE_BYTES if name == "put 16MiB" else SMALL_BYTES
-        return s3_boto.put_op(BUCKET, size, put_prefix(slot))
+        return s3_boto.put_op(BUCKET, size, put_prefix(slot), SSE_BOTO if sse else None)
     if name == "get 16MiB":
-        return s3_boto.get_op(BUCKET, LARGE_OBJECTS, "large-")
+        return s3_boto.get_op(BUCKET, LARGE_OBJECTS, f"{sse}large-")
     if name == "get 4KiB":
-        return s3_boto.get_op(BUCKET, SMALL_OBJECTS, "small-")
+        return s3_boto.get_op(BUCKET, SMALL_OBJECTS, f"{sse}small-")
     if name == "get 1MiB range":
         return s3_boto.get_op(BUCKET, LARGE_OBJECTS, "large-", RANGE_BYTES, LARGE_BYTES)
     return s3_boto.list_op(BUCKET, "list-", PAGE_KEYS)
@@ -769,7 +873,7 @@ def run_slot(slot: Slot, target: Target, boto_client: s3_boto.BotoClient, durati
     cpu_after = server_cpu_s(pids)
     spent = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
     print(
-        f"{slot.phase.name:<15} {slot.client:<9} r{slot.round} {target.name:<10} "
+        f"{slot.phase.name:<22} {slot.client:<9} r{slot.round} {target.name:<10} "
         f"{figure(slot.phase, result):>9,.1f} {slot.phase.unit:<6} p50 {result.p50_ms:7.1f} ms "
         f"p99 {result.p99_ms:7.1f} ms errors {result.errors}",
         flush=True,
@@ -779,21 +883,27 @@ def run_slot(slot: Slot, target: Target, boto_client: s3_boto.BotoClient, durati
     return Run(slot, result, spent)
 
 
-def prepare(target: Target, list_keys: int, warm_up_s: float) -> None:
-    """Untimed: the bucket, a warm-up of 4 KiB PUTs, and the objects the phases read."""
+def write_counted(target: Target, name: str, factory: OpFactory, count: int) -> None:
+    """Untimed: `count` PUTs, all of them answered 200, or an error."""
+    result = run_phase(
+        name, target.endpoint, target.access_key, target.secret_key, factory, 16, count=count
+    )
+    if result.errors or result.ops != count:
+        # Reading objects that were never written would measure errors, not reads.
+        raise RuntimeError(
+            f"{target.name}: {name}: {result.ops} of {count} written, {result.errors} "
+            f"errors, e.g. {list(result.error_samples[:2])}"
+        )
+    print(f"{target.name}: {name}: {result.ops_per_s:,.0f}/s", flush=True)
+
+
+def prepare(target: Target, list_keys: int, warm_up_s: float, sse: bool) -> None:
+    """Untimed: the bucket, a warm-up of 4 KiB PUTs, and the objects the phases read (with
+    `sse`, those of the SSE-S3 GETs too)."""
     create_bucket(target.endpoint, target.access_key, target.secret_key, BUCKET)
 
     def counted(name: str, factory: OpFactory, count: int) -> None:
-        result = run_phase(
-            name, target.endpoint, target.access_key, target.secret_key, factory, 16, count=count
-        )
-        if result.errors or result.ops != count:
-            # Reading objects that were never written would measure errors, not reads.
-            raise RuntimeError(
-                f"{target.name}: {name}: {result.ops} of {count} written, {result.errors} "
-                f"errors, e.g. {list(result.error_samples[:2])}"
-            )
-        print(f"{target.name}: {name}: {result.ops_per_s:,.0f}/s", flush=True)
+        write_counted(target, name, factory, count)
 
     if warm_up_s > 0:
         run_phase(
@@ -808,13 +918,19 @@ def prepare(target: Target, list_keys: int, warm_up_s: float) -> None:
     counted("prepare 16 MiB objects", put_op(BUCKET, LARGE_BYTES, "large-"), LARGE_OBJECTS)
     counted("prepare 4 KiB objects", put_op(BUCKET, SMALL_BYTES, "small-"), SMALL_OBJECTS)
     counted("prepare listing keys", put_op(BUCKET, 1, "list-"), list_keys)
+    if sse:
+        large = put_op(BUCKET, LARGE_BYTES, f"{SSE_PREFIX}large-", headers=SSE_HEADERS)
+        counted("prepare 16 MiB SSE-S3 objects", large, LARGE_OBJECTS)
+        small = put_op(BUCKET, SMALL_BYTES, f"{SSE_PREFIX}small-", headers=SSE_HEADERS)
+        counted("prepare 4 KiB SSE-S3 objects", small, SMALL_OBJECTS)
 
 
 def measure(
     args: argparse.Namespace, targets: Sequence[Target], boto_clients: dict[str, s3_boto.BotoClient]
 ) -> list[Run]:
     by_name = {target.name: target for target in targets}
-    slots = alternation(PHASES, CLIENTS, list(by_name), args.rounds)
+    twins = SSE_PHASES if args.sse else None
+    slots = alternation(PHASES, CLIENTS, list(by_name), args.rounds, twins)
     return [
         run_slot(slot, by_name[slot.target], boto_clients[slot.target], args.duration)
         for slot in slots
@@ -833,6 +949,15 @@ def boto_clients(targets: Sequence[Target]) -> tuple[dict[str, s3_boto.BotoClien
         s3_boto.warm(client, BUCKET, object_key("small-", 0))
         clients[target.name] = client
     return clients, modes
+
+
+def check_encrypted(client: s3_boto.BotoClient) -> None:
+    """The SSE-S3 objects are encrypted, as a HEAD reports: else the SSE phases would
+    measure objects in clear."""
+    key = object_key(f"{SSE_PREFIX}large-", 0)
+    found = s3_boto.server_side_encryption(client, BUCKET, key)
+    if found != "AES256":
+        raise RuntimeError(f"{key}: x-amz-server-side-encryption {found!r}, not AES256")
 
 
 def run(args: argparse.Namespace) -> str:
@@ -854,8 +979,10 @@ def run(args: argparse.Namespace) -> str:
     with serving(args) as (ours, cluster_text):
         targets = [ours] + ([peer] if peer is not None else [])
         for target in targets:
-            prepare(target, args.list_keys, args.warm_up)
+            prepare(target, args.list_keys, args.warm_up, args.sse and target is ours)
         clients, modes = boto_clients(targets)
+        if args.sse:
+            check_encrypted(clients[ours.name])
         runs = measure(args, targets, clients)
     setting = Setting(
         started=started,
@@ -922,6 +1049,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--peer-secret-key", default="")
     parser.add_argument(
         "--peer-pid-files", default="", help="a glob of the peer's pid files, for its CPU time"
+    )
+    parser.add_argument(
+        "--no-sse",
+        dest="sse",
+        action="store_false",
+        help="no SSE-S3 phases (a blobstore whose gateway has no cluster key)",
     )
     parser.add_argument("--note", default="", help="a sentence printed at the top")
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "s3.md"))

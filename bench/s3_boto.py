@@ -80,6 +80,11 @@ def describe_request_mode(headers: dict[str, str]) -> str:
     return f"plain body, x-amz-content-sha256 {payload}, header {checksums or 'no checksum'}"
 
 
+def server_side_encryption(client: BotoClient, bucket: str, key: str) -> str:
+    """The object's `x-amz-server-side-encryption` as a HEAD reports it ("" for none)."""
+    return str(client.head_object(Bucket=bucket, Key=key).get("ServerSideEncryption", ""))
+
+
 def warm(client: BotoClient, bucket: str, key: str) -> None:
     """Load the models of the operations the phases use (botocore does it on first use)."""
     client.get_object(Bucket=bucket, Key=key, Range="bytes=0-0")["Body"].read()
@@ -89,13 +94,18 @@ def warm(client: BotoClient, bucket: str, key: str) -> None:
 # --------------------------------------------------------------------------- operations
 
 
-def put_op(bucket: str, size: int, prefix: str) -> BotoOpFactory:
-    """PutObject of object number `sequence` (one random body shared by all)."""
+def put_op(
+    bucket: str, size: int, prefix: str, extra: dict[str, str] | None = None
+) -> BotoOpFactory:
+    """PutObject of object number `sequence` (one random body shared by all), with the
+    `extra` parameters, e.g. `{"ServerSideEncryption": "AES256"}`."""
     body = random.Random(size).randbytes(size)
+    parameters = dict(extra or {})
 
     def factory(client: BotoClient) -> BotoOp:
         def op(sequence: int) -> int:
-            client.put_object(Bucket=bucket, Key=object_key(prefix, sequence), Body=body)
+            key = object_key(prefix, sequence)
+            client.put_object(Bucket=bucket, Key=key, Body=body, **parameters)
             return size
 
         return op

@@ -823,14 +823,22 @@ def object_key(prefix: str, sequence: int, scattered: bool = False) -> str:
     return f"{prefix}{sequence:010d}"
 
 
-def put_op(bucket: str, size: int, prefix: str = "obj-", scattered: bool = False) -> OpFactory:
-    """PUT object number `sequence` (one random body of `size` bytes shared by all)."""
+def put_op(
+    bucket: str,
+    size: int,
+    prefix: str = "obj-",
+    scattered: bool = False,
+    headers: Sequence[tuple[str, str]] = (),
+) -> OpFactory:
+    """PUT object number `sequence` (one random body of `size` bytes shared by all), with
+    `headers` (signed) on every request, e.g. `x-amz-server-side-encryption`."""
     body = os.urandom(size)
+    extra = tuple(headers)
 
     def factory(client: S3Client) -> Op:
         async def op(connection: HttpConnection, sequence: int) -> int:
             key = object_key(prefix, sequence, scattered)
-            return await client.put_object(connection, bucket, key, body)
+            return await client.put_object(connection, bucket, key, body, extra)
 
         return op
 

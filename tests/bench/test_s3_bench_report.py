@@ -141,3 +141,45 @@ def test_a_peer_needs_two_rounds_and_its_keys() -> None:
     assert "rounds" in (s3_bench.usage_problem(parser.parse_args([*peer, "--rounds", "1"])) or "")
     assert s3_bench.usage_problem(parser.parse_args(["--peer", "http://127.0.0.1:7480"]))
     assert s3_bench.usage_problem(parser.parse_args(["--list-keys", "1500"]))
+
+
+def test_an_sse_twin_runs_next_to_its_phase_in_clear_against_blobstore_only() -> None:
+    twin = s3_bench.SSE_PHASES[PUT_LARGE.name]
+    slots = s3_bench.alternation(
+        (PUT_LARGE,), (BOTO3,), ("blobstore", PEER), 2, s3_bench.SSE_PHASES
+    )
+    order = [(slot.round, slot.phase.name, slot.target) for slot in slots]
+    assert order == [
+        (1, PUT_LARGE.name, "blobstore"),
+        (1, twin.name, "blobstore"),
+        (1, PUT_LARGE.name, PEER),
+        (2, twin.name, "blobstore"),
+        (2, PUT_LARGE.name, "blobstore"),
+        (2, PUT_LARGE.name, PEER),
+    ]
+    assert twin.base == PUT_LARGE.name and twin.clear == PUT_LARGE.name
+    listing = s3_bench.alternation((LISTING,), (BOTO3,), ("blobstore",), 2, s3_bench.SSE_PHASES)
+    assert [slot.phase for slot in listing] == [LISTING, LISTING]
+
+
+def test_the_sse_table_gives_sse_over_clear_against_the_aim() -> None:
+    twin = s3_bench.SSE_PHASES[PUT_LARGE.name]
+    runs = _runs("blobstore", GENERATOR, (100.0, 80.0, 90.0))
+    runs += [
+        Run(Slot(twin, GENERATOR, index, "blobstore"), _result(twin.name, mb_per_s=value))
+        for index, value in enumerate((70.0, 81.0, 72.0), start=1)
+    ]
+    runs += _runs(PEER, GENERATOR, (40.0, 10.0, 20.0))
+    peer = Target(PEER, "http://127.0.0.1:7480", "k", "s")
+    text = s3_bench.report(_setting(peer), runs, [], {"buffered": 100.0}, [])
+    assert "## Server-side encryption (SSE-S3) cost" in text
+    (row,) = [line for line in text.splitlines() if line.startswith("| put 16MiB (MiB/s) |")]
+    assert "| generator | **72.0** (70.0, 81.0, 72.0) | **90.0** (100, 80.0, 90.0) |" in row
+    assert "| **0.80** | >= 0.85 | no |" in row
+    (table_row,) = [line for line in text.splitlines() if line.startswith(f"| {twin.name} |")]
+    assert f"{PEER}:" not in table_row
+
+
+def test_without_sse_runs_there_is_no_sse_table() -> None:
+    text = s3_bench.report(_setting(None), _runs("blobstore", BOTO3, (1.0,)), [], {}, [])
+    assert "SSE" not in text
