@@ -101,7 +101,7 @@ class AppendObjectOp:
         self._last_entry = -1
         self._appended_bytes = 0
 
-    async def run(self, body: AsyncIterator[bytes]) -> WrittenData:
+    async def run(self, body: AsyncIterator[bytes | memoryview]) -> WrittenData:
         started_s = time.monotonic()
         pieces: list[bytes | memoryview] = []  # of the next entry, received so far
         pieces_bytes = 0
@@ -149,7 +149,7 @@ class AppendObjectOp:
 
     # ------------------------------------------------------------------ internals
 
-    async def _hash(self, chunk: bytes) -> None:
+    async def _hash(self, chunk: bytes | memoryview) -> None:
         if self._md5 is None:
             return
         if self._hash_executor is not None and len(chunk) >= HASH_OFF_LOOP_BYTES_MIN:

@@ -36,6 +36,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachetools import LRUCache
+
 from blobstore.catalog.records import ObjectRecord, PartInfo
 from blobstore.kms.keys import KeyService, KmsError
 from blobstore.objects.errors import (
@@ -51,6 +53,7 @@ from blobstore.objects.sse import (
     chunk_span,
     ciphertext_size,
     customer_key_check,
+    decrypt_range,
     new_salt,
     unit_key,
 )
@@ -61,6 +64,7 @@ SSE_C = "SSE-C"
 SSE_S3_KEY = "alias/blobstore-sse-s3"
 SSE_S3_ALIAS = "blobstore-sse-s3"
 ARN_CONTEXT = "aws:s3:arn"
+OPENED_KEYS_MAX = 4096  # data keys of SSE-S3 / SSE-KMS objects a gateway keeps opened
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,16 +134,22 @@ def stored_range(unit: Unit, first: int, last: int) -> tuple[int, int, ChunkSpan
 
 
 def decryptor(
-    base_key: bytes, unit: Unit, first: int, last: int
+    unit_key: bytes, unit: Unit, first: int, last: int
 ) -> tuple[int, int, ChunkDecryptor]:
-    """(stored first, stored last, a decryptor yielding plaintext first..last of unit)."""
+    """(stored first, stored last, a decryptor yielding plaintext first..last of unit);
+    `unit_key`: `ObjectKeys.unit_key` of the unit."""
     stored_first, stored_last, span = stored_range(unit, first, last)
-    key = unit_key(base_key, unit.salt)
-    return (
-        stored_first,
-        stored_last,
-        ChunkDecryptor(key, unit.salt[:4], unit.label, unit.plain_size, span, last - first + 1),
+    opener = ChunkDecryptor(
+        unit_key, unit.salt[:4], unit.label, unit.plain_size, span, last - first + 1
     )
+    return stored_first, stored_last, opener
+
+
+def open_range(
+    unit_key: bytes, unit: Unit, span: ChunkSpan, stored: bytes | memoryview, length: int
+) -> bytes:
+    """Plaintext of `span` (from `stored_range`) in one piece, from its stored bytes."""
+    return decrypt_range(unit_key, unit.salt[:4], unit.label, unit.plain_size, span, stored, length)
 
 
 def plain_pieces(record: ObjectRecord, start: int, end: int) -> list[tuple[Unit, int, int]]:
@@ -165,7 +175,11 @@ class SealedBody:
 
 
 async def sealed(
-    body: AsyncIterator[bytes], base_key: bytes, salt: bytes, part_number: int, counter: SealedBody
+    body: AsyncIterator[bytes | memoryview],
+    base_key: bytes,
+    salt: bytes,
+    part_number: int,
+    counter: SealedBody,
 ) -> AsyncIterator[bytes]:
     """The body as the stored bytes of one unit."""
     encryptor = ChunkEncryptor(unit_key(base_key, salt), salt[:4], label(part_number))
@@ -200,6 +214,14 @@ class ObjectKeys:
     ) -> None:
         self._service = service
         self._ensure_sse_s3_key = ensure_sse_s3_key
+        # Opened data keys by (wrapped key, context): a GET of a small object costs an
+        # unwrap more than its read otherwise. A wrapped key opens to one data key for
+        # good (rotation adds versions; old ones stay), so an entry never goes stale.
+        # Customer keys are never kept.
+        self._opened: LRUCache[tuple[str, tuple[tuple[str, str], ...]], bytes] = LRUCache(
+            OPENED_KEYS_MAX
+        )
+        self._unit_keys: LRUCache[tuple[bytes, bytes], bytes] = LRUCache(OPENED_KEYS_MAX)
 
     def _keys(self) -> KeyService:
         if self._service is None:
@@ -239,10 +261,7 @@ class ObjectKeys:
                 )
             if sse is None:
                 return b""
-            try:
-                return await self._keys().decrypt_data_key(sse["w"], sse["c"])
-            except KmsError as e:
-                raise SseKmsError(str(e), not_found="no kms key" in str(e)) from None
+            return await self._data_key(sse["w"], sse["c"])
         if not customer_key:
             raise SseKeyRequiredError(
                 "The object was stored using a form of Server Side Encryption. The correct "
@@ -254,3 +273,25 @@ class ObjectKeys:
         ):
             raise SseKeyMismatchError("The provided customer key does not open this object.")
         return customer_key
+
+    async def _data_key(self, wrapped: str, context: Mapping[str, str]) -> bytes:
+        """The data key `wrapped` holds, unwrapped by the key service or kept from before."""
+        cache_key = (wrapped, tuple(sorted(context.items())))
+        data_key = self._opened.get(cache_key)
+        if data_key is None:
+            try:
+                data_key = await self._keys().decrypt_data_key(wrapped, context)
+            except KmsError as e:
+                raise SseKmsError(str(e), not_found="no kms key" in str(e)) from None
+            self._opened[cache_key] = data_key
+        return data_key
+
+    def unit_key(self, sse: Mapping[str, Any], base_key: bytes, salt: bytes) -> bytes:
+        """The key of the unit salted `salt` of an object sealed as `sse`, whose base
+        key `open` gave; kept for the next read, unless derived from a customer's key."""
+        if sse["m"] == SSE_C:
+            return unit_key(base_key, salt)
+        kept = self._unit_keys.get((base_key, salt))
+        if kept is None:
+            kept = self._unit_keys[(base_key, salt)] = unit_key(base_key, salt)
+        return kept

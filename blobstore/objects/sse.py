@@ -27,6 +27,7 @@ import secrets
 import struct
 from dataclasses import dataclass
 
+import numpy
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -222,26 +223,28 @@ class ChunkDecryptor:
         self._remaining = length
         self._pending = bytearray()
 
-    def feed(self, piece: bytes | memoryview) -> list[bytes]:
-        """Plaintext of the chunks `piece` completes; whole chunks are opened straight
-        from it, only a chunk cut across pieces is copied."""
+    def feed(self, piece: bytes | memoryview) -> memoryview:
+        """Plaintext of the chunks `piece` completes, in one buffer (empty when it
+        completes none). Whole chunks are opened straight from `piece` into that buffer:
+        only a chunk cut across pieces is copied, and no chunk's plaintext is copied."""
         stride = CHUNK_BYTES + TAG_BYTES
         view = memoryview(piece)
         pending = self._pending
-        out: list[bytes] = []
+        chunks: list[bytes | memoryview] = []
+        room = self._end_index - self._index + 1  # chunks of the span still to open
         if pending:
             take = min(len(view), stride - len(pending))
             pending += view[:take]
             view = view[take:]
-            if len(pending) < stride or self._index > self._end_index:
-                return out
-            out.append(self._open(bytes(pending)))
+            if len(pending) < stride or room <= 0:
+                return memoryview(b"")
+            chunks.append(bytes(pending))
             pending.clear()
-        while len(view) >= stride and self._index <= self._end_index:
-            out.append(self._open(view[:stride]))
+        while len(view) >= stride and len(chunks) < room:
+            chunks.append(view[:stride])
             view = view[stride:]
         pending += view
-        return out
+        return self._open_whole(chunks)
 
     def finish(self) -> bytes:
         """The span's last chunk (stored shorter than a full one when it ends the unit);
@@ -252,23 +255,48 @@ class ChunkDecryptor:
             raise SseCorruptError(f"encrypted bytes end short of chunk {self._index}")
         return tail
 
+    def _open_whole(self, chunks: list[bytes | memoryview]) -> memoryview:
+        """Whole stored chunks opened into one fresh buffer, cut to what is asked."""
+        if not chunks:
+            return memoryview(b"")
+        plain = numpy.empty(CHUNK_BYTES * len(chunks), numpy.uint8).data  # not zeroed
+        for offset, sealed in zip(range(0, len(plain), CHUNK_BYTES), chunks, strict=True):
+            self._open_into(sealed, plain[offset : offset + CHUNK_BYTES])
+        return self._cut(plain)
+
     def _open(self, sealed: bytes | memoryview) -> bytes:
-        index = self._index
+        """The span's last chunk (short, or empty for an empty unit), opened as it is."""
+        nonce, aad = self._next()
         try:
-            plain = self._aead.decrypt(
-                _nonce(self._prefix, index),
-                sealed,
-                _aad(self._label, index, index == self._last_index),
-            )
+            plain = self._aead.decrypt(nonce, sealed, aad)
         except InvalidTag:
-            raise SseCorruptError(
-                f"chunk {index} does not open (tampered, moved or wrong key)"
-            ) from None
+            raise self._corrupt() from None
         self._index += 1
-        if self._skip:
-            plain = plain[self._skip :]
-            self._skip = 0
-        plain = plain[: self._remaining]
+        cut = plain[self._skip : self._skip + self._remaining]
+        self._skip = 0
+        self._remaining -= len(cut)
+        return cut
+
+    def _open_into(self, sealed: bytes | memoryview, into: memoryview) -> None:
+        nonce, aad = self._next()
+        try:
+            self._aead.decrypt_into(nonce, sealed, aad, into)
+        except InvalidTag:
+            raise self._corrupt() from None
+        self._index += 1
+
+    def _next(self) -> tuple[bytes, bytes]:
+        """The nonce and associated data of the next chunk to open."""
+        index = self._index
+        return _nonce(self._prefix, index), _aad(self._label, index, index == self._last_index)
+
+    def _corrupt(self) -> SseCorruptError:
+        return SseCorruptError(f"chunk {self._index} does not open (tampered, moved or wrong key)")
+
+    def _cut(self, plain: memoryview) -> memoryview:
+        """`plain` less the bytes before the span's start and after its length."""
+        plain = plain[self._skip : self._skip + self._remaining]
+        self._skip = 0
         self._remaining -= len(plain)
         return plain
 

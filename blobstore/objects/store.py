@@ -52,9 +52,11 @@ from blobstore.objects.encryption import (
     SealedBody,
     SseSpec,
     decryptor,
+    open_range,
     plain_pieces,
     same_sealing,
     sealed,
+    stored_range,
     stored_size,
     units,
 )
@@ -257,7 +259,7 @@ class ObjectStore:
     # ------------------------------------------------------------------ writes
 
     async def write_data(
-        self, body: AsyncIterator[bytes], size_max: int, *, compute_md5: bool = True
+        self, body: AsyncIterator[bytes | memoryview], size_max: int, *, compute_md5: bool = True
     ) -> WrittenData:
         """Append a body to ledger entries; nothing references them yet."""
         assert self._pool is not None, "ObjectStore not started"
@@ -268,7 +270,7 @@ class ObjectStore:
 
     async def _verified(
         self,
-        body: AsyncIterator[bytes],
+        body: AsyncIterator[bytes | memoryview],
         size_max: int,
         finish: WriteFinish | None,
         compute_md5: bool,
@@ -317,7 +319,7 @@ class ObjectStore:
     async def put_object(
         self,
         template: ObjectRecord,
-        body: AsyncIterator[bytes],
+        body: AsyncIterator[bytes | memoryview],
         *,
         size_max: int,
         finish: WriteFinish | None = None,
@@ -511,9 +513,10 @@ class ObjectStore:
         if record.parts or record.unresolved:
             return b"".join([piece async for piece in self.read(record, start, end, key=key)])
         (unit,) = units(record)
-        stored_first, stored_last, opener = decryptor(key, unit, start, end)
+        stored_first, stored_last, span = stored_range(unit, start, end)
         stored = await self._read_whole_stored(record, stored_first, stored_last)
-        return b"".join([*opener.feed(stored), opener.finish()])
+        unit_key = self._keys.unit_key(record.sse, key, unit.salt)
+        return open_range(unit_key, unit, span, stored, end - start + 1)
 
     async def _read_whole_stored(self, record: ObjectRecord, start: int, end: int) -> bytes:
         """Stored bytes start..end in one piece. Bytes within one entry (every small
@@ -543,26 +546,28 @@ class ObjectStore:
 
     async def read(
         self, record: ObjectRecord, start: int, end: int, *, key: bytes | None = None
-    ) -> AsyncGenerator[bytes, None]:
+    ) -> AsyncGenerator[bytes | memoryview, None]:
         """Bytes start..end (inclusive) of the object, opened when it is encrypted
         (`key`: its base key from `open_sse`; opened here when None, which only an
         SSE-S3 or SSE-KMS object allows)."""
         if end < start:
             return
-        if record.sse is None:
+        sse = record.sse
+        if sse is None:
             async for piece in self._read_stored(record, start, end):
                 yield piece
             return
         if record.unresolved:
             record = await self.resolve(record)
         if key is None:
-            key = await self.open_sse(record.sse)
+            key = await self.open_sse(sse)
         for unit, first, last in plain_pieces(record, start, end):
-            stored_first, stored_last, opener = decryptor(key, unit, first, last)
+            unit_key = self._keys.unit_key(sse, key, unit.salt)
+            stored_first, stored_last, opener = decryptor(unit_key, unit, first, last)
             async for piece in self._read_stored(record, stored_first, stored_last):
                 opened = opener.feed(piece)
-                if opened:  # one piece per stored piece, not one per 64 KiB chunk
-                    yield opened[0] if len(opened) == 1 else b"".join(opened)
+                if opened:  # one piece per stored piece, not per chunk
+                    yield opened
             tail = opener.finish()
             if tail:
                 yield tail
@@ -618,7 +623,7 @@ class ObjectStore:
         bucket: str,
         upload_id: str,
         part_number: int,
-        body: AsyncIterator[bytes],
+        body: AsyncIterator[bytes | memoryview],
         *,
         finish: WriteFinish | None = None,
         compute_md5: bool = True,
@@ -652,7 +657,7 @@ class ObjectStore:
         start: int,
         end: int,
         *,
-        observe: Callable[[bytes], None] | None = None,
+        observe: Callable[[bytes | memoryview], None] | None = None,
         finish: WriteFinish | None = None,
         customer_key: bytes = b"",
         source_customer_key: bytes = b"",
@@ -668,7 +673,7 @@ class ObjectStore:
         in_clear = source.sse is None and sealing is None
         shared = slice_extents(source.extents, start, end) if source.extents and in_clear else None
 
-        async def observed() -> AsyncIterator[bytes]:
+        async def observed() -> AsyncIterator[bytes | memoryview]:
             async for piece in self.read(source, start, end, key=source_key):
                 if observe is not None:
                     observe(piece)
@@ -841,7 +846,7 @@ class ObjectStore:
             )
 
 
-async def drain(iterator: AsyncIterator[bytes]) -> bytes:
+async def drain(iterator: AsyncIterator[bytes | memoryview]) -> bytes:
     """All bytes of an iterator (tests and small internal reads only)."""
     return b"".join([piece async for piece in iterator])
 

@@ -568,7 +568,7 @@ async def _streamed_response(
         await pieces.aclose()
         raise
 
-    async def body() -> AsyncIterator[bytes]:
+    async def body() -> AsyncIterator[bytes | memoryview]:
         try:
             yield head
             async for piece in pieces:

@@ -17,9 +17,11 @@ from blobstore.objects.encryption import (
     SealedBody,
     SseSpec,
     decryptor,
+    open_range,
     plain_pieces,
     same_sealing,
     sealed,
+    stored_range,
     stored_size,
     units,
 )
@@ -29,7 +31,13 @@ from blobstore.objects.errors import (
     SseKmsError,
     SseNotApplicableError,
 )
-from blobstore.objects.sse import CHUNK_BYTES, SseCorruptError, ciphertext_size, new_salt
+from blobstore.objects.sse import (
+    CHUNK_BYTES,
+    SseCorruptError,
+    ciphertext_size,
+    new_salt,
+    unit_key,
+)
 
 BASE = bytes(range(32))
 
@@ -53,14 +61,14 @@ def _seal(body: bytes, salt: bytes, part_number: int, rng: random.Random) -> byt
 
 
 def _open(record: ObjectRecord, stored: bytes, first: int, last: int, rng: random.Random) -> bytes:
-    out = []
+    out: list[bytes | memoryview] = []
     for unit, lo, hi in plain_pieces(record, first, last):
-        stored_first, stored_last, opener = decryptor(BASE, unit, lo, hi)
+        stored_first, stored_last, opener = decryptor(unit_key(BASE, unit.salt), unit, lo, hi)
         view = stored[stored_first : stored_last + 1]
         at = 0
         while at < len(view):
             step = rng.randrange(1, 100_000)
-            out.extend(opener.feed(view[at : at + step]))
+            out.append(opener.feed(view[at : at + step]))
             at += step
         out.append(opener.finish())
     return b"".join(out)
@@ -79,6 +87,11 @@ def test_single_unit_ranges_open_from_pieces_of_any_size() -> None:
             first = rng.randrange(size)
             last = rng.randrange(first, size)
             assert _open(record, stored, first, last, rng) == body[first : last + 1]
+            (unit,) = units(record)
+            stored_first, stored_last, span = stored_range(unit, first, last)
+            in_one = stored[stored_first : stored_last + 1]
+            key = unit_key(BASE, salt)
+            assert open_range(key, unit, span, in_one, last - first + 1) == body[first : last + 1]
 
 
 def test_parts_are_units_with_their_own_salts() -> None:
@@ -128,12 +141,14 @@ class _FakeKeys:
 
     def __init__(self) -> None:
         self.generated: list[tuple[str, dict[str, str]]] = []
+        self.unwrapped = 0
 
     async def generate_data_key(self, key_ref: str, context: Any) -> tuple[bytes, str]:
         self.generated.append((key_ref, dict(context)))
         return BASE, f"v1:{key_ref}:1:wrapped"
 
     async def decrypt_data_key(self, wrapped: str, context: Any) -> bytes:
+        self.unwrapped += 1
         return BASE
 
 
@@ -162,6 +177,29 @@ def test_modes_keys_and_customer_checks() -> None:
         assert await keys.open(None, b"") == b""
         with pytest.raises(SseKmsError):
             await ObjectKeys(None).new(SseSpec("AES256"), "bkt", "obj")
+
+    asyncio.run(run())
+
+
+def test_opened_keys_are_kept_but_never_a_customers() -> None:
+    service = _FakeKeys()
+    keys = ObjectKeys(service)
+    salt = new_salt()
+
+    async def run() -> None:
+        sse, _ = await keys.new(SseSpec("AES256"), "bkt", "obj")
+        for _ in range(3):
+            assert await keys.open(sse, b"") == BASE
+        assert service.unwrapped == 1  # the wrapped key opened once, then kept
+        other_context = {**sse, "c": {**sse["c"], "x": "y"}}
+        await keys.open(other_context, b"")
+        assert service.unwrapped == 2  # a key is kept for its context only
+        assert keys.unit_key(sse, BASE, salt) == unit_key(BASE, salt)
+        customer = b"c" * 32
+        sse_c, _ = await keys.new(SseSpec("SSE-C", customer_key=customer), "bkt", "obj")
+        assert keys.unit_key(sse_c, customer, salt) == unit_key(customer, salt)
+        kept = keys._unit_keys
+        assert (BASE, salt) in kept and all(base != customer for base, _ in kept)
 
     asyncio.run(run())
 
