@@ -34,10 +34,12 @@ from pathlib import Path
 
 import uvloop
 
+from bench.disk_probes import DiskLimits, fsync_rate_4k, measure_disk
 from blobstore.cli.zookeeper_server import free_port, start_zookeeper
 from blobstore.ledger import LedgerClient, LedgerConfig, LedgerHandle
 from blobstore.runtime.gc_pauses import freeze_after_startup
 from blobstore.runtime.zk import ZooKeeperClient
+from bookie.config import BookieConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,54 +53,11 @@ AIM_ADDS_PER_S = 10_000.0
 AIM_P99_MS = 10.0
 AIM_REPEATS = 3
 READY_TIMEOUT_S = 60.0
+# Adds this large are written once, to the bookies' direct entry logs with O_DIRECT.
+DIRECT_WRITE_MIN_BYTES = BookieConfig().direct_write_min_bytes
 
 
 # --------------------------------------------------------------------------- machine limits
-
-
-ZEROED_PROBE_BYTES = 256 * MIB
-
-
-def fsync_rate_4k(directory: Path, seconds: float, over_zeros: bool = False) -> float:
-    """4 KiB writes each followed by fdatasync: appended (each write allocates), or over
-    zeros written and fsync'd first (as the bookies' journal zero-ahead makes them)."""
-    path = directory / "fsync-probe"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    block = os.urandom(4096)
-    count = 0
-    limit = ZEROED_PROBE_BYTES // len(block) if over_zeros else 1 << 62
-    try:
-        if over_zeros:
-            zeros = bytes(4 * MIB)
-            for _ in range(ZEROED_PROBE_BYTES // len(zeros)):
-                os.write(fd, zeros)
-            os.fsync(fd)
-        started = time.monotonic()
-        while time.monotonic() - started < seconds and count < limit:
-            os.pwrite(fd, block, count * len(block))
-            os.fdatasync(fd)
-            count += 1
-    finally:
-        os.close(fd)
-        path.unlink()
-    return count / (time.monotonic() - started)
-
-
-def sequential_mb_per_s(directory: Path, seconds: float, chunk_bytes: int = 4 * MIB) -> float:
-    path = directory / "bandwidth-probe"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    block = os.urandom(chunk_bytes)
-    written = 0
-    started = time.monotonic()
-    try:
-        while time.monotonic() - started < seconds:
-            os.write(fd, block)
-            os.fdatasync(fd)
-            written += chunk_bytes
-    finally:
-        os.close(fd)
-        path.unlink()
-    return written / (time.monotonic() - started) / 1e6
 
 
 ROUND_TRIP_REQUEST_BYTES = 4 * KIB
@@ -559,7 +518,7 @@ PACED_ANALYSIS_DOCUMENT = "ledger-analysis.md"
 AimRow = tuple[str, str, float]  # aim, measured as shown, ratio
 
 
-def aims_table(results: list[Result], disk_mb_per_s: float) -> list[str]:
+def aims_table(results: list[Result], limits: Limits) -> list[str]:
     """The issue's aims beside this run (ratio = measured / aim; >= 1 meets it)."""
     lines = [
         "",
@@ -568,7 +527,7 @@ def aims_table(results: list[Result], disk_mb_per_s: float) -> list[str]:
         "| aim | measured | ratio |",
         "|---|---|---|",
     ]
-    for name, shown, ratio in aim_rows(results, disk_mb_per_s):
+    for name, shown, ratio in aim_rows(results, limits):
         lines.append(f"| {name} | {shown} | {ratio:.2f} |")
     paced = [r for r in results if r.label.startswith("paced")]
     if paced:
@@ -576,7 +535,7 @@ def aims_table(results: list[Result], disk_mb_per_s: float) -> list[str]:
     return lines
 
 
-def aim_rows(results: list[Result], disk_mb_per_s: float) -> list[AimRow]:
+def aim_rows(results: list[Result], limits: Limits) -> list[AimRow]:
     """One row per E3/WQ2/AQ2 result and, when several rows ran at the aim's rate, after
     the last of them the row judging the aim on their median."""
     rows: list[AimRow] = []
@@ -601,9 +560,9 @@ def aim_rows(results: list[Result], disk_mb_per_s: float) -> list[AimRow]:
                 at_aim_p99s.append(p99_ms)
                 median_at = len(rows)  # after the last row at the aim's rate
         elif r.entry_bytes == MIB:
-            aim = 0.7 * disk_mb_per_s / (2 * 2)
+            aim = 0.7 * limits.bound_mb_per_s(MIB) / 2
             rows.append(
-                (f"1 MiB MB/s >= 70% of disk / (2 x WQ) = {aim:,.0f} MB/s",
+                (f"1 MiB MB/s >= 70% of the disk as the bookies write it / WQ = {aim:,.0f} MB/s",
                  f"{r.mb_per_s:,.0f} MB/s", r.mb_per_s / aim)
             )  # fmt: skip
     if len(at_aim_p99s) > 1:
@@ -648,17 +607,10 @@ def paced_section(paced: list[Result]) -> list[str]:
     return lines
 
 
-def write_report(
-    output: Path,
-    results: list[Result],
-    fsync_rate: float,
-    fsync_zeroed: float,
-    disk_mb_per_s: float,
-    seconds: float,
-    round_trips: list[tuple[str, str, str]],
-) -> None:
+def write_report(output: Path, results: list[Result], limits: Limits, seconds: float) -> None:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = os.getloadavg()[0]
+    disk = limits.disk
     lines = [
         "# Ledger client benchmark",
         "",
@@ -674,15 +626,19 @@ def write_report(
         "",
         "| probe | result | notes |",
         "|---|---|---|",
-        f"| 4 KiB write + fdatasync, appending | {fsync_rate:,.0f} /s | |",
-        f"| 4 KiB write + fdatasync over zeros (journal zero-ahead) | {fsync_zeroed:,.0f} /s | |",
-        f"| sequential 4 MiB write + fdatasync | {disk_mb_per_s:,.0f} MB/s | |",
-        *[f"| {probe} | {result} | {notes} |" for probe, result, notes in round_trips],
+        f"| 4 KiB write + fdatasync, appending | {disk.fsync_rate:,.0f} /s | |",
+        f"| 4 KiB write + fdatasync over zeros (journal zero-ahead) | "
+        f"{limits.fsync_zeroed:,.0f} /s | |",
+        f"| sequential 4 MiB write + fdatasync | {disk.buffered_mb_per_s:,.0f} MB/s "
+        "| how journals and checkpointed entry logs write |",
+        f"| sequential O_DIRECT, 1 MiB blocks, preallocated | {disk.direct_text()} "
+        f"| how adds of {DIRECT_WRITE_MIN_BYTES // KIB} KiB or more are written |",
+        *[f"| {probe} | {result} | {notes} |" for probe, result, notes in limits.round_trips],
         "",
         "## Appends",
         "",
-        *appends_table(results, fsync_rate, disk_mb_per_s),
-        *aims_table(results, disk_mb_per_s),
+        *appends_table(results, limits),
+        *aims_table(results, limits),
         "",
         *READING,
         "",
@@ -690,24 +646,28 @@ def write_report(
     output.write_text("\n".join(lines))
 
 
-def appends_table(results: list[Result], fsync_rate: float, disk_mb_per_s: float) -> list[str]:
+def appends_table(results: list[Result], limits: Limits) -> list[str]:
     singles = {r.entry_bytes: r for r in results if r.label == "single bookie"}
     lines = [
         "| ensemble | entry | in flight | adds/s | MB/s | p50 ms | p99 ms | p99.9 ms "
-        "| vs single bookie | vs fsync rate | journal bytes per payload byte | vs disk MB/s | client CPU µs/add | read MB/s |",
+        "| vs single bookie | vs fsync rate | written to | vs disk MB/s | client CPU µs/add "
+        "| read MB/s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         single = singles[r.entry_bytes]
         write_quorum = int(r.ensemble.split("/WQ")[1].split("/")[0])
-        disk_factor = write_quorum  # journal bytes fsync'd before the ack, per payload byte
+        direct = r.entry_bytes >= DIRECT_WRITE_MIN_BYTES
+        written_to = "direct logs" if direct else "journals"
+        # Payload bytes fsync'd before the ack, WQ times, over the bandwidth of that way.
+        vs_disk = r.mb_per_s * write_quorum / limits.bound_mb_per_s(r.entry_bytes)
         in_flight = r.label if r.label.startswith("paced") else str(r.window)
         lines.append(
             f"| {r.ensemble} | {'1 KiB' if r.entry_bytes == KIB else '1 MiB'} | {in_flight} "
             f"| {r.adds_per_s:,.0f} | {r.mb_per_s:,.1f} | {r.percentile_ms(0.5):.2f} "
             f"| {r.percentile_ms(0.99):.2f} | {r.percentile_ms(0.999):.2f} "
-            f"| {r.adds_per_s / single.adds_per_s:.2f} | {r.adds_per_s / fsync_rate:.1f}x "
-            f"| {disk_factor} | {r.mb_per_s * disk_factor / disk_mb_per_s:.2f} "
+            f"| {r.adds_per_s / single.adds_per_s:.2f} | {r.adds_per_s / limits.disk.fsync_rate:.1f}x "
+            f"| {written_to} x{write_quorum} | {vs_disk:.2f} "
             f"| {r.client_cpu_s / r.adds * 1e6:,.0f} "
             f"| {f'{r.read_mb_per_s:,.1f}' if r.read_mb_per_s else '-'} |"
         )
@@ -718,17 +678,23 @@ def appends_table(results: list[Result], fsync_rate: float, disk_mb_per_s: float
 READING = [
     "Reading: *vs single bookie* divides by the E1/WQ1/AQ1 row of the same entry size (same",
     "client code, one replica). *vs fsync rate* compares adds/s with one 4 KiB",
-    "write+fdatasync per add: group commit in each bookie's journal is what lifts it above",
-    "1. Before an ack every payload byte is fsync'd WQ times to journals, all on the one",
-    "disk here, so *vs disk MB/s* (payload MB/s times WQ over the probe's bandwidth) near 1",
-    "means the disk is the limit; checkpoints later write each byte WQ times again to entry",
-    "logs (every 10 s or at half a write cache, so partly outside a row). Latencies run from `append` to the",
+    "write+fdatasync per add: group commit is what lifts it above 1. *written to* says",
+    "where each payload byte is made durable before the ack, on each of WQ bookies: an add",
+    f"below {DIRECT_WRITE_MIN_BYTES // KIB} KiB in the bookies' group-committed journals",
+    "(a checkpoint writes it again to an entry log later, every 10 s or at half a write",
+    "cache, partly outside a row); a larger one once, to a direct entry log with O_DIRECT,",
+    "and only a small record naming it to the journal. *vs disk MB/s* is payload MB/s",
+    "times WQ over the probe of that way of writing (buffered write+fdatasync for",
+    "journals, O_DIRECT for direct logs), all bookies on the one disk here: near 1 means",
+    "the disk is the limit. Latencies run from `append` to the",
     "ack-quorum completion with the window full, so they include queueing; *paced* rows",
     "offer a fixed rate instead (a fraction of the saturated E3/WQ2/AQ2 rate above, and",
     f"the aim's {AIM_ADDS_PER_S:,.0f}/s {AIM_REPEATS} times over when it is below that) and",
     "time each add from when it was due: the latency below saturation (each measured",
     f"after {PACED_WARMUP_S:g} s at its rate, so the checkpoints left by the saturated",
-    "row before do not count; its own checkpoints do). The read column",
+    "row before do not count; its own checkpoints do). The *mixed* row paces 1 KiB adds",
+    "beside a stream of 1 MiB adds: the small adds' latency while the direct logs take",
+    "the large ones, on the same disk. The read column",
     "reads the ledger back with `iter_entries` (64 reads in flight for 1 KiB entries, 16",
     "for 1 MiB). *client CPU µs/add* is the client process's CPU time over the adds: the",
     "cost of the ledger client itself, one core's worth caps a single client process.",
@@ -737,24 +703,35 @@ READING = [
 ]
 
 
-Limits = tuple[float, float, float, list[tuple[str, str, str]]]
+@dataclass(frozen=True)
+class Limits:
+    """The disk and the machine, measured before the rows."""
+
+    disk: DiskLimits
+    fsync_zeroed: float  # 4 KiB write+fdatasync over zeros (the journal's zero-ahead)
+    round_trips: list[tuple[str, str, str]]
+
+    def bound_mb_per_s(self, entry_bytes: int) -> float:
+        return self.disk.bound_mb_per_s(entry_bytes, DIRECT_WRITE_MIN_BYTES)
 
 
 def measure_limits(work: Path, probe_seconds: float) -> Limits:
-    """4 KiB write+fdatasync rate appending and over zeros, sequential MB/s, and the
-    process round-trip rows, printed as they are measured."""
-    fsync_rate = fsync_rate_4k(work, probe_seconds)
-    fsync_zeroed = fsync_rate_4k(work, probe_seconds, over_zeros=True)
-    disk_mb_per_s = sequential_mb_per_s(work, probe_seconds)
-    round_trips = round_trip_rows()
+    """4 KiB write+fdatasync rate appending and over zeros, sequential MB/s buffered and
+    O_DIRECT, and the process round-trip rows, printed as they are measured."""
+    limits = Limits(
+        measure_disk(work, probe_seconds),
+        fsync_rate_4k(work, probe_seconds, over_zeros=True),
+        round_trip_rows(),
+    )
     print(
-        f"fsync 4k: {fsync_rate:,.0f}/s appending, {fsync_zeroed:,.0f}/s over zeros  "
-        f"sequential: {disk_mb_per_s:,.0f} MB/s",
-        *[f"{probe}: {result} ({notes})" for probe, result, notes in round_trips],
+        f"fsync 4k: {limits.disk.fsync_rate:,.0f}/s appending, {limits.fsync_zeroed:,.0f}/s "
+        f"over zeros  sequential: {limits.disk.buffered_mb_per_s:,.0f} MB/s buffered, "
+        f"{limits.disk.direct_text()} O_DIRECT",
+        *[f"{probe}: {result} ({notes})" for probe, result, notes in limits.round_trips],
         sep="\n",
         flush=True,
     )
-    return fsync_rate, fsync_zeroed, disk_mb_per_s, round_trips
+    return limits
 
 
 def print_result(r: Result) -> None:
@@ -790,16 +767,7 @@ def main() -> int:
         results = uvloop.run(run_all(zk_connect, args.seconds, http_ports))
         for r in results:
             print_result(r)
-        fsync_rate, fsync_zeroed, disk_mb_per_s, round_trips = limits
-        write_report(
-            Path(args.output),
-            results,
-            fsync_rate,
-            fsync_zeroed,
-            disk_mb_per_s,
-            args.seconds,
-            round_trips,
-        )
+        write_report(Path(args.output), results, limits, args.seconds)
         print(f"wrote {args.output}")
     finally:
         for process in processes:

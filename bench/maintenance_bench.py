@@ -60,7 +60,8 @@ from typing import Any
 
 import uvloop
 
-from bench.ledger_bench import fsync_rate_4k, process_cpu_s, sequential_mb_per_s, start_bookie
+from bench.disk_probes import fsync_rate_4k, sequential_mb_per_s
+from bench.ledger_bench import process_cpu_s, start_bookie
 from bench.s3_bench import ACCESS_KEY, SECRET_KEY, cli, loopback_mb_s, start_child
 from blobstore.catalog import Catalog, CatalogConfig
 from blobstore.catalog.page import IndexPage

@@ -40,7 +40,8 @@ from pathlib import Path
 import uvloop
 from prometheus_client import REGISTRY
 
-from bench.ledger_bench import sequential_mb_per_s, start_bookie
+from bench.disk_probes import sequential_mb_per_s
+from bench.ledger_bench import start_bookie
 from blobstore.cli.zookeeper_server import free_port, start_zookeeper
 from blobstore.ledger import LedgerClient, LedgerHandle
 from blobstore.ledger.config import OBJECT_LEDGER_PASSWORD

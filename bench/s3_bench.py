@@ -33,7 +33,6 @@ import datetime
 import glob
 import hashlib
 import json
-import mmap
 import os
 import platform
 import random
@@ -57,7 +56,8 @@ from awscrt import checksums
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from bench import s3_boto
-from bench.ledger_bench import process_cpu_s, round_trip_rows, sequential_mb_per_s
+from bench.disk_probes import direct_mib_per_s, fsync_rate_4k, sequential_mb_per_s
+from bench.ledger_bench import process_cpu_s, round_trip_rows
 from bench.s3_load import (
     HttpConnection,
     Op,
@@ -594,52 +594,6 @@ def loopback_mb_s(total_mib: int = 512) -> float:
     return total_mib / (time.monotonic() - started)
 
 
-def fsync_rate(directory: Path, seconds: float = 1.0) -> float:
-    path = directory / "fsync-probe"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    block = os.urandom(4096)
-    count = 0
-    started = time.monotonic()
-    try:
-        while time.monotonic() - started < seconds:
-            os.write(fd, block)
-            os.fdatasync(fd)
-            count += 1
-    finally:
-        os.close(fd)
-        path.unlink()
-    return count / (time.monotonic() - started)
-
-
-def direct_mib_per_s(directory: Path, seconds: float, block_bytes: int) -> float | None:
-    """Sequential O_DIRECT writes of page-aligned `block_bytes` blocks into a file
-    preallocated for them, one fdatasync at the end (inside the time): None where the
-    filesystem refuses O_DIRECT."""
-    path = directory / "direct-probe"
-    blocks_max = max(1, (4 << 30) // block_bytes)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
-    except OSError:
-        return None
-    buffer = mmap.mmap(-1, block_bytes)  # anonymous mappings are page-aligned
-    buffer.write(os.urandom(block_bytes))
-    written = 0
-    try:
-        os.posix_fallocate(fd, 0, blocks_max * block_bytes)
-        started = time.monotonic()
-        while time.monotonic() - started < seconds and written < blocks_max * block_bytes:
-            written += os.pwrite(fd, buffer, written)
-        os.fdatasync(fd)
-        elapsed = time.monotonic() - started
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-        path.unlink()
-        buffer.close()
-    return written / MIB / elapsed
-
-
 def disk_limits(directory: Path) -> dict[str, float]:
     """Sequential write bandwidth (MiB/s) per way of writing: buffered write + fdatasync of
     each 4 MiB (as the bookies write today, and the ledger benchmark probes), and O_DIRECT."""
@@ -652,7 +606,7 @@ def disk_limits(directory: Path) -> dict[str, float]:
 
 
 def machine_limits(directory: Path) -> tuple[list[tuple[str, str, str]], dict[str, float]]:
-    fsyncs = fsync_rate(directory)
+    fsyncs = fsync_rate_4k(directory, 1.0)
     disk = disk_limits(directory)
     rows = [("4 KiB write+fdatasync", f"{fsyncs:,.0f} /s", "one thread, the bookies' disk")]
     rows += [

@@ -6,8 +6,11 @@ from __future__ import annotations
 import os
 
 from bench import ledger_bench
+from bench.disk_probes import DiskLimits
 
 KIB, MIB = 1024, 1024 * 1024
+# Buffered write+fdatasync 320 MB/s, O_DIRECT 160 MB/s (a slow one, to tell them apart).
+LIMITS = ledger_bench.Limits(DiskLimits(1_000.0, 320.0, 160.0), 2_000.0, [])
 
 
 def _result(label: str, entry_bytes: int, adds: int, latency_s: float) -> ledger_bench.Result:
@@ -31,20 +34,34 @@ def test_aims_show_measurements_in_their_units_and_ratios() -> None:
             _result("paced 5,000/s", KIB, 10_000, 0.004),
             _result("16", MIB, 200, 0.1),
         ],
-        disk_mb_per_s=320.0,
+        LIMITS,
     )
     table = "\n".join(rows)
     assert "| 1 KiB adds/s >= 10,000 | 15,000 /s | 1.50 |" in table, table
     assert "| 1 KiB p99 <= 10 ms at paced 5,000/s (ratio = aim / measured) | 4.00 ms | 2.50 |" in (
         table
     ), table
+    # 1 MiB adds go to the direct logs: the aim is 70 % of O_DIRECT's 160 MB/s / WQ 2.
     assert "= 56 MB/s | 105 MB/s | 1.87 |" in table, table
 
 
+def test_each_row_is_bounded_by_how_its_adds_are_written() -> None:
+    """Small adds are journaled (buffered write+fdatasync), large ones written once with
+    O_DIRECT; where O_DIRECT is refused, the bookies write large adds buffered too."""
+    rows = [_result("256", KIB, 30_000, 0.02), _result("16", MIB, 200, 0.1)]
+    rows += [ledger_bench.Result(**{**vars(r), "label": "single bookie"}) for r in rows]
+    table = "\n".join(ledger_bench.appends_table(rows, LIMITS))
+    # 15,000 adds/s of 1 KiB (15 x the fsync rate) x WQ 2 over 320 MB/s; 100 MiB/s x 2
+    # over 160 MB/s.
+    assert "| 15.0x | journals x2 | 0.10 |" in table, table
+    assert "| direct logs x2 | 1.31 |" in table, table
+    refused = ledger_bench.Limits(DiskLimits(1_000.0, 320.0, None), 2_000.0, [])
+    assert refused.bound_mb_per_s(MIB) == 320.0 and LIMITS.bound_mb_per_s(MIB) == 160.0
+    assert LIMITS.bound_mb_per_s(ledger_bench.DIRECT_WRITE_MIN_BYTES - 1) == 320.0
+
+
 def test_rows_at_the_aims_rate_are_marked_and_repeated_below_saturation() -> None:
-    rows = ledger_bench.aims_table(
-        [_result("paced 10,000/s", KIB, 20_000, 0.008)], disk_mb_per_s=320.0
-    )
+    rows = ledger_bench.aims_table([_result("paced 10,000/s", KIB, 20_000, 0.008)], LIMITS)
     assert (
         "| 1 KiB p99 <= 10 ms at paced 10,000/s (the aim's rate) (ratio = aim / measured) "
         "| 8.00 ms | 1.25 |"
@@ -52,7 +69,7 @@ def test_rows_at_the_aims_rate_are_marked_and_repeated_below_saturation() -> Non
     assert ledger_bench.paced_rates(22_311) == [5_600, 10_000, 10_000, 10_000, 11_200, 16_700]
     # The aim is judged on the median of the repeated rows at its rate.
     repeats = [_result("paced 10,000/s", KIB, 20_000, s) for s in (0.012, 0.007, 0.005)]
-    table = "\n".join(ledger_bench.aims_table(repeats, disk_mb_per_s=320.0))
+    table = "\n".join(ledger_bench.aims_table(repeats, LIMITS))
     assert (
         "| 1 KiB p99 <= 10 ms at paced 10,000/s, median of the 3 rows (12.00, 7.00, 5.00 ms) "
         "(ratio = aim / measured) | 7.00 ms | 1.43 |"
@@ -60,7 +77,7 @@ def test_rows_at_the_aims_rate_are_marked_and_repeated_below_saturation() -> Non
     # A fraction of saturation that rounds to the aim's rate is one more such row.
     assert ledger_bench.paced_rates(20_000).count(10_000) == 4
     repeats.append(_result("paced 10,000/s", KIB, 20_000, 0.100))
-    table = "\n".join(ledger_bench.aims_table(repeats, disk_mb_per_s=320.0))
+    table = "\n".join(ledger_bench.aims_table(repeats, LIMITS))
     assert "median of the 4 rows (12.00, 7.00, 5.00, 100.00 ms)" in table, table
     assert "| 9.50 ms | 1.05 |" in table, table
     # At or past saturation the aim's rate would measure a backlog, not a latency.
