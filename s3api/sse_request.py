@@ -11,7 +11,8 @@ and errors (the encryption itself: blobstore/objects/sse.py; keys: blobstore/kms
   headers. Only over TLS, unless the gateway allows it for tests.
 
 Every mistake is 400 InvalidArgument (or S3's more precise code) naming the header.
-The customer's key is never logged: `SseRequest`'s repr leaves it out.
+The answer is the object layer's `SseSpec`; the customer's key is never logged: its repr
+leaves the key out.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import binascii
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
+from blobstore.objects.encryption import SseSpec
 from s3api.errors import S3Error
 
 SSE = "x-amz-server-side-encryption"
@@ -39,26 +40,16 @@ CUSTOMER_KEY_BYTES = 32
 CONTEXT_BYTES_MAX = 8192
 
 
-@dataclass(frozen=True, slots=True)
-class SseRequest:
-    """mode: "" (none asked), "AES256", "aws:kms" or "SSE-C"."""
-
-    mode: str = ""
-    kms_key_id: str = ""
-    kms_context: Mapping[str, str] = field(default_factory=dict)
-    customer_key: bytes = field(default=b"", repr=False)
-
-    @property
-    def customer_key_md5(self) -> str:
-        """What S3 echoes in x-amz-server-side-encryption-customer-key-MD5."""
-        return base64.b64encode(hashlib.md5(self.customer_key).digest()).decode()
+def customer_key_md5(key: bytes) -> str:
+    """What S3 echoes in x-amz-server-side-encryption-customer-key-MD5."""
+    return base64.b64encode(hashlib.md5(key).digest()).decode()
 
 
 def _invalid(message: str, header: str, value: str = "") -> S3Error:
     return S3Error("InvalidArgument", message, ArgumentName=header, ArgumentValue=value)
 
 
-def parse_sse(headers: Mapping[str, str], *, secure: bool, allow_insecure: bool) -> SseRequest:
+def parse_sse(headers: Mapping[str, str], *, secure: bool, allow_insecure: bool) -> SseSpec:
     """The encryption a write asks for (`headers`: lowercase names). `secure`: the
     request came over TLS; `allow_insecure`: SSE-C over plain HTTP is taken anyway."""
     customer = parse_customer_key(headers, "", secure=secure, allow_insecure=allow_insecure)
@@ -79,7 +70,7 @@ def parse_sse(headers: Mapping[str, str], *, secure: bool, allow_insecure: bool)
                 "x-amz-server-side-encryption : aws:kms",
                 KMS_KEY_ID if KMS_KEY_ID in headers else KMS_CONTEXT,
             )
-        return SseRequest()
+        return SseSpec()
     if method == SSE_S3:
         if KMS_KEY_ID in headers or KMS_CONTEXT in headers:
             raise _invalid(
@@ -87,9 +78,9 @@ def parse_sse(headers: Mapping[str, str], *, secure: bool, allow_insecure: bool)
                 "x-amz-server-side-encryption : aws:kms",
                 KMS_KEY_ID if KMS_KEY_ID in headers else KMS_CONTEXT,
             )
-        return SseRequest(SSE_S3)
+        return SseSpec(SSE_S3)
     if method in SSE_KMS:
-        return SseRequest(
+        return SseSpec(
             "aws:kms", headers.get(KMS_KEY_ID, "").strip(), parse_context(headers.get(KMS_CONTEXT))
         )
     raise _invalid("The encryption method specified is not supported", SSE, method)
@@ -115,7 +106,7 @@ def parse_context(value: str | None) -> dict[str, str]:
 
 def parse_customer_key(
     headers: Mapping[str, str], prefix: str, *, secure: bool, allow_insecure: bool
-) -> SseRequest | None:
+) -> SseSpec | None:
     """The SSE-C key of the request (`prefix` "") or of its copy source
     (COPY_SOURCE_PREFIX); None when none of its three headers is there."""
     # x-amz-server-side-encryption-customer-key, x-amz-copy-source-server-side-...
@@ -142,7 +133,7 @@ def parse_customer_key(
         raise _invalid("The encryption algorithm specified is not valid.", names[0], algorithm)
     key = _customer_key(key_b64, names[1])
     _check_key_md5(key, md5_b64, names[2])
-    return SseRequest(SSE_C, customer_key=key)
+    return SseSpec(SSE_C, customer_key=key)
 
 
 def _customer_key(value: str | None, header: str) -> bytes:
@@ -168,8 +159,7 @@ def _check_key_md5(key: bytes, value: str | None, header: str) -> None:
             "provide the client calculated MD5 of the secret key.",
             header,
         )
-    expected = base64.b64encode(hashlib.md5(key).digest()).decode()
-    if value.strip() != expected:
+    if value.strip() != customer_key_md5(key):
         raise _invalid(
             "The calculated MD5 hash of the key did not match the hash that was provided.",
             header,

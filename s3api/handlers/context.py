@@ -152,6 +152,11 @@ class S3Context:
         return self.request.method
 
     @property
+    def secure(self) -> bool:
+        """The request came over TLS (S3's aws:SecureTransport)."""
+        return bool(self.request.scope.get("scheme") == "https")
+
+    @property
     def requester(self) -> str | None:
         """The user's name; None when anonymous."""
         return None if self.user is None else self.user.name
@@ -174,7 +179,7 @@ class S3Context:
             RequestFacts(
                 user=self.requester,
                 source_ip=client[0] if client else "",
-                secure_transport=scope.get("scheme") == "https",
+                secure_transport=self.secure,
                 now_s=time.time(),
                 headers=self.headers.first_values,
                 query=query,

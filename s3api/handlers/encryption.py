@@ -9,8 +9,6 @@ MD5 checked, and the same customer key given again on every read, part and copy.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from dataclasses import replace
 from typing import Any
 
@@ -26,21 +24,17 @@ from s3api.handlers.context import S3Context
 BUCKET_DEFAULT = "encryption"  # the bucket setting holding its default encryption
 
 
-def _secure(ctx: S3Context) -> bool:
-    return bool(ctx.request.scope.get("scheme") == "https")
-
-
 def write_spec(ctx: S3Context, bucket: BucketRecord) -> SseSpec:
     """The encryption a write asks for: its headers, else the bucket's default."""
     asked = sse_request.parse_sse(
-        ctx.headers, secure=_secure(ctx), allow_insecure=ctx.config.sse_c_over_http
+        ctx.headers, secure=ctx.secure, allow_insecure=ctx.config.sse_c_over_http
     )
     default = bucket.settings.get(BUCKET_DEFAULT)
     if asked.mode:
-        key_id = asked.kms_key_id
-        if asked.mode == SSE_KMS and not key_id and default and default["algorithm"] == SSE_KMS:
-            key_id = default.get("key_id", "")  # the bucket's key, as S3 takes it
-        return SseSpec(asked.mode, key_id, dict(asked.kms_context), asked.customer_key)
+        if asked.mode == SSE_KMS and not asked.kms_key_id and default:
+            if default["algorithm"] == SSE_KMS:  # the bucket's key, as S3 takes it
+                return replace(asked, kms_key_id=default.get("key_id", ""))
+        return asked
     if default is None:
         return SseSpec()
     return SseSpec(default["algorithm"], default.get("key_id", ""))
@@ -51,7 +45,7 @@ def customer_key(ctx: S3Context, *, source: bool = False) -> bytes:
     b"" for none."""
     prefix = sse_request.COPY_SOURCE_PREFIX if source else ""
     given = sse_request.parse_customer_key(
-        ctx.headers, prefix, secure=_secure(ctx), allow_insecure=ctx.config.sse_c_over_http
+        ctx.headers, prefix, secure=ctx.secure, allow_insecure=ctx.config.sse_c_over_http
     )
     return given.customer_key if given is not None else b""
 
@@ -88,10 +82,9 @@ def response_headers(sse: dict[str, Any] | None, key: bytes = b"") -> dict[str, 
     if sse is None:
         return {}
     if sse["m"] == SSE_C:
-        md5 = base64.b64encode(hashlib.md5(key).digest()).decode() if key else ""
         headers = {sse_request.CUSTOMER_ALGORITHM: "AES256"}
-        if md5:
-            headers[sse_request.CUSTOMER_KEY_MD5] = md5
+        if key:
+            headers[sse_request.CUSTOMER_KEY_MD5] = sse_request.customer_key_md5(key)
         return headers
     headers = {sse_request.SSE: sse["m"]}
     if sse["m"] == SSE_KMS:

@@ -171,6 +171,7 @@ async def upload_part_copy(ctx: S3Context) -> Response:
     async def finish(data: WrittenData) -> VerifiedBody:
         return VerifiedBody({checksum.algorithm: checksum.b64()})
 
+    given_key = encryption.customer_key(ctx)
     if source.size == 0:
         part = PartRecord(
             part_number,
@@ -191,10 +192,10 @@ async def upload_part_copy(ctx: S3Context) -> Response:
             last,
             observe=checksum.update,
             finish=finish,
-            customer_key=encryption.customer_key(ctx),
+            customer_key=given_key,
             source_customer_key=encryption.customer_key(ctx, source=True),
         )
-    headers = encryption.response_headers(upload.sse, encryption.customer_key(ctx))
+    headers = encryption.response_headers(upload.sse, given_key)
     if source.version_id != "null":
         headers["x-amz-copy-source-version-id"] = source.version_id
     return xml_response(

@@ -10,7 +10,13 @@ import json
 import pytest
 
 from s3api.errors import S3Error
-from s3api.sse_request import COPY_SOURCE_PREFIX, SSE_C, parse_customer_key, parse_sse
+from s3api.sse_request import (
+    COPY_SOURCE_PREFIX,
+    SSE_C,
+    customer_key_md5,
+    parse_customer_key,
+    parse_sse,
+)
 
 KEY = bytes(range(32))
 KEY_B64 = base64.b64encode(KEY).decode()
@@ -48,9 +54,9 @@ def test_each_mode() -> None:
         secure=False,
         allow_insecure=False,
     )
-    assert (kms.mode, kms.kms_key_id, dict(kms.kms_context)) == ("aws:kms", "alias/photos", context)
+    assert (kms.mode, kms.kms_key_id, dict(kms.context)) == ("aws:kms", "alias/photos", context)
     customer = parse_sse(SSE_C_HEADERS, secure=True, allow_insecure=False)
-    assert (customer.mode, customer.customer_key, customer.customer_key_md5) == (
+    assert (customer.mode, customer.customer_key, customer_key_md5(customer.customer_key)) == (
         SSE_C,
         KEY,
         KEY_MD5,
