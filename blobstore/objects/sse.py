@@ -260,8 +260,22 @@ class ChunkDecryptor:
         if not chunks:
             return memoryview(b"")
         plain = numpy.empty(CHUNK_BYTES * len(chunks), numpy.uint8).data  # not zeroed
+        # The per-chunk loop, inlined: at 256 chunks per 16 MiB its calls cost what the
+        # cipher does.
+        decrypt_into, prefix, label = self._aead.decrypt_into, self._prefix, self._label
+        last_index = self._last_index
         for offset, sealed in zip(range(0, len(plain), CHUNK_BYTES), chunks, strict=True):
-            self._open_into(sealed, plain[offset : offset + CHUNK_BYTES])
+            index = self._index
+            try:
+                decrypt_into(
+                    prefix + _NONCE_COUNTER.pack(index),
+                    sealed,
+                    label + _AAD.pack(index, index == last_index),
+                    plain[offset : offset + CHUNK_BYTES],
+                )
+            except InvalidTag:
+                raise self._corrupt() from None
+            self._index = index + 1
         return self._cut(plain)
 
     def _open(self, sealed: bytes | memoryview) -> bytes:
@@ -276,14 +290,6 @@ class ChunkDecryptor:
         self._skip = 0
         self._remaining -= len(cut)
         return cut
-
-    def _open_into(self, sealed: bytes | memoryview, into: memoryview) -> None:
-        nonce, aad = self._next()
-        try:
-            self._aead.decrypt_into(nonce, sealed, aad, into)
-        except InvalidTag:
-            raise self._corrupt() from None
-        self._index += 1
 
     def _next(self) -> tuple[bytes, bytes]:
         """The nonce and associated data of the next chunk to open."""

@@ -11,6 +11,7 @@ import pytest
 from blobstore.objects.sse import (
     CHUNK_BYTES,
     TAG_BYTES,
+    ChunkDecryptor,
     ChunkEncryptor,
     SseCorruptError,
     chunk_count,
@@ -80,11 +81,24 @@ def test_tampered_moved_truncated_or_rekeyed_chunks_do_not_open() -> None:
     def opens(
         stored: bytes, *, k: bytes = key, label: bytes = LABEL, plain_size: int = size
     ) -> bool:
+        """Whether `stored` opens, in one piece and streamed (whole chunks opened into
+        one buffer, and one chunk cut across pieces): both must agree."""
         span = chunk_span(plain_size, 0, plain_size - 1)
         try:
             decrypt_range(k, prefix, label, plain_size, span, stored, plain_size)
         except SseCorruptError:
+            in_one = False
+        else:
+            in_one = True
+        opener = ChunkDecryptor(k, prefix, label, plain_size, span, plain_size)
+        try:
+            cut = CHUNK_BYTES + TAG_BYTES + 7
+            streamed = b"".join([opener.feed(stored[:cut]), opener.feed(stored[cut:])])
+            streamed += opener.finish()
+        except SseCorruptError:
+            assert not in_one
             return False
+        assert in_one and streamed == bytes(plain_size)
         return True
 
     assert opens(bytes(sealed))
