@@ -2,8 +2,11 @@
 processes, E3/WQ2/AQ2 and E3/WQ3/AQ2, entries of 1 KiB and 1 MiB, beside the
 single-bookie rate (E1/WQ1/AQ1, same client path) and the machine's limits measured on
 the same disk in the same run (4 KiB write+fdatasync rate, sequential write+fdatasync
-bandwidth); then 1 KiB adds paced below saturation, alone and (one row) beside a stream
-of 1 MiB adds to another ledger: a mixed load's cost to small adds' latency.
+bandwidth); then 1 KiB adds paced below saturation, alone and beside a stream of 1 MiB
+adds to another ledger (paced at fixed rates, then as fast as it goes): a mixed load's
+cost to small adds' latency. The mixed rows run again on bookies with direct writes off
+(every add journaled whole, then checkpointed), to measure what writing large adds once
+gives small ones.
 
     .venv/bin/python -m bench.ledger_bench [--seconds 10] [--output docs/benchmarks/ledger.md]
 
@@ -35,7 +38,7 @@ from pathlib import Path
 import uvloop
 
 from bench.disk_probes import DiskLimits, fsync_rate_4k, measure_disk
-from blobstore.cli.zookeeper_server import free_port, start_zookeeper
+from blobstore.cli.zookeeper_server import ZooKeeperServer, free_port, start_zookeeper
 from blobstore.ledger import LedgerClient, LedgerConfig, LedgerHandle
 from blobstore.runtime.gc_pauses import freeze_after_startup
 from blobstore.runtime.zk import ZooKeeperClient
@@ -183,9 +186,12 @@ def round_trip_rows() -> list[tuple[str, str, str]]:
 # --------------------------------------------------------------------------- bookies
 
 
-def start_bookie(zk: str, root: Path, log: Path) -> tuple[subprocess.Popen[bytes], str, int]:
-    """One `blobstore bookie` child on port 0, as the test fixtures start it; returns the
-    process, its bookie id and its HTTP admin port."""
+def start_bookie(
+    zk: str, root: Path, log: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str, int]:
+    """One `blobstore bookie` child on port 0, as the test fixtures start it (`env`: more
+    environment, BLOBSTORE_BOOKIE_* settings); returns the process, its bookie id and its
+    HTTP admin port."""
     ready = root / "ready.json"
     command = [
         sys.executable, "-m", "blobstore.cli", "bookie",
@@ -202,6 +208,7 @@ def start_bookie(zk: str, root: Path, log: Path) -> tuple[subprocess.Popen[bytes
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=ROOT,
+            env={**os.environ, **(env or {})},
         )
     deadline = time.monotonic() + READY_TIMEOUT_S
     while not ready.exists():
@@ -261,6 +268,8 @@ class Result:
     client_cpu_s: float  # CPU time of the client process while appending
     # Paced rows: the bookies' journal write+fsync p99 over the row (bucket upper bound).
     journal_fsync_p99_s: float = math.nan
+    # Paced rows: the machine's CPUs busy over the row, in % of one CPU (/proc/stat).
+    machine_busy_pct: float = math.nan
 
     @property
     def adds_per_s(self) -> float:
@@ -349,10 +358,12 @@ async def run_paced(
     latencies: list[float] = []
     fsync_before = await asyncio.to_thread(journal_fsync_buckets, http_ports)
     cpu_started = time.process_time()
+    machine_started = machine_cpu_ticks()
     started = PACED_CLOCK()
     sent = await pace_adds(handle, payload, rate, seconds, latency_recorder(latencies))
     elapsed = PACED_CLOCK() - started
     client_cpu_s = time.process_time() - cpu_started
+    busy_pct = busy_between(machine_started, machine_cpu_ticks())
     fsync_after = await asyncio.to_thread(journal_fsync_buckets, http_ports)
     await handle.close()
     await client.delete_ledger(handle.ledger_id)
@@ -367,39 +378,66 @@ async def run_paced(
         0.0,
         client_cpu_s,
         histogram_quantile(fsync_before, fsync_after, 0.99),
+        busy_pct,
     )
 
 
+def machine_cpu_ticks() -> tuple[int, int]:
+    """(all, idle) CPU ticks of the machine so far (/proc/stat)."""
+    with open("/proc/stat") as stat:
+        ticks = [int(field) for field in stat.readline().split()[1:]]
+    return sum(ticks), ticks[3] + ticks[4]  # idle + iowait
+
+
+def busy_between(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The machine's CPUs busy between two readings, in % of one CPU."""
+    total, idle = after[0] - before[0], after[1] - before[1]
+    return 100.0 * (os.cpu_count() or 1) * (1 - idle / total) if total else math.nan
+
+
 MIXED_LARGE_IN_FLIGHT = 4
+# The mixed rows' 1 MiB adds per second, paced; None: as fast as MIXED_LARGE_IN_FLIGHT go.
+MIXED_LARGE_RATES: tuple[float | None, ...] = (50.0, 100.0, None)
+MIXED_PACED_IN_FLIGHT_MAX = 16  # a paced stream the bookies cannot keep up with waits
 
 
 async def run_mixed(
-    client: LedgerClient, rate: float, seconds: float, http_ports: list[int]
+    client: LedgerClient,
+    rate: float,
+    seconds: float,
+    http_ports: list[int],
+    large_per_s: float | None,
 ) -> Result:
-    """A paced 1 KiB row while another ledger takes 1 MiB adds as fast as
-    MIXED_LARGE_IN_FLIGHT in flight allow (written once, to the bookies' direct entry
-    logs): what large writes cost small adds' latency, beside the paced row at the same
-    rate alone."""
+    """A paced 1 KiB row while another ledger takes 1 MiB adds, `large_per_s` of them
+    (None: as fast as MIXED_LARGE_IN_FLIGHT in flight allow): what large writes cost
+    small adds' latency, beside the paced row at the same rate alone."""
     stop = asyncio.Event()
-    large = asyncio.ensure_future(large_stream(client, stop))
+    large = asyncio.ensure_future(large_stream(client, stop, large_per_s))
     try:
         result = await run_paced(client, (3, 2, 2), KIB, rate, seconds, http_ports)
     finally:
         stop.set()
         large_mb_per_s = await large
-    result.label = f"paced {rate:,.0f}/s + 1 MiB adds at {large_mb_per_s:,.0f} MB/s"
+    offered = f"{large_per_s:,.0f}/s" if large_per_s else f"{MIXED_LARGE_IN_FLIGHT} in flight"
+    result.label = f"paced {rate:,.0f}/s + 1 MiB adds, {offered}: {large_mb_per_s:,.0f} MB/s"
     return result
 
 
-async def large_stream(client: LedgerClient, stop: asyncio.Event) -> float:
-    """1 MiB adds to a ledger of their own until `stop`; returns their MB/s."""
+async def large_stream(
+    client: LedgerClient, stop: asyncio.Event, per_s: float | None = None
+) -> float:
+    """1 MiB adds to a ledger of their own until `stop`, `per_s` of them a second (None:
+    MIXED_LARGE_IN_FLIGHT at a time, as fast as they go); returns their MB/s."""
     handle = await client.create_ledger(3, 2, 2, b"bench")
     payload = os.urandom(MIB)
     in_flight: list[asyncio.Future[int]] = []
+    window = MIXED_PACED_IN_FLIGHT_MAX if per_s else MIXED_LARGE_IN_FLIGHT
     started = time.monotonic()
     sent = 0
     while not stop.is_set():
-        if len(in_flight) >= MIXED_LARGE_IN_FLIGHT:
+        if per_s:
+            await asyncio.sleep(max(0.0, started + sent / per_s - time.monotonic()))
+        if len(in_flight) >= window:
             await in_flight.pop(0)
         in_flight.append(handle.append(payload))
         sent += 1
@@ -481,17 +519,58 @@ async def run_all(zk_connect: str, seconds: float, http_ports: list[int]) -> lis
                 # Latency below saturation: E3/WQ2/AQ2 1 KiB at fixed fractions of its
                 # saturated rate, before the 1 MiB rows leave gigabytes for the bookies'
                 # checkpoints to write to the disk the journals share.
-                saturated = next(r for r in results if r.ensemble == "E3/WQ2/AQ2")
-                rates = paced_rates(saturated.adds_per_s)
-                for rate in rates:
+                for rate in paced_rates(saturated_rate(results)):
                     results.append(
                         await run_paced(client, (3, 2, 2), KIB, rate, seconds, http_ports)
                     )
-                results.append(await run_mixed(client, rates[1], seconds, http_ports))
+                results += await mixed_rows(client, mixed_rate(results), seconds, http_ports)
     finally:
         await client.close()
         await zk.stop()
     return results
+
+
+async def mixed_rows(
+    client: LedgerClient, rate: float, seconds: float, http_ports: list[int], suffix: str = ""
+) -> list[Result]:
+    """1 KiB adds paced at `rate` beside each of MIXED_LARGE_RATES' 1 MiB streams."""
+    rows = []
+    for large_per_s in MIXED_LARGE_RATES:
+        row = await run_mixed(client, rate, seconds, http_ports, large_per_s)
+        row.label += suffix
+        rows.append(row)
+    return rows
+
+
+DIRECT_OFF = " (direct writes off)"
+
+
+async def run_direct_off(
+    zk_connect: str, rate: float, seconds: float, http_ports: list[int]
+) -> list[Result]:
+    """On bookies started with direct writes off: the paced 1 KiB row alone at `rate`,
+    then the mixed rows, labelled so."""
+    zk = ZooKeeperClient(zk_connect)
+    await zk.start()
+    client = LedgerClient(zk, config=LedgerConfig(pending_adds_max=1024))
+    await client.start()
+    try:
+        alone = await run_paced(client, (3, 2, 2), KIB, rate, seconds, http_ports)
+        alone.label += DIRECT_OFF
+        return [alone, *await mixed_rows(client, rate, seconds, http_ports, DIRECT_OFF)]
+    finally:
+        await client.close()
+        await zk.stop()
+
+
+def saturated_rate(results: list[Result]) -> float:
+    """1 KiB adds/s of the saturated E3/WQ2/AQ2 row."""
+    return next(r.adds_per_s for r in results if r.ensemble == "E3/WQ2/AQ2")
+
+
+def mixed_rate(results: list[Result]) -> float:
+    """The paced rate of the mixed rows: half the saturated rate."""
+    return paced_rates(saturated_rate(results))[1]
 
 
 def paced_rates(saturated_per_s: float) -> list[float]:
@@ -595,14 +674,20 @@ def paced_section(paced: list[Result]) -> list[str]:
         f"aim's rate owe to the machine's history: [{PACED_ANALYSIS_DOCUMENT}]"
         f"({PACED_ANALYSIS_DOCUMENT}).",
         "",
-        "| paced row | add p99 ms | journal write+fsync p99 ms (at most) |",
-        "|---|---|---|",
+        "*machine CPU busy* is the machine's CPUs over the row, in % of one CPU (this",
+        f"machine has {os.cpu_count()}): a mixed row's small adds wait for the cores as well as",
+        "for the disk.",
+        "",
+        "| paced row | add p50 ms | add p99 ms | journal write+fsync p99 ms (at most) "
+        "| machine CPU busy |",
+        "|---|---|---|---|---|",
     ]
     for r in paced:
         fsync_ms = r.journal_fsync_p99_s * 1000
         lines.append(
-            f"| {r.label} | {r.percentile_ms(0.99):.2f} "
-            f"| {'-' if math.isnan(fsync_ms) else f'{fsync_ms:g}'} |"
+            f"| {r.label} | {r.percentile_ms(0.5):.2f} | {r.percentile_ms(0.99):.2f} "
+            f"| {'-' if math.isnan(fsync_ms) else f'{fsync_ms:g}'} "
+            f"| {'-' if math.isnan(r.machine_busy_pct) else f'{r.machine_busy_pct:.0f} %'} |"
         )
     return lines
 
@@ -692,9 +777,13 @@ READING = [
     f"the aim's {AIM_ADDS_PER_S:,.0f}/s {AIM_REPEATS} times over when it is below that) and",
     "time each add from when it was due: the latency below saturation (each measured",
     f"after {PACED_WARMUP_S:g} s at its rate, so the checkpoints left by the saturated",
-    "row before do not count; its own checkpoints do). The *mixed* row paces 1 KiB adds",
-    "beside a stream of 1 MiB adds: the small adds' latency while the direct logs take",
-    "the large ones, on the same disk. The read column",
+    "row before do not count; its own checkpoints do). The *mixed* rows pace 1 KiB adds",
+    "at half the saturated rate beside 1 MiB adds to another ledger, 50 and 100 a second",
+    f"and then {MIXED_LARGE_IN_FLIGHT} in flight as fast as they go: the small adds' latency",
+    "while the direct logs take the large ones, on the same disk and the same cores. Rows",
+    f"marked *{DIRECT_OFF.strip()}* ran on three more bookies started with",
+    "`direct_write_min_bytes=0`: every add journaled whole and checkpointed later, the",
+    "write path before direct writes, measured in the same run. The read column",
     "reads the ledger back with `iter_entries` (64 reads in flight for 1 KiB entries, 16",
     "for 1 MiB). *client CPU µs/add* is the client process's CPU time over the adds: the",
     "cost of the ledger client itself, one core's worth caps a single client process.",
@@ -743,6 +832,56 @@ def print_result(r: Result) -> None:
     )
 
 
+Bookies = tuple[list[subprocess.Popen[bytes]], list[int]]  # processes, HTTP ports
+
+
+def start_bookies(zk_connect: str, work: Path, env: dict[str, str] | None = None) -> Bookies:
+    processes, http_ports = [], []
+    try:
+        for index in range(3):
+            root = work / f"bookie-{index}"
+            process, bookie_id, http_port = start_bookie(
+                zk_connect, root, work / f"bookie-{index}.log", env
+            )
+            processes.append(process)
+            http_ports.append(http_port)
+            print(f"bookie {bookie_id} ready", flush=True)
+    except BaseException:
+        stop_bookies(processes)
+        raise
+    return processes, http_ports
+
+
+def stop_bookies(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def measure(zk_server: ZooKeeperServer, work: Path, seconds: float) -> list[Result]:
+    """Every row on default bookies, then the direct-writes-off rows on bookies of their
+    own (a ZooKeeper chroot of their own too)."""
+    processes, http_ports = start_bookies(zk_server.chroot("/ledger-bench"), work / "default")
+    try:
+        results = uvloop.run(run_all(zk_server.chroot("/ledger-bench"), seconds, http_ports))
+    finally:
+        stop_bookies(processes)
+    zk_connect = zk_server.chroot("/ledger-bench-direct-off")
+    processes, http_ports = start_bookies(
+        zk_connect, work / "direct-off", {"BLOBSTORE_BOOKIE_DIRECT_WRITE_MIN_BYTES": "0"}
+    )
+    try:
+        rate = mixed_rate(results)
+        results += uvloop.run(run_direct_off(zk_connect, rate, seconds, http_ports))
+    finally:
+        stop_bookies(processes)
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="per row")
@@ -750,33 +889,16 @@ def main() -> int:
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "ledger.md"))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ledger-bench-", dir=ROOT / "bench"))
-    processes: list[subprocess.Popen[bytes]] = []
-    http_ports: list[int] = []
     zk_server = None
     try:
         limits = measure_limits(work, args.probe_seconds)
         zk_server = start_zookeeper(work / "zk", free_port(), heap_mb=256)
-        zk_connect = zk_server.chroot("/ledger-bench")
-        for index in range(3):
-            process, bookie_id, http_port = start_bookie(
-                zk_connect, work / f"bookie-{index}", work / f"bookie-{index}.log"
-            )
-            processes.append(process)
-            http_ports.append(http_port)
-            print(f"bookie {bookie_id} ready", flush=True)
-        results = uvloop.run(run_all(zk_connect, args.seconds, http_ports))
+        results = measure(zk_server, work, args.seconds)
         for r in results:
             print_result(r)
         write_report(Path(args.output), results, limits, args.seconds)
         print(f"wrote {args.output}")
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
         if zk_server is not None:
             zk_server.stop()
         shutil.rmtree(work, ignore_errors=True)

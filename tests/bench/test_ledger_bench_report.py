@@ -3,6 +3,7 @@ the ratio to the aim (>= 1 meets it)."""
 
 from __future__ import annotations
 
+import math
 import os
 
 from bench import ledger_bench
@@ -96,3 +97,19 @@ def test_round_trip_probe_counts_both_processes_and_restores_affinity() -> None:
         turns = probe.per_s * 0.3
         assert 0 < probe.cpu_us < 2e6 / probe.per_s + 0.01e6 / turns
         assert os.sched_getaffinity(0) == affinity
+
+
+def test_paced_rows_show_the_journals_floor_and_the_machines_cpus() -> None:
+    row = _result("paced 5,000/s + 1 MiB adds, 100/s: 105 MB/s", KIB, 10_000, 0.004)
+    row.journal_fsync_p99_s = 0.005
+    row.machine_busy_pct = 151.4
+    idle = _result("paced 5,000/s (direct writes off)", KIB, 10_000, 0.002)
+    table = "\n".join(ledger_bench.paced_section([row, idle]))
+    assert "| paced 5,000/s + 1 MiB adds, 100/s: 105 MB/s | 4.00 | 4.00 | 5 | 151 % |" in table
+    assert "| paced 5,000/s (direct writes off) | 2.00 | 2.00 | - | - |" in table, table
+    cpus = os.cpu_count() or 1
+    # Half the ticks idle: half of every CPU busy.
+    assert ledger_bench.busy_between((0, 0), (1000, 500)) == 50.0 * cpus
+    assert math.isnan(ledger_bench.busy_between((5, 5), (5, 5)))  # no tick between
+    ticks, idle_ticks = ledger_bench.machine_cpu_ticks()
+    assert ticks > idle_ticks > 0
