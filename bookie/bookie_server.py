@@ -447,7 +447,7 @@ class BookieConnection(asyncio.BufferedProtocol):
         self.read_waiting = True
 
     def _reject_length(
-        self, buf: bytearray, pos: int, size: int, error: protocol.ProtocolError
+        self, buf: bytearray | memoryview, pos: int, size: int, error: protocol.ProtocolError
     ) -> None:
         """A frame length out of bounds: answered when its request id was received."""
         request_id = None
@@ -535,7 +535,13 @@ class BookieConnection(asyncio.BufferedProtocol):
     # ------------------------------------------------------------------ ADD_ENTRY
 
     def _add(
-        self, flags: int, request_id: int, buf: bytearray, start: int, end: int, adds: AddBatch
+        self,
+        flags: int,
+        request_id: int,
+        buf: bytearray | memoryview,
+        start: int,
+        end: int,
+        adds: AddBatch,
     ) -> bool:
         """Check one add; a valid one joins `adds` (journaled when the read is parsed)."""
         if end - start < ADD_BODY.size + protocol.ENTRY_HEADER_BYTES:

@@ -60,6 +60,9 @@ REQUEST_TIMEOUT_S_DEFAULT = 10.0
 IN_FLIGHT_MAX_DEFAULT = 4096
 RECONNECT_BACKOFF_S_MIN = 0.05
 RECONNECT_BACKOFF_S_MAX = 2.0
+# An answer frame this long (a large entry's) is read into a buffer of its own and its
+# entry kept as a view of it: no copy out of the receive buffer (ReceiveBuffer).
+ANSWER_HAND_OFF_BYTES_MIN = 256 * 1024
 
 assert RECONNECT_BACKOFF_S_MAX >= RECONNECT_BACKOFF_S_MIN > 0
 
@@ -264,18 +267,26 @@ def _call_answer(answer: Answer, frame: protocol.Frame | None, error: BaseExcept
         logger.exception("bookie answer callback failed")
 
 
-def _cut_frame(buffer: bytearray, start: int, end: int) -> protocol.Frame:
+def _cut_frame(
+    buffer: bytearray | memoryview, start: int, end: int, owned: bool = False
+) -> protocol.Frame:
     """The frame at buffer[start:end] (after its length prefix), its bytes copied once
     out of the receive buffer, which is reused: the body, or for an OK READ_ENTRY
-    answer the entry alone, decoded in place (`Frame.read_response`)."""
+    answer the entry alone, decoded in place (`Frame.read_response`). In a buffer the
+    frame `owned` (a large entry's, read into a buffer of its own and given away), the
+    entry is not copied at all: it stays a view of that buffer."""
     version, op, status, request_id = protocol.FRAME_HEADER.unpack_from(buffer, start)
     body_start = start + protocol.FRAME_HEADER_BYTES
+    entry_answer = (
+        op == Op.READ_ENTRY
+        and status == Status.OK
+        and end - body_start >= protocol.READ_RESPONSE_HEADER_BYTES
+    )
+    if entry_answer and owned:
+        response = protocol.ReadResponse.decode(memoryview(buffer)[body_start:end], copy=False)
+        return protocol.Frame(version, op, status, request_id, b"", response)
     with memoryview(buffer) as view, view[body_start:end] as body:
-        if (
-            op == Op.READ_ENTRY
-            and status == Status.OK
-            and len(body) >= protocol.READ_RESPONSE_HEADER_BYTES
-        ):
+        if entry_answer:
             response = protocol.ReadResponse.decode(body)
             return protocol.Frame(version, op, status, request_id, b"", response)
         return protocol.Frame(version, op, status, request_id, bytes(body))
@@ -291,7 +302,7 @@ class _AnswerProtocol(asyncio.BufferedProtocol):
     def __init__(self, connection: _BookieConnection) -> None:
         self.connection = connection
         self.transport: asyncio.Transport | None = None
-        self._received = ReceiveBuffer()
+        self._received = ReceiveBuffer(hand_off_bytes_min=ANSWER_HAND_OFF_BYTES_MIN)
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._error: BaseException | None = None  # why this side ended the connection
@@ -324,7 +335,7 @@ class _AnswerProtocol(asyncio.BufferedProtocol):
             end = position + prefix + length
             if size < end:
                 break
-            frame = _cut_frame(buffer, position + prefix, end)
+            frame = _cut_frame(buffer, position + prefix, end, received.owned)
             position = end
             answer_frame(frame)
         received.consume_to(position)

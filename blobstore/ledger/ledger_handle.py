@@ -182,7 +182,7 @@ class LedgerHandle:
             )
 
     def append(
-        self, payload: bytes, waiter: asyncio.Future[int] | None = None
+        self, payload: bytes | memoryview, waiter: asyncio.Future[int] | None = None
     ) -> asyncio.Future[int]:
         """Send the next entry; the future resolves with its id once AQ bookies have it.
 
@@ -763,7 +763,7 @@ class LedgerHandle:
                 ledger_id=self.ledger_id,
             )
 
-    async def read_entries(self, first: int, last: int) -> list[bytes]:
+    async def read_entries(self, first: int, last: int) -> list[bytes | memoryview]:
         """Payloads of entries first..last (inclusive), all <= LAC."""
         self._check_range(first, last)
         await self._ensure_confirmed(last)
@@ -771,7 +771,7 @@ class LedgerHandle:
             payload async for payload in self._iter(first, last, self.client.config.read_window)
         ]
 
-    async def read_unconfirmed_entries(self, first: int, last: int) -> list[bytes]:
+    async def read_unconfirmed_entries(self, first: int, last: int) -> list[bytes | memoryview]:
         """Like read_entries, but entries beyond the LAC may be read (if they exist)."""
         self._check_range(first, last)
         if first == last:  # no window to keep: no task, no generator
@@ -780,20 +780,22 @@ class LedgerHandle:
             payload async for payload in self._iter(first, last, self.client.config.read_window)
         ]
 
-    def iter_entries(self, first: int, last: int, *, window: int = 8) -> AsyncIterator[bytes]:
+    def iter_entries(
+        self, first: int, last: int, *, window: int = 8
+    ) -> AsyncIterator[bytes | memoryview]:
         """Payloads first..last (<= LAC) in order, with up to `window` reads in flight."""
         self._check_range(first, last)
         if window < 1:
             raise BadLedgerConfigError(f"window must be >= 1, got {window}")
 
-        async def confirmed() -> AsyncIterator[bytes]:
+        async def confirmed() -> AsyncIterator[bytes | memoryview]:
             await self._ensure_confirmed(last)
             async for payload in self._iter(first, last, window):
                 yield payload
 
         return confirmed()
 
-    async def _iter(self, first: int, last: int, window: int) -> AsyncIterator[bytes]:
+    async def _iter(self, first: int, last: int, window: int) -> AsyncIterator[bytes | memoryview]:
         in_flight: deque[asyncio.Task[protocol.Entry]] = deque()
         next_entry = first
         try:

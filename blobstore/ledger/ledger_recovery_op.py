@@ -258,7 +258,7 @@ class LedgerRecoveryOp:
                 return "unknown", None, b""
             if entry.ledger_id != self.ledger_id or entry.entry_id != entry_id:
                 return "unknown", None, b""
-            return "ok", entry, response.entry
+            return "ok", entry, bytes(response.entry)
 
         for attempt in range(self.client.config.recovery_read_attempts_max):
             tasks = [asyncio.create_task(read(b)) for b in replicas]

@@ -56,4 +56,4 @@ async def read_verified(
         return CORRUPT, None
     if entry.ledger_id != ledger_id or entry.entry_id != entry_id:
         return CORRUPT, None
-    return OK, response.entry
+    return OK, bytes(response.entry)  # kept by the caller: its own bytes

@@ -231,7 +231,9 @@ async def _current(catalog: Catalog, move: Move) -> tuple[ObjectRecord | None, s
     return (None, why) if why else (record, "")
 
 
-async def _ledger_bytes(handles: ReadHandleCache, record: ObjectRecord) -> AsyncIterator[bytes]:
+async def _ledger_bytes(
+    handles: ReadHandleCache, record: ObjectRecord
+) -> AsyncIterator[bytes | memoryview]:
     """The version's stored bytes as they are (an encrypted one's stay sealed)."""
     size = stored_size(record)
     if size:
@@ -240,7 +242,7 @@ async def _ledger_bytes(handles: ReadHandleCache, record: ObjectRecord) -> Async
             yield piece
 
 
-async def _tier_bytes(files: TierFiles, location_text: str) -> AsyncIterator[bytes]:
+async def _tier_bytes(files: TierFiles, location_text: str) -> AsyncIterator[bytes | memoryview]:
     """A tiered version's bytes, from its segment on `files`' tier (a rewrite)."""
     location = TierLocation.parse(location_text)
     source = await asyncio.to_thread(files.open_input, location.segment_id)
@@ -259,7 +261,7 @@ async def _tier_bytes(files: TierFiles, location_text: str) -> AsyncIterator[byt
 
 def _source(
     handles: ReadHandleCache, files: TierFiles, record: ObjectRecord
-) -> tuple[ObjectRecord, AsyncIterator[bytes]]:
+) -> tuple[ObjectRecord, AsyncIterator[bytes | memoryview]]:
     """The version and its bytes: from the ledgers when it has extents, else from the
     segment it lives in now."""
     if record.extents or not record.tier_location:
@@ -268,7 +270,9 @@ def _source(
 
 
 async def _append(
-    writer: SegmentWriter, buffered: _Buffered, source: tuple[ObjectRecord, AsyncIterator[bytes]]
+    writer: SegmentWriter,
+    buffered: _Buffered,
+    source: tuple[ObjectRecord, AsyncIterator[bytes | memoryview]],
 ) -> SegmentObject:
     """The version's bytes, streamed into the segment (the tier's blocking writes off
     the loop, WRITE_BUFFER_BYTES at a time)."""
@@ -319,7 +323,7 @@ class _Buffered:
         self.pending: list[bytes] = []
         self.pending_bytes = 0
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self.pending.append(bytes(data))
         self.pending_bytes += len(data)
 

@@ -52,7 +52,7 @@ class ShortEntryError(Exception):
 ENTRY_CACHE_OVERHEAD_BYTES = 330
 
 
-def _cached_size(payload: bytes) -> int:
+def _cached_size(payload: bytes | memoryview) -> int:
     return len(payload) + ENTRY_CACHE_OVERHEAD_BYTES
 
 
@@ -65,18 +65,18 @@ class EntryCache:
 
     def __init__(self, bytes_max: int, payload_bytes_max: int) -> None:
         self.payload_bytes_max = payload_bytes_max if bytes_max > 0 else -1
-        self._entries: LRUCache[tuple[int, int], bytes] = LRUCache(
+        self._entries: LRUCache[tuple[int, int], bytes | memoryview] = LRUCache(
             maxsize=max(1, bytes_max), getsizeof=_cached_size
         )
 
-    def get(self, ledger_id: int, entry_id: int) -> bytes | None:
+    def get(self, ledger_id: int, entry_id: int) -> bytes | memoryview | None:
         if self.payload_bytes_max < 0:
             return None
         payload = self._entries.get((ledger_id, entry_id))
         ENTRY_CACHE_LOOKUPS[payload is not None].inc()
         return payload
 
-    def put(self, ledger_id: int, entry_id: int, payload: bytes) -> None:
+    def put(self, ledger_id: int, entry_id: int, payload: bytes | memoryview) -> None:
         if len(payload) <= self.payload_bytes_max:
             held = self._entries.currsize
             self._entries[ledger_id, entry_id] = payload
@@ -131,7 +131,7 @@ class ReadHandleCache:
 
 async def read_entries(
     cache: ReadHandleCache, ledger_id: int, first: int, last: int
-) -> list[bytes]:
+) -> list[bytes | memoryview]:
     """Payloads of entries first..last; reopens the handle and retries once on failure."""
     for attempt in range(2):
         handle = await cache.get(ledger_id)
@@ -162,7 +162,9 @@ async def read_entries(
     raise AssertionError("unreachable")
 
 
-def span_piece(span: EntrySpan, entry_id: int, payload: bytes, left: int) -> bytes:
+def span_piece(
+    span: EntrySpan, entry_id: int, payload: bytes | memoryview, left: int
+) -> bytes | memoryview:
     """The bytes of `span` that entry `entry_id` holds, with `left` of the span's bytes
     still to come; ShortEntryError when the payload cannot hold what the record says."""
     skip = span.skip_bytes if entry_id == span.first_entry else 0
@@ -182,7 +184,7 @@ def span_piece(span: EntrySpan, entry_id: int, payload: bytes, left: int) -> byt
 
 async def iter_spans(
     cache: ReadHandleCache, spans: Sequence[EntrySpan], window: int
-) -> AsyncIterator[bytes]:
+) -> AsyncIterator[bytes | memoryview]:
     """The bytes of the spans in order, reading up to `window` entries ahead, in batches
     of consecutive entries (one ledger read call per batch, itself pipelined)."""
     assert window >= 1, window
@@ -197,7 +199,12 @@ async def iter_spans(
     # place: a task only pays for itself by reading ahead.
     alone = len(spans) == 1 and spans[0].last_entry - spans[0].first_entry < batch
     in_flight: deque[
-        tuple[EntrySpan, int, asyncio.Future[list[bytes]] | Coroutine[Any, Any, list[bytes]]]
+        tuple[
+            EntrySpan,
+            int,
+            asyncio.Future[list[bytes | memoryview]]
+            | Coroutine[Any, Any, list[bytes | memoryview]],
+        ]
     ] = deque()
 
     def fill() -> None:

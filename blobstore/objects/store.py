@@ -502,7 +502,7 @@ class ObjectStore:
 
     async def read_whole(
         self, record: ObjectRecord, start: int, end: int, *, key: bytes | None = None
-    ) -> bytes:
+    ) -> bytes | memoryview:
         """Bytes start..end (inclusive) of the object in one piece, for a body small
         enough to hold (`key`: its base key from `open_sse`, opened here when None). An
         object of one unit is read as its stored bytes in one piece and opened at once."""
@@ -518,7 +518,9 @@ class ObjectStore:
         unit_key = self._keys.unit_key(record.sse, key, unit.salt)
         return open_range(unit_key, unit, span, stored, end - start + 1)
 
-    async def _read_whole_stored(self, record: ObjectRecord, start: int, end: int) -> bytes:
+    async def _read_whole_stored(
+        self, record: ObjectRecord, start: int, end: int
+    ) -> bytes | memoryview:
         """Stored bytes start..end in one piece. Bytes within one entry (every small
         object's case) are read in place: `read`'s generators cost a 4 KiB GET more than
         the read itself. Anything else, and a ledger that vanished under the reader, goes
@@ -574,7 +576,7 @@ class ObjectStore:
 
     async def _read_stored(
         self, record: ObjectRecord, start: int, end: int
-    ) -> AsyncGenerator[bytes, None]:
+    ) -> AsyncGenerator[bytes | memoryview, None]:
         """Stored bytes start..end (inclusive) of the object, as they lie on the bookies
         or the tier. When a ledger vanished under the reader (compaction moved the
         object), re-read the record and go on from there."""
@@ -585,8 +587,8 @@ class ObjectStore:
             record = await self.resolve(record)
         if record.tier_location is not None and not record.extents:
             assert self._tier_reader is not None
-            async for piece in self._tier_reader.read(record.tier_location, start, end):
-                yield piece
+            async for tiered in self._tier_reader.read(record.tier_location, start, end):
+                yield tiered
             return
         position = start
         retries = 0

@@ -48,7 +48,7 @@ class SegmentCorruptError(Exception):
 
 
 class OutputStream(Protocol):
-    def write(self, data: bytes, /) -> int | None: ...
+    def write(self, data: bytes | memoryview, /) -> int | None: ...
 
 
 class RandomAccess(Protocol):
@@ -106,7 +106,7 @@ class SegmentWriter:
     def objects(self) -> list[SegmentObject]:
         return list(self._objects)
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | memoryview) -> None:
         self._out.write(data)
         self._offset += len(data)
 
@@ -117,7 +117,7 @@ class SegmentWriter:
         self._current = (bucket, key, version_id, self._offset)
         self._crc = 0
 
-    def write(self, chunk: bytes) -> None:
+    def write(self, chunk: bytes | memoryview) -> None:
         assert self._current is not None, "no object begun"
         self._crc = crc32c.crc32c(chunk, self._crc)
         self._write(chunk)

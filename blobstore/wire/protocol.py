@@ -120,7 +120,7 @@ class Entry:
     entry_id: int
     last_add_confirmed: int
     ledger_length: int
-    payload: bytes
+    payload: bytes | memoryview  # a view of the stored bytes when decoded
 
     def __post_init__(self) -> None:
         assert self.ledger_id >= 0, self.ledger_id
@@ -139,14 +139,15 @@ class Entry:
     @classmethod
     def decode(cls, buf: bytes | memoryview) -> Self:
         """Parse and verify stored entry bytes; raises CorruptEntryError on a bad digest.
-        The payload is the one copy made of `buf` (a memoryview is read in place)."""
+        The payload is a view of `buf`, not a copy: `buf` must not change after (bytes,
+        or a buffer no one writes again, as a READ_ENTRY answer's)."""
         if len(buf) < ENTRY_HEADER_BYTES:
             raise CorruptEntryError(f"entry of {len(buf)} bytes is shorter than its header")
         ledger_id, entry_id, lac, length = ENTRY_HEADER.unpack_from(buf, 0)
         (digest,) = ENTRY_DIGEST.unpack_from(buf, ENTRY_HEADER.size)
-        with memoryview(buf) as view:
-            payload = bytes(view[ENTRY_HEADER_BYTES:])  # the one copy
-            expected = crc32c.crc32c(payload, crc32c.crc32c(view[: ENTRY_HEADER.size]))
+        view = memoryview(buf)
+        payload = view[ENTRY_HEADER_BYTES:]
+        expected = crc32c.crc32c(payload, crc32c.crc32c(view[: ENTRY_HEADER.size]))
         if digest != expected:
             raise CorruptEntryError(
                 f"digest mismatch ledger_id={ledger_id} entry_id={entry_id} "
@@ -260,20 +261,28 @@ class ReadResponse:
     ledger_id: int
     entry_id: int
     last_add_confirmed: int
-    entry: bytes = b""
+    entry: bytes | memoryview = b""
 
     def encode(self) -> bytes:
-        return (
-            _READ_RESPONSE.pack(self.ledger_id, self.entry_id, self.last_add_confirmed) + self.entry
+        return b"".join(
+            (
+                _READ_RESPONSE.pack(self.ledger_id, self.entry_id, self.last_add_confirmed),
+                self.entry,
+            )
         )
 
     @classmethod
-    def decode(cls, body: bytes | memoryview) -> Self:
+    def decode(cls, body: bytes | memoryview, *, copy: bool = True) -> Self:
         """The entry is the one copy made of `body`: given a memoryview of a receive
-        buffer, it is copied from there once (`Frame.read_response`)."""
+        buffer, it is copied from there once (`Frame.read_response`). Without `copy` it
+        is a view of `body`, which nothing may write again."""
         ledger_id, entry_id, lac = _unpack(_READ_RESPONSE, body)
-        with memoryview(body) as view:
-            entry = bytes(view[_READ_RESPONSE.size :])
+        entry: bytes | memoryview
+        if copy:
+            with memoryview(body) as view:
+                entry = bytes(view[_READ_RESPONSE.size :])
+        else:
+            entry = memoryview(body)[_READ_RESPONSE.size :]
         return cls(int(ledger_id), int(entry_id), int(lac), entry)  # type: ignore[call-overload]
 
 

@@ -130,7 +130,7 @@ class RawBookie:
             return None
         entry = protocol.Entry.decode(response.entry)
         assert (entry.ledger_id, entry.entry_id) == (ledger_id, entry_id)
-        return entry.payload
+        return bytes(entry.payload)
 
     async def read_lac(self, ledger_id: int) -> tuple[Status, int]:
         frame = await self.call(Op.READ_LAC, 0, protocol.ReadLacRequest(ledger_id).encode())

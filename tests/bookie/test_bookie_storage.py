@@ -371,7 +371,7 @@ def test_reads_over_all_connections_are_bounded(bookies: BookieFactory) -> None:
             async def fenced_read(client: RawBookie, entry: int) -> bytes:
                 status, response = await client.read(77, entry, fence=True)
                 assert status == Status.OK
-                return protocol.Entry.decode(response.entry).payload
+                return bytes(protocol.Entry.decode(response.entry).payload)
 
             async def plain_read(client: RawBookie, entry: int) -> bytes | None:
                 return await client.read_payload(77, entry)

@@ -87,3 +87,67 @@ def test_a_large_frame_grows_the_buffer_once() -> None:
     view.release()
     buffer.written(len(frame))
     assert _parse(buffer) == [frame] and len(buffer.data) == capacity
+
+
+def _parse_keeping(buffer: ReceiveBuffer) -> list[tuple[bool, bytes | memoryview]]:
+    """Whole frames at the front, as the ledger client parses them: a frame in a buffer
+    of its own is kept as a view of it, any other is copied out."""
+    frames: list[tuple[bool, bytes | memoryview]] = []
+    pos, end = buffer.start, buffer.end
+    while end - pos >= protocol.FRAME_LENGTH.size:
+        (length,) = protocol.FRAME_LENGTH.unpack_from(buffer.data, pos)
+        frame_end = pos + protocol.FRAME_LENGTH.size + length
+        if end < frame_end:
+            break
+        if buffer.owned:
+            assert (pos, frame_end) == (0, len(buffer.data))  # the frame alone
+            frames.append((True, memoryview(buffer.data)[pos:frame_end]))
+        else:
+            frames.append((False, bytes(buffer.data[pos:frame_end])))
+        pos = frame_end
+    buffer.consume_to(pos)
+    return frames
+
+
+def test_large_frames_are_read_into_buffers_of_their_own_and_kept_as_views() -> None:
+    """Views of a frame read into its own buffer stay intact while every later frame
+    arrives: that buffer is never written again. Small frames share the one buffer."""
+    rng = random.Random(seed())
+    hand_off = 256 * 1024
+    sizes = [rng.choice([16, 300, 70_000, 200_000, hand_off, 1 << 20]) for _ in range(150)]
+    frames = [_frame(rng, max(size, protocol.FRAME_HEADER_BYTES)) for size in sizes]
+    stream = b"".join(frames)
+    buffer = ReceiveBuffer(hand_off_bytes_min=hand_off)
+    shared = buffer.data
+    received: list[tuple[bool, bytes | memoryview]] = []
+    offset = 0
+    while offset < len(stream):
+        view = buffer.writable()
+        assert len(view) > 0
+        nbytes = min(len(view), rng.choice([1, 7, 4096, 65536, 262144]), len(stream) - offset)
+        view[:nbytes] = stream[offset : offset + nbytes]
+        view.release()
+        offset += nbytes
+        buffer.written(nbytes)
+        received += _parse_keeping(buffer)
+    assert [bytes(frame) for _, frame in received] == frames
+    owned = [len(frame) for kept, frame in received if kept]
+    assert owned and min(owned) >= hand_off
+    assert all(not kept for kept, frame in received if len(frame) < hand_off)
+    assert not buffer.owned and buffer.data is shared and len(buffer) == 0
+
+
+def test_a_dropped_connection_gives_back_the_shared_buffer() -> None:
+    rng = random.Random(seed())
+    buffer = ReceiveBuffer(hand_off_bytes_min=1024)
+    shared = buffer.data
+    frame = _frame(rng, 4096)
+    view = buffer.writable()
+    view[:100] = frame[:100]
+    view.release()
+    buffer.written(100)
+    rest = buffer.writable()
+    assert buffer.owned and len(rest) == len(frame) - 100  # no read past the frame
+    rest.release()
+    buffer.clear()
+    assert not buffer.owned and buffer.data is shared and len(buffer) == 0

@@ -200,7 +200,7 @@ class Scenario:
                 for entry_id, data in enumerate(entries, start=first):
                     if entry_id < len(model.acknowledged):
                         assert data == model.acknowledged[entry_id], (model.ledger_id, entry_id)
-                    previous = model.seen.setdefault(entry_id, data)
+                    previous = model.seen.setdefault(entry_id, bytes(data))
                     assert previous == data, (model.ledger_id, entry_id)
                 if model.closed_end is not None:
                     assert len(model.acknowledged) - 1 <= last

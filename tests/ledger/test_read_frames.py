@@ -1,5 +1,6 @@
 """Answer frames cut from a bookie connection's receive buffer: an OK READ_ENTRY answer's
-entry is copied out once and decoded in place; every other frame keeps its body."""
+entry is copied out once (not at all from a buffer of its own) and decoded in place;
+every other frame keeps its body."""
 
 from __future__ import annotations
 
@@ -30,9 +31,25 @@ def test_ok_read_answer_is_decoded_from_the_buffer_and_owns_its_bytes() -> None:
     )
     assert frame.read_response == protocol.ReadResponse(7, 3, 2, entry)
     buffer[:] = bytes(len(buffer))  # the connection reuses its buffer
-    assert frame.read_response.entry == entry
+    assert frame.read_response.entry == entry and type(frame.read_response.entry) is bytes
     decoded = protocol.Entry.decode(frame.read_response.entry)
-    assert decoded.payload == bytes(range(256)) * 4 and type(decoded.payload) is bytes
+    # The payload is a view of the answer's own copy: no second copy.
+    assert decoded.payload == bytes(range(256)) * 4
+    assert isinstance(decoded.payload, memoryview)
+    assert decoded.payload.obj is frame.read_response.entry
+
+
+def test_an_answer_in_a_buffer_of_its_own_is_not_copied_at_all() -> None:
+    """A large entry's answer, read into a buffer it owns (ReceiveBuffer's hand-off):
+    the entry and its payload are views of that buffer, which nothing writes again."""
+    payload = bytes(range(256)) * 1024
+    entry = protocol.Entry(7, 3, 2, len(payload), payload).encode()
+    buffer = framed(Op.READ_ENTRY, Status.OK, 99, protocol.ReadResponse(7, 3, 2, entry).encode())
+    frame = _cut_frame(buffer, 4 + protocol.FRAME_LENGTH.size, len(buffer) - 4, owned=True)
+    assert frame.read_response is not None and frame.read_response.entry == entry
+    decoded = protocol.Entry.decode(frame.read_response.entry)
+    assert decoded.payload == payload
+    assert isinstance(decoded.payload, memoryview) and decoded.payload.obj is buffer
 
 
 def test_other_frames_keep_their_body() -> None:
@@ -47,11 +64,13 @@ def test_other_frames_keep_their_body() -> None:
 
 
 def test_entry_decode_reads_a_memoryview_in_place() -> None:
+    """The payload is a view of the bytes decoded, not a copy (their owner must not
+    write them again); a flipped byte fails the digest."""
     raw = bytearray(protocol.Entry(1, 1, 0, 5, b"hello").encode())
     with memoryview(raw) as view:
         entry = protocol.Entry.decode(view)
+    assert entry.payload == b"hello" and entry.payload.obj is raw  # type: ignore[union-attr]
     raw[-1] ^= 1
-    assert entry.payload == b"hello"
     try:
         protocol.Entry.decode(bytes(raw))
     except protocol.CorruptEntryError:

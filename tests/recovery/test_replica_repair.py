@@ -113,7 +113,7 @@ async def _read_entry(zk_connect: str, ledger_id: int, entry_id: int, victim: st
             outcome, good = await read_verified(client.pool, others[0], ledger_id, entry_id)
             assert outcome == OK and good is not None
             assert payload == protocol.Entry.decode(good).payload
-        return payload  # leaving the client wrote the read-repair notes
+        return bytes(payload)  # leaving the client wrote the read-repair notes
     finally:
         await zk.stop()
 
