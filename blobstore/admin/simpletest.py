@@ -141,20 +141,25 @@ async def _write_and_read(
 async def _write(
     handle: LedgerHandle, args: argparse.Namespace, advance: Callable[[int], None]
 ) -> tuple[list[float], float]:
-    """Append the entries, at most `window` in flight: (each add's latency, seconds)."""
+    """Append the entries, at most `window` in flight: (each add's latency, seconds).
+    Each add is awaited through a waiter, never its own future: a Ctrl-C cancels what
+    is awaited, and an add's own future must not be cancelled (PendingAddOp)."""
+    loop = asyncio.get_running_loop()
     latencies: list[float] = []
     in_flight: list[tuple[asyncio.Future[int], float]] = []
     started = time.monotonic()
     for entry_id in range(args.entries):
         while len(in_flight) >= args.window:
-            future, sent = in_flight.pop(0)
-            await future
+            oldest, sent = in_flight.pop(0)
+            await oldest
             latencies.append(time.monotonic() - sent)
-        in_flight.append((handle.append(entry_payload(entry_id, args.size)), time.monotonic()))
+        waiter: asyncio.Future[int] = loop.create_future()
+        handle.append(entry_payload(entry_id, args.size), waiter)
+        in_flight.append((waiter, time.monotonic()))
         if entry_id % PROGRESS_EVERY == PROGRESS_EVERY - 1:
             advance(PROGRESS_EVERY)
-    for future, sent in in_flight:
-        await future
+    for oldest, sent in in_flight:
+        await oldest
         latencies.append(time.monotonic() - sent)
     advance(args.entries % PROGRESS_EVERY)
     return latencies, time.monotonic() - started
