@@ -18,14 +18,24 @@ def _frame(rng: random.Random, size: int) -> bytes:
 
 def _parse(buffer: ReceiveBuffer) -> list[bytes]:
     """Whole frames at the front, consumed as the bookie's parser does."""
-    frames = []
+    return [bytes(frame) for _, frame in _parse_keeping(buffer)]
+
+
+def _parse_keeping(buffer: ReceiveBuffer) -> list[tuple[bool, bytes | memoryview]]:
+    """Whole frames at the front, as the ledger client parses them: a frame in a buffer
+    of its own is kept as a view of it, any other is copied out."""
+    frames: list[tuple[bool, bytes | memoryview]] = []
     pos, end = buffer.start, buffer.end
     while end - pos >= protocol.FRAME_LENGTH.size:
         (length,) = protocol.FRAME_LENGTH.unpack_from(buffer.data, pos)
         frame_end = pos + protocol.FRAME_LENGTH.size + length
         if end < frame_end:
             break
-        frames.append(bytes(buffer.data[pos:frame_end]))
+        if buffer.owned:
+            assert (pos, frame_end) == (0, len(buffer.data))  # the frame alone
+            frames.append((True, memoryview(buffer.data)[pos:frame_end]))
+        else:
+            frames.append((False, bytes(buffer.data[pos:frame_end])))
         pos = frame_end
     buffer.consume_to(pos)
     return frames
@@ -87,26 +97,6 @@ def test_a_large_frame_grows_the_buffer_once() -> None:
     view.release()
     buffer.written(len(frame))
     assert _parse(buffer) == [frame] and len(buffer.data) == capacity
-
-
-def _parse_keeping(buffer: ReceiveBuffer) -> list[tuple[bool, bytes | memoryview]]:
-    """Whole frames at the front, as the ledger client parses them: a frame in a buffer
-    of its own is kept as a view of it, any other is copied out."""
-    frames: list[tuple[bool, bytes | memoryview]] = []
-    pos, end = buffer.start, buffer.end
-    while end - pos >= protocol.FRAME_LENGTH.size:
-        (length,) = protocol.FRAME_LENGTH.unpack_from(buffer.data, pos)
-        frame_end = pos + protocol.FRAME_LENGTH.size + length
-        if end < frame_end:
-            break
-        if buffer.owned:
-            assert (pos, frame_end) == (0, len(buffer.data))  # the frame alone
-            frames.append((True, memoryview(buffer.data)[pos:frame_end]))
-        else:
-            frames.append((False, bytes(buffer.data[pos:frame_end])))
-        pos = frame_end
-    buffer.consume_to(pos)
-    return frames
 
 
 def test_large_frames_are_read_into_buffers_of_their_own_and_kept_as_views() -> None:
