@@ -33,6 +33,7 @@ from typing import Any
 
 from blobstore.runtime.errors import UsageError
 from blobstore.runtime.gc_pauses import freeze_after_startup
+from blobstore.runtime.heap import keep_freed_memory
 from blobstore.runtime.ledger_tls import server_context_from_env
 from blobstore.runtime.loop_lag import LoopLagMonitor
 from blobstore.runtime.zk import ZooKeeperClient
@@ -211,6 +212,7 @@ class Bookie:
         loop_lag = LoopLagMonitor(METRICS.event_loop_lag_seconds, f"bookie {self.bookie_id}")
         loop_lag.start()
         freeze_after_startup(METRICS.registry)
+        keep_freed_memory()
         failure = self._announce_ready()
 
         await self.stopping.wait()

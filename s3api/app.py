@@ -44,6 +44,7 @@ from blobstore.access.account import AccountBlockView
 from blobstore.access.actions import required_accesses
 from blobstore.objects import ObjectStore
 from blobstore.runtime.gc_pauses import freeze_after_startup
+from blobstore.runtime.heap import keep_freed_memory
 from blobstore.runtime.loop_lag import LoopLagMonitor
 from blobstore.runtime.sampled_gauge import PUBLISH_INTERVAL_S
 from s3api import metrics
@@ -140,6 +141,7 @@ class Gateway:
         await self.identities.start(self.store.zk)
         await self.account_block.start(self.store.zk)
         freeze_after_startup()
+        keep_freed_memory()
         self.started = True
         self._write_ready_file()
         logger.info(

@@ -33,6 +33,7 @@ from blobstore.objects.config import ObjectStoreConfig
 from blobstore.recovery.auditor import BookieAuditor
 from blobstore.runtime.errors import UsageError
 from blobstore.runtime.gc_pauses import freeze_after_startup
+from blobstore.runtime.heap import keep_freed_memory
 from blobstore.runtime.zk import started_client
 
 logger = logging.getLogger(__name__)
@@ -133,6 +134,7 @@ async def _serve(zk_connect: str, config: ObjectStoreConfig) -> None:
     )
     try:
         freeze_after_startup()
+        keep_freed_memory()
         auditor.start()
         logger.info(
             "event=autorecovery_ready id=%s audit_interval_s=%g lost_bookie_delay_s=%g "
