@@ -103,13 +103,18 @@ def _count_failure(op: Op, error: BaseException) -> None:
 
 
 def _add_request(
-    ledger_id: int, entry_id: int, master_key: bytes, entry: bytes, recovery: bool
-) -> tuple[int, tuple[bytes, ...]]:
-    """(flags, body parts) of an ADD_ENTRY: the fixed part, then the entry bytes as they
-    are (no copy)."""
+    ledger_id: int,
+    entry_id: int,
+    master_key: bytes,
+    entry: bytes | protocol.EntryParts,
+    recovery: bool,
+) -> tuple[int, protocol.EntryParts]:
+    """(flags, body parts) of an ADD_ENTRY: the fixed part, then the entry's bytes (or
+    its `encode_entry` parts) as they are (no copy)."""
     prefix = protocol.AddRequest(ledger_id, entry_id, master_key, b"").encode()
     flags = protocol.AddFlag.RECOVERY_ADD if recovery else protocol.AddFlag.NONE
-    return int(flags), (prefix, entry)
+    parts = (entry,) if isinstance(entry, bytes) else entry
+    return int(flags), (prefix, *parts)
 
 
 # --------------------------------------------------------------------------- errors
@@ -245,7 +250,9 @@ def parse_bookie_id(bookie_id: str) -> tuple[str, int]:
 # --------------------------------------------------------------------------- connection
 
 
-def _frame_parts(op: Op, flags: int, request_id: int, body: tuple[bytes, ...]) -> list[bytes]:
+def _frame_parts(
+    op: Op, flags: int, request_id: int, body: protocol.EntryParts
+) -> list[bytes | memoryview]:
     """protocol.encode_frame as separate buffers: an entry's bytes are never copied into
     a joined frame (the transport writes the parts together)."""
     length = protocol.FRAME_HEADER_BYTES + sum(len(part) for part in body)
@@ -428,7 +435,7 @@ class _BookieConnection:
         # the loop has polled for I/O one more time after the first of them: requests
         # that the answers and requests arriving in that poll start join the same send
         # (`_queue_frame`).
-        self._outgoing: list[bytes] = []
+        self._outgoing: list[bytes | memoryview] = []
         self._outgoing_protocol: _AnswerProtocol | None = None
         self._flush_scheduled = False
         self._backoff_s = 0.0
@@ -521,7 +528,7 @@ class _BookieConnection:
             )
 
     async def request(
-        self, op: Op, flags: int, body: tuple[bytes, ...], timeout_s: float
+        self, op: Op, flags: int, body: protocol.EntryParts, timeout_s: float
     ) -> protocol.Frame:
         """Send one request and wait for its answer frame (any status)."""
         answers = await self._ensure_connected()
@@ -560,7 +567,7 @@ class _BookieConnection:
         self,
         op: Op,
         flags: int,
-        body: tuple[bytes, ...],
+        body: protocol.EntryParts,
         timeout_s: float,
         answered: Answer,
     ) -> None:
@@ -577,7 +584,7 @@ class _BookieConnection:
         answers: _AnswerProtocol,
         op: Op,
         flags: int,
-        body: tuple[bytes, ...],
+        body: protocol.EntryParts,
         timeout_s: float,
         answered: Answer,
     ) -> int:
@@ -628,7 +635,7 @@ class _BookieConnection:
         if deadlines:
             self._arm_deadlines(deadlines[0][0])
 
-    def _queue_frame(self, answers: _AnswerProtocol, parts: list[bytes]) -> None:
+    def _queue_frame(self, answers: _AnswerProtocol, parts: list[bytes | memoryview]) -> None:
         if self._outgoing_protocol is not answers:
             self._outgoing = []  # meant for a connection that is gone: its requests failed
             self._outgoing_protocol = answers
@@ -756,7 +763,7 @@ class BookieClientPool:
         bookie_id: str,
         op: Op,
         flags: int,
-        body: tuple[bytes, ...],
+        body: protocol.EntryParts,
         timeout_s: float | None = None,
     ) -> protocol.Frame:
         timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
@@ -814,7 +821,7 @@ class BookieClientPool:
         ledger_id: int,
         entry_id: int,
         master_key: bytes,
-        entry: bytes,
+        entry: bytes | protocol.EntryParts,
         done: Callable[[BaseException | None], None],
         *,
         recovery: bool = False,
@@ -855,12 +862,13 @@ class BookieClientPool:
         ledger_id: int,
         entry_id: int,
         master_key: bytes,
-        entry: bytes,
+        entry: bytes | protocol.EntryParts,
         *,
         recovery: bool = False,
         timeout_s: float | None = None,
     ) -> None:
-        """Store `entry` (Entry.encode() bytes); returns once the bookie fsync'd it."""
+        """Store `entry` (Entry.encode() bytes, or its encode_entry parts); returns once
+        the bookie fsync'd it."""
         flags, body = _add_request(ledger_id, entry_id, master_key, entry, recovery)
         frame = await self._call(bookie_id, Op.ADD_ENTRY, flags, body, timeout_s)
         self._raise_for_status(frame, bookie_id, Op.ADD_ENTRY)

@@ -35,7 +35,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from blobstore.ledger import metrics
@@ -191,10 +191,23 @@ class LedgerHandle:
         the same step as the returned future; the caller may await or cancel it freely
         (the returned future must not be cancelled: see PendingAddOp).
         """
+        return self.append_pieces((payload,), waiter)
+
+    def append_pieces(
+        self,
+        pieces: Sequence[bytes | bytearray | memoryview],
+        waiter: asyncio.Future[int] | None = None,
+    ) -> asyncio.Future[int]:
+        """`append` of one entry whose payload is `pieces` end to end, sent as they are,
+        never joined. A piece that is neither bytes nor a view of bytes is copied first:
+        the entry is resent unchanged after an ensemble change, so its bytes must not
+        change under it."""
         self._check_writable()
-        if len(payload) > protocol.ENTRY_PAYLOAD_BYTES_MAX:
+        frozen = tuple(map(_immutable, pieces))
+        size = sum(len(piece) for piece in frozen)
+        if size > protocol.ENTRY_PAYLOAD_BYTES_MAX:
             raise BadLedgerConfigError(
-                f"entry of {len(payload)} bytes exceeds {protocol.ENTRY_PAYLOAD_BYTES_MAX}",
+                f"entry of {size} bytes exceeds {protocol.ENTRY_PAYLOAD_BYTES_MAX}",
                 ledger_id=self.ledger_id,
             )
         if self._is_full():
@@ -205,23 +218,23 @@ class LedgerHandle:
                 ledger_id=self.ledger_id,
             )
         entry_id = self._last_add_pushed + 1
-        ledger_length = self._pushed_length + len(payload)
-        entry = protocol.Entry(
-            self.ledger_id, entry_id, self.last_add_confirmed, ledger_length, bytes(payload)
-        ).encode()
-        return self._push(entry_id, entry, len(payload), ledger_length, waiter)
+        ledger_length = self._pushed_length + size
+        entry = protocol.encode_entry(
+            self.ledger_id, entry_id, self.last_add_confirmed, ledger_length, frozen
+        )
+        return self._push(entry_id, entry, size, ledger_length, waiter)
 
     def append_entry_bytes(self, entry: protocol.Entry, raw: bytes) -> asyncio.Future[int]:
         """Recovery: re-add an entry read from a bookie, byte for byte."""
         assert self._recovery, "only a recovery re-adds stored entries"
         self._check_writable()
         assert entry.entry_id == self._last_add_pushed + 1, (entry.entry_id, self._last_add_pushed)
-        return self._push(entry.entry_id, raw, len(entry.payload), entry.ledger_length)
+        return self._push(entry.entry_id, (raw,), len(entry.payload), entry.ledger_length)
 
     def _push(
         self,
         entry_id: int,
-        entry: bytes,
+        entry: protocol.EntryParts,
         payload_bytes: int,
         ledger_length: int,
         waiter: asyncio.Future[int] | None = None,
@@ -896,3 +909,11 @@ class LedgerHandle:
             f"LedgerHandle(ledger_id={self.ledger_id}, state={self.metadata.state}, "
             f"lac={self.last_add_confirmed}, writable={self.writable})"
         )
+
+
+def _immutable(piece: bytes | bytearray | memoryview) -> bytes | memoryview:
+    """`piece` itself when its bytes cannot change (bytes, or a view of bytes), else a
+    copy."""
+    if isinstance(piece, bytes) or (isinstance(piece, memoryview) and isinstance(piece.obj, bytes)):
+        return piece
+    return bytes(piece)

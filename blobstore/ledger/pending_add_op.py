@@ -14,6 +14,7 @@ import asyncio
 import time
 
 from blobstore.ledger.distribution_schedule import AckSet
+from blobstore.wire import protocol
 
 
 class PendingAddOp:
@@ -31,7 +32,7 @@ class PendingAddOp:
     def __init__(
         self,
         entry_id: int,
-        entry: bytes,
+        entry: protocol.EntryParts,
         payload_bytes: int,
         ledger_length: int,
         ack_set: AckSet,
@@ -40,7 +41,7 @@ class PendingAddOp:
     ) -> None:
         assert entry_id >= 0, entry_id
         self.entry_id = entry_id
-        self.entry = entry  # Entry.encode() bytes: resent unchanged after an ensemble change
+        self.entry = entry  # encode_entry parts: resent unchanged after an ensemble change
         self.payload_bytes = payload_bytes
         self.ledger_length = ledger_length
         self.ack_set = ack_set

@@ -60,10 +60,10 @@ class WrittenData:
 
 def cut_entry(
     pieces: list[bytes | memoryview], entry_size: int
-) -> tuple[bytes, list[bytes | memoryview]]:
-    """(the first entry_size bytes of pieces, the pieces of the rest): the entry is the
-    one copy of its bytes (a piece that crosses its end is split by memoryview, without
-    copying; one piece of exactly entry_size bytes is not copied at all)."""
+) -> tuple[list[bytes | memoryview], list[bytes | memoryview]]:
+    """(the pieces of the first entry_size bytes of pieces, the pieces of the rest),
+    nothing copied: an entry is sent as its pieces, and a piece that crosses its end is
+    split by memoryview."""
     assert sum(len(piece) for piece in pieces) >= entry_size, (len(pieces), entry_size)
     index = 0
     taken = len(pieces[0])
@@ -72,10 +72,10 @@ def cut_entry(
         taken += len(pieces[index])
     over = taken - entry_size
     if not over:
-        return b"".join(pieces[: index + 1]), pieces[index + 1 :]
+        return pieces[: index + 1], pieces[index + 1 :]
     view = memoryview(pieces[index])
     head, tail = view[: len(view) - over], view[len(view) - over :]
-    return b"".join((*pieces[:index], head)), [tail, *pieces[index + 1 :]]
+    return [*pieces[:index], head], [tail, *pieces[index + 1 :]]
 
 
 class AppendObjectOp:
@@ -117,11 +117,11 @@ class AppendObjectOp:
                 pieces.append(chunk)
                 pieces_bytes += len(chunk)
                 while pieces_bytes >= self._entry_size:
-                    payload, pieces = cut_entry(pieces, self._entry_size)
-                    pieces_bytes -= len(payload)
-                    await self._append(payload)
+                    entry, pieces = cut_entry(pieces, self._entry_size)
+                    pieces_bytes -= self._entry_size
+                    await self._append(entry)
             if pieces:
-                await self._append(b"".join(pieces))
+                await self._append(pieces)
             await self._drain()
         except BaseException:
             await self._abandon()
@@ -158,7 +158,7 @@ class AppendObjectOp:
         else:
             self._md5.update(chunk)
 
-    async def _append(self, payload: bytes) -> None:
+    async def _append(self, pieces: list[bytes | memoryview]) -> None:
         if self._writer is None:
             self._writer = await self._pool.acquire()
             self._ledger_id = self._writer.handle.ledger_id
@@ -166,7 +166,7 @@ class AppendObjectOp:
         waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         while True:
             try:
-                future = handle.append(payload, waiter)
+                future = handle.append_pieces(pieces, waiter)
                 break
             except PendingAddsFullError:
                 await asyncio.wait_for(handle.wait_for_capacity(), APPEND_TIMEOUT_S)
@@ -175,9 +175,10 @@ class AppendObjectOp:
                 self._writer.failed = True
                 raise
         self._pending.append((future, waiter))
-        self._writer.bytes_appended += len(payload)
-        self._appended_bytes += len(payload)
-        OBJECT_BYTES_WRITTEN.inc(len(payload))
+        size = sum(len(piece) for piece in pieces)
+        self._writer.bytes_appended += size
+        self._appended_bytes += size
+        OBJECT_BYTES_WRITTEN.inc(size)
         while len(self._pending) >= self._window:
             await self._acknowledged(self._pending.popleft())
 

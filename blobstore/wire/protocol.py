@@ -35,6 +35,7 @@ import asyncio
 import enum
 import hashlib
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Self
 
@@ -112,6 +113,27 @@ ENTRY_DIGEST = struct.Struct(">I")
 ENTRY_HEADER_BYTES = ENTRY_HEADER.size + ENTRY_DIGEST.size
 
 
+# The stored bytes of an entry as separate buffers: its header and digest, then its
+# payload's pieces, never copied into one (a transport writes them together).
+EntryParts = tuple[bytes | memoryview, ...]
+
+
+def encode_entry(
+    ledger_id: int,
+    entry_id: int,
+    last_add_confirmed: int,
+    ledger_length: int,
+    pieces: Sequence[bytes | memoryview],
+) -> EntryParts:
+    """An entry's stored bytes as parts: header and digest, then the payload `pieces`
+    as they are. Their concatenation is what `Entry.encode` gives."""
+    header = ENTRY_HEADER.pack(ledger_id, entry_id, last_add_confirmed, ledger_length)
+    digest = crc32c.crc32c(header)
+    for piece in pieces:
+        digest = crc32c.crc32c(piece, digest)
+    return (header + ENTRY_DIGEST.pack(digest), *pieces)
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """An entry as the writer built it; `encode` gives the bytes bookies store."""
@@ -130,11 +152,15 @@ class Entry:
         assert self.ledger_length >= len(self.payload), (self.ledger_length, len(self.payload))
 
     def encode(self) -> bytes:
-        header = ENTRY_HEADER.pack(
-            self.ledger_id, self.entry_id, self.last_add_confirmed, self.ledger_length
+        return b"".join(
+            encode_entry(
+                self.ledger_id,
+                self.entry_id,
+                self.last_add_confirmed,
+                self.ledger_length,
+                (self.payload,),
+            )
         )
-        digest = crc32c.crc32c(self.payload, crc32c.crc32c(header))
-        return b"".join((header, ENTRY_DIGEST.pack(digest), self.payload))
 
     @classmethod
     def decode(cls, buf: bytes | memoryview) -> Self:

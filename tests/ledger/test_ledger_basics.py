@@ -61,6 +61,27 @@ def test_each_entry_sits_exactly_on_its_write_set(bookies: BookieFactory, zk_con
     run(scenario())
 
 
+def test_an_entry_appended_in_pieces_keeps_its_bytes(
+    bookies: BookieFactory, zk_connect: str
+) -> None:
+    """Pieces are sent as they are, not joined; one whose bytes may change (a view of a
+    bytearray) is copied first, so changing it after the append changes nothing."""
+    bookies(3)
+    head, tail = b"h" * 300_000, bytearray(b"t" * 500_000)
+
+    async def scenario() -> None:
+        async with ledger_client(zk_connect) as client:
+            handle = await client.create_ledger(3, 2, 2, b"pw", {})
+            added = handle.append_pieces([head, memoryview(tail)[1000:], tail])
+            tail[:] = b"x" * len(tail)  # before a byte of the entry was written
+            assert await added == 0
+            expected = head + b"t" * 499_000 + b"t" * 500_000
+            assert await handle.read_entries(0, 0) == [expected]
+            await handle.close()
+
+    run(scenario())
+
+
 def test_write_read_close_reopen_delete(bookies: BookieFactory, zk_connect: str) -> None:
     bookies(3)
     rng = random.Random(7)

@@ -302,7 +302,7 @@ def test_pending_add_waiter_follows_the_add_and_its_cancellation_leaves_the_add_
 
         def op() -> PendingAddOp:
             return PendingAddOp(
-                7, b"entry", 5, 5, AckSet([0, 1], 2), loop.create_future(), loop.create_future()
+                7, (b"entry",), 5, 5, AckSet([0, 1], 2), loop.create_future(), loop.create_future()
             )
 
         done = op()

@@ -77,3 +77,13 @@ def test_entry_decode_reads_a_memoryview_in_place() -> None:
         pass
     else:
         raise AssertionError("a flipped payload byte must fail the digest")
+
+
+def test_an_entry_in_pieces_encodes_as_the_same_bytes() -> None:
+    payload = bytes(range(256)) * 40
+    pieces: list[bytes | memoryview] = [payload[:1000], memoryview(payload)[1000:7000]]
+    pieces.append(payload[7000:])
+    parts = protocol.encode_entry(7, 3, 2, 20_000, pieces)
+    assert all(part is piece for part, piece in zip(parts[1:], pieces, strict=True))
+    assert b"".join(parts) == protocol.Entry(7, 3, 2, 20_000, payload).encode()
+    assert protocol.Entry.decode(b"".join(parts)).payload == payload
