@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 
 from tests.cluster.processes import blobstore_command
 from tests.conftest import BookieFactory
@@ -123,9 +124,23 @@ def test_an_interrupted_simpletest_leaves_no_open_ledger(
             wait_until(
                 opened, TIMEOUT_S, message="simpletest never opened its ledger", interval_s=0.2
             )
+            process.send_signal(signal.SIGUSR1)  # a thread dump; the run goes on
             process.send_signal(signal.SIGINT)
-            assert process.wait(timeout=TIMEOUT_S) == 130
+            exited = _exit_status(process, TIMEOUT_S)
         finally:
             if process.poll() is None:
                 process.kill()
+        dump = process.stderr.read() if process.stderr else ""
+    assert exited == 130, f"simpletest did not stop on SIGINT; its threads then:\n{dump}"
+    assert "most recent call first" in dump and "simpletest.py" in dump, dump
     assert simpletest_ledgers() == []
+
+
+def _exit_status(process: subprocess.Popen[str], timeout_s: float) -> int | None:
+    """The exit status, or None after a thread dump (SIGUSR1) when still running."""
+    try:
+        return process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        return None
