@@ -4,12 +4,14 @@ for the next one.
 A gateway reading a large object receives each entry's answer into a buffer of its own
 (`blobstore.wire.receive_buffer`), from 256 KiB to several MiB, freed once that part of
 the body is sent; a bookie does the same with the large entries it is sent. glibc's
-malloc hands such memory back to the kernel as soon as the top of its heap holds more
-free bytes than its trim threshold (or maps a block on its own, over its mmap
-threshold, and unmaps it when it is freed). The next buffer then takes a page fault on
-every 4 KiB page, and the kernel zeroes each page first: measured on a gateway serving
-16 MiB GETs, page faults and zeroing were about a fifth of its CPU, and the GET cost
-13.5-15.7 ms of gateway CPU against 11.1-12.0 ms with the memory kept.
+malloc hands such memory back to the kernel when the top of its heap holds more free
+bytes than its trim threshold (or maps a block on its own, over its mmap threshold, and
+unmaps it when it is freed); its thresholds adapt to the blocks it sees, and a burst
+that outgrows them makes the next buffers take a page fault, and a zeroed page, on
+every 4 KiB. Measured on a gateway serving 16 MiB GETs while another test suite ran on
+the machine: page faults and zeroing were about a tenth of its CPU. On a quiet machine
+the adapted thresholds already kept the memory (no fault per GET, with or without
+this), so this is a bound on the bad case, not a speed-up of the usual one.
 
 `keep_freed_memory()` sets both thresholds (`mallopt`), once, before serving: blocks up
 to `MMAP_THRESHOLD_BYTES` come from the heap, and up to `TRIM_THRESHOLD_BYTES` of free
