@@ -29,6 +29,7 @@ from blobstore.objects.lock import (
 )
 from tests.catalog.helpers import open_catalog
 from tests.cluster.gateway import GatewayProcess
+from tests.s3.test_post_object import post
 from tests.s3.test_robustness import signed
 
 DAY_S = 86_400
@@ -382,6 +383,9 @@ def test_default_retention_applies_to_new_versions(s3: Any, bucket_name: Callabl
 
     before = time.time()
     s3.put_object(Bucket=name, Key="put", Body=b"p")
+    form = s3.generate_presigned_post(name, "form", ExpiresIn=300)
+    posted = post(form["url"], list(form["fields"].items()), b"f", filename="f.txt")
+    assert posted.status_code == 204, posted.text
     s3.copy_object(Bucket=name, Key="copy", CopySource={"Bucket": name, "Key": "put"})
     upload = s3.create_multipart_upload(Bucket=name, Key="mpu")["UploadId"]
     part = s3.upload_part(Bucket=name, Key="mpu", UploadId=upload, PartNumber=1, Body=b"m")
@@ -392,7 +396,7 @@ def test_default_retention_applies_to_new_versions(s3: Any, bucket_name: Callabl
         MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]},
     )
     elapsed_days = (time.time() - before) / DAY_S
-    for key in ("put", "copy", "mpu"):
+    for key in ("put", "form", "copy", "mpu"):
         assert 2 - elapsed_days - 0.001 <= until_days(key) <= 2, key
     # A version naming its own keeps it, multipart ones included.
     s3.put_object(
