@@ -29,7 +29,6 @@ from kazoo.protocol.states import KazooState
 
 from blobstore.catalog import Catalog
 from blobstore.catalog.records import (
-    BucketRecord,
     CommitResult,
     ObjectRecord,
     PartRecord,
@@ -68,6 +67,7 @@ from blobstore.objects.errors import (
     RestoreNotAllowedError,
 )
 from blobstore.objects.extents import plan_read, slice_extents
+from blobstore.objects.lock import with_default_retention
 from blobstore.objects.manifest import (
     MANIFEST_BYTES_MAX,
     ManifestReader,
@@ -129,9 +129,6 @@ class VerifiedBody:
 # finish(written) -> VerifiedBody; raises to refuse the commit.
 WriteFinish = Callable[[WrittenData], Awaitable[VerifiedBody]]
 CompleteFinish = Callable[[UploadRecord, list[PartRecord]], Awaitable[dict[str, str]]]
-# A new version's record as its bucket's record at the commit completes it (Object Lock's
-# default retention: `Catalog.put_object`).
-RecordCompletion = Callable[[BucketRecord, ObjectRecord], ObjectRecord]
 
 
 class ObjectStore:
@@ -327,14 +324,13 @@ class ObjectStore:
         if_match: str | None = None,
         if_none_match: str | None = None,
         owner: str | None = None,
-        completed: RecordCompletion | None = None,
         sse: SseSpec | None = None,
     ) -> CommitResult:
         """Store a body under template's bucket and key, with template's metadata.
         `finish` runs after every entry is acknowledged and before the commit; `owner`:
-        commit only while the bucket belongs to it; `completed`: the record as the
-        bucket at the commit completes it (`Catalog.put_object`); `sse`: the
-        encryption asked for."""
+        commit only while the bucket belongs to it; `sse`: the encryption asked for.
+        The new version gets its bucket's default retention unless it names its own
+        (every write of a new version: PUT, POST, copy, multipart completion)."""
         sealing, sse_record = None, None
         if sse is not None and sse.mode:
             sse_record, base_key = await self.new_sse(sse, template.bucket, template.key)
@@ -360,7 +356,7 @@ class ObjectStore:
             if_match=if_match,
             if_none_match=if_none_match,
             owner=owner,
-            completed=completed,
+            completed=with_default_retention,
         )
         PUT_COMMITS.inc()
         self._log_garbage(result)
@@ -374,12 +370,11 @@ class ObjectStore:
         checksums: dict[str, str] | None = None,
         if_match: str | None = None,
         if_none_match: str | None = None,
-        completed: RecordCompletion | None = None,
         sse: SseSpec | None = None,
         source_customer_key: bytes = b"",
     ) -> CommitResult:
         """A new object sharing source's entries (no byte is copied), with source's
-        checksums or the given ones (of the same bytes); `completed` as for put_object.
+        checksums or the given ones (of the same bytes); retention as for put_object.
         When the copy asks (`sse`) for another encryption than the source's, the bytes
         are read, opened (`source_customer_key`: an SSE-C source's key) and sealed
         anew instead."""
@@ -396,7 +391,6 @@ class ObjectStore:
                 source_customer_key,
                 checksums,
                 (if_match, if_none_match),
-                completed,
             )
         if source.tier_location is not None and not source.extents and source.size:
             raise ObjectUnavailableError(f"object {source.key!r} lives in a tier")
@@ -415,7 +409,10 @@ class ObjectStore:
             sse=source.sse,  # the same sealed entries, opened by the same key
         )
         result = await self.catalog.put_object(
-            record, if_match=if_match, if_none_match=if_none_match, completed=completed
+            record,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            completed=with_default_retention,
         )
         COPY_COMMITS.inc()
         self._log_garbage(result)
@@ -429,7 +426,6 @@ class ObjectStore:
         source_customer_key: bytes,
         checksums: dict[str, str] | None,
         conditions: tuple[str | None, str | None],
-        completed: RecordCompletion | None,
     ) -> CommitResult:
         """A copy whose bytes are read, opened and sealed as `spec` asks (one part)."""
         source = await self.resolve(source)
@@ -449,7 +445,6 @@ class ObjectStore:
             finish=finish,
             if_match=if_match,
             if_none_match=if_none_match,
-            completed=completed,
             sse=spec,
         )
 
@@ -729,10 +724,9 @@ class ObjectStore:
         finish: CompleteFinish | None = None,
         if_match: str | None = None,
         if_none_match: str | None = None,
-        completed: RecordCompletion | None = None,
     ) -> CommitResult:
         """Stitch the named parts' extents into the object record: no byte is copied.
-        `completed` as for put_object."""
+        Retention as for put_object, counted from the completion."""
         upload = await self.catalog.get_upload(bucket, upload_id)
         uploaded = {p.part_number: p for p in await self.catalog.get_parts(bucket, upload_id)}
         try:
@@ -753,9 +747,7 @@ class ObjectStore:
             self.config.manifest_bytes_min, self.catalog.config.record_bytes_max // 2
         ):
             record = await self._with_manifest(record, encode_manifest(stored))
-        result = await self._commit_completion(
-            upload_id, record, (if_match, if_none_match), completed
-        )
+        result = await self._commit_completion(upload_id, record, (if_match, if_none_match))
         COMPLETE_COMMITS.inc()
         self._log_garbage(result)
         return result
@@ -765,7 +757,6 @@ class ObjectStore:
         upload_id: str,
         record: ObjectRecord,
         conditions: tuple[str | None, str | None],
-        completed: RecordCompletion | None,
     ) -> CommitResult:
         """Commit the completed object in the catalog (`conditions`: If-Match and
         If-None-Match). A manifest written for a commit that fails is garbage, like an
@@ -778,7 +769,7 @@ class ObjectStore:
                 record,
                 if_match=if_match,
                 if_none_match=if_none_match,
-                completed=completed,
+                completed=with_default_retention,
             )
         except BaseException as e:
             if record.manifest:

@@ -25,7 +25,6 @@ from blobstore.catalog.records import (
 )
 from blobstore.objects import VerifiedBody, WrittenData
 from blobstore.objects.errors import InvalidPartListError
-from blobstore.objects.lock import with_default_retention
 from s3api import xml_requests, xml_responses
 from s3api.checksums import (
     ALGORITHMS,
@@ -233,7 +232,6 @@ async def complete_multipart_upload(ctx: S3Context) -> Response:
             finish=finish,
             if_match=if_match,
             if_none_match=if_none_match,
-            completed=with_default_retention,
         )
     except NoSuchUploadError:
         # Completed (or aborted) by another request since this one found the upload.

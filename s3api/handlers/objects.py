@@ -17,7 +17,6 @@ from blobstore.catalog import versioning
 from blobstore.catalog.errors import DeleteMarkerError, NoSuchKeyError, NoSuchVersionError
 from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, BucketRecord, ObjectRecord
 from blobstore.objects import VerifiedBody, WrittenData
-from blobstore.objects.lock import with_default_retention
 from s3api import xml_requests, xml_responses
 from s3api.aws_chunked import PayloadReader, strip_aws_chunked
 from s3api.checksums import (
@@ -343,7 +342,6 @@ async def put_object(ctx: S3Context) -> Response:
         if_match=if_match,
         if_none_match=if_none_match,
         owner=bucket.owner,
-        completed=with_default_retention,
         sse=sse,
     )
     record = result.record
@@ -672,7 +670,6 @@ async def copy_object(ctx: S3Context) -> Response:
         checksums=checksums,
         if_match=if_match,
         if_none_match=if_none_match,
-        completed=with_default_retention,
         sse=sse,
         source_customer_key=source_key,
     )

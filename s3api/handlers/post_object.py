@@ -46,7 +46,6 @@ from starlette.responses import Response
 
 from blobstore.catalog.records import CONTENT_TYPE_DEFAULT, ObjectRecord
 from blobstore.objects import ObjectStore, VerifiedBody, WrittenData
-from blobstore.objects.lock import with_default_retention
 from blobstore.runtime.aio import IdleWatchdog
 from s3api import xml_requests
 from s3api.aws_chunked import PayloadReader
@@ -477,7 +476,6 @@ async def post_object(form: FormRequest) -> Response:
         finish=finish,
         compute_md5=False,
         owner=bucket.owner,
-        completed=with_default_retention,
         sse=sse,
     )
     return _answer(form, fields, result.record, sse.customer_key)
