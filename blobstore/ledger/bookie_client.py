@@ -103,18 +103,13 @@ def _count_failure(op: Op, error: BaseException) -> None:
 
 
 def _add_request(
-    ledger_id: int,
-    entry_id: int,
-    master_key: bytes,
-    entry: bytes | protocol.EntryParts,
-    recovery: bool,
+    ledger_id: int, entry_id: int, master_key: bytes, entry: protocol.EntryParts, recovery: bool
 ) -> tuple[int, protocol.EntryParts]:
-    """(flags, body parts) of an ADD_ENTRY: the fixed part, then the entry's bytes (or
-    its `encode_entry` parts) as they are (no copy)."""
+    """(flags, body parts) of an ADD_ENTRY: the fixed part, then the entry's parts as
+    they are (no copy)."""
     prefix = protocol.AddRequest(ledger_id, entry_id, master_key, b"").encode()
     flags = protocol.AddFlag.RECOVERY_ADD if recovery else protocol.AddFlag.NONE
-    parts = (entry,) if isinstance(entry, bytes) else entry
-    return int(flags), (prefix, *parts)
+    return int(flags), (prefix, *entry)
 
 
 # --------------------------------------------------------------------------- errors
@@ -821,7 +816,7 @@ class BookieClientPool:
         ledger_id: int,
         entry_id: int,
         master_key: bytes,
-        entry: bytes | protocol.EntryParts,
+        entry: protocol.EntryParts,
         done: Callable[[BaseException | None], None],
         *,
         recovery: bool = False,
@@ -862,13 +857,13 @@ class BookieClientPool:
         ledger_id: int,
         entry_id: int,
         master_key: bytes,
-        entry: bytes | protocol.EntryParts,
+        entry: protocol.EntryParts,
         *,
         recovery: bool = False,
         timeout_s: float | None = None,
     ) -> None:
-        """Store `entry` (Entry.encode() bytes, or its encode_entry parts); returns once
-        the bookie fsync'd it."""
+        """Store `entry` (its `encode_entry` parts, or `(Entry.encode() bytes,)`); returns
+        once the bookie fsync'd it."""
         flags, body = _add_request(ledger_id, entry_id, master_key, entry, recovery)
         frame = await self._call(bookie_id, Op.ADD_ENTRY, flags, body, timeout_s)
         self._raise_for_status(frame, bookie_id, Op.ADD_ENTRY)

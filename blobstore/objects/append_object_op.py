@@ -119,9 +119,9 @@ class AppendObjectOp:
                 while pieces_bytes >= self._entry_size:
                     entry, pieces = cut_entry(pieces, self._entry_size)
                     pieces_bytes -= self._entry_size
-                    await self._append(entry)
+                    await self._append(entry, self._entry_size)
             if pieces:
-                await self._append(pieces)
+                await self._append(pieces, pieces_bytes)
             await self._drain()
         except BaseException:
             await self._abandon()
@@ -158,7 +158,8 @@ class AppendObjectOp:
         else:
             self._md5.update(chunk)
 
-    async def _append(self, pieces: list[bytes | memoryview]) -> None:
+    async def _append(self, pieces: list[bytes | memoryview], size: int) -> None:
+        """Append one entry of `size` bytes, given as `pieces`."""
         if self._writer is None:
             self._writer = await self._pool.acquire()
             self._ledger_id = self._writer.handle.ledger_id
@@ -175,7 +176,6 @@ class AppendObjectOp:
                 self._writer.failed = True
                 raise
         self._pending.append((future, waiter))
-        size = sum(len(piece) for piece in pieces)
         self._writer.bytes_appended += size
         self._appended_bytes += size
         OBJECT_BYTES_WRITTEN.inc(size)

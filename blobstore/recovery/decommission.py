@@ -368,7 +368,7 @@ class DecommissionOp:
                 # An entry larger than a second's allowance takes the whole second.
                 await self._limiter.acquire(min(len(data), self._limiter.max_rate))
             try:
-                await pool.add_entry(replacement, ledger_id, entry_id, key, data, recovery=True)
+                await pool.add_entry(replacement, ledger_id, entry_id, key, (data,), recovery=True)
             except (BookieError, BookieUnavailableError) as e:
                 raise SegmentCopyError(
                     f"ledger {ledger_id} entry {entry_id}: {replacement} refused the copy: {e}"

@@ -260,7 +260,7 @@ class ReplicationWorker:
         if self._limiter is not None:
             await self._limiter.acquire(min(len(data), self._limiter.max_rate))
         try:
-            await pool.add_entry(bookie, ledger_id, entry_id, key, data, recovery=True)
+            await pool.add_entry(bookie, ledger_id, entry_id, key, (data,), recovery=True)
         except (BookieError, BookieUnavailableError, TimeoutError) as e:
             logger.warning(
                 "event=replica_repair_refused ledger_id=%d entry_id=%d bookie=%s error=%r",

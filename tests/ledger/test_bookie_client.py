@@ -140,7 +140,7 @@ def test_pipelined_requests_complete_out_of_order() -> None:
             key = protocol.master_key(b"")
             entries = [protocol.Entry(7, e, e - 1, e + 1, b"x").encode() for e in range(20)]
             await asyncio.gather(
-                *(pool.add_entry(bookie_id, 7, e, key, entries[e]) for e in range(20))
+                *(pool.add_entry(bookie_id, 7, e, key, (entries[e],)) for e in range(20))
             )
         assert server.connections == 1
         await server.stop()
@@ -620,7 +620,7 @@ def test_a_frame_queued_in_the_next_loop_iteration_joins_the_same_send() -> None
         async with BookieClientPool(request_timeout_s=5) as pool:
             key = protocol.master_key(b"")
             entries = [protocol.Entry(7, e, e - 1, e + 1, b"x").encode() for e in range(4)]
-            await pool.add_entry(bookie_id, 7, 0, key, entries[0])  # connected now
+            await pool.add_entry(bookie_id, 7, 0, key, (entries[0],))  # connected now
             transport = pool._connections[bookie_id]._protocol.transport  # type: ignore[union-attr]
             assert transport is not None
             writes: list[int] = []
@@ -638,7 +638,7 @@ def test_a_frame_queued_in_the_next_loop_iteration_joins_the_same_send() -> None
                 future = loop.create_future()
                 answered.append(future)
                 sent = pool.add_entry_nowait(
-                    bookie_id, 7, entry_id, key, entries[entry_id], future.set_result
+                    bookie_id, 7, entry_id, key, (entries[entry_id],), future.set_result
                 )
                 assert sent
 
