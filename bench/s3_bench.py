@@ -618,7 +618,21 @@ def machine_limits(directory: Path) -> tuple[list[tuple[str, str, str]], dict[st
     rows.append(("loopback TCP", f"{loopback_mb_s():,.0f} MiB/s", "one connection"))
     rows += round_trip_rows()
     rows += [(f"{name}, one core", f"{value:,.0f} MiB/s", "") for name, value in hashing_limits()]
+    rows.append(listing_parse_row())
     return rows, disk
+
+
+def listing_parse_row() -> tuple[str, str, str]:
+    """boto3's floor per listing page: its parse of one, and what each element costs."""
+    whole = s3_boto.listing_parse_ms()
+    no_time = s3_boto.listing_parse_ms(frozenset({"LastModified"}))
+    no_checksum = s3_boto.listing_parse_ms(frozenset({"Checksum"}))
+    return (
+        "boto3 parse of a 1,000-key ListObjectsV2 page, one core",
+        f"{whole:.1f} ms",
+        f"{whole - no_time:.1f} ms of it the LastModified timestamps, "
+        f"{whole - no_checksum:.1f} ms the checksum elements",
+    )
 
 
 # --------------------------------------------------------------------------- cluster

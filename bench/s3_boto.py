@@ -26,6 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
+import botocore.parsers
+import botocore.session
 from botocore.config import Config
 
 from bench.s3_load import ERROR_SAMPLES_MAX, PhaseResult, object_key
@@ -240,3 +242,48 @@ def phase_result(
         client_cpu_s=cpu_seconds,
         error_samples=tuple(recorder.samples),
     )
+
+
+# --------------------------------------------------------------------------- listing parse
+
+# One key of a ListObjectsV2 page as blobstore writes it for an object boto3 uploaded
+# (S3's elements, in S3's order); `listing_parse_ms` takes elements out to price them.
+LISTED_KEY_ELEMENTS = {
+    "LastModified": "<LastModified>2026-11-29T17:08:52.596Z</LastModified>",
+    "ETag": "<ETag>&quot;9dd4e461268c8034f5c8564e155c67a6&quot;</ETag>",
+    "Checksum": "<ChecksumAlgorithm>CRC32</ChecksumAlgorithm>"
+    "<ChecksumType>FULL_OBJECT</ChecksumType>",
+    "Size": "<Size>16777216</Size>",
+    "StorageClass": "<StorageClass>STANDARD</StorageClass>",
+}
+
+
+def listing_page(keys: int, without: frozenset[str] = frozenset()) -> bytes:
+    """A ListObjectsV2 answer of `keys` keys, each with LISTED_KEY_ELEMENTS but `without`."""
+    fields = "".join(text for name, text in LISTED_KEY_ELEMENTS.items() if name not in without)
+    head = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        "<Name>bench</Name><Prefix></Prefix><MaxKeys>1000</MaxKeys>"
+        f"<EncodingType>url</EncodingType><KeyCount>{keys}</KeyCount>"
+        "<IsTruncated>true</IsTruncated><NextContinuationToken>t</NextContinuationToken>"
+    )
+    contents = "".join(
+        f"<Contents><Key>list/key-{n:08d}</Key>{fields}</Contents>" for n in range(keys)
+    )
+    return (head + contents + "</ListBucketResult>").encode()
+
+
+def listing_parse_ms(without: frozenset[str] = frozenset(), keys: int = 1000) -> float:
+    """botocore's own parse of a `keys`-key ListObjectsV2 page (best of 5, ms on one
+    core): what boto3 spends per page whatever the server, before HTTP and signing."""
+    shape = botocore.session.get_session().get_service_model("s3")
+    output = shape.operation_model("ListObjectsV2").output_shape
+    response = {"body": listing_page(keys, without), "headers": {}, "status_code": 200}
+    parser = botocore.parsers.RestXMLParser()
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        parser.parse(response, output)
+        best = min(best, time.perf_counter() - started)
+    return best * 1000

@@ -5,6 +5,9 @@ a regenerated report. No timing."""
 
 from __future__ import annotations
 
+import botocore.parsers
+import botocore.session
+
 from bench import s3_bench, s3_boto
 from bench.s3_bench import BOTO3, GENERATOR, PHASES, Run, Setting, Slot, Target
 from bench.s3_load import PhaseResult
@@ -183,3 +186,27 @@ def test_the_sse_table_gives_sse_over_clear_against_the_aim() -> None:
 def test_without_sse_runs_there_is_no_sse_table() -> None:
     text = s3_bench.report(_setting(None), _runs("blobstore", BOTO3, (1.0,)), [], {}, [])
     assert "SSE" not in text
+
+
+def test_the_listing_parse_probe_prices_a_page_as_boto3_reads_it() -> None:
+    """The limits' listing row parses pages botocore reads as S3 listings, with each
+    element there unless taken out."""
+    model = botocore.session.get_session().get_service_model("s3")
+    output = model.operation_model("ListObjectsV2").output_shape
+    parser = botocore.parsers.RestXMLParser()
+
+    def contents(without: frozenset[str]) -> list[dict[str, object]]:
+        page = s3_boto.listing_page(3, without)
+        parsed = parser.parse({"body": page, "headers": {}, "status_code": 200}, output)
+        return list(parsed["Contents"])
+
+    whole = contents(frozenset())
+    assert [c["Key"] for c in whole] == [f"list/key-{n:08d}" for n in range(3)]
+    assert whole[0]["Size"] == 16 << 20 and whole[0]["ChecksumAlgorithm"] == ["CRC32"]
+    assert whole[0]["LastModified"].year == 2026  # type: ignore[attr-defined]
+    trimmed = contents(frozenset({"LastModified", "Checksum"}))
+    assert "LastModified" not in trimmed[0] and "ChecksumAlgorithm" not in trimmed[0]
+    assert trimmed[0]["ETag"] == whole[0]["ETag"]
+    assert s3_boto.listing_parse_ms(keys=10) > 0
+    name, value, notes = s3_bench.listing_parse_row()
+    assert value.endswith(" ms") and "LastModified" in notes
