@@ -13,7 +13,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -21,7 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from blobstore.maintenance import hooks, lifecycle, scan
+from blobstore.maintenance import hooks, lifecycle, scan, scratch
 from blobstore.maintenance.options import MaintainOptions
 from blobstore.runtime.errors import UsageError
 from blobstore.runtime.ledger_tls import LEDGER_TLS_DIR_ENV, ZK_TLS_DIR_ENV
@@ -44,19 +43,23 @@ SPARK_SUBMIT_ENV = "PYSPARK_GATEWAY_PORT"  # set when spark-submit started this 
 
 @asynccontextmanager
 async def spark_session(options: MaintainOptions) -> AsyncIterator[Any]:
-    """A SparkSession for the run (stopped on the way out); a master Spark cannot reach
-    is one clear UsageError. Started and stopped off the event loop: Spark takes seconds
-    to start, and the driver's ZooKeeper session must keep beating meanwhile."""
-    session, shipped = await asyncio.to_thread(_start, options)
+    """A SparkSession for the run (stopped on the way out), writing to disk only in the
+    run's scratch directory (`scratch.py`: made here after sweeping dead drivers' ones,
+    removed on the way out); a master Spark cannot reach is one clear UsageError.
+    Started and stopped off the event loop: Spark takes seconds to start, and the
+    driver's ZooKeeper session must keep beating meanwhile."""
+    run_scratch = await asyncio.to_thread(scratch.open_run, scratch.scratch_root(), time.time())
     try:
-        yield session
+        session = await asyncio.to_thread(_start, options, run_scratch.path)
+        try:
+            yield session
+        finally:
+            await asyncio.to_thread(session.stop)
     finally:
-        await asyncio.to_thread(session.stop)
-        if shipped is not None:
-            shutil.rmtree(shipped, ignore_errors=True)
+        await asyncio.to_thread(run_scratch.remove)
 
 
-def _start(options: MaintainOptions) -> tuple[Any, str | None]:
+def _start(options: MaintainOptions, run_dir: Path) -> Any:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -71,8 +74,9 @@ def _start(options: MaintainOptions) -> tuple[Any, str | None]:
         # columns cost 4-5 µs of CPU per row here, half the cache's cost (its size goes
         # to memory and, past it, to disk: the cache is MEMORY_AND_DISK).
         .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
-        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
     )
+    for key, value in scratch_settings(run_dir).items():
+        builder = builder.config(key, value)
     if options.master or SPARK_SUBMIT_ENV not in os.environ:
         builder = builder.master(options.master or "local[*]")
     # The executors' ZooKeeper sessions authenticate, and their ledger connections use
@@ -91,10 +95,10 @@ def _start(options: MaintainOptions) -> tuple[Any, str | None]:
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
         master = str(session.sparkContext.master)
-        if master.startswith("local"):
-            return session, None
-        _first_executor(session, master)
-        return session, _ship_package(session)
+        if not master.startswith("local"):
+            _first_executor(session, master)
+            _ship_package(session, run_dir)
+        return session
     except UsageError:
         raise
     except Exception as e:  # Py4J and JVM failures: the master is wrong or unreachable
@@ -144,17 +148,34 @@ def cause_of(error: Exception) -> str:
     return lines[0] if lines else type(error).__name__
 
 
-def _ship_package(session: Any) -> str:
-    """Zip the `blobstore` package for executors on other machines."""
-    directory = tempfile.mkdtemp(prefix="blobstore-maintain-")
-    try:
-        root = Path(__file__).resolve().parents[2]
-        archive = shutil.make_archive(f"{directory}/blobstore", "zip", root, "blobstore")
-        session.sparkContext.addPyFile(archive)
-    except BaseException:
-        shutil.rmtree(directory, ignore_errors=True)
-        raise
-    return directory
+def _ship_package(session: Any, run_dir: Path) -> None:
+    """Zip the `blobstore` package (into the run's scratch directory) for executors on
+    other machines."""
+    root = Path(__file__).resolve().parents[2]
+    archive = shutil.make_archive(str(run_dir / "blobstore"), "zip", root, "blobstore")
+    session.sparkContext.addPyFile(archive)
+
+
+def scratch_settings(run_dir: Path) -> dict[str, str]:
+    """The settings that keep the driver's local files in `run_dir`: Spark's local
+    directory (block manager and `spark-*` directories; executors of a cluster use the
+    directories their cluster manager gives them), the driver JVM's temporary directory
+    (native libraries unpacked, other temporary files; the JVM takes it at its start,
+    from these settings when the driver starts it, not under spark-submit), and
+    Hadoop's."""
+    java_options = f"{DRIVER_JAVA_OPTIONS} {java_option('java.io.tmpdir', str(run_dir))}"
+    return {
+        "spark.local.dir": str(run_dir),
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.hadoop.hadoop.tmp.dir": str(run_dir / "hadoop"),
+    }
+
+
+def java_option(name: str, value: str) -> str:
+    """`-Dname=value`, quoted as Spark's launcher splits extraJavaOptions (a value with
+    spaces or quotes stays one option)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'-D{name}="{escaped}"'
 
 
 class StageProgress:
