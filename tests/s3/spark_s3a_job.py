@@ -1,7 +1,10 @@
 """A PySpark job run by test_spark_s3a.py in its own process: Spark 3.5 with hadoop-aws
 over s3a against a blobstore gateway. Prints one JSON line of results on stdout.
 
-argv: endpoint access_key secret_key bucket rows jars_dir
+argv: endpoint access_key secret_key bucket rows jars_dir scratch_dir
+
+Spark's, the JVM's and Hadoop's local files (the s3a upload buffers among them) go to
+scratch_dir, not the machine's temporary directory.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pyspark.sql import functions as F
 
 
 def main() -> None:
-    endpoint, access_key, secret_key, bucket, rows, jars_dir = sys.argv[1:7]
+    endpoint, access_key, secret_key, bucket, rows, jars_dir, scratch = sys.argv[1:8]
     jars = ",".join(
         str(Path(jars_dir) / name)
         for name in ("hadoop-aws-3.3.1.jar", "aws-java-sdk-bundle-1.11.901.jar")
@@ -27,6 +30,9 @@ def main() -> None:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")
+        .config("spark.local.dir", scratch)
+        .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={scratch}")
+        .config("spark.hadoop.hadoop.tmp.dir", f"{scratch}/hadoop")
         .config("spark.hadoop.fs.s3a.impl", "org.apache.hadoop.fs.s3a.S3AFileSystem")
         .config("spark.hadoop.fs.s3a.endpoint", endpoint)
         .config("spark.hadoop.fs.s3a.path.style.access", "true")

@@ -34,6 +34,7 @@ def test_spark_s3a_parquet_round_trip_and_boto3_csv(
             bucket,
             str(ROWS),
             str(JARS_DIR),
+            str(tmp_path),
         ],
         capture_output=True,
         text=True,
