@@ -39,6 +39,7 @@ def _flags() -> list[tuple[str, dict[str, Any]]]:
         ("--now", {"default": None, "metavar": "ISO8601", "help": "the time lifecycle rules are evaluated at (default: now)"}),
         ("--pages-per-task", {"type": int, "default": o.PAGES_PER_TASK_DEFAULT, "metavar": "N", "help": "index pages per scan task (default %(default)s)"}),
         ("--zk-session-timeout", {"type": float, "default": o.ZK_SESSION_TIMEOUT_S_DEFAULT, "metavar": "SECONDS", "help": "the driver's ZooKeeper session timeout; the run's lock is held by that session, so after a killed run the next may start this much later (default %(default)s, range 4-40)"}),
+        ("--scratch-dir", {"default": env("BLOBSTORE_MAINTENANCE_SCRATCH_DIR", ""), "metavar": "DIR", "help": "where the driver's Spark keeps its local files, a directory per run, removed at its end; a killed run's is removed by the next run (env BLOBSTORE_MAINTENANCE_SCRATCH_DIR; default: blobstore-spark-UID in the temporary directory)"}),
         ("--no-bookie-gc", {"action": "store_true", "help": "do not ask the bookies for a GC pass after deleting ledgers"}),
         ("--catalog-root", {"default": env("BLOBSTORE_CATALOG_ROOT", "/catalog"), "help": argparse.SUPPRESS}),
         ("--pushgateway", {"default": env("BLOBSTORE_PUSHGATEWAY", ""), "metavar": "URL", "help": "push the run's metrics to this Prometheus Pushgateway (env BLOBSTORE_PUSHGATEWAY)"}),
@@ -72,6 +73,7 @@ def options_of(args: argparse.Namespace) -> maintain_options.MaintainOptions:
         catalog_root=args.catalog_root,
         pushgateway=args.pushgateway,
         metrics_file=args.metrics_file,
+        scratch_dir=args.scratch_dir,
         hooks={},
     )
 

@@ -43,6 +43,8 @@ class MaintainOptions:
     catalog_root: str = "/catalog"
     pushgateway: str = ""
     metrics_file: str = ""
+    # Where the driver's Spark keeps its local files ("": `scratch.scratch_root`'s default).
+    scratch_dir: str = ""
     # Test hooks: pause (or die) at named points of the run (`hooks.py`).
     hooks: dict[str, str] = field(default_factory=dict)
 

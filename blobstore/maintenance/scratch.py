@@ -3,7 +3,7 @@
 and Python workers), where its JVM unpacks native libraries and keeps its temporary
 files, and Hadoop's `hadoop.tmp.dir`; never the machine's temporary directory.
 
-On disk, under the scratch root (`BLOBSTORE_MAINTENANCE_SCRATCH_DIR`, by default
+On disk, under the scratch root (`--scratch-dir` or `BLOBSTORE_MAINTENANCE_SCRATCH_DIR`, by default
 `<tempdir>/blobstore-spark-<uid>`; a directory of the driver's user, mode 0700):
 
     run-<UTC start>-<driver pid>-<random>/   one per driver run (`open_run`)
@@ -60,10 +60,11 @@ class RunScratch:
         os.close(self.lock_fd)
 
 
-def scratch_root() -> Path:
-    """Where drivers keep their run directories: BLOBSTORE_MAINTENANCE_SCRATCH_DIR, or
-    a directory of this user's in the machine's temporary directory."""
-    configured = os.environ.get(SCRATCH_DIR_ENV, "")
+def scratch_root(configured: str = "") -> Path:
+    """Where drivers keep their run directories: `configured` (`--scratch-dir`), else
+    BLOBSTORE_MAINTENANCE_SCRATCH_DIR, else a directory of this user's in the machine's
+    temporary directory."""
+    configured = configured or os.environ.get(SCRATCH_DIR_ENV, "")
     if configured:
         return Path(configured).absolute()
     return Path(tempfile.gettempdir()) / f"blobstore-spark-{os.getuid()}"
@@ -98,10 +99,12 @@ def _make_root(root: Path) -> None:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         found = root.lstat()
     except OSError as e:
-        raise UsageError(f"bad {SCRATCH_DIR_ENV} {str(root)!r}: {e.strerror}") from None
+        raise UsageError(
+            f"bad --scratch-dir ({SCRATCH_DIR_ENV}) {str(root)!r}: {e.strerror}"
+        ) from None
     if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
         raise UsageError(
-            f"bad {SCRATCH_DIR_ENV} {str(root)!r}: not a directory owned by uid "
+            f"bad --scratch-dir ({SCRATCH_DIR_ENV}) {str(root)!r}: not a directory owned by uid "
             f"{os.getuid()} (a symbolic link is refused)"
         )
 

@@ -48,7 +48,9 @@ async def spark_session(options: MaintainOptions) -> AsyncIterator[Any]:
     removed on the way out); a master Spark cannot reach is one clear UsageError.
     Started and stopped off the event loop: Spark takes seconds to start, and the
     driver's ZooKeeper session must keep beating meanwhile."""
-    run_scratch = await asyncio.to_thread(scratch.open_run, scratch.scratch_root(), time.time())
+    run_scratch = await asyncio.to_thread(
+        scratch.open_run, scratch.scratch_root(options.scratch_dir), time.time()
+    )
     try:
         session = await asyncio.to_thread(_start, options, run_scratch.path)
         try:

@@ -11,6 +11,7 @@ dead run's directory.
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import os
 import random
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from blobstore.cli import maintain as maintain_cli
 from blobstore.maintenance import scratch
 from blobstore.maintenance.hooks import HOOKS_ENV
 from blobstore.maintenance.spark import scratch_settings
@@ -143,6 +145,7 @@ def test_the_root_is_the_setting_or_this_users_directory_in_the_temporary_direct
     assert scratch.scratch_root() == default
     monkeypatch.setenv(scratch.SCRATCH_DIR_ENV, str(tmp_path / "scratch"))
     assert scratch.scratch_root() == tmp_path / "scratch"
+    assert scratch.scratch_root(str(tmp_path / "flag")) == tmp_path / "flag"  # --scratch-dir
 
 
 @pytest.mark.parametrize("kind", ["file", "symlink"])
@@ -231,3 +234,15 @@ def _spark_leftovers(temp: Path, before: set[str], began: float) -> list[str]:
         except FileNotFoundError:
             continue
     return found
+
+
+def test_the_scratch_root_flag_reaches_the_options_and_overrides_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(scratch.SCRATCH_DIR_ENV, "/from/env")
+    parser = argparse.ArgumentParser()
+    maintain_cli.add_arguments(parser)
+    assert maintain_cli.options_of(parser.parse_args(["--zk", "z"])).scratch_dir == "/from/env"
+    given = parser.parse_args(["--zk", "z", "--scratch-dir", "/from/flag"])
+    assert maintain_cli.options_of(given).scratch_dir == "/from/flag"
+    assert "--scratch-dir" in parser.format_help()
