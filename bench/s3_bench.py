@@ -19,7 +19,8 @@ GETs also run with SSE-S3 (`x-amz-server-side-encryption: AES256` on the PUT), a
 blobstore only, each next to the same phase in clear in every round; the report gives the
 ratio SSE/clear of their medians (--no-sse leaves them out). Without --peer there is no peer
 column: figures from another run are never used. The objects read are written untimed
-first; every timed PUT writes keys of its own. Writes docs/benchmarks/s3.md; the text after
+first; every timed PUT writes keys of its own; at the end everything the run wrote is
+deleted from each endpoint's bucket (--keep-objects keeps it). Writes docs/benchmarks/s3.md; the text after
 the ANALYSIS_MARK line of an existing report is kept (prose written by hand). Not a test:
 no assertion on speed.
 """
@@ -952,6 +953,10 @@ def run(args: argparse.Namespace) -> str:
         if args.sse:
             check_encrypted(clients[ours.name])
         runs = measure(args, targets, clients)
+        if not args.keep_objects:
+            for target in targets:
+                count = s3_boto.empty_bucket(clients[target.name], BUCKET)
+                print(f"{target.name}: deleted the {count:,} objects written", flush=True)
     setting = Setting(
         started=started,
         ours=ours,
@@ -1023,6 +1028,11 @@ def build_parser() -> argparse.ArgumentParser:
         dest="sse",
         action="store_false",
         help="no SSE-S3 phases (a blobstore whose gateway has no cluster key)",
+    )
+    parser.add_argument(
+        "--keep-objects",
+        action="store_true",
+        help=f"leave what the run wrote in bucket {BUCKET!r} (deleted by default)",
     )
     parser.add_argument("--note", default="", help="a sentence printed at the top")
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "s3.md"))

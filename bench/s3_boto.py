@@ -244,6 +244,31 @@ def phase_result(
     )
 
 
+def empty_bucket(client: BotoClient, bucket: str, batch_keys: int = 1000) -> int:
+    """Delete every object of `bucket` (DeleteObjects, `batch_keys` keys at a time, at
+    most S3's 1,000): how many. Keys deleted as they are listed: the walk is bounded by
+    the bucket's size, each request by `batch_keys`."""
+    batch: list[dict[str, str]] = []
+    deleted = 0
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for item in page.get("Contents", []):
+            batch.append({"Key": item["Key"]})
+            if len(batch) == batch_keys:
+                deleted += _delete_batch(client, bucket, batch)
+                batch = []
+    if batch:
+        deleted += _delete_batch(client, bucket, batch)
+    return deleted
+
+
+def _delete_batch(client: BotoClient, bucket: str, batch: list[dict[str, str]]) -> int:
+    answer = client.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+    errors = answer.get("Errors", [])
+    if errors:
+        raise RuntimeError(f"{bucket}: {len(errors)} keys not deleted, e.g. {errors[0]}")
+    return len(batch)
+
+
 # --------------------------------------------------------------------------- listing parse
 
 # One key of a ListObjectsV2 page as blobstore writes it for an object boto3 uploaded
