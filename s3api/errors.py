@@ -358,7 +358,6 @@ DOMAIN_ERROR_CODES: dict[type[BaseException], str] = {
     object_errors.InvalidPartListError: "InvalidPart",
     object_errors.InvalidPartOrderError: "InvalidPartOrder",
     object_errors.EntityTooSmallError: "EntityTooSmall",
-    object_errors.ObjectUnavailableError: "ServiceUnavailable",
     TierUnavailableError: "ServiceUnavailable",
     object_errors.RestoreNotAllowedError: "InvalidObjectState",
     ObjectLockedError: "AccessDenied",

@@ -37,10 +37,6 @@ class EntityTooSmallError(ObjectLayerError):
     """A part other than the last is smaller than the minimum part size."""
 
 
-class ObjectUnavailableError(ObjectLayerError):
-    """The object's bytes cannot be read (e.g. a tier this gateway cannot reach)."""
-
-
 class RestoreNotAllowedError(ObjectLayerError):
     """RestoreObject of a version that is not on a cold tier (S3: InvalidObjectState)."""
 

@@ -63,7 +63,6 @@ from blobstore.objects.errors import (
     EntityTooSmallError,
     InvalidPartListError,
     ObjectChangedError,
-    ObjectUnavailableError,
     RestoreNotAllowedError,
 )
 from blobstore.objects.extents import plan_read, slice_extents
@@ -375,14 +374,18 @@ class ObjectStore:
     ) -> CommitResult:
         """A new object sharing source's entries (no byte is copied), with source's
         checksums or the given ones (of the same bytes); retention as for put_object.
-        When the copy asks (`sse`) for another encryption than the source's, the bytes
-        are read, opened (`source_customer_key`: an SSE-C source's key) and sealed
-        anew instead."""
+        When the copy asks (`sse`) for another encryption than the source's, or the
+        source's bytes are on a cold tier only (a copy lands on the bookies, as a GET
+        reads it), the bytes are read, opened (`source_customer_key`: an SSE-C source's
+        key) and sealed anew instead."""
         spec = sse or SseSpec()
         if source_customer_key or (source.sse is not None and source.sse["m"] == SSE_C):
             await self.open_sse(source.sse, source_customer_key)  # refused unless right
-        if not same_sealing(source.sse, spec) or (
-            spec.mode == SSE_C and spec.customer_key != source_customer_key
+        tiered_only = source.tier_location is not None and not source.extents and source.size
+        if (
+            tiered_only
+            or not same_sealing(source.sse, spec)
+            or (spec.mode == SSE_C and spec.customer_key != source_customer_key)
         ):
             return await self._copy_sealed_anew(
                 source,
@@ -392,8 +395,6 @@ class ObjectStore:
                 checksums,
                 (if_match, if_none_match),
             )
-        if source.tier_location is not None and not source.extents and source.size:
-            raise ObjectUnavailableError(f"object {source.key!r} lives in a tier")
         record = replace(
             template,
             size=source.size,

@@ -256,13 +256,6 @@ async def load_copy_source(ctx: S3Context) -> tuple[CopySource, ObjectRecord]:
     if not ctx.decide(read, bucket, record).allowed:
         raise S3Error("AccessDenied")
     check_copy_source_conditions(ctx.headers, record.etag, record.last_modified)
-    if record.tier_location is not None and not record.extents and record.size:
-        raise S3Error(
-            "InvalidObjectState",
-            "Operation is not valid for the source object's storage class (a cold "
-            "tier's): restore it first",
-            StorageClass=record.storage_class,
-        )
     return source, record
 
 
