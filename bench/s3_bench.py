@@ -20,9 +20,9 @@ blobstore only, each next to the same phase in clear in every round; the report 
 ratio SSE/clear of their medians (--no-sse leaves them out). Without --peer there is no peer
 column: figures from another run are never used. The objects read are written untimed
 first; every timed PUT writes keys of its own; at the end everything the run wrote is
-deleted from each endpoint's bucket (--keep-objects keeps it). Writes docs/benchmarks/s3.md; the text after
-the ANALYSIS_MARK line of an existing report is kept (prose written by hand). Not a test:
-no assertion on speed.
+deleted from each endpoint's bucket (--keep-objects keeps it). Writes
+docs/benchmarks/s3.md; the text after the ANALYSIS_MARK line of an existing report is kept
+(prose written by hand). Not a test: no assertion on speed.
 """
 
 from __future__ import annotations

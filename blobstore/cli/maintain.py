@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from blobstore.maintenance import options as maintain_options
+from blobstore.maintenance import scratch
 from blobstore.maintenance.report import Report
 from blobstore.runtime.errors import UsageError
 
@@ -39,7 +40,7 @@ def _flags() -> list[tuple[str, dict[str, Any]]]:
         ("--now", {"default": None, "metavar": "ISO8601", "help": "the time lifecycle rules are evaluated at (default: now)"}),
         ("--pages-per-task", {"type": int, "default": o.PAGES_PER_TASK_DEFAULT, "metavar": "N", "help": "index pages per scan task (default %(default)s)"}),
         ("--zk-session-timeout", {"type": float, "default": o.ZK_SESSION_TIMEOUT_S_DEFAULT, "metavar": "SECONDS", "help": "the driver's ZooKeeper session timeout; the run's lock is held by that session, so after a killed run the next may start this much later (default %(default)s, range 4-40)"}),
-        ("--scratch-dir", {"default": env("BLOBSTORE_MAINTENANCE_SCRATCH_DIR", ""), "metavar": "DIR", "help": "where the driver's Spark keeps its local files, a directory per run, removed at its end; a killed run's is removed by the next run (env BLOBSTORE_MAINTENANCE_SCRATCH_DIR; default: blobstore-spark-UID in the temporary directory)"}),
+        ("--scratch-dir", {"default": env(scratch.SCRATCH_DIR_ENV, ""), "metavar": "DIR", "help": "where the driver's Spark keeps its local files, a directory per run, removed at its end; a killed run's is removed by the next run (env BLOBSTORE_MAINTENANCE_SCRATCH_DIR; default: blobstore-spark-UID in the temporary directory)"}),
         ("--no-bookie-gc", {"action": "store_true", "help": "do not ask the bookies for a GC pass after deleting ledgers"}),
         ("--catalog-root", {"default": env("BLOBSTORE_CATALOG_ROOT", "/catalog"), "help": argparse.SUPPRESS}),
         ("--pushgateway", {"default": env("BLOBSTORE_PUSHGATEWAY", ""), "metavar": "URL", "help": "push the run's metrics to this Prometheus Pushgateway (env BLOBSTORE_PUSHGATEWAY)"}),

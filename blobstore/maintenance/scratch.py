@@ -3,8 +3,8 @@
 and Python workers), where its JVM unpacks native libraries and keeps its temporary
 files, and Hadoop's `hadoop.tmp.dir`; never the machine's temporary directory.
 
-On disk, under the scratch root (`--scratch-dir` or `BLOBSTORE_MAINTENANCE_SCRATCH_DIR`, by default
-`<tempdir>/blobstore-spark-<uid>`; a directory of the driver's user, mode 0700):
+On disk, under the scratch root (`--scratch-dir` or `BLOBSTORE_MAINTENANCE_SCRATCH_DIR`,
+by default `<tempdir>/blobstore-spark-<uid>`; a directory of the driver's user, 0700):
 
     run-<UTC start>-<driver pid>-<random>/   one per driver run (`open_run`)
         lock                                 flock'ed (exclusive) by the driver for its life
