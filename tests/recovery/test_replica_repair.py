@@ -32,7 +32,7 @@ from blobstore.runtime.zk import ZooKeeperClient
 from blobstore.wire import protocol
 from bookie.entry_location_index import entry_key
 from tests.admin.workload import admin, put, read_all, store_config
-from tests.bookie.raw_client import metric_value
+from tests.bookie.raw_client import http_get, metric_value
 from tests.cluster.processes import BookieProcess
 from tests.conftest import BookieFactory
 from tests.waiting import wait_until
@@ -129,15 +129,33 @@ def _record_offset(bookie: BookieProcess, ledger_id: int, entry_id: int) -> tupl
 
 
 def _checkpointed(bookie: BookieProcess, ledger_id: int, entry_id: int) -> tuple[Path, int]:
+    """Where the entry is in an entry log, once the checkpoint that wrote it there has
+    ended: its bytes reach the log while that checkpoint still serves reads of the entry
+    from its write cache (a read then would not meet bytes flipped in the log). The
+    write cache gauge is set when a checkpoint takes the cache and when it ends."""
+
     def found() -> tuple[Path, int] | None:
         try:
             return _record_offset(bookie, ledger_id, entry_id)
         except LookupError:
             return None
 
-    return wait_until(
+    where = wait_until(
         found, CHECKPOINT_WAIT_S, message="the entry never reached an entry log", interval_s=0.1
     )
+    wait_until(
+        lambda: _write_cache_bytes(bookie) == 0,
+        CHECKPOINT_WAIT_S,
+        message="the checkpoint that wrote the entry never ended",
+        interval_s=0.1,
+    )
+    return where
+
+
+def _write_cache_bytes(bookie: BookieProcess) -> float:
+    status, text = http_get(bookie.http_port, "/metrics")
+    assert status == 200, text
+    return metric_value(text, "bookie_write_cache_bytes")
 
 
 def _flip_payload_byte(path: Path, header_offset: int) -> None:
