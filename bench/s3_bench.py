@@ -348,6 +348,14 @@ PEER_AIMS = (
 )
 
 
+BOUNDS_TEXT = (
+    "What bounds the aims not met, from this run's CPU times: the two CPUs are shared by "
+    "the target's processes and the client, so when both targets keep them busy the ratio "
+    "is the inverse of the CPU a request costs all processes; with one request in flight "
+    "the client's own CPU per answer is a floor on the time per request."
+)
+
+
 def peer_aim_rows(by_key: dict[tuple[str, str, str], Cell], ours: str, peer: str) -> list[str]:
     lines = [
         f"| aim | client | ratio {ours} / {peer} | aim | met |",
@@ -361,6 +369,72 @@ def peer_aim_rows(by_key: dict[tuple[str, str, str], Cell], ours: str, peer: str
             met = "yes" if value >= wanted else "no"
             lines.append(f"| {phase} | {client} | {value:.2f} | >= {wanted:g} | {met} |")
     return lines
+
+
+def cpu_pair_ms(cell: Cell | None) -> tuple[float, float] | None:
+    """The server's and the client's CPU per request (medians over the rounds), or None
+    when either is not measured."""
+    if cell is None or not cell.runs:
+        return None
+    server = server_cpu_ms(cell)
+    if server is None:
+        return None
+    return server, statistics.median(run.result.client_cpu_us_per_op for run in cell.runs) / 1e3
+
+
+def cpu_bound_text(mine: Cell, theirs: Cell, wanted: float) -> tuple[str, str]:
+    """With every CPU busy in both runs, a target's rate goes as one over the CPU that a
+    request costs its processes and the client's together: the ratio that predicts, and
+    the server CPU per request the aim would need at the client CPU measured."""
+    ours, peers = cpu_pair_ms(mine), cpu_pair_ms(theirs)
+    if ours is None or peers is None:
+        return "-", "-"
+    needed = sum(peers) / wanted - ours[1]
+    return (
+        f"{sum(peers) / sum(ours):.2f}",
+        f"server CPU per request <= {needed:,.1f} ms (measured {ours[0]:,.1f})",
+    )
+
+
+def client_ceiling_text(spec: PhaseSpec, client: str, theirs: Cell) -> str:
+    """One request in flight: the client spends its CPU per response one after the other,
+    so no server, however fast, gets a request done in less. If ours cost the client
+    what the peer's do, the ratio can be at most the peer's time per request over that
+    CPU."""
+    if spec.concurrency != 1 or not theirs.runs:
+        return "-"
+    per_request_ms = 1e3 / statistics.median(run.result.ops_per_s for run in theirs.runs)
+    client_ms = statistics.median(run.result.client_cpu_us_per_op for run in theirs.runs) / 1e3
+    if not client_ms:
+        return "-"
+    return (
+        f"{per_request_ms / client_ms:.2f} (the peer answers every {per_request_ms:,.1f} ms; "
+        f"{client} spends {client_ms:,.1f} ms of CPU on each answer)"
+    )
+
+
+def bound_rows(by_key: dict[tuple[str, str, str], Cell], ours: str, peer: str) -> list[str]:
+    """For each aim against the peer not met: what the CPU time measured in this run
+    predicts, and, with one request in flight, the most the client itself allows."""
+    lines = [
+        "| aim not met | client | ratio | predicted if the CPUs are the bound | the aim needs "
+        "| most the client allows |",
+        "|---|---|---|---|---|---|",
+    ]
+    specs = {spec.name: spec for spec in PHASES}
+    for phase, clients, wanted in PEER_AIMS:
+        for client in clients:
+            mine, theirs = by_key.get((phase, client, ours)), by_key.get((phase, client, peer))
+            value = ratio(mine, theirs)
+            if mine is None or theirs is None or value is None or value >= wanted:
+                continue
+            predicted, needs = cpu_bound_text(mine, theirs, wanted)
+            ceiling = client_ceiling_text(specs[phase], client, theirs)
+            lines.append(
+                f"| {phase} >= {wanted:g} | {client} | {value:.2f} | {predicted} | {needs} "
+                f"| {ceiling} |"
+            )
+    return lines if len(lines) > 2 else []
 
 
 def disk_aim_rows(
@@ -480,6 +554,9 @@ def report(
     lines += ["## Against the aims", ""]
     if peer is not None:
         lines += [*peer_aim_rows(by_key, ours, peer), ""]
+        bounds = bound_rows(by_key, ours, peer)
+        if bounds:
+            lines += [BOUNDS_TEXT, "", *bounds, ""]
     lines += [*disk_aim_rows(by_key, ours, disk), ""]
     if any(spec.name == key[0] for spec in SSE_PHASES.values() for key in by_key):
         lines += ["## Server-side encryption (SSE-S3) cost", "", sse_text(peer), ""]

@@ -110,6 +110,55 @@ def test_large_put_is_judged_against_each_measured_disk_mode() -> None:
     assert lines[3].endswith("| 350 MiB/s | 0.10 |")
 
 
+def _cpu_run(
+    spec: s3_bench.PhaseSpec, target: str, figure: float, server_ms: float, client_ms: float
+) -> Run:
+    """A round of `spec` through boto3 at `figure` (MiB/s, or requests a second) for 10 s,
+    its requests costing the server and the client the CPU given."""
+    ops = 100
+    result = PhaseResult(
+        name=spec.name,
+        ops=ops,
+        bytes=0,
+        seconds=10.0,
+        ops_per_s=ops / 10.0 if spec.unit == "MiB/s" else figure,
+        mb_per_s=figure,
+        p50_ms=5.0,
+        p99_ms=9.0,
+        errors=0,
+        client_cpu_s=client_ms * ops / 1e3,
+    )
+    return Run(Slot(spec, BOTO3, 1, target), result, server_ms * ops / 1e3)
+
+
+def test_an_aim_not_met_is_priced_by_the_cpu_it_takes_and_the_clients_floor() -> None:
+    runs = [
+        _cpu_run(PUT_LARGE, "blobstore", 180.0, 117.9, 31.4),
+        _cpu_run(PUT_LARGE, PEER, 137.0, 162.5, 32.5),
+        _cpu_run(LISTING, "blobstore", 9.944, 18.75, 83.57),
+        _cpu_run(LISTING, PEER, 12.222, 18.37, 71.7),
+        _cpu_run(RANGE, "blobstore", 500.0, 1.8, 1.4),  # met: no bound row
+        _cpu_run(RANGE, PEER, 300.0, 2.8, 1.7),
+    ]
+    put, listing = s3_bench.bound_rows(s3_bench.cells(runs), "blobstore", PEER)[2:]
+    assert put.startswith("| put 16MiB >= 1.5 | boto3 | 1.31 | 1.31 |")
+    assert "server CPU per request <= 98.6 ms (measured 117.9)" in put
+    assert put.endswith("| - |")  # four in flight: no floor from the client alone
+    assert listing.startswith("| list flat >= 1.3 | boto3 | 0.81 | 0.88 |")
+    # 1000 / 12.222 = 81.8 ms per page at the peer, 71.7 of them boto3's CPU
+    assert "| 1.14 (the peer answers every 81.8 ms; boto3 spends 71.7 ms" in listing
+
+
+def test_no_bound_table_when_every_aim_is_met() -> None:
+    runs = [
+        _cpu_run(PUT_LARGE, "blobstore", 300.0, 90.0, 30.0),
+        _cpu_run(PUT_LARGE, PEER, 100.0, 160.0, 30.0),
+    ]
+    assert s3_bench.bound_rows(s3_bench.cells(runs), "blobstore", PEER) == []
+    text = s3_bench.report(_setting(Target(PEER, "u", "k", "s")), runs, [], {}, [])
+    assert s3_bench.BOUNDS_TEXT not in text
+
+
 def test_a_regenerated_report_keeps_the_hand_written_analysis() -> None:
     previous = f"# old tables\n\n{s3_bench.ANALYSIS_MARK}\n## Analysis\n\nprose\n"
     text = s3_bench.with_kept_analysis("# new tables\n", previous)
