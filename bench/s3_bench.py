@@ -17,8 +17,10 @@ turn (A B A B ..., --rounds rounds); the report gives each phase's median over i
 and, with a peer, the ratio blobstore/peer of the medians. The 16 MiB and 4 KiB PUTs and
 GETs also run with SSE-S3 (`x-amz-server-side-encryption: AES256` on the PUT), against
 blobstore only, each next to the same phase in clear in every round; the report gives the
-ratio SSE/clear of their medians (--no-sse leaves them out). Without --peer there is no peer
-column: figures from another run are never used. The objects read are written untimed
+ratio SSE/clear of their medians (--no-sse leaves them out). For each aim against the peer
+that the run misses, it says what the run's CPU times predict and what the aim would need,
+and, for the listing (one request in flight), the most the client itself allows. Without
+--peer there is no peer column: figures from another run are never used. The objects read are written untimed
 first; every timed PUT writes keys of its own; at the end everything the run wrote is
 deleted from each endpoint's bucket (--keep-objects keeps it). Writes
 docs/benchmarks/s3.md; the text after the ANALYSIS_MARK line of an existing report is kept
@@ -389,11 +391,12 @@ def cpu_bound_text(mine: Cell, theirs: Cell, wanted: float) -> tuple[str, str]:
     ours, peers = cpu_pair_ms(mine), cpu_pair_ms(theirs)
     if ours is None or peers is None:
         return "-", "-"
-    needed = sum(peers) / wanted - ours[1]
-    return (
-        f"{sum(peers) / sum(ours):.2f}",
-        f"server CPU per request <= {needed:,.1f} ms (measured {ours[0]:,.1f})",
-    )
+    allowed = sum(peers) / wanted  # server and client CPU per request, together
+    if allowed <= ours[1]:
+        needs = f"{allowed:,.1f} ms of CPU a request in all, less than the client's alone ({ours[1]:,.1f})"
+    else:
+        needs = f"server CPU per request <= {allowed - ours[1]:,.1f} ms (measured {ours[0]:,.1f})"
+    return f"{sum(peers) / sum(ours):.2f}", needs
 
 
 def client_ceiling_text(spec: PhaseSpec, client: str, theirs: Cell) -> str:
