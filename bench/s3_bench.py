@@ -444,22 +444,35 @@ def disk_aim_rows(
     by_key: dict[tuple[str, str, str], Cell], ours: str, disk: dict[str, float]
 ) -> list[str]:
     """Large PUT against 70 % of (sequential disk bandwidth / WQ), for each way of writing
-    the disk that the limits measured."""
+    the disk that the limits measured, and how much of the machine's CPU the PUTs kept
+    busy meanwhile (the other bound)."""
     lines = [
-        "| client | 16 MiB PUT median | disk mode | 0.7 x bandwidth / WQ | share of it |",
-        "|---|---|---|---|---|",
+        "| client | 16 MiB PUT median | disk mode | 0.7 x bandwidth / WQ | share of it "
+        "| CPUs busy |",
+        "|---|---|---|---|---|---|",
     ]
     for client in CLIENTS:
         cell = by_key.get(("put 16MiB", client, ours))
         if cell is None:
             continue
+        busy = cpus_busy_text(cell)
         for mode, bandwidth in disk.items():
             bound = 0.7 * bandwidth / WRITE_QUORUM
             lines.append(
                 f"| {client} | {number(cell.median)} MiB/s | {mode} ({number(bandwidth)} MiB/s) "
-                f"| {number(bound)} MiB/s | {cell.median / bound:.2f} |"
+                f"| {number(bound)} MiB/s | {cell.median / bound:.2f} | {busy} |"
             )
     return lines
+
+
+def cpus_busy_text(cell: Cell) -> str:
+    """Requests a second times the CPU each cost the server's processes and the client:
+    how many of the machine's CPUs the phase kept busy (medians over the rounds)."""
+    pair = cpu_pair_ms(cell)
+    if pair is None or not cell.runs:
+        return "-"
+    rate = statistics.median(run.result.ops_per_s for run in cell.runs)
+    return f"{rate * sum(pair) / 1e3:.2f} of {os.cpu_count()}"
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ a regenerated report. No timing."""
 
 from __future__ import annotations
 
+import os
+
 import botocore.parsers
 import botocore.session
 
@@ -106,8 +108,15 @@ def test_large_put_is_judged_against_each_measured_disk_mode() -> None:
     runs = _runs("blobstore", BOTO3, (35.0,))
     disk = {"buffered": 200.0, "O_DIRECT, 1 MiB blocks": 1000.0}
     lines = s3_bench.disk_aim_rows(s3_bench.cells(runs), "blobstore", disk)
-    assert lines[2].endswith("| buffered (200 MiB/s) | 70.0 MiB/s | 0.50 |")
-    assert lines[3].endswith("| 350 MiB/s | 0.10 |")
+    assert lines[2].endswith("| buffered (200 MiB/s) | 70.0 MiB/s | 0.50 | - |")
+    assert lines[3].endswith("| 350 MiB/s | 0.10 | - |")  # no server CPU measured
+
+
+def test_the_disk_aim_says_how_many_cpus_the_puts_kept_busy() -> None:
+    # 10 PUTs a second, each 117.9 ms of the server's CPU and 31.4 of the client's
+    runs = [_cpu_run(PUT_LARGE, "blobstore", 160.0, 117.9, 31.4)]
+    (line,) = s3_bench.disk_aim_rows(s3_bench.cells(runs), "blobstore", {"direct": 1000.0})[2:]
+    assert line.endswith(f"| 0.46 | 1.49 of {os.cpu_count()} |")
 
 
 def _cpu_run(
