@@ -20,9 +20,9 @@ blobstore only, each next to the same phase in clear in every round; the report 
 ratio SSE/clear of their medians (--no-sse leaves them out). For each aim against the peer
 that the run misses, it says what the run's CPU times predict and what the aim would need,
 and, for the listing (one request in flight), the most the client itself allows. Without
---peer there is no peer column: figures from another run are never used. The objects read are written untimed
-first; every timed PUT writes keys of its own; at the end everything the run wrote is
-deleted from each endpoint's bucket (--keep-objects keeps it). Writes
+--peer there is no peer column: figures from another run are never used. The objects read
+are written untimed first; every timed PUT writes keys of its own; at the end everything
+the run wrote is deleted from each endpoint's bucket (--keep-objects keeps it). Writes
 docs/benchmarks/s3.md; the text after the ANALYSIS_MARK line of an existing report is kept
 (prose written by hand). Not a test: no assertion on speed.
 """
@@ -274,11 +274,21 @@ def server_cpu_ms(cell: Cell) -> float | None:
     return statistics.median(servers) if servers else None
 
 
+def client_cpu_ms(cell: Cell) -> float:
+    """The client's CPU per request, median over the rounds (the cell has runs)."""
+    return statistics.median(run.result.client_cpu_us_per_op for run in cell.runs) / 1e3
+
+
+def request_rate(cell: Cell) -> float:
+    """Requests a second, median over the rounds (the cell has runs)."""
+    return statistics.median(run.result.ops_per_s for run in cell.runs)
+
+
 def cpu_text(cell: Cell | None) -> str:
     """The server's and the client's CPU per request, medians over the rounds."""
     if cell is None or not cell.runs:
         return ""
-    client = statistics.median(run.result.client_cpu_us_per_op for run in cell.runs) / 1e3
+    client = client_cpu_ms(cell)
     server = server_cpu_ms(cell)
     return f"{'-' if server is None else f'{server:,.2f}'} / {client:,.2f}"
 
@@ -381,7 +391,7 @@ def cpu_pair_ms(cell: Cell | None) -> tuple[float, float] | None:
     server = server_cpu_ms(cell)
     if server is None:
         return None
-    return server, statistics.median(run.result.client_cpu_us_per_op for run in cell.runs) / 1e3
+    return server, client_cpu_ms(cell)
 
 
 def cpu_bound_text(mine: Cell, theirs: Cell, wanted: float) -> tuple[str, str]:
@@ -393,7 +403,10 @@ def cpu_bound_text(mine: Cell, theirs: Cell, wanted: float) -> tuple[str, str]:
         return "-", "-"
     allowed = sum(peers) / wanted  # server and client CPU per request, together
     if allowed <= ours[1]:
-        needs = f"{allowed:,.1f} ms of CPU a request in all, less than the client's alone ({ours[1]:,.1f})"
+        needs = (
+            f"{allowed:,.1f} ms of CPU a request in all, "
+            f"less than the client's alone ({ours[1]:,.1f})"
+        )
     else:
         needs = f"server CPU per request <= {allowed - ours[1]:,.1f} ms (measured {ours[0]:,.1f})"
     return f"{sum(peers) / sum(ours):.2f}", needs
@@ -406,8 +419,8 @@ def client_ceiling_text(spec: PhaseSpec, client: str, theirs: Cell) -> str:
     CPU."""
     if spec.concurrency != 1 or not theirs.runs:
         return "-"
-    per_request_ms = 1e3 / statistics.median(run.result.ops_per_s for run in theirs.runs)
-    client_ms = statistics.median(run.result.client_cpu_us_per_op for run in theirs.runs) / 1e3
+    per_request_ms = 1e3 / request_rate(theirs)
+    client_ms = client_cpu_ms(theirs)
     if not client_ms:
         return "-"
     return (
@@ -469,10 +482,9 @@ def cpus_busy_text(cell: Cell) -> str:
     """Requests a second times the CPU each cost the server's processes and the client:
     how many of the machine's CPUs the phase kept busy (medians over the rounds)."""
     pair = cpu_pair_ms(cell)
-    if pair is None or not cell.runs:
+    if pair is None:
         return "-"
-    rate = statistics.median(run.result.ops_per_s for run in cell.runs)
-    return f"{rate * sum(pair) / 1e3:.2f} of {os.cpu_count()}"
+    return f"{request_rate(cell) * sum(pair) / 1e3:.2f} of {os.cpu_count()}"
 
 
 @dataclass(frozen=True)
