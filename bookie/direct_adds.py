@@ -30,8 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 
-import crc32c
-
+from blobstore.wire import protocol
 from bookie import hooks
 from bookie.direct_entry_log import DirectEntryLog, group_count, is_direct, record_span
 from bookie.journal import (
@@ -146,7 +145,8 @@ class DirectAdds:
                 started = time.monotonic()
                 try:
                     locations = self.log.write(entries)
-                    crcs = [crc32c.crc32c(entry) for entry in entries]
+                    # Verified when the add arrived: the record carries it as it is.
+                    crcs = [protocol.entry_digest(entry) for entry in entries]
                 except Exception as e:  # noqa: BLE001 - these adds fail; later ones go on
                     if not isinstance(e, OSError):
                         logger.exception("direct write failed")

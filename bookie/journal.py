@@ -6,19 +6,23 @@ On-disk format
 The journal directory holds files named ``<journal_id as 16 hex digits>.txn``. Each file
 starts with a 16-byte header and is followed by records::
 
-    header: b"BKJN" | u16 version (1) | u16 reserved (0) | u64 journal_id
+    header: b"BKJN" | u16 version (3) | u16 reserved (0) | u64 journal_id
     record: u32 body_length | u32 crc32c(body) | body
     body:   u8 kind | u64 ledger_id | i64 value | 20s master_key | entry bytes (ADD only)
-            | u64 location | u32 entry_length | u32 crc32c(entry) (DIRECT_ADD only)
+            | u64 location | u32 entry_length | u32 digest (DIRECT_ADD only)
 
 ``kind`` is ADD (value = entry id, followed by the entry bytes as the writer built them),
 FENCE (value unused), LAC (value = the explicit LAC) or DIRECT_ADD (value = entry id): an
 entry written, and fdatasync'd, to a direct entry log before this record was queued
 (`bookie/direct_entry_log.py`); the record names where, and replay checks those bytes
-against the length and CRC32C it carries. Every record carries the ledger's master key,
-so replay restores it together with the entry, fence or LAC. Files of version 2 may hold
-DIRECT_ADD records; version 1 files (written before them) are read as well, and a bookie
-that knows only version 1 refuses a version 2 file instead of dropping its records.
+against the length and digest it carries: the bytes must verify against their own digest
+(the entry's CRC32C, which the bookie verified when the add arrived), and that digest
+must be the record's. Every record carries the ledger's master key, so replay restores
+it together with the entry, fence or LAC. Files of version 2 and 3 may hold DIRECT_ADD
+records; a version 2 record carries the CRC32C of the whole entry instead (computed
+again over the entry after its write: version 3 saves that pass), and version 1 files
+(written before DIRECT_ADD) are read as well. A bookie refuses a file of a version it
+does not know instead of dropping its records.
 
 The LastLogMark ``(journal_id, offset)`` stored with the location index says how far a
 checkpoint has made the journal redundant: replay starts there. Files wholly before it are
@@ -105,8 +109,8 @@ BATCH_BYTES = BatchedHistogram(METRICS.journal_batch_bytes)
 
 
 FILE_MAGIC = b"BKJN"
-FILE_VERSION = 2
-FILE_VERSIONS_READ = frozenset({1, 2})
+FILE_VERSION = 3
+FILE_VERSIONS_READ = frozenset({1, 2, 3})
 FILE_HEADER = struct.Struct(">4sHHQ")
 FILE_HEADER_BYTES = FILE_HEADER.size
 RECORD_HEADER = struct.Struct(">II")
@@ -150,7 +154,8 @@ ENTRY_KINDS = frozenset({RecordKind.ADD, RecordKind.DIRECT_ADD})
 @dataclass(frozen=True, slots=True)
 class DirectDescriptor:
     """What a DIRECT_ADD record says of its entry: its location in a direct entry log,
-    its length and the CRC32C of its bytes."""
+    its length and its digest (the CRC32C stored in the entry; in version 2 files, the
+    CRC32C of all its bytes)."""
 
     location: int
     entry_length: int
@@ -158,6 +163,15 @@ class DirectDescriptor:
 
     def encode(self) -> bytes:
         return DIRECT_DESCRIPTOR.pack(self.location, self.entry_length, self.crc)
+
+    def names(self, entry: bytes) -> bool:
+        """Whether `entry`, read back from where the record says, is the entry the record
+        was written for: its length, its bytes verifying against their own digest, and
+        that digest the record's (or, as a version 2 record has it, the CRC32C of all
+        its bytes the record's)."""
+        if len(entry) != self.entry_length or not protocol.verify_entry(entry):
+            return False
+        return protocol.entry_digest(entry) == self.crc or crc32c.crc32c(entry) == self.crc
 
     @classmethod
     def decode(cls, payload: bytes) -> Self:

@@ -67,8 +67,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import crc32c
-
 from blobstore.wire import protocol
 from bookie.direct_locations import DirectLocations
 from bookie.entry_location_index import EntryLocationIndex, LedgerStateRecord
@@ -349,10 +347,11 @@ class LedgerStorage:
         log_id, offset = split_location(direct.location)
         try:
             entry = self.entry_logger.read(direct.location, record.ledger_id, record.value)
-            if len(entry) != direct.entry_length:
-                raise ValueError(f"{len(entry)} bytes, the record says {direct.entry_length}")
-            if crc32c.crc32c(entry) != direct.crc:
-                raise ValueError("CRC32C mismatch")
+            if not direct.names(entry):
+                raise ValueError(
+                    f"{len(entry)} bytes whose digest does not match the record's "
+                    f"({direct.entry_length} bytes)"
+                )
         except (OSError, ValueError, EntryLogMissingError) as e:
             raise DirectEntryCorruptError(
                 f"journal file {file_name(position[0])} holds, before offset {position[1]}, "

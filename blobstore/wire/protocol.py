@@ -194,6 +194,15 @@ def entry_ids(buf: bytes | memoryview) -> tuple[int, int, int]:
     return ledger_id, entry_id, lac
 
 
+def entry_digest(buf: bytes | memoryview) -> int:
+    """The digest stored in entry bytes (CRC32C of the header before it and the payload),
+    without verifying it."""
+    if len(buf) < ENTRY_HEADER_BYTES:
+        raise ProtocolError(f"entry of {len(buf)} bytes is shorter than its header")
+    (digest,) = ENTRY_DIGEST.unpack_from(buf, ENTRY_HEADER.size)
+    return int(digest)
+
+
 def verify_entry(buf: bytes | memoryview) -> bool:
     """True when the stored digest of entry bytes matches their content."""
     if len(buf) < ENTRY_HEADER_BYTES:

@@ -11,6 +11,7 @@ import logging
 import os
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from blobstore.runtime.errors import UsageError
@@ -113,6 +114,21 @@ def test_a_direct_add_record_round_trips_and_a_bad_one_does_not_decode() -> None
     prefix, payload = encode_parts(RecordKind.DIRECT_ADD, 5, 9, KEY, descriptor.encode() + b"x")
     with pytest.raises(ValueError, match="17-byte descriptor"):
         JournalRecord.decode(prefix + payload)
+
+
+def test_a_direct_add_record_names_its_entry_by_the_entry_s_own_digest() -> None:
+    entry = entry_of(3, 300 * KIB)
+    digest = protocol.entry_digest(entry)
+    assert DirectDescriptor(4096, len(entry), digest).names(entry)
+    # A version 2 record carries the CRC32C of all the entry's bytes instead.
+    assert DirectDescriptor(4096, len(entry), crc32c.crc32c(entry)).names(entry)
+    damaged = bytearray(entry)
+    damaged[1000] ^= 0xFF
+    assert not DirectDescriptor(4096, len(entry), digest).names(bytes(damaged))
+    assert not DirectDescriptor(4096, len(entry), digest ^ 1).names(entry)
+    assert not DirectDescriptor(4096, len(entry) - 1, digest).names(entry)
+    other = entry_of(4, 300 * KIB)  # intact, but not the entry the record was written for
+    assert not DirectDescriptor(4096, len(other), digest).names(other)
 
 
 def test_journal_files_of_version_1_still_replay(tmp_path: Path) -> None:

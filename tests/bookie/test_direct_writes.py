@@ -209,7 +209,7 @@ def test_a_damaged_direct_entry_stops_replay_with_exit_code_4(bookies: BookieFac
     assert bookie.managed.process.wait(WAIT_S) == 4
     text = log_text(bookie)
     assert "direct add of ledger_id=1 entry_id=2" in text, text[-2000:]
-    assert "CRC32C mismatch" in text
+    assert "digest does not match" in text
 
 
 def test_small_adds_are_acknowledged_while_a_large_one_waits_for_its_write(
