@@ -8,6 +8,9 @@ same step, so the client waits for no other work of the loop), or at the end of 
 turn for a response still streaming; a large write (a streamed body chunk) goes through
 at once, after what is gathered, so flow control still sees the real buffer.
 
+A request body's pieces reach the application as they were received (`_BodyPieces`),
+not copied into uvicorn's buffer and out of it again.
+
 The protocol also accepts a request head that repeats Content-Length with one value
 (`collapse_content_length`), as S3 does, where llhttp alone would answer 400, and answers
 in S3's XML where uvicorn would in plain text: a request the parser refuses (400
@@ -178,6 +181,33 @@ class _GatheringTransport:
         return getattr(self._transport, name)
 
 
+class _BodyPieces:
+    """A request body's pieces received since the application last read it, in place of
+    uvicorn's `cycle.body` bytearray: a piece is kept as received, not copied into the
+    bytearray and out again (`bytes(cycle.body)` in uvicorn's `receive`), and the read
+    hands out a lone piece as it is. That was two copies of every byte of a large PUT
+    (the flow control lets a read gather up to 64 KiB more than one received piece, so
+    most reads find one)."""
+
+    __slots__ = ("_pieces", "_size")
+
+    def __init__(self, first: bytes | bytearray) -> None:
+        self._pieces: list[bytes] = [bytes(first)] if first else []
+        self._size = len(first)
+
+    def __iadd__(self, piece: bytes) -> _BodyPieces:
+        self._pieces.append(piece)
+        self._size += len(piece)
+        return self
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bytes__(self) -> bytes:
+        pieces = self._pieces
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
 class _HeaderSectionTooLarge(Exception):
     """Raised from the parser's header callback: the head goes no further."""
 
@@ -246,6 +276,12 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         if self._header_bytes > header_section_bytes_max():
             raise _HeaderSectionTooLarge
         super().on_header(name, value)
+
+    def on_body(self, body: bytes) -> None:
+        cycle: Any = self.cycle  # its body: uvicorn's bytearray, replaced by _BodyPieces
+        if not isinstance(cycle.body, _BodyPieces):
+            cycle.body = _BodyPieces(cycle.body)
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
