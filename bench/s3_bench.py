@@ -148,6 +148,7 @@ class Target:
     access_key: str
     secret_key: str
     pids: tuple[int, ...] = ()
+    gateway_pids: tuple[int, ...] = ()  # those of `pids` that are its gateway
 
 
 @dataclass(frozen=True)
@@ -190,11 +191,13 @@ def alternation(
 
 @dataclass(frozen=True)
 class Run:
-    """A timed run's result, with the CPU time its target's processes spent during it."""
+    """A timed run's result, with the CPU time its target's processes spent during it (and
+    its gateway's alone, where the target's gateway is known)."""
 
     slot: Slot
     result: PhaseResult
     server_cpu_s: float | None = None
+    gateway_cpu_s: float | None = None
 
 
 def figure(spec: PhaseSpec, result: PhaseResult) -> float:
@@ -266,12 +269,21 @@ def latency_text(cell: Cell | None) -> str:
 
 def server_cpu_ms(cell: Cell) -> float | None:
     """The target's processes' CPU per request, median over the rounds (None unmeasured)."""
-    servers = [
-        run.server_cpu_s * 1e3 / run.result.ops
-        for run in cell.runs
-        if run.server_cpu_s is not None and run.result.ops
+    return _cpu_ms_per_request(cell, [run.server_cpu_s for run in cell.runs])
+
+
+def gateway_cpu_ms(cell: Cell) -> float | None:
+    """The target's gateway's CPU per request, median over the rounds (None unmeasured)."""
+    return _cpu_ms_per_request(cell, [run.gateway_cpu_s for run in cell.runs])
+
+
+def _cpu_ms_per_request(cell: Cell, spent_s: Sequence[float | None]) -> float | None:
+    per_request = [
+        spent * 1e3 / run.result.ops
+        for run, spent in zip(cell.runs, spent_s, strict=True)
+        if spent is not None and run.result.ops
     ]
-    return statistics.median(servers) if servers else None
+    return statistics.median(per_request) if per_request else None
 
 
 def client_cpu_ms(cell: Cell) -> float:
@@ -327,8 +339,9 @@ def sse_rows(by_key: dict[tuple[str, str, str], Cell], ours: str) -> list[str]:
     """Each SSE-S3 phase against the same phase in clear, same client, same rounds."""
     lines = [
         "| phase | client | SSE-S3 median (rounds) | clear median (rounds) | ratio SSE / clear "
-        "| aim | met | server CPU ms per request, SSE / clear |",
-        "|---|---|---|---|---|---|---|---|",
+        "| aim | met | server CPU ms per request, SSE / clear | gateway's, SSE / clear "
+        "| ratio if the gateway is the bound |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for client in CLIENTS:
         for clear, spec in SSE_PHASES.items():
@@ -341,9 +354,19 @@ def sse_rows(by_key: dict[tuple[str, str, str], Cell], ours: str) -> list[str]:
             lines.append(
                 f"| {clear} ({spec.unit}) | {client} | {cell_text(sse)} | {cell_text(plain)} "
                 f"| **{value:.2f}** | >= {SSE_AIM:g} | {met} "
-                f"| {server_cpu_text(sse)} / {server_cpu_text(plain)} |"
+                f"| {server_cpu_text(sse)} / {server_cpu_text(plain)} "
+                f"| {gateway_bound_text(sse, plain)} |"
             )
     return lines
+
+
+def gateway_bound_text(sse: Cell, plain: Cell) -> str:
+    """The gateway's CPU per request in both cells, and the ratio they give where the
+    gateway's processes are the bound: its CPU in clear over its CPU with SSE."""
+    mine, theirs = gateway_cpu_ms(sse), gateway_cpu_ms(plain)
+    if mine is None or theirs is None or not mine:
+        return "- | -"
+    return f"{mine:,.2f} / {theirs:,.2f} | {theirs / mine:.2f}"
 
 
 def server_cpu_text(cell: Cell) -> str:
@@ -457,12 +480,13 @@ def disk_aim_rows(
     by_key: dict[tuple[str, str, str], Cell], ours: str, disk: dict[str, float]
 ) -> list[str]:
     """Large PUT against 70 % of (sequential disk bandwidth / WQ), for each way of writing
-    the disk that the limits measured, and how much of the machine's CPU the PUTs kept
-    busy meanwhile (the other bound)."""
+    the disk that the limits measured; how much of the machine's CPU the PUTs kept busy
+    meanwhile (the other bound), and how much PUTs at the aim's rate would keep busy at
+    this run's CPU per PUT (more than the machine has: the aim is out of its reach)."""
     lines = [
         "| client | 16 MiB PUT median | disk mode | 0.7 x bandwidth / WQ | share of it "
-        "| CPUs busy |",
-        "|---|---|---|---|---|---|",
+        "| CPUs busy | CPUs the aim's rate needs |",
+        "|---|---|---|---|---|---|---|",
     ]
     for client in CLIENTS:
         cell = by_key.get(("put 16MiB", client, ours))
@@ -473,9 +497,19 @@ def disk_aim_rows(
             bound = 0.7 * bandwidth / WRITE_QUORUM
             lines.append(
                 f"| {client} | {number(cell.median)} MiB/s | {mode} ({number(bandwidth)} MiB/s) "
-                f"| {number(bound)} MiB/s | {cell.median / bound:.2f} | {busy} |"
+                f"| {number(bound)} MiB/s | {cell.median / bound:.2f} | {busy} "
+                f"| {cpus_needed_text(cell, bound * MIB / LARGE_BYTES)} |"
             )
     return lines
+
+
+def cpus_needed_text(cell: Cell, rate: float) -> str:
+    """The CPUs `rate` requests a second would keep busy at the server and client CPU
+    each of the cell's requests cost."""
+    pair = cpu_pair_ms(cell)
+    if pair is None:
+        return "-"
+    return f"{rate * sum(pair) / 1e3:.2f}"
 
 
 def cpus_busy_text(cell: Cell) -> str:
@@ -549,7 +583,9 @@ def sse_text(peer: str | None) -> str:
         "`x-amz-server-side-encryption: AES256` (boto3: `ServerSideEncryption='AES256'`), "
         "GETs of objects written so (no header). Each ran in every round next to the same "
         "phase in clear, through the same client, before it in even rounds and after it in "
-        f"odd ones. Aim: at most 15 % slower than in clear (ratio >= {SSE_AIM:g})."
+        f"odd ones. Aim: at most 15 % slower than in clear (ratio >= {SSE_AIM:g}). The "
+        "gateway's CPU is its processes' alone: where they are the bound (one event loop "
+        "a worker), the ratio is its CPU per request in clear over its CPU with SSE."
     )
 
 
@@ -929,7 +965,8 @@ def ranged_get_op() -> OpFactory:
 def run_slot(slot: Slot, target: Target, boto_client: s3_boto.BotoClient, duration_s: float) -> Run:
     concurrency = slot.phase.concurrency
     pids = children_pids(target.pids)
-    cpu_before = server_cpu_s(pids)
+    gateway = children_pids(target.gateway_pids)
+    cpu_before, gateway_before = server_cpu_s(pids), server_cpu_s(gateway)
     if slot.client == GENERATOR:
         result = run_phase(
             slot.phase.name,
@@ -944,8 +981,8 @@ def run_slot(slot: Slot, target: Target, boto_client: s3_boto.BotoClient, durati
         result = s3_boto.run_phase(
             slot.phase.name, boto_client, boto_factory(slot), concurrency, duration_s
         )
-    cpu_after = server_cpu_s(pids)
-    spent = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    spent = cpu_spent(pids, cpu_before)
+    gateway_spent = cpu_spent(gateway, gateway_before)
     print(
         f"{slot.phase.name:<22} {slot.client:<9} r{slot.round} {target.name:<10} "
         f"{figure(slot.phase, result):>9,.1f} {slot.phase.unit:<6} p50 {result.p50_ms:7.1f} ms "
@@ -954,7 +991,13 @@ def run_slot(slot: Slot, target: Target, boto_client: s3_boto.BotoClient, durati
     )
     for sample in result.error_samples[:2]:
         print(f"    error: {sample}", flush=True)
-    return Run(slot, result, spent)
+    return Run(slot, result, spent, gateway_spent)
+
+
+def cpu_spent(pids: Sequence[int], before: float | None) -> float | None:
+    """The CPU time `pids` spent since they had spent `before` (None unmeasured)."""
+    after = server_cpu_s(pids)
+    return None if before is None or after is None else after - before
 
 
 def write_counted(target: Target, name: str, factory: OpFactory, count: int) -> None:
@@ -1098,7 +1141,14 @@ def serving(args: argparse.Namespace) -> Iterator[tuple[Target, str]]:
         yield target, f"already running at {args.endpoint}"
         return
     with Cluster(args.workers) as cluster:
-        target = Target("blobstore", cluster.endpoint, ACCESS_KEY, SECRET_KEY, cluster.pids)
+        target = Target(
+            "blobstore",
+            cluster.endpoint,
+            ACCESS_KEY,
+            SECRET_KEY,
+            cluster.pids,
+            (cluster.gateway_pid,),
+        )
         yield (
             target,
             (

@@ -14,7 +14,8 @@ from bench import s3_bench, s3_boto
 from bench.s3_bench import BOTO3, GENERATOR, PHASES, Run, Setting, Slot, Target
 from bench.s3_load import PhaseResult
 
-PUT_LARGE, _, RANGE, LISTING, PUT_SMALL, _ = PHASES
+PUT_LARGE, GET_LARGE, RANGE, LISTING, PUT_SMALL, _ = PHASES
+SSE_GET_LARGE = s3_bench.SSE_PHASES[GET_LARGE.name]
 PEER = "Ceph RGW"
 
 
@@ -108,22 +109,28 @@ def test_large_put_is_judged_against_each_measured_disk_mode() -> None:
     runs = _runs("blobstore", BOTO3, (35.0,))
     disk = {"buffered": 200.0, "O_DIRECT, 1 MiB blocks": 1000.0}
     lines = s3_bench.disk_aim_rows(s3_bench.cells(runs), "blobstore", disk)
-    assert lines[2].endswith("| buffered (200 MiB/s) | 70.0 MiB/s | 0.50 | - |")
-    assert lines[3].endswith("| 350 MiB/s | 0.10 | - |")  # no server CPU measured
+    assert lines[2].endswith("| buffered (200 MiB/s) | 70.0 MiB/s | 0.50 | - | - |")
+    assert lines[3].endswith("| 350 MiB/s | 0.10 | - | - |")  # no server CPU measured
 
 
-def test_the_disk_aim_says_how_many_cpus_the_puts_kept_busy() -> None:
-    # 10 PUTs a second, each 117.9 ms of the server's CPU and 31.4 of the client's
+def test_the_disk_aim_says_how_many_cpus_the_puts_kept_busy_and_the_aim_would() -> None:
+    # 10 PUTs a second, each 117.9 ms of the server's CPU and 31.4 of the client's; the
+    # aim, 350 MiB/s, is 21.875 PUTs a second
     runs = [_cpu_run(PUT_LARGE, "blobstore", 160.0, 117.9, 31.4)]
     (line,) = s3_bench.disk_aim_rows(s3_bench.cells(runs), "blobstore", {"direct": 1000.0})[2:]
-    assert line.endswith(f"| 0.46 | 1.49 of {os.cpu_count()} |")
+    assert line.endswith(f"| 0.46 | 1.49 of {os.cpu_count()} | 3.27 |")
 
 
 def _cpu_run(
-    spec: s3_bench.PhaseSpec, target: str, figure: float, server_ms: float, client_ms: float
+    spec: s3_bench.PhaseSpec,
+    target: str,
+    figure: float,
+    server_ms: float,
+    client_ms: float,
+    gateway_ms: float | None = None,
 ) -> Run:
     """A round of `spec` through boto3 at `figure` (MiB/s, or requests a second) for 10 s,
-    its requests costing the server and the client the CPU given."""
+    its requests costing the server (of it, the gateway) and the client the CPU given."""
     ops = 100
     result = PhaseResult(
         name=spec.name,
@@ -137,7 +144,19 @@ def _cpu_run(
         errors=0,
         client_cpu_s=client_ms * ops / 1e3,
     )
-    return Run(Slot(spec, BOTO3, 1, target), result, server_ms * ops / 1e3)
+    gateway_s = None if gateway_ms is None else gateway_ms * ops / 1e3
+    return Run(Slot(spec, BOTO3, 1, target), result, server_ms * ops / 1e3, gateway_s)
+
+
+def test_sse_is_priced_by_the_gateway_s_cpu_where_the_gateway_is_the_bound() -> None:
+    plain = _cpu_run(GET_LARGE, "blobstore", 1000.0, 17.1, 3.2, gateway_ms=10.4)
+    sse = _cpu_run(SSE_GET_LARGE, "blobstore", 820.0, 19.9, 3.1, gateway_ms=13.0)
+    (row,) = s3_bench.sse_rows(s3_bench.cells([plain, sse]), "blobstore")[2:]
+    assert row.startswith("| get 16MiB (MiB/s) | boto3 | **820** (820) | **1,000** (1,000) ")
+    assert row.endswith("| **0.82** | >= 0.85 | no | 19.90 / 17.10 | 13.00 / 10.40 | 0.80 |")
+    unmeasured = _cpu_run(GET_LARGE, "blobstore", 1000.0, 17.1, 3.2)
+    (row,) = s3_bench.sse_rows(s3_bench.cells([unmeasured, sse]), "blobstore")[2:]
+    assert row.endswith("| 19.90 / 17.10 | - | - |")
 
 
 def test_an_aim_not_met_is_priced_by_the_cpu_it_takes_and_the_clients_floor() -> None:
