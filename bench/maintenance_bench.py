@@ -62,7 +62,7 @@ import uvloop
 
 from bench.disk_probes import fsync_rate_4k, sequential_mb_per_s
 from bench.ledger_bench import process_cpu_s, start_bookie
-from bench.s3_bench import ACCESS_KEY, SECRET_KEY, cli, loopback_mb_s, start_child
+from bench.s3_bench import ACCESS_KEY, SECRET_KEY, cli, loopback_probe, start_child
 from blobstore.catalog import Catalog, CatalogConfig
 from blobstore.catalog.page import IndexPage
 from blobstore.catalog.records import Extent, ObjectRecord, VersionRefs
@@ -1175,7 +1175,7 @@ def measure_limits(work: Path, quick: bool) -> Limits:
     limits = Limits(
         fsync_rate_4k(work, seconds),
         sequential_mb_per_s(work, seconds),
-        loopback_mb_s(128 if quick else 512),
+        loopback_probe(128 if quick else 512)[0],
     )
     print(
         f"limits: fsync {limits.fsync_per_s:,.0f}/s, sequential {limits.disk_mb_per_s:,.0f} "

@@ -477,16 +477,20 @@ def bound_rows(by_key: dict[tuple[str, str, str], Cell], ours: str, peer: str) -
 
 
 def disk_aim_rows(
-    by_key: dict[tuple[str, str, str], Cell], ours: str, disk: dict[str, float]
+    by_key: dict[tuple[str, str, str], Cell],
+    ours: str,
+    disk: dict[str, float],
+    floor_ms_per_mib: float | None = None,
 ) -> list[str]:
     """Large PUT against 70 % of (sequential disk bandwidth / WQ), for each way of writing
     the disk that the limits measured; how much of the machine's CPU the PUTs kept busy
-    meanwhile (the other bound), and how much PUTs at the aim's rate would keep busy at
-    this run's CPU per PUT (more than the machine has: the aim is out of its reach)."""
+    meanwhile (the other bound), how much PUTs at the aim's rate would keep busy at this
+    run's CPU per PUT, and how much at least, whatever the store (`floor_ms_per_mib`: MD5
+    and the loopback trips). More than the machine has: the aim is out of its reach."""
     lines = [
         "| client | 16 MiB PUT median | disk mode | 0.7 x bandwidth / WQ | share of it "
-        "| CPUs busy | CPUs the aim's rate needs |",
-        "|---|---|---|---|---|---|---|",
+        "| CPUs busy | CPUs the aim's rate needs | of which MD5 and loopback alone |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for client in CLIENTS:
         cell = by_key.get(("put 16MiB", client, ours))
@@ -498,9 +502,15 @@ def disk_aim_rows(
             lines.append(
                 f"| {client} | {number(cell.median)} MiB/s | {mode} ({number(bandwidth)} MiB/s) "
                 f"| {number(bound)} MiB/s | {cell.median / bound:.2f} | {busy} "
-                f"| {cpus_needed_text(cell, bound * MIB / LARGE_BYTES)} |"
+                f"| {cpus_needed_text(cell, bound * MIB / LARGE_BYTES)} "
+                f"| {cpus_floor_text(bound, floor_ms_per_mib)} |"
             )
     return lines
+
+
+def cpus_floor_text(mib_per_s: float, floor_ms_per_mib: float | None) -> str:
+    """The CPUs storing `mib_per_s` takes at least, at `floor_ms_per_mib`."""
+    return "-" if floor_ms_per_mib is None else f"{mib_per_s * floor_ms_per_mib / 1e3:.2f}"
 
 
 def cpus_needed_text(cell: Cell, rate: float) -> str:
@@ -608,6 +618,7 @@ def report(
     limits: Sequence[tuple[str, str, str]],
     disk: dict[str, float],
     ceilings: Sequence[PhaseResult],
+    floor_ms_per_mib: float | None = None,
 ) -> str:
     by_key = cells(runs)
     ours = setting.ours.name
@@ -621,7 +632,7 @@ def report(
         bounds = bound_rows(by_key, ours, peer)
         if bounds:
             lines += [BOUNDS_TEXT, "", *bounds, ""]
-    lines += [*disk_aim_rows(by_key, ours, disk), ""]
+    lines += [*disk_aim_rows(by_key, ours, disk, floor_ms_per_mib), ""]
     if any(spec.name == key[0] for spec in SSE_PHASES.values() for key in by_key):
         lines += ["## Server-side encryption (SSE-S3) cost", "", sse_text(peer), ""]
         lines += [*sse_rows(by_key, ours), ""]
@@ -712,7 +723,9 @@ def aes_gcm_update() -> Callable[[bytes], object]:
     return update
 
 
-def loopback_mb_s(total_mib: int = 512) -> float:
+def loopback_probe(total_mib: int = 512) -> tuple[float, float]:
+    """(MiB/s, CPU ms per MiB, both ends) of one loopback TCP connection, its sender and
+    receiver threads of this process."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
@@ -727,13 +740,14 @@ def loopback_mb_s(total_mib: int = 512) -> float:
 
     thread = threading.Thread(target=sink, daemon=True)
     thread.start()
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), time.process_time()
     with socket.create_connection(("127.0.0.1", port)) as client:
         for _ in range(total_mib):
             client.sendall(block)
     thread.join(timeout=60)
     server.close()
-    return total_mib / (time.monotonic() - started)
+    elapsed, cpu = time.monotonic() - started, time.process_time() - cpu_started
+    return total_mib / elapsed, cpu * 1e3 / total_mib
 
 
 def disk_limits(directory: Path) -> dict[str, float]:
@@ -747,7 +761,12 @@ def disk_limits(directory: Path) -> dict[str, float]:
     return out
 
 
-def machine_limits(directory: Path) -> tuple[list[tuple[str, str, str]], dict[str, float]]:
+def machine_limits(
+    directory: Path,
+) -> tuple[list[tuple[str, str, str]], dict[str, float], float]:
+    """The limits table's rows, the disk's sequential bandwidth per way of writing, and
+    the CPU a MiB stored through S3 costs at least (ms): MD5 for its ETag, and its trips
+    over loopback TCP, from the client and to WQ bookies (each both ends)."""
     fsyncs = fsync_rate_4k(directory, 1.0)
     disk = disk_limits(directory)
     rows = [("4 KiB write+fdatasync", f"{fsyncs:,.0f} /s", "one thread, the bookies' disk")]
@@ -757,11 +776,20 @@ def machine_limits(directory: Path) -> tuple[list[tuple[str, str, str]], dict[st
     ]
     if not any(mode.startswith("O_DIRECT") for mode in disk):
         rows.append(("sequential write, O_DIRECT", "refused", "by the filesystem"))
-    rows.append(("loopback TCP", f"{loopback_mb_s():,.0f} MiB/s", "one connection"))
+    loopback, loopback_cpu_ms = loopback_probe()
+    rows.append(
+        (
+            "loopback TCP",
+            f"{loopback:,.0f} MiB/s",
+            f"one connection; {loopback_cpu_ms:.2f} ms of CPU per MiB, both ends",
+        )
+    )
     rows += round_trip_rows()
-    rows += [(f"{name}, one core", f"{value:,.0f} MiB/s", "") for name, value in hashing_limits()]
+    hashing = hashing_limits()
+    rows += [(f"{name}, one core", f"{value:,.0f} MiB/s", "") for name, value in hashing]
     rows.append(listing_parse_row())
-    return rows, disk
+    floor_ms = 1e3 / dict(hashing)["MD5"] + (1 + WRITE_QUORUM) * loopback_cpu_ms
+    return rows, disk, floor_ms
 
 
 def listing_parse_row() -> tuple[str, str, str]:
@@ -1083,7 +1111,7 @@ def run(args: argparse.Namespace) -> str:
     print("measuring machine limits", flush=True)
     probe_dir = Path(tempfile.mkdtemp(prefix="s3-bench-probe-"))
     try:
-        limits, disk = machine_limits(probe_dir)
+        limits, disk, floor_ms = machine_limits(probe_dir)
     finally:
         probe_dir.rmdir()
     for row in limits:
@@ -1118,7 +1146,7 @@ def run(args: argparse.Namespace) -> str:
         cluster=cluster_text,
         note=args.note,
     )
-    return report(setting, runs, limits, disk, ceilings)
+    return report(setting, runs, limits, disk, ceilings, floor_ms)
 
 
 def peer_target(args: argparse.Namespace) -> Target | None:
