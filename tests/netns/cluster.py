@@ -68,6 +68,10 @@ BOOKIE_ARGS: tuple[str, ...] = (
 ZOOKEEPER, BOOKIE, GATEWAY = "zookeeper", "bookie", "gateway"
 
 
+class NodeExitedError(RuntimeError):
+    """A node's process exited while it was waited on to be ready."""
+
+
 @dataclass
 class Node:
     """One process on one host: a ZooKeeper member, a bookie or a gateway."""
@@ -101,7 +105,7 @@ class Node:
     def _ready_or_exited(self) -> bool:
         if not self.managed.alive():
             code = self.managed.process and self.managed.process.returncode
-            raise RuntimeError(f"{self.name} exited ({code}):\n{self.managed.log_tail()}")
+            raise NodeExitedError(f"{self.name} exited ({code}):\n{self.managed.log_tail()}")
         return self.is_ready(self)
 
     def start(self) -> None:

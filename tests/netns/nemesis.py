@@ -21,7 +21,10 @@ Kinds:
   by kill -9 so no cache of it hides the damage;
 - `disk-full`: a bookie's disk filled to the last byte (a ballast file written until
   ENOSPC): its journal and entry log writes fail and it turns read-only; the heal
-  deletes the ballast (and starts the bookie again should it have stopped).
+  deletes the ballast (and starts the bookie again should it have stopped). A bookie
+  whose index write failed stops on its storage errors, and may still be stopping when
+  the heal looks: the heal waits for it to exit, and a target that exits while the
+  cycle waits for the cluster to serve is started again.
 
 No clock jump: a network namespace has no clock of its own, and CLOCK_REALTIME is the
 whole machine's (time namespaces offset only the monotonic and boot clocks), so a jump
@@ -40,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.netns.cluster import SESSION_TIMEOUT_S, NetnsCluster
+from tests.netns.cluster import SESSION_TIMEOUT_S, NetnsCluster, NodeExitedError
 from tests.netns.network import Network
 from tests.waiting import wait_until
 
@@ -61,6 +64,10 @@ BALLAST = "ballast"
 BALLAST_CHUNK_BYTES = 1 << 20
 RECOVERY_TIMEOUT_S = 120.0
 LOST_STATE = "LOST"  # as a process logs a ZooKeeper session found expired
+# As a bookie logs that it stops on storage errors (an index write failed), and how long
+# it takes at most to exit after that.
+STOPPING_EVENT = "bookie_stopping_on_storage_errors"
+STOP_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -169,28 +176,25 @@ class Nemesis:
     records: list[CycleRecord] = field(default_factory=list)
 
     def run_cycle(self, cycle: int, fault: Fault) -> CycleRecord:
-        expirations = self._sessions_lost(fault.targets)
+        expirations = self._logged(fault.targets, f"session state={LOST_STATE}")
+        stops = self._logged(fault.targets, STOPPING_EVENT)
         targets, detail = self.start(fault)
         # The fault's duration, while the workload runs (not a wait for a condition).
         time.sleep(fault.hold_s)
-        self.heal(fault, targets)
+        self.heal(fault, targets, stops)
         started = time.monotonic()
-        self.wait_serving()
+        self.wait_serving(targets if fault.kind == DISK_FULL else ())
         if fault.kind == SESSION_EXPIRY:
-            expired = self._sessions_lost(targets) > expirations
+            expired = self._logged(targets, f"session state={LOST_STATE}") > expirations
             detail = f"session {'expired' if expired else 'survived'}"
         record = CycleRecord(cycle, fault, targets, time.monotonic() - started, detail)
         self.records.append(record)
         return record
 
-    def _sessions_lost(self, targets: tuple[str, ...]) -> int:
-        """ZooKeeper sessions the targets' logs say were found expired."""
+    def _logged(self, targets: tuple[str, ...], text: str) -> int:
+        """How many times the targets' logs hold `text`."""
         logs = [self.cluster.node(name).managed.log_path for name in targets]
-        return sum(
-            path.read_text(errors="replace").count(f"session state={LOST_STATE}")
-            for path in logs
-            if path.exists()
-        )
+        return sum(path.read_text(errors="replace").count(text) for path in logs if path.exists())
 
     def start(self, fault: Fault) -> tuple[tuple[str, ...], str]:
         """Start the fault; the hosts it hit and what it did."""
@@ -219,10 +223,18 @@ class Nemesis:
             return targets, f"ballast {ballast >> 20} MiB"
         return targets, ""
 
-    def heal(self, fault: Fault, targets: tuple[str, ...]) -> None:
+    def heal(self, fault: Fault, targets: tuple[str, ...], stops: int = 0) -> None:
+        """End the fault; `stops`: the targets' logged stops on storage errors before it."""
         self.network.heal()
         if fault.kind == DISK_FULL:
             free_disk(self.cluster.disk(targets[0]))
+            if self._logged(targets, STOPPING_EVENT) > stops:
+                node = self.cluster.node(targets[0])
+                wait_until(
+                    lambda: not node.alive(),
+                    STOP_TIMEOUT_S,
+                    message=lambda: f"{node.name} stopped:\n{node.managed.log_tail()}",
+                )
         for name in targets:
             node = self.cluster.node(name)
             node.resume()
@@ -240,9 +252,16 @@ class Nemesis:
             if not node.alive():
                 node.start()
 
-    def wait_serving(self) -> None:
+    def wait_serving(self, restartable: tuple[str, ...] = ()) -> None:
+        """Every node ready and every gateway serving; a node of `restartable` that
+        exits meanwhile (a bookie stopping on its full disk's errors) is started again."""
         for node in self.cluster.nodes():
-            node.wait_ready(RECOVERY_TIMEOUT_S)
+            try:
+                node.wait_ready(RECOVERY_TIMEOUT_S)
+            except NodeExitedError:
+                if node.name not in restartable:
+                    raise
+                node.start()
         for gateway in self.cluster.gateways:
             s3, key = self.cluster.s3(gateway), f"probe-{gateway.name}"
             wait_until(
