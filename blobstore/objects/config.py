@@ -63,6 +63,11 @@ class ObjectStoreConfig:
     writer_ledgers_max: int = 16
     # Bytes of one PUT appended but not yet acknowledged (bounded memory per PUT).
     append_window_bytes: int = 8 * MIB
+    # Whole entries of one PUT appended together, once this many bytes of them are
+    # buffered (or the body ended): their frames leave in one write, and a bookie writes
+    # the ones it gets with one fdatasync and journals their records with one fsync. Cut
+    # to the append window; below an entry's size, each entry goes as it fills.
+    append_batch_bytes: int = 4 * MIB
     # Bytes one GET reads ahead of its consumer.
     read_window_bytes: int = 4 * MIB
     # Read handles kept open (LRU).
@@ -141,6 +146,8 @@ class ObjectStoreConfig:
         for name in ("append_window_bytes", "read_window_bytes"):
             if not self.entry_size_bytes <= getattr(self, name) <= 1 << 30:
                 return name, "must be between the entry size and 1 GiB"
+        if not 0 <= self.append_batch_bytes <= 1 << 30:
+            return "append_batch_bytes", "must be 0..1 GiB (below an entry: one by one)"
         return None
 
     def _service_problem(self) -> tuple[str, str] | None:
@@ -182,6 +189,13 @@ class ObjectStoreConfig:
         """Entries one PUT keeps in flight (below the ledger handle's own bound)."""
         return max(
             1, min(APPEND_WINDOW_ENTRIES_MAX, self.append_window_bytes // self.entry_size_bytes)
+        )
+
+    @property
+    def append_batch_entries(self) -> int:
+        """Whole entries one PUT buffers before appending them together."""
+        return max(
+            1, min(self.append_window_entries, self.append_batch_bytes // self.entry_size_bytes)
         )
 
     @property

@@ -41,7 +41,11 @@ def _kill_mid_put(
 ) -> None:
     cluster.add_bookies(3)
     gateway = cluster.start_gateway(
-        "gateway", env={"BLOBSTORE_ENTRY_SIZE_BYTES": str(entry_size_bytes)}
+        "gateway",
+        env={
+            "BLOBSTORE_ENTRY_SIZE_BYTES": str(entry_size_bytes),
+            "BLOBSTORE_APPEND_BATCH_BYTES": str(4 * entry_size_bytes),
+        },
     )
     s3 = gateway.client()
     bucket = "big"

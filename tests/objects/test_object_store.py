@@ -15,8 +15,11 @@ import pytest
 from kazoo.protocol.states import KazooState
 
 from blobstore.catalog.records import ObjectRecord
+from blobstore.ledger.ledger_handle import LedgerHandle
 from blobstore.objects import ObjectStore, ObjectStoreConfig
+from blobstore.objects.append_object_op import entries_to_append
 from blobstore.objects.store import drain
+from blobstore.runtime.errors import UsageError
 from tests.conftest import BookieFactory
 from tests.waiting import wait_until_async
 
@@ -121,6 +124,71 @@ def test_failed_body_commits_nothing(zk_connect: str, bookies: BookieFactory) ->
             await store.close()
 
     run(scenario())
+
+
+def test_whole_entries_are_appended_in_batches_within_one_loop_step(
+    zk_connect: str, bookies: BookieFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whole entries go to the ledger `append_batch_bytes` at a time, in one step of the
+    event loop (so their frames leave together); when the body ends, every whole entry
+    left and the short tail go together. With batches below an entry, one by one."""
+    bookies(3)
+    appended: list[tuple[int, int]] = []  # (loop step, payload bytes) of each append
+    step = [0]
+    real_append = LedgerHandle.append_pieces
+
+    def recording(self: LedgerHandle, pieces: Any, waiter: Any = None) -> Any:
+        appended.append((step[0], sum(len(piece) for piece in pieces)))
+        return real_append(self, pieces, waiter)
+
+    monkeypatch.setattr(LedgerHandle, "append_pieces", recording)
+
+    def tick() -> None:
+        step[0] += 1
+        asyncio.get_running_loop().call_soon(tick)
+
+    async def put(batch_bytes: int, body: bytes) -> list[list[int]]:
+        appended.clear()
+        store = ObjectStore(zk_connect, config(append_batch_bytes=batch_bytes))
+        await store.start()
+        try:
+            await store.catalog.create_bucket(f"bucket-batch-{batch_bytes}", "owner")
+            asyncio.get_running_loop().call_soon(tick)
+            result = await store.put_object(
+                ObjectRecord(bucket=f"bucket-batch-{batch_bytes}", key="k"),
+                chunks(body, 700),
+                size_max=1 << 30,
+            )
+            assert await drain(store.read(result.record, 0, len(body) - 1)) == body
+        finally:
+            await store.close()
+        steps: dict[int, list[int]] = {}
+        for at, size in appended:
+            steps.setdefault(at, []).append(size)
+        return list(steps.values())
+
+    body = random.Random(4).randbytes(10 * ENTRY + 100)
+    assert run(put(4 * ENTRY, body)) == [[ENTRY] * 4, [ENTRY] * 4, [ENTRY, ENTRY, 100]]
+    assert run(put(ENTRY // 2, body)) == [[ENTRY]] * 10 + [[100]]
+
+
+def test_entries_to_append_now() -> None:
+    # While the body streams: whole batches only.
+    assert entries_to_append(3 * ENTRY + 5, ENTRY, 4, ended=False) == 0
+    assert entries_to_append(9 * ENTRY, ENTRY, 4, ended=False) == 8
+    assert entries_to_append(2 * ENTRY, ENTRY, 1, ended=False) == 2
+    # Once it ended: every whole entry (the short tail goes after them).
+    assert entries_to_append(3 * ENTRY + 5, ENTRY, 4, ended=True) == 3
+    assert entries_to_append(ENTRY - 1, ENTRY, 4, ended=True) == 0
+
+
+def test_append_batch_is_cut_to_the_window_and_to_whole_entries() -> None:
+    assert config(append_batch_bytes=4 * ENTRY + 1).append_batch_entries == 4
+    assert config(append_batch_bytes=0).append_batch_entries == 1
+    small_window = config(append_window_bytes=2 * ENTRY, append_batch_bytes=8 * ENTRY)
+    assert small_window.append_batch_entries == 2
+    with pytest.raises(UsageError, match="BLOBSTORE_APPEND_BATCH_BYTES"):
+        config(append_batch_bytes=-1)
 
 
 def test_read_follows_a_record_moved_to_another_ledger(
