@@ -525,10 +525,8 @@ def cpus_needed_text(cell: Cell, rate: float) -> str:
 def cpus_busy_text(cell: Cell) -> str:
     """Requests a second times the CPU each cost the server's processes and the client:
     how many of the machine's CPUs the phase kept busy (medians over the rounds)."""
-    pair = cpu_pair_ms(cell)
-    if pair is None:
-        return "-"
-    return f"{request_rate(cell) * sum(pair) / 1e3:.2f} of {os.cpu_count()}"
+    needed = cpus_needed_text(cell, request_rate(cell))
+    return needed if needed == "-" else f"{needed} of {os.cpu_count()}"
 
 
 @dataclass(frozen=True)

@@ -170,10 +170,8 @@ class Entry:
         if len(buf) < ENTRY_HEADER_BYTES:
             raise CorruptEntryError(f"entry of {len(buf)} bytes is shorter than its header")
         ledger_id, entry_id, lac, length = ENTRY_HEADER.unpack_from(buf, 0)
-        (digest,) = ENTRY_DIGEST.unpack_from(buf, ENTRY_HEADER.size)
-        view = memoryview(buf)
-        payload = view[ENTRY_HEADER_BYTES:]
-        expected = crc32c.crc32c(payload, crc32c.crc32c(view[: ENTRY_HEADER.size]))
+        digest, expected = _digests(buf)
+        payload = memoryview(buf)[ENTRY_HEADER_BYTES:]
         if digest != expected:
             raise CorruptEntryError(
                 f"digest mismatch ledger_id={ledger_id} entry_id={entry_id} "
@@ -199,18 +197,28 @@ def entry_digest(buf: bytes | memoryview) -> int:
     without verifying it."""
     if len(buf) < ENTRY_HEADER_BYTES:
         raise ProtocolError(f"entry of {len(buf)} bytes is shorter than its header")
-    (digest,) = ENTRY_DIGEST.unpack_from(buf, ENTRY_HEADER.size)
-    return int(digest)
+    return _stored_digest(buf)
 
 
 def verify_entry(buf: bytes | memoryview) -> bool:
     """True when the stored digest of entry bytes matches their content."""
     if len(buf) < ENTRY_HEADER_BYTES:
         return False
+    stored, computed = _digests(buf)
+    return stored == computed
+
+
+def _stored_digest(buf: bytes | memoryview) -> int:
     (digest,) = ENTRY_DIGEST.unpack_from(buf, ENTRY_HEADER.size)
+    return int(digest)
+
+
+def _digests(buf: bytes | memoryview) -> tuple[int, int]:
+    """(the digest stored in entry bytes at least a header long, the digest of their
+    content: CRC32C of the header before it and the payload)."""
     view = memoryview(buf)
     computed = crc32c.crc32c(view[ENTRY_HEADER_BYTES:], crc32c.crc32c(view[: ENTRY_HEADER.size]))
-    return bool(digest == computed)
+    return _stored_digest(buf), int(computed)
 
 
 class CorruptEntryError(Exception):
