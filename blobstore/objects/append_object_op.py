@@ -5,8 +5,8 @@ entries are appended in batches of `append_batch_bytes` (the rest when the body 
 in one step of the event loop, so their frames leave for the bookies in one write and
 each bookie writes the ones it gets in one group: one fdatasync, and one journal fsync
 for their records. Appended one by one as they filled, they mostly took one group each
-(16 MiB PUTs, 4 in flight: ~0.8 groups per entry; ~0.45 in batches of 4 MiB, and 8-15 %
-less CPU per PUT for the whole cluster). A ledger is taken from the writer pool only
+(16 MiB PUTs, 4 in flight: ~0.8 groups per entry; ~0.45 in batches of 4 MiB, and about
+a tenth less CPU per PUT for the whole cluster). A ledger is taken from the writer pool only
 once a batch is buffered (or the body ended), so a slow client does not hold a ledger
 while a body trickles in. Appends are pipelined with at most `append_window_bytes` in
 flight. The MD5 (the S3 ETag) is computed while streaming, off the event loop for large
