@@ -29,6 +29,17 @@ from tests.waiting import wait_until
 
 ACCESS_KEY = "test-access-key"
 SECRET_KEY = "test-secret-key-0123456789"
+APPEND_BATCH_ENTRIES = 4  # the default's shape: 4 MiB batches of 1 MiB entries
+
+
+def entry_size_env(entry_size_bytes: int) -> dict[str, str]:
+    """A gateway's settings for entries of `entry_size_bytes`, appended in batches of
+    the default's count of entries, so a test cluster's small entries still stream a
+    PUT's body to the bookies as it arrives."""
+    return {
+        "BLOBSTORE_ENTRY_SIZE_BYTES": str(entry_size_bytes),
+        "BLOBSTORE_APPEND_BATCH_BYTES": str(APPEND_BATCH_ENTRIES * entry_size_bytes),
+    }
 
 
 def make_self_signed_cert(directory: Path) -> tuple[Path, Path]:

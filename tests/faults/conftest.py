@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.cluster.gateway import GatewayProcess
+from tests.cluster.gateway import GatewayProcess, entry_size_env
 from tests.cluster.ledgers import ledger_metadata as ledger_metadata_of
 from tests.cluster.processes import BookieProcess, ProcessReaper
 from tests.cluster.tls import kazoo_client
@@ -26,9 +26,7 @@ from tests.conftest import BookieFactory
 
 ENTRY_SIZE_BYTES = 16 * 1024
 GATEWAY_ENV = {
-    "BLOBSTORE_ENTRY_SIZE_BYTES": str(ENTRY_SIZE_BYTES),
-    # Batches of 4 entries, as 4 MiB of 1 MiB entries by default.
-    "BLOBSTORE_APPEND_BATCH_BYTES": str(4 * ENTRY_SIZE_BYTES),
+    **entry_size_env(ENTRY_SIZE_BYTES),
     "BLOBSTORE_SWEEP_INTERVAL_S": "1",
     "BLOBSTORE_ZK_SESSION_TIMEOUT_S": "4",
     # Fail fast enough that a fault test finishes in seconds, not minutes.

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 from kazoo.client import KazooClient
 
+from tests.cluster.gateway import entry_size_env
 from tests.cluster.ledgers import ledger_metadata, ledger_writer
 from tests.cluster.tls import kazoo_client
 from tests.faults.conftest import ENTRY_SIZE_BYTES, FaultCluster
@@ -42,10 +43,7 @@ def _kill_mid_put(
     cluster.add_bookies(3)
     gateway = cluster.start_gateway(
         "gateway",
-        env={
-            "BLOBSTORE_ENTRY_SIZE_BYTES": str(entry_size_bytes),
-            "BLOBSTORE_APPEND_BATCH_BYTES": str(4 * entry_size_bytes),
-        },
+        env=entry_size_env(entry_size_bytes),
     )
     s3 = gateway.client()
     bucket = "big"

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.gateway import GatewayProcess
+from tests.cluster.gateway import GatewayProcess, entry_size_env
 from tests.cluster.processes import BookieProcess, ProcessReaper
 from tests.conftest import BookieFactory
 
@@ -25,9 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ENTRY_SIZE_BYTES = 64 * 1024
 LEDGER_BYTES_MAX = 1024 * 1024
 GATEWAY_ENV = {
-    "BLOBSTORE_ENTRY_SIZE_BYTES": str(ENTRY_SIZE_BYTES),
-    # Batches of 4 entries, as 4 MiB of 1 MiB entries by default.
-    "BLOBSTORE_APPEND_BATCH_BYTES": str(4 * ENTRY_SIZE_BYTES),
+    **entry_size_env(ENTRY_SIZE_BYTES),
     "BLOBSTORE_LEDGER_BYTES_MAX": str(LEDGER_BYTES_MAX),
     "BLOBSTORE_SWEEP_INTERVAL_S": "1",
     "BLOBSTORE_ZK_SESSION_TIMEOUT_S": "4",

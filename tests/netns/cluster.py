@@ -21,7 +21,7 @@ import boto3
 from botocore.config import Config
 
 from blobstore.cli.zookeeper_server import four_letter_word, server_command, write_ensemble_config
-from tests.cluster.gateway import ACCESS_KEY, SECRET_KEY
+from tests.cluster.gateway import ACCESS_KEY, SECRET_KEY, entry_size_env
 from tests.cluster.processes import ManagedProcess, ProcessReaper, blobstore_command
 from tests.cluster.tls import zk_tls
 from tests.netns.network import Host, Network
@@ -44,9 +44,7 @@ ACK_QUORUM = 2
 GATEWAY_ENV = {
     "BLOBSTORE_ACCESS_KEY": ACCESS_KEY,
     "BLOBSTORE_SECRET_KEY": SECRET_KEY,
-    "BLOBSTORE_ENTRY_SIZE_BYTES": str(ENTRY_SIZE_BYTES),
-    # Batches of 4 entries, as 4 MiB of 1 MiB entries by default.
-    "BLOBSTORE_APPEND_BATCH_BYTES": str(4 * ENTRY_SIZE_BYTES),
+    **entry_size_env(ENTRY_SIZE_BYTES),
     "BLOBSTORE_ENSEMBLE_SIZE": "3",
     "BLOBSTORE_WRITE_QUORUM": "3",
     "BLOBSTORE_ACK_QUORUM": str(ACK_QUORUM),

@@ -24,7 +24,7 @@ from blobstore.access.users import UserStore
 from blobstore.cli.zookeeper_server import ZooKeeperServer
 from blobstore.runtime.sealing import CLUSTER_KEY_FILE_ENV, load_cluster_key, write_cluster_key_file
 from blobstore.runtime.zk import ZooKeeperClient
-from tests.cluster.gateway import GatewayProcess, make_self_signed_cert
+from tests.cluster.gateway import GatewayProcess, entry_size_env, make_self_signed_cert
 from tests.cluster.processes import BookieProcess, ProcessReaper
 
 OTHER_ACCESS_KEY = "other-access-key"
@@ -38,9 +38,7 @@ STORED_USERS = (
 ENTRY_SIZE_BYTES = 16 * 1024
 PART_BYTES_MIN = 64 * 1024
 GATEWAY_ENV = {
-    "BLOBSTORE_ENTRY_SIZE_BYTES": str(ENTRY_SIZE_BYTES),
-    # Batches of 4 entries, as 4 MiB of 1 MiB entries by default.
-    "BLOBSTORE_APPEND_BATCH_BYTES": str(4 * ENTRY_SIZE_BYTES),
+    **entry_size_env(ENTRY_SIZE_BYTES),
     "BLOBSTORE_PART_BYTES_MIN": str(PART_BYTES_MIN),
     "BLOBSTORE_SWEEP_INTERVAL_S": "1",
     "BLOBSTORE_ZK_SESSION_TIMEOUT_S": "4",
